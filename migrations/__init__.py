@@ -1,0 +1,1 @@
+"""SQL migrations, shipped as package data and applied by `jobledger migrate`."""

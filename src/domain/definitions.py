@@ -1,0 +1,132 @@
+"""Job definitions and execution specs: the value objects a job is made of."""
+
+import re
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
+from jobledger.domain.schedules import (
+    DEFAULT_MIN_INTERVAL,
+    ManualSchedule,
+    Schedule,
+    validate_schedule,
+)
+
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+DEFAULT_PRIORITY = 5
+MAX_PAYLOAD_BYTES = 64 * 1024
+MIN_TIMEOUT = timedelta(seconds=1)
+MAX_TIMEOUT = timedelta(hours=24)
+MAX_CATCH_UP_CAP = 1000
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,199}$")
+_HANDLER = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+_QUEUE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds a definition is checked against (from the settings)."""
+
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    min_interval: timedelta = DEFAULT_MIN_INTERVAL
+
+
+class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What one execution runs: a snapshot taken when it is enqueued."""
+
+    handler: str
+    payload: dict[str, Any] = msgspec.field(default_factory=dict)
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
+    timeout: timedelta = timedelta(minutes=5)
+    retry: RetryPolicy = RetryPolicy()
+
+    def check(self, limits: Limits = Limits()) -> None:  # noqa: B008 (immutable default)
+        _check_handler(self.handler)
+        _check_queue(self.queue)
+        _check_priority(self.priority)
+        _check_timeout(self.timeout)
+        _check_payload(self.payload, limits.max_payload_bytes)
+        self.retry.check()
+
+
+class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
+    """A job as a user defines it: what to run and when."""
+
+    name: str
+    spec: ExecutionSpec
+    schedule: Schedule = ManualSchedule()
+    misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE
+    catch_up_cap: int = 10
+    overlap: OverlapPolicy = OverlapPolicy.ALLOW
+    description: str = ""
+
+    def check(self, limits: Limits = Limits()) -> None:  # noqa: B008 (immutable default)
+        if not _NAME.match(self.name):
+            raise InvalidDefinitionError(
+                "name",
+                f"{self.name!r} is empty, too long or has unusual characters",
+                "use 1-200 letters, digits, spaces and . _ : / -",
+            )
+        if not 1 <= self.catch_up_cap <= MAX_CATCH_UP_CAP:
+            raise InvalidDefinitionError(
+                "catch_up_cap",
+                f"{self.catch_up_cap} is out of range",
+                f"use a number from 1 to {MAX_CATCH_UP_CAP}",
+            )
+        self.spec.check(limits)
+        validate_schedule(self.schedule, min_interval=limits.min_interval)
+
+
+def _check_handler(handler: str) -> None:
+    if not _HANDLER.match(handler):
+        raise InvalidDefinitionError(
+            "handler",
+            f"{handler!r} is not a handler name",
+            "use a dotted lower-case name such as http.webhook or test.echo",
+        )
+
+
+def _check_queue(queue: str) -> None:
+    if not _QUEUE.match(queue):
+        raise InvalidDefinitionError(
+            "queue",
+            f"{queue!r} is not a queue name",
+            "use 1-64 lower-case letters, digits, _ or -",
+        )
+
+
+def _check_priority(priority: int) -> None:
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidDefinitionError(
+            "priority",
+            f"{priority} is out of range",
+            f"use a whole number from {MIN_PRIORITY} (lowest) to {MAX_PRIORITY} (highest)",
+        )
+
+
+def _check_timeout(timeout: timedelta) -> None:
+    if not MIN_TIMEOUT <= timeout <= MAX_TIMEOUT:
+        raise InvalidDefinitionError(
+            "timeout",
+            f"{timeout.total_seconds():g} s is out of range",
+            "use from 1 second to 24 hours",
+        )
+
+
+def _check_payload(payload: dict[str, Any], max_bytes: int) -> None:
+    try:
+        size = len(msgspec.json.encode(payload))
+    except (TypeError, msgspec.EncodeError) as error:
+        raise InvalidDefinitionError(
+            "payload", f"is not JSON-serialisable ({error})", "send a JSON object"
+        ) from None
+    if size > max_bytes:
+        raise InvalidDefinitionError(
+            "payload",
+            f"is {size} bytes, over the {max_bytes}-byte limit",
+            "store large data elsewhere and pass a reference",
+        )

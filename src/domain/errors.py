@@ -1,0 +1,42 @@
+"""Domain errors: one hierarchy, each with a message that names the problem and the fix."""
+
+
+class DomainError(Exception):
+    """The request breaks a rule of the job ledger."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class InvalidDefinitionError(DomainError):
+    """The job definition is not valid."""
+
+    def __init__(self, field: str, problem: str, fix: str) -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{field}: {problem}; {fix}")
+
+
+class InvalidTransitionError(DomainError):
+    """The change is not allowed from the current state."""
+
+
+class StaleLeaseError(DomainError):
+    """The report names a lease that is no longer current, so it was not applied."""
+
+
+class JobNotActiveError(DomainError):
+    """The job is paused or deleted, so it cannot fire."""
+
+
+class AlreadyExistsError(DomainError):
+    """An aggregate with that id is already in the log."""
+
+
+class NotFoundError(DomainError):
+    """Nothing with that id is in the log."""
+
+
+class ConflictError(DomainError):
+    """Someone else changed it first; load it again and retry."""

@@ -1,0 +1,337 @@
+"""The Execution aggregate: one run of a job, every attempt in one stream."""
+
+import enum
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+
+# Namespace for executions that belong to no job (ad-hoc runs by idempotency key).
+ADHOC_NAMESPACE = uuid.UUID("5b0a6f2e-3f0c-4f0e-9d55-6a3b1c7e2a10")
+
+
+class ExecutionStatus(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DEAD_LETTERED = "dead_lettered"
+    CANCELLED = "cancelled"
+
+
+class Trigger(enum.StrEnum):
+    """Why the execution exists."""
+
+    SCHEDULE = "schedule"
+    MANUAL = "manual"
+    ADHOC = "adhoc"
+
+
+TERMINAL = frozenset(
+    {ExecutionStatus.COMPLETED, ExecutionStatus.DEAD_LETTERED, ExecutionStatus.CANCELLED}
+)
+LEASE_EXPIRED_ERROR = "lease expired before the worker reported an outcome"
+
+
+def occurrence_execution_id(job_id: uuid.UUID, scheduled_for: datetime) -> uuid.UUID:
+    """The id of the execution of one scheduled occurrence; the same for every scheduler."""
+    if scheduled_for.tzinfo is None:
+        msg = "scheduled_for must be zone-aware"
+        raise ValueError(msg)
+    return uuid.uuid5(job_id, "at:" + scheduled_for.astimezone(UTC).isoformat())
+
+
+def trigger_execution_id(job_id: uuid.UUID | None, key: str) -> uuid.UUID:
+    """The id of a manual or ad-hoc run, derived from its client key."""
+    return uuid.uuid5(job_id or ADHOC_NAMESPACE, "key:" + key)
+
+
+class Execution(Aggregate):
+    """One run of a job. Attempts are leased, reported and retried in this stream."""
+
+    TOPIC = "jobledger:Execution"
+
+    class Created(Aggregate.Created):
+        # Never emitted (executions begin with Enqueued); eventsourcing wants every
+        # event class of an aggregate with a stable topic to have one.
+        TOPIC = "jobledger:ExecutionCreated"
+
+    class Enqueued(Aggregate.Created):
+        TOPIC = "jobledger:ExecutionEnqueued"
+        job_id: uuid.UUID | None
+        spec: ExecutionSpec
+        trigger: Trigger
+        scheduled_for: datetime | None
+        trigger_key: str | None
+        ready_at: datetime
+        attempt: int
+
+    class Leased(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionLeased"
+        attempt: int
+        worker_id: str
+        lease_id: uuid.UUID
+        lease_expires_at: datetime
+
+    class Completed(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionCompleted"
+        lease_id: uuid.UUID
+        duration: timedelta
+        result: dict[str, Any]
+
+    class Retried(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionRetried"
+        lease_id: uuid.UUID
+        error: str
+        next_attempt: int
+        ready_at: datetime
+
+    class DeadLettered(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionDeadLettered"
+        lease_id: uuid.UUID | None
+        error: str
+        attempts: int
+
+    class LeaseExpired(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionLeaseExpired"
+        lease_id: uuid.UUID
+
+    class Deferred(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionDeferred"
+        lease_id: uuid.UUID
+        reason: str
+        ready_at: datetime
+
+    class Requeued(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionRequeued"
+        by: str
+        reason: str
+        ready_at: datetime
+
+    class Cancelled(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionCancelled"
+        by: str
+        reason: str
+
+    @event(Enqueued)
+    def __init__(
+        self,
+        *,
+        job_id: uuid.UUID | None,
+        spec: ExecutionSpec,
+        trigger: Trigger,
+        scheduled_for: datetime | None,
+        trigger_key: str | None,
+        ready_at: datetime,
+        attempt: int,
+    ) -> None:
+        self.job_id = job_id
+        self.trigger_key = trigger_key
+        self.spec = spec
+        self.trigger = trigger
+        self.scheduled_for = scheduled_for
+        self.ready_at = ready_at
+        self.status = ExecutionStatus.PENDING
+        # Counted attempts so far; a deferral does not count, a lease expiry does.
+        self.attempts_used = attempt - 1
+        # attempts_used when the current budget began (moves on a requeue from the DLQ).
+        self.budget_start = 0
+        self.lease_id: uuid.UUID | None = None
+        self.lease_attempt = 0
+        self.worker_id: str | None = None
+        self.lease_expires_at: datetime | None = None
+        self.last_error: str | None = None
+
+    # ---- commands -------------------------------------------------------------------
+
+    @staticmethod
+    def create_id(
+        job_id: uuid.UUID | None, scheduled_for: datetime | None, trigger_key: str | None
+    ) -> uuid.UUID:
+        """Deterministic where a second request must collide with the first."""
+        if job_id is not None and scheduled_for is not None:
+            return occurrence_execution_id(job_id, scheduled_for)
+        if trigger_key is not None:
+            return trigger_execution_id(job_id, trigger_key)
+        return uuid.uuid4()
+
+    @classmethod
+    def enqueue(
+        cls,
+        *,
+        spec: ExecutionSpec,
+        ready_at: datetime,
+        trigger: Trigger,
+        job_id: uuid.UUID | None = None,
+        scheduled_for: datetime | None = None,
+        trigger_key: str | None = None,
+    ) -> "Execution":
+        """A scheduled occurrence, or a run with a client key, gets a deterministic id."""
+        return cls(
+            job_id=job_id,
+            spec=spec,
+            trigger=trigger,
+            scheduled_for=scheduled_for,
+            trigger_key=trigger_key,
+            ready_at=ready_at,
+            attempt=1,
+        )
+
+    def lease(self, *, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime) -> None:
+        self._check_status(ExecutionStatus.PENDING, action="lease")
+        self._check_budget_left()
+        self._leased(
+            attempt=self.attempts_used + 1,
+            worker_id=worker_id,
+            lease_id=lease_id,
+            lease_expires_at=lease_expires_at,
+        )
+
+    def complete(
+        self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
+    ) -> None:
+        self._check_current_lease(lease_id)
+        self._completed(lease_id=lease_id, duration=duration, result=result)
+
+    def fail(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float = 1.0) -> None:
+        """Record a failed attempt: retry with backoff, or dead-letter when the budget is spent."""
+        self._check_current_lease(lease_id)
+        self._settle_failure(lease_id=lease_id, error=error, at=at, rand=rand)
+
+    def expire_lease(self, *, lease_id: uuid.UUID, at: datetime, rand: float = 1.0) -> None:
+        """The lease ran out with no report: that counts as a failed attempt."""
+        self._check_current_lease(lease_id)
+        self._lease_expired(lease_id=lease_id)
+        self._settle_failure(lease_id=lease_id, error=LEASE_EXPIRED_ERROR, at=at, rand=rand)
+
+    def defer(self, *, lease_id: uuid.UUID, reason: str, ready_at: datetime) -> None:
+        """Hand the execution back without spending an attempt (e.g. circuit open)."""
+        self._check_current_lease(lease_id)
+        self._deferred(lease_id=lease_id, reason=reason, ready_at=ready_at)
+
+    def requeue(self, *, by: str, reason: str, at: datetime) -> None:
+        """Give a dead-lettered execution a fresh attempt budget."""
+        self._check_status(ExecutionStatus.DEAD_LETTERED, action="requeue")
+        self._requeued(by=by, reason=reason, ready_at=at)
+
+    def cancel(self, *, by: str, reason: str) -> None:
+        self._check_not_terminal(action="cancel")
+        self._cancelled(by=by, reason=reason)
+
+    # ---- queries --------------------------------------------------------------------
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def attempts_in_budget(self) -> int:
+        return self.attempts_used - self.budget_start
+
+    # ---- invariants -----------------------------------------------------------------
+
+    def _check_status(self, expected: ExecutionStatus, *, action: str) -> None:
+        if self.status is not expected:
+            raise InvalidTransitionError(
+                f"cannot {action} execution {self.id}: it is {self.status}, not {expected}"
+            )
+
+    def _check_not_terminal(self, *, action: str) -> None:
+        if self.is_terminal:
+            raise InvalidTransitionError(
+                f"cannot {action} execution {self.id}: it is already {self.status}"
+            )
+
+    def _check_budget_left(self) -> None:
+        if self.attempts_in_budget >= self.spec.retry.max_attempts:
+            raise InvalidTransitionError(
+                f"execution {self.id} has used all {self.spec.retry.max_attempts} attempts"
+            )
+
+    def _check_current_lease(self, lease_id: uuid.UUID) -> None:
+        if self.status is not ExecutionStatus.RUNNING or lease_id != self.lease_id:
+            raise StaleLeaseError(
+                f"lease {lease_id} is not the current lease of execution {self.id} "
+                f"(status {self.status}); the report was not applied"
+            )
+
+    def _settle_failure(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float) -> None:
+        attempt = self.lease_attempt
+        if attempt - self.budget_start < self.spec.retry.max_attempts:
+            delay = self.spec.retry.backoff(attempt - self.budget_start, rand)
+            self._retried(lease_id=lease_id, error=error, next_attempt=attempt + 1, ready_at=at + delay)
+        else:
+            self._dead_lettered(lease_id=lease_id, error=error, attempts=attempt)
+
+    # ---- event application ----------------------------------------------------------
+
+    @event(Leased)
+    def _leased(
+        self, *, attempt: int, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime
+    ) -> None:
+        self.status = ExecutionStatus.RUNNING
+        self.lease_attempt = attempt
+        self.worker_id = worker_id
+        self.lease_id = lease_id
+        self.lease_expires_at = lease_expires_at
+
+    @event(Completed)
+    def _completed(
+        self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
+    ) -> None:
+        del lease_id, duration, result
+        self.attempts_used = self.lease_attempt
+        self.status = ExecutionStatus.COMPLETED
+        self._clear_lease()
+
+    @event(Retried)
+    def _retried(
+        self, *, lease_id: uuid.UUID, error: str, next_attempt: int, ready_at: datetime
+    ) -> None:
+        del lease_id, next_attempt
+        self.attempts_used = self.lease_attempt
+        self.last_error = error
+        self.ready_at = ready_at
+        self.status = ExecutionStatus.PENDING
+        self._clear_lease()
+
+    @event(DeadLettered)
+    def _dead_lettered(self, *, lease_id: uuid.UUID | None, error: str, attempts: int) -> None:
+        del lease_id
+        self.attempts_used = attempts
+        self.last_error = error
+        self.status = ExecutionStatus.DEAD_LETTERED
+        self._clear_lease()
+
+    @event(LeaseExpired)
+    def _lease_expired(self, *, lease_id: uuid.UUID) -> None:
+        # The lease stays recorded until the retry or dead-letter that follows settles it.
+        del lease_id
+
+    @event(Deferred)
+    def _deferred(self, *, lease_id: uuid.UUID, reason: str, ready_at: datetime) -> None:
+        del lease_id, reason
+        self.ready_at = ready_at
+        self.status = ExecutionStatus.PENDING
+        self._clear_lease()
+
+    @event(Requeued)
+    def _requeued(self, *, by: str, reason: str, ready_at: datetime) -> None:
+        del by, reason
+        self.budget_start = self.attempts_used
+        self.ready_at = ready_at
+        self.status = ExecutionStatus.PENDING
+
+    @event(Cancelled)
+    def _cancelled(self, *, by: str, reason: str) -> None:
+        del by, reason
+        self.status = ExecutionStatus.CANCELLED
+        self._clear_lease()
+
+    def _clear_lease(self) -> None:
+        self.lease_id = None
+        self.worker_id = None
+        self.lease_expires_at = None

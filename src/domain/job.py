@@ -1,0 +1,263 @@
+"""The Job aggregate: a definition, its schedule, and every fire decision."""
+
+import uuid
+from datetime import datetime
+
+from eventsourcing.domain import Aggregate, event
+
+from jobledger.domain.definitions import JobDefinition, Limits
+from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.policies import MisfirePolicy
+from jobledger.domain.schedules import MissedFires, next_fire_after
+
+# Namespace for job ids derived from a client key, so a retried create is idempotent.
+JOB_NAMESPACE = uuid.UUID("0f7c1c53-8a52-4c5e-a8e3-3b8f9f1d6a41")
+
+
+def job_id_for_key(key: str) -> uuid.UUID:
+    return uuid.uuid5(JOB_NAMESPACE, key)
+
+
+class Job(Aggregate):
+    """A job definition and its schedule."""
+
+    TOPIC = "jobledger:Job"
+
+    class Created(Aggregate.Created):
+        # Never emitted (jobs begin with Scheduled); eventsourcing wants every event
+        # class of an aggregate with a stable topic to have one.
+        TOPIC = "jobledger:JobCreated"
+
+    class Scheduled(Aggregate.Created):
+        TOPIC = "jobledger:JobScheduled"
+        definition: JobDefinition
+        key: str | None
+        next_fire_at: datetime | None
+        by: str
+
+    class Updated(Aggregate.Event):
+        TOPIC = "jobledger:JobUpdated"
+        definition: JobDefinition
+        next_fire_at: datetime | None
+        by: str
+
+    class Paused(Aggregate.Event):
+        TOPIC = "jobledger:JobPaused"
+        by: str
+        reason: str
+
+    class Resumed(Aggregate.Event):
+        TOPIC = "jobledger:JobResumed"
+        by: str
+        next_fire_at: datetime | None
+
+    class Deleted(Aggregate.Event):
+        TOPIC = "jobledger:JobDeleted"
+        by: str
+
+    class Fired(Aggregate.Event):
+        TOPIC = "jobledger:JobFired"
+        scheduled_for: datetime
+        execution_id: uuid.UUID
+        next_fire_at: datetime | None
+        leader_epoch: int
+
+    class FiresMissed(Aggregate.Event):
+        TOPIC = "jobledger:JobFiresMissed"
+        first: datetime
+        last: datetime
+        count: int
+        policy: MisfirePolicy
+        next_fire_at: datetime | None
+
+    class Triggered(Aggregate.Event):
+        TOPIC = "jobledger:JobTriggered"
+        execution_id: uuid.UUID
+        trigger_key: str
+        by: str
+
+    @event(Scheduled)
+    def __init__(
+        self, *, definition: JobDefinition, key: str | None, next_fire_at: datetime | None, by: str
+    ) -> None:
+        del by
+        self.definition = definition
+        self.key = key
+        self.next_fire_at = next_fire_at
+        self.paused = False
+        self.deleted = False
+        self.last_scheduled_for: datetime | None = None
+        self.fired_count = 0
+
+    # ---- commands -------------------------------------------------------------------
+
+    @staticmethod
+    def create_id(key: str | None) -> uuid.UUID:
+        return job_id_for_key(key) if key else uuid.uuid4()
+
+    @classmethod
+    def schedule(
+        cls,
+        definition: JobDefinition,
+        *,
+        at: datetime,
+        by: str,
+        key: str | None = None,
+        limits: Limits = Limits(),  # noqa: B008 (immutable default)
+    ) -> "Job":
+        definition.check(limits)
+        return cls(
+            definition=definition,
+            key=key,
+            next_fire_at=next_fire_after(definition.schedule, at),
+            by=by,
+        )
+
+    def update(
+        self,
+        definition: JobDefinition,
+        *,
+        at: datetime,
+        by: str,
+        limits: Limits = Limits(),  # noqa: B008 (immutable default)
+    ) -> None:
+        self._check_not_deleted("update")
+        definition.check(limits)
+        next_fire = None if self.paused else next_fire_after(definition.schedule, at)
+        self._updated(definition=definition, next_fire_at=next_fire, by=by)
+
+    def pause(self, *, by: str, reason: str = "") -> None:
+        self._check_not_deleted("pause")
+        if not self.paused:
+            self._paused(by=by, reason=reason)
+
+    def resume(self, *, at: datetime, by: str) -> None:
+        """Resume from ``at``: occurrences that fell while paused are not caught up."""
+        self._check_not_deleted("resume")
+        if self.paused:
+            self._resumed(by=by, next_fire_at=next_fire_after(self.definition.schedule, at))
+
+    def delete(self, *, by: str) -> None:
+        if not self.deleted:
+            self._deleted(by=by)
+
+    def fire(self, *, scheduled_for: datetime, leader_epoch: int, at: datetime) -> Execution:
+        """Fire the due occurrence; the new execution must be saved with this job."""
+        self._check_active()
+        self._check_is_next_occurrence(scheduled_for)
+        execution = Execution.enqueue(
+            job_id=self.id,
+            spec=self.definition.spec,
+            trigger=Trigger.SCHEDULE,
+            scheduled_for=scheduled_for,
+            ready_at=max(scheduled_for, at),
+        )
+        self._fired(
+            scheduled_for=scheduled_for,
+            execution_id=execution.id,
+            next_fire_at=next_fire_after(self.definition.schedule, scheduled_for),
+            leader_epoch=leader_epoch,
+        )
+        return execution
+
+    def record_missed_fires(self, missed: MissedFires, *, policy: MisfirePolicy) -> None:
+        """Record occurrences that will never fire, so the history says why."""
+        self._check_active()
+        self._check_is_next_occurrence(missed.first)
+        self._fires_missed(
+            first=missed.first,
+            last=missed.last,
+            count=missed.count,
+            policy=policy,
+            next_fire_at=next_fire_after(self.definition.schedule, missed.last),
+        )
+
+    def trigger(self, *, trigger_key: str, at: datetime, by: str) -> Execution:
+        """Run the job now, outside its schedule; the same key yields the same execution."""
+        self._check_not_deleted("trigger")
+        execution = Execution.enqueue(
+            job_id=self.id,
+            spec=self.definition.spec,
+            trigger=Trigger.MANUAL,
+            trigger_key=trigger_key,
+            ready_at=at,
+        )
+        self._triggered(execution_id=execution.id, trigger_key=trigger_key, by=by)
+        return execution
+
+    # ---- invariants -----------------------------------------------------------------
+
+    def _check_not_deleted(self, action: str) -> None:
+        if self.deleted:
+            raise InvalidTransitionError(f"cannot {action} job {self.id}: it was deleted")
+
+    def _check_active(self) -> None:
+        if self.deleted or self.paused:
+            state = "deleted" if self.deleted else "paused"
+            raise JobNotActiveError(f"job {self.id} is {state}; resume it to fire")
+
+    def _check_is_next_occurrence(self, scheduled_for: datetime) -> None:
+        if self.next_fire_at is None or scheduled_for != self.next_fire_at:
+            raise InvalidTransitionError(
+                f"job {self.id}: {scheduled_for.isoformat()} is not the next occurrence "
+                f"({self.next_fire_at.isoformat() if self.next_fire_at else 'none due'})"
+            )
+
+    # ---- event application ----------------------------------------------------------
+
+    @event(Updated)
+    def _updated(self, *, definition: JobDefinition, next_fire_at: datetime | None, by: str) -> None:
+        del by
+        self.definition = definition
+        self.next_fire_at = next_fire_at
+
+    @event(Paused)
+    def _paused(self, *, by: str, reason: str) -> None:
+        del by, reason
+        self.paused = True
+        self.next_fire_at = None
+
+    @event(Resumed)
+    def _resumed(self, *, by: str, next_fire_at: datetime | None) -> None:
+        del by
+        self.paused = False
+        self.next_fire_at = next_fire_at
+
+    @event(Deleted)
+    def _deleted(self, *, by: str) -> None:
+        del by
+        self.deleted = True
+        self.next_fire_at = None
+
+    @event(Fired)
+    def _fired(
+        self,
+        *,
+        scheduled_for: datetime,
+        execution_id: uuid.UUID,
+        next_fire_at: datetime | None,
+        leader_epoch: int,
+    ) -> None:
+        del execution_id, leader_epoch
+        self.last_scheduled_for = scheduled_for
+        self.next_fire_at = next_fire_at
+        self.fired_count += 1
+
+    @event(FiresMissed)
+    def _fires_missed(
+        self,
+        *,
+        first: datetime,
+        last: datetime,
+        count: int,
+        policy: MisfirePolicy,
+        next_fire_at: datetime | None,
+    ) -> None:
+        del first, count, policy
+        self.last_scheduled_for = last
+        self.next_fire_at = next_fire_at
+
+    @event(Triggered)
+    def _triggered(self, *, execution_id: uuid.UUID, trigger_key: str, by: str) -> None:
+        del execution_id, trigger_key, by

@@ -1,0 +1,152 @@
+"""The eventsourcing Application: commands in, events out, one log for both aggregates.
+
+Jobs and executions share one application (one events table, one notification log) so
+that a fire saves ``JobFired`` and ``ExecutionEnqueued`` atomically, and every
+projection follows a single ordered log.
+"""
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate, DomainEventProtocol
+from eventsourcing.persistence import IntegrityError, Mapper
+from eventsourcing.utils import Environment
+
+from jobledger.domain.codec import MsgspecMapper
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
+from jobledger.domain.errors import AlreadyExistsError, ConflictError, NotFoundError
+from jobledger.domain.execution import Execution, Trigger, trigger_execution_id
+from jobledger.domain.job import Job, job_id_for_key
+
+A = TypeVar("A", bound=Aggregate)
+
+
+class Ledger(Application[UUID]):
+    """The job ledger. Persistence comes from the env the composition root passes in."""
+
+    name = "jobledger"
+
+    def __init__(self, env: Mapping[str, str], limits: Limits = Limits()) -> None:  # noqa: B008
+        self.limits = limits
+        super().__init__(env)
+
+    def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
+        # Only the settings decide: never fall back to os.environ like the base class.
+        return Environment(name, dict(env or {}))
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
+
+    # ---- saving ---------------------------------------------------------------------
+
+    def save_all(self, *aggregates: Aggregate) -> None:
+        """Save atomically; a version clash becomes a ConflictError."""
+        try:
+            self.save(*aggregates)
+        except IntegrityError as error:
+            ids = ", ".join(str(a.id) for a in aggregates)
+            raise ConflictError(f"a concurrent change was saved first for {ids}") from error
+
+    # ---- loading --------------------------------------------------------------------
+
+    def get_job(self, job_id: UUID, *, version: int | None = None) -> Job:
+        return self._get(Job, job_id, version)
+
+    def get_execution(self, execution_id: UUID) -> Execution:
+        return self._get(Execution, execution_id, None)
+
+    def job_as_of(self, job_id: UUID, at: datetime) -> Job:
+        """The job as it was at ``at`` (the last event recorded at or before it)."""
+        version = None
+        for domain_event in self.events.get(job_id):
+            if domain_event.timestamp > at:
+                break
+            version = domain_event.originator_version
+        if version is None:
+            raise NotFoundError(f"job {job_id} did not exist at {at.isoformat()}")
+        return self.get_job(job_id, version=version)
+
+    def history(self, aggregate_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
+        return self.events.get(aggregate_id)
+
+    def _get(self, kind: type[A], aggregate_id: UUID, version: int | None) -> A:
+        try:
+            aggregate = self.repository.get(aggregate_id, version=version)
+        except AggregateNotFoundError:
+            raise NotFoundError(f"no {kind.__name__.lower()} with id {aggregate_id}") from None
+        if not isinstance(aggregate, kind):
+            raise NotFoundError(f"{aggregate_id} is not a {kind.__name__.lower()}")
+        return aggregate
+
+    # ---- commands -------------------------------------------------------------------
+
+    def schedule_job(
+        self, definition: JobDefinition, *, at: datetime, by: str, key: str | None = None
+    ) -> Job:
+        """Create a job. With a key, repeating the same request returns the same job."""
+        job = Job.schedule(definition, at=at, by=by, key=key, limits=self.limits)
+        try:
+            self.save_all(job)
+        except ConflictError:
+            existing = self.get_job(job_id_for_key(key or ""))
+            if existing.definition != definition or existing.deleted:
+                raise AlreadyExistsError(
+                    f"a job with key {key!r} exists with another definition; "
+                    "use a new key or update that job"
+                ) from None
+            return existing
+        return job
+
+    def update_job(self, job_id: UUID, definition: JobDefinition, *, at: datetime, by: str) -> Job:
+        job = self.get_job(job_id)
+        job.update(definition, at=at, by=by, limits=self.limits)
+        self.save_all(job)
+        return job
+
+    def pause_job(self, job_id: UUID, *, by: str, reason: str = "") -> Job:
+        job = self.get_job(job_id)
+        job.pause(by=by, reason=reason)
+        self.save_all(job)
+        return job
+
+    def resume_job(self, job_id: UUID, *, at: datetime, by: str) -> Job:
+        job = self.get_job(job_id)
+        job.resume(at=at, by=by)
+        self.save_all(job)
+        return job
+
+    def delete_job(self, job_id: UUID, *, by: str) -> Job:
+        job = self.get_job(job_id)
+        job.delete(by=by)
+        self.save_all(job)
+        return job
+
+    def trigger_job(self, job_id: UUID, *, key: str, at: datetime, by: str) -> Execution:
+        """Run a job now. The same key returns the execution of the first request."""
+        job = self.get_job(job_id)
+        execution = job.trigger(trigger_key=key, at=at, by=by)
+        try:
+            self.save_all(job, execution)
+        except ConflictError:
+            return self.get_execution(trigger_execution_id(job_id, key))
+        return execution
+
+    def run_adhoc(self, spec: ExecutionSpec, *, key: str, at: datetime) -> Execution:
+        """Enqueue a handler run that belongs to no job, idempotent by key."""
+        spec.check(self.limits)
+        execution = Execution.enqueue(spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key)
+        try:
+            self.save_all(execution)
+        except ConflictError:
+            return self.get_execution(execution.id)
+        return execution
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "application": self.name,
+            "persistence": self.env.get("PERSISTENCE_MODULE", ""),
+            "max_notification_id": self.recorder.max_notification_id() or 0,
+        }

@@ -1,0 +1,80 @@
+"""Retry, misfire and overlap policies, and the backoff rule."""
+
+import enum
+from datetime import timedelta
+
+import msgspec
+
+from jobledger.domain.errors import InvalidDefinitionError
+
+MAX_RETRIES_LIMIT = 100
+MAX_BACKOFF_LIMIT = timedelta(days=7)
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What to do with occurrences missed while no scheduler was running."""
+
+    SKIP = "skip"
+    FIRE_ONCE = "fire_once"
+    FIRE_ALL = "fire_all"
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What to do when an occurrence is due while an earlier run is still open."""
+
+    ALLOW = "allow"
+    SKIP_IF_RUNNING = "skip_if_running"
+    QUEUE_ONE = "queue_one"
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How often and how fast a failed execution is tried again.
+
+    An execution gets at most ``max_retries + 1`` attempts per budget.
+    """
+
+    max_retries: int = 3
+    initial_backoff: timedelta = timedelta(seconds=1)
+    max_backoff: timedelta = timedelta(minutes=5)
+    jitter: bool = True
+
+    @property
+    def max_attempts(self) -> int:
+        return self.max_retries + 1
+
+    def check(self) -> None:
+        if not 0 <= self.max_retries <= MAX_RETRIES_LIMIT:
+            raise InvalidDefinitionError(
+                "retry.max_retries",
+                f"{self.max_retries} is out of range",
+                f"use a whole number from 0 to {MAX_RETRIES_LIMIT}",
+            )
+        if self.initial_backoff <= timedelta(0):
+            raise InvalidDefinitionError(
+                "retry.initial_backoff",
+                "must be positive",
+                "use a delay of at least one millisecond",
+            )
+        if not self.initial_backoff <= self.max_backoff <= MAX_BACKOFF_LIMIT:
+            raise InvalidDefinitionError(
+                "retry.max_backoff",
+                f"{self.max_backoff} is below initial_backoff or above {MAX_BACKOFF_LIMIT}",
+                "use a value between initial_backoff and 7 days",
+            )
+
+    def backoff(self, attempt: int, rand: float = 1.0) -> timedelta:
+        """The delay before the attempt after ``attempt`` (1-based).
+
+        ``min(initial * 2**(attempt-1), max)``; with jitter the delay is scaled by
+        ``rand`` in [0, 1] (full jitter), so callers pass the random draw in.
+        """
+        if attempt < 1:
+            msg = f"attempt must be 1 or more, got {attempt}"
+            raise ValueError(msg)
+        # Cap the exponent first: 2**attempt for a large attempt overflows timedelta.
+        exponent = min(attempt - 1, 62)
+        ceiling = self.max_backoff.total_seconds()
+        delay = min(self.initial_backoff.total_seconds() * 2**exponent, ceiling)
+        if self.jitter:
+            delay *= min(max(rand, 0.0), 1.0)
+        return timedelta(seconds=delay)

@@ -1,0 +1,438 @@
+"""Schedules: when a job fires, as pure functions of the schedule and given instants.
+
+A schedule is a value object: a 5-field cron read in an IANA time zone, a single
+instant, or manual (the job fires only when asked). Nothing here reads the clock:
+the caller passes every instant in. Every datetime argument must be zone-aware
+(a naive one raises ``ValueError``) and every datetime returned is in UTC.
+
+Daylight-saving policy. A cron is evaluated in the job's zone on local wall-clock time:
+
+1. A wall-clock time that does not exist (the hour skipped at spring-forward) fires
+   once, at the instant of the jump: the first instant after the gap, e.g.
+   2026-03-08 03:00 EDT (07:00 UTC) in America/New_York. Several skipped wall times
+   collapse into that one fire, and a wall time equal to the first time after the
+   gap (03:00 in the example) also collapses into it: one fire, not two.
+2. A wall-clock time that occurs twice (the hour repeated at fall-back) fires once,
+   at its first occurrence (fold=0). During the second pass through the repeated
+   hour nothing fires for wall times already passed.
+3. Otherwise a fire is at the instant of the matching wall time.
+
+So the fires of a cron are strictly increasing instants at least a minute apart.
+
+Cron dialect: exactly five fields (minute hour day month weekday) or one of the
+nicknames @yearly, @annually, @monthly, @weekly, @daily, @midnight and @hourly.
+Day of month and weekday combine with OR when both are restricted, as in classic
+cron; ``L``, ``W`` and ``#`` are accepted. Seconds, @reboot and the hashed (``H``)
+and random (``R``) fields are not: a schedule must give the same fires every time
+it is evaluated.
+"""
+
+import itertools
+import math
+import re
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Final, assert_never
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import msgspec
+from croniter import CroniterBadDateError, croniter
+
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.policies import MisfirePolicy
+
+
+class CronSchedule(msgspec.Struct, frozen=True, tag="cron"):
+    """Fires at every local wall-clock time that matches a 5-field cron in an IANA zone."""
+
+    expression: str
+    timezone: str = "UTC"
+
+
+class OneShotSchedule(msgspec.Struct, frozen=True, tag="once"):
+    """Fires once, at ``run_at`` (zone-aware)."""
+
+    run_at: datetime
+
+
+class ManualSchedule(msgspec.Struct, frozen=True, tag="manual"):
+    """Never fires on its own; the job runs only when triggered."""
+
+
+Schedule = CronSchedule | OneShotSchedule | ManualSchedule
+
+DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=60)
+
+# Two fires of a 5-field cron are never closer than this, DST included.
+_CRON_GRANULARITY: Final = timedelta(seconds=60)
+_CRON_FIELD_COUNT: Final = 5
+_NICKNAMES: Final = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+_FIELD: Final = re.compile(r"\S+", re.ASCII)
+_CRON_FIX: Final = "write 5 fields (minute hour day month weekday), e.g. '*/15 * * * *'"
+# Candidate wall times in a row that resolve to an instant already passed: the
+# minutes of a skipped or repeated stretch. A full day is the largest real one.
+_MAX_SKIPPED_CANDIDATES: Final = 4096
+# The spacing check samples this many consecutive fires from each reference start.
+_SAMPLE_FIRES: Final = 50
+_REFERENCE_YEAR: Final = 2026
+
+
+# --- Public functions ---------------------------------------------------------------
+
+
+def validate_schedule(
+    schedule: Schedule, *, min_interval: timedelta = DEFAULT_MIN_INTERVAL
+) -> None:
+    """Raise ``InvalidDefinitionError`` naming the field if the schedule cannot be used.
+
+    For a cron, consecutive fires closer than ``min_interval`` (in elapsed time, DST
+    included) are refused. That spacing is checked on a sample: the fires following
+    a few reference instants in 2026, including the days around each of the zone's
+    UTC-offset changes that year.
+    """
+    match schedule:
+        case CronSchedule():
+            _check_cron(schedule, min_interval)
+        case OneShotSchedule():
+            if _is_naive(schedule.run_at):
+                raise InvalidDefinitionError(
+                    "schedule.run_at",
+                    f"{schedule.run_at.isoformat()} has no time zone",
+                    "give an offset, e.g. 2026-03-08T09:00:00+01:00 or 2026-03-08T08:00:00Z",
+                )
+        case ManualSchedule():
+            pass
+        case _:
+            assert_never(schedule)
+
+
+def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
+    """The first fire strictly after ``at``, in UTC; None if the schedule fires no more.
+
+    Raises ``ValueError`` for a naive ``at`` or a schedule that cannot be evaluated: an
+    invalid cron or zone, a cron that never fires, a naive ``run_at``.
+    """
+    _require_aware("at", at)
+    match schedule:
+        case CronSchedule():
+            fire = next(_cron_fires(schedule.expression, _zone(schedule.timezone), at), None)
+            if fire is None:
+                raise ValueError(f"cron {schedule.expression!r} never fires")
+            return fire
+        case OneShotSchedule():
+            run_at = _one_shot_instant(schedule)
+            return run_at if run_at > at else None
+        case ManualSchedule():
+            return None
+        case _:
+            assert_never(schedule)
+
+
+def fires_between(
+    schedule: Schedule, after: datetime, until: datetime, *, limit: int
+) -> list[datetime]:
+    """The fires in ``(after, until]``, ascending, in UTC, at most ``limit`` of them."""
+    _require_aware("after", after)
+    _require_aware("until", until)
+    if limit < 0:
+        raise ValueError(f"limit must be 0 or more, got {limit}")
+    match schedule:
+        case CronSchedule():
+            fires = _cron_fires(schedule.expression, _zone(schedule.timezone), after)
+            within = itertools.takewhile(lambda fire: fire <= until, fires)
+            return list(itertools.islice(within, limit))
+        case OneShotSchedule():
+            run_at = _one_shot_instant(schedule)
+            return [run_at] if after < run_at <= until and limit > 0 else []
+        case ManualSchedule():
+            return []
+        case _:
+            assert_never(schedule)
+
+
+# --- Catch-up after downtime -------------------------------------------------------
+
+
+class MissedFires(msgspec.Struct, frozen=True):
+    """A run of occurrences that will never fire: the first, the last, and how many."""
+
+    first: datetime
+    last: datetime
+    count: int
+
+
+class CatchUpPlan(msgspec.Struct, frozen=True):
+    """What to do with overdue occurrences: fire some now, record the rest as missed."""
+
+    fire: tuple[datetime, ...]
+    missed: MissedFires | None
+
+
+def plan_catch_up(due: Sequence[datetime], *, policy: MisfirePolicy, cap: int) -> CatchUpPlan:
+    """Split the overdue occurrences ``due`` (ascending) by the misfire policy.
+
+    SKIP fires none of them; FIRE_ONCE fires only the latest; FIRE_ALL fires the
+    earliest ``cap``. Whatever does not fire is missed. Every occurrence lands in
+    exactly one of the two parts.
+    """
+    if cap < 1:
+        raise ValueError(f"cap must be 1 or more, got {cap}")
+    occurrences = _ascending_utc(due)
+    match policy:
+        case MisfirePolicy.SKIP:
+            fire: tuple[datetime, ...] = ()
+            missed = occurrences
+        case MisfirePolicy.FIRE_ONCE:
+            fire, missed = occurrences[-1:], occurrences[:-1]
+        case MisfirePolicy.FIRE_ALL:
+            fire, missed = occurrences[:cap], occurrences[cap:]
+        case _:
+            assert_never(policy)
+    return CatchUpPlan(fire=fire, missed=_missed(missed))
+
+
+def _ascending_utc(due: Sequence[datetime]) -> tuple[datetime, ...]:
+    for index, occurrence in enumerate(due):
+        _require_aware(f"due[{index}]", occurrence)
+    for earlier, later in itertools.pairwise(due):
+        if not earlier < later:
+            raise ValueError(
+                f"due must be strictly ascending: {later.isoformat()} follows {earlier.isoformat()}"
+            )
+    return tuple(occurrence.astimezone(UTC) for occurrence in due)
+
+
+def _missed(missed: tuple[datetime, ...]) -> MissedFires | None:
+    if not missed:
+        return None
+    return MissedFires(first=missed[0], last=missed[-1], count=len(missed))
+
+
+# --- Validation helpers ------------------------------------------------------------
+
+
+def _check_cron(schedule: CronSchedule, min_interval: timedelta) -> None:
+    _check_expression(schedule.expression)
+    zone = _check_timezone(schedule.timezone)
+    if next(_cron_fires(schedule.expression, zone, _reference_start(zone)), None) is None:
+        raise InvalidDefinitionError(
+            "schedule.expression",
+            f"{schedule.expression!r} never fires (no calendar date matches it)",
+            "use a day and month that exist together, e.g. '0 0 28 2 *' rather than 30 February",
+        )
+    if min_interval > _CRON_GRANULARITY:
+        _check_spacing(schedule.expression, zone, min_interval)
+
+
+def _check_expression(expression: str) -> None:
+    fields = _FIELD.findall(expression)
+    if fields and fields[0].startswith("@"):
+        _check_nickname(expression, fields)
+        return
+    if len(fields) != _CRON_FIELD_COUNT:
+        seconds = ", seconds are not supported" if len(fields) > _CRON_FIELD_COUNT else ""
+        raise InvalidDefinitionError(
+            "schedule.expression",
+            f"{expression!r} has {len(fields)} fields; jobledger takes 5-field cron "
+            f"(minute hour day month weekday){seconds}",
+            _CRON_FIX,
+        )
+    if any(_is_hashed_or_random(field) for field in fields):
+        raise InvalidDefinitionError(
+            "schedule.expression",
+            f"{expression!r} uses a hashed (H) or random (R) field, which differs per evaluation",
+            "write the value out, e.g. '17 * * * *' instead of 'H * * * *'",
+        )
+    try:
+        croniter(_cron_text(expression), datetime(_REFERENCE_YEAR, 1, 1), ret_type=datetime)  # noqa: DTZ001 (cron runs on naive wall time)
+    except (ValueError, TypeError) as exc:
+        raise InvalidDefinitionError(
+            "schedule.expression",
+            f"{expression!r} is not a valid cron expression ({exc})",
+            _CRON_FIX,
+        ) from exc
+
+
+def _check_nickname(expression: str, fields: list[str]) -> None:
+    nickname = fields[0].lower()
+    if len(fields) == 1 and nickname in _NICKNAMES:
+        return
+    if nickname == "@reboot":
+        problem = "@reboot is not supported: a ledger job has no boot to run at"
+        fix = "use a manual or one-shot schedule, or a 5-field cron"
+    else:
+        problem = f"{expression!r} is not a known cron nickname"
+        fix = f"use one of {', '.join(sorted(_NICKNAMES))}, or a 5-field cron"
+    raise InvalidDefinitionError("schedule.expression", problem, fix)
+
+
+def _check_timezone(name: str) -> ZoneInfo:
+    try:
+        return _zone(name)
+    except ValueError as exc:
+        raise InvalidDefinitionError(
+            "schedule.timezone",
+            f"{name!r} is not a known time zone",
+            "use an IANA name such as Europe/Berlin, America/New_York or UTC",
+        ) from exc
+
+
+def _check_spacing(expression: str, zone: ZoneInfo, min_interval: timedelta) -> None:
+    closest = _closest_fires(expression, zone)
+    if closest is None:
+        return
+    earlier, later = closest
+    if later - earlier < min_interval:
+        raise InvalidDefinitionError(
+            "schedule.expression",
+            f"{expression!r} fires {_seconds(later - earlier)} apart "
+            f"(at {earlier.isoformat()} and {later.isoformat()}), "
+            f"closer than the minimum interval of {_seconds(min_interval)}",
+            f"space the fires at least {_seconds(min_interval)} apart, e.g. with a larger step",
+        )
+
+
+def _closest_fires(expression: str, zone: ZoneInfo) -> tuple[datetime, datetime] | None:
+    """The closest pair of consecutive fires found in the samples."""
+    closest: tuple[datetime, datetime] | None = None
+    for start in _sample_starts(zone):
+        sample = itertools.islice(_cron_fires(expression, zone, start), _SAMPLE_FIRES)
+        for pair in itertools.pairwise(sample):
+            if closest is None or pair[1] - pair[0] < closest[1] - closest[0]:
+                closest = pair
+    return closest
+
+
+def _sample_starts(zone: ZoneInfo) -> list[datetime]:
+    """Reference instants: a year, day and month boundary, and each offset change."""
+    year = _REFERENCE_YEAR
+    starts = [
+        _reference_start(zone),
+        datetime(year, 1, 1, 22, tzinfo=zone),
+        datetime(year, 1, 31, 22, tzinfo=zone),
+    ]
+    for change in _offset_changes(zone, year):
+        starts.extend(change - timedelta(minutes=ahead) for ahead in (26 * 60, 3 * 60, 25))
+    return starts
+
+
+def _reference_start(zone: ZoneInfo) -> datetime:
+    return datetime(_REFERENCE_YEAR, 1, 1, tzinfo=zone)
+
+
+@lru_cache(maxsize=64)
+def _offset_changes(zone: ZoneInfo, year: int) -> tuple[datetime, ...]:
+    """The instants in ``year`` at which the zone's UTC offset changes."""
+    changes: list[datetime] = []
+    day = datetime(year, 1, 1, tzinfo=UTC)
+    while day.year == year:
+        following = day + timedelta(days=1)
+        if day.astimezone(zone).utcoffset() != following.astimezone(zone).utcoffset():
+            changes.append(_offset_change(zone, day, following))
+        day = following
+    return tuple(changes)
+
+
+def _seconds(interval: timedelta) -> str:
+    return f"{interval.total_seconds():g} s"
+
+
+# --- Evaluation --------------------------------------------------------------------
+
+
+def _cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """The fires strictly after ``after``: ascending, unique, in UTC (the DST policy)."""
+    # Whole minutes: croniter returns the candidates strictly after its start, and a
+    # fire can only fall on a minute. Fold is dropped: naive times have no second pass.
+    wall = after.astimezone(zone).replace(tzinfo=None, fold=0, second=0, microsecond=0)
+    candidates = croniter(_cron_text(expression), wall, ret_type=datetime)
+    last = after
+    skipped = 0
+    while skipped <= _MAX_SKIPPED_CANDIDATES:
+        try:
+            candidate = candidates.get_next(datetime)
+        except CroniterBadDateError:
+            return
+        instant = _resolve(candidate, zone)
+        if instant > last:
+            skipped = 0
+            last = instant
+            yield instant
+        else:
+            skipped += 1
+    raise ValueError(f"cron {expression!r}: no progress after {wall.isoformat()} in {zone.key}")
+
+
+def _resolve(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The instant a local wall time fires at: its first occurrence, or the jump."""
+    instant = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if instant.astimezone(zone).replace(tzinfo=None) == wall:
+        return instant
+    return _jump_instant(wall, zone)
+
+
+def _jump_instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The first instant after the gap that the nonexistent ``wall`` falls into."""
+    # In a gap, fold=0 reads the wall time with the offset before the jump and fold=1
+    # with the offset after it; the jump lies between the two readings.
+    readings = (
+        wall.replace(tzinfo=zone, fold=0).astimezone(UTC),
+        wall.replace(tzinfo=zone, fold=1).astimezone(UTC),
+    )
+    return _offset_change(zone, min(readings), max(readings))
+
+
+def _offset_change(zone: ZoneInfo, start: datetime, end: datetime) -> datetime:
+    """The first whole second in ``(start, end]`` whose offset differs from ``start``'s.
+
+    Assumes the offset changes exactly once in the interval.
+    """
+    low, high = math.floor(start.timestamp()), math.ceil(end.timestamp())
+    initial = _offset_at(zone, low)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _offset_at(zone, middle) == initial:
+            low = middle
+        else:
+            high = middle
+    return datetime.fromtimestamp(high, UTC)
+
+
+def _offset_at(zone: ZoneInfo, timestamp: int) -> timedelta | None:
+    return datetime.fromtimestamp(timestamp, zone).utcoffset()
+
+
+def _cron_text(expression: str) -> str:
+    """The expression with its fields separated by single spaces."""
+    fields = _FIELD.findall(expression)
+    if any(_is_hashed_or_random(field) for field in fields):
+        raise ValueError(f"cron {expression!r} has a hashed (H) or random (R) field")
+    return " ".join(fields)
+
+
+def _is_hashed_or_random(field: str) -> bool:
+    return field[:1].lower() in {"h", "r"}
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise ValueError(f"unknown time zone {name!r}") from exc
+
+
+def _one_shot_instant(schedule: OneShotSchedule) -> datetime:
+    _require_aware("run_at", schedule.run_at)
+    return schedule.run_at.astimezone(UTC)
+
+
+def _is_naive(value: datetime) -> bool:
+    return value.tzinfo is None or value.utcoffset() is None
+
+
+def _require_aware(name: str, value: datetime) -> None:
+    if _is_naive(value):
+        raise ValueError(f"{name} must be zone-aware, got naive {value.isoformat()}")

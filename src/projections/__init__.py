@@ -1,0 +1,1 @@
+"""jobledger.projections layer."""

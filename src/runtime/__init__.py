@@ -1,0 +1,1 @@
+"""jobledger.runtime layer."""

@@ -1,0 +1,24 @@
+"""Runtime errors: settings, stores and processes."""
+
+
+class RuntimeLayerError(Exception):
+    """jobledger could not start or run with the given settings."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class SettingsError(RuntimeLayerError):
+    """A setting is missing or malformed."""
+
+
+class StoreUnavailableError(RuntimeLayerError):
+    """The event store cannot be reached."""
+
+
+class StoreNotMigratedError(RuntimeLayerError):
+    """The event store has no tables yet; run `jobledger migrate` first."""
+
+
+class WriterClosedError(RuntimeLayerError):
+    """The event writer is closed and takes no more saves."""

@@ -1,0 +1,183 @@
+"""The event store: which backend the settings select, and `jobledger migrate`."""
+
+import contextlib
+import fcntl
+import sqlite3
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+from eventsourcing.persistence import OperationalError, ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+
+from jobledger.domain.definitions import Limits
+from jobledger.domain.ledger import Ledger
+from jobledger.runtime.errors import (
+    SettingsError,
+    StoreNotMigratedError,
+    StoreUnavailableError,
+)
+from jobledger.runtime.settings import Settings
+
+EVENTS_TABLE = "jobledger_events"
+# Any fixed number; every jobledger process agrees on it.
+_MIGRATE_LOCK_KEY = 0x6A6F626C
+_TRACKING_DDL = (
+    "CREATE TABLE IF NOT EXISTS jobledger_migrations "
+    "(name TEXT PRIMARY KEY, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
+)
+
+Progress = Callable[[str], None]
+
+
+def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[str, str]:
+    """The eventsourcing environment for the configured backend."""
+    common = {"CREATE_TABLE": "y" if create_table else "n"}
+    if not settings.uses_postgres:
+        return {
+            **common,
+            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+            "SQLITE_DBNAME": str(settings.sqlite_path),
+            "SQLITE_LOCK_TIMEOUT": "30",
+        }
+    params = _postgres_params(settings.database_url)
+    return {
+        **common,
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": params.get("dbname") or params.get("user") or "postgres",
+        "POSTGRES_HOST": params.get("host") or "127.0.0.1",
+        "POSTGRES_PORT": params.get("port") or "5432",
+        "POSTGRES_USER": params.get("user") or "postgres",
+        "POSTGRES_PASSWORD": params.get("password") or "",
+        "POSTGRES_POOL_SIZE": str(settings.database_pool_size),
+        "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size),
+        "POSTGRES_CONNECT_TIMEOUT": "5",
+        "POSTGRES_LOCK_TIMEOUT": "10",
+    }
+
+
+def _postgres_params(url: str) -> dict[str, str]:
+    try:
+        return {k: str(v) for k, v in conninfo_to_dict(url).items()}
+    except psycopg.ProgrammingError as error:
+        raise SettingsError(
+            f"JOBLEDGER_DATABASE_URL is malformed ({error}); "
+            "use postgresql://user:password@host:5432/dbname"
+        ) from None
+
+
+def open_ledger(settings: Settings) -> Ledger:
+    """A ledger on existing tables; it never creates them."""
+    limits = Limits(
+        max_payload_bytes=settings.max_payload_bytes,
+    )
+    ledger = _construct(settings, limits, create_table=False)
+    try:
+        ledger.recorder.max_notification_id()
+    except ProgrammingError:
+        ledger.close()
+        raise StoreNotMigratedError from None
+    except OperationalError as error:
+        ledger.close()
+        if "no such table" in str(error):
+            raise StoreNotMigratedError from None
+        raise _unavailable(settings, error) from None
+    return ledger
+
+
+def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Ledger:
+    env = persistence_env(settings, create_table=create_table)
+    if not settings.uses_postgres:
+        settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return Ledger(env, limits)
+    except (OperationalError, OSError, psycopg.OperationalError) as error:
+        raise _unavailable(settings, error) from None
+
+
+def _unavailable(settings: Settings, error: Exception) -> StoreUnavailableError:
+    where = "JOBLEDGER_DATABASE_URL" if settings.uses_postgres else str(settings.sqlite_path)
+    return StoreUnavailableError(f"cannot reach the event store ({where}): {error}")
+
+
+def migrate(settings: Settings, progress: Progress = print) -> list[str]:
+    """Create the event tables and apply new migrations; safe to run concurrently."""
+    dialect = "postgres" if settings.uses_postgres else "sqlite"
+    with _migration_lock(settings):
+        ledger = _construct(settings, Limits(), create_table=True)
+        ledger.close()
+        progress(f"event tables ready ({dialect})")
+        applied = _apply_sql_migrations(settings, dialect, progress)
+    progress(f"migrations applied: {len(applied)} new")
+    return applied
+
+
+def migration_files(dialect: str) -> list[tuple[str, str]]:
+    folder = resources.files("jobledger.migrations") / dialect
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return [(f.name, f.read_text(encoding="utf-8")) for f in files]
+
+
+@contextlib.contextmanager
+def _migration_lock(settings: Settings) -> Iterator[None]:
+    if settings.uses_postgres:
+        with _pg_connect(settings) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (_MIGRATE_LOCK_KEY,))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK_KEY,))
+        return
+    lock_path = Path(f"{settings.sqlite_path}.migrate.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _pg_connect(settings: Settings) -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        return psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as error:
+        raise _unavailable(settings, error) from None
+
+
+def _apply_sql_migrations(settings: Settings, dialect: str, progress: Progress) -> list[str]:
+    applied: list[str] = []
+    if settings.uses_postgres:
+        with _pg_connect(settings) as conn:
+            conn.execute(_TRACKING_DDL)
+            done = {row[0] for row in conn.execute("SELECT name FROM jobledger_migrations")}
+            for name, sql in migration_files(dialect):
+                if name not in done:
+                    with conn.transaction():
+                        conn.execute(sql.encode())
+                        conn.execute("INSERT INTO jobledger_migrations (name) VALUES (%s)", (name,))
+                    progress(f"applied {name}")
+                    applied.append(name)
+        return applied
+    with contextlib.closing(sqlite3.connect(settings.sqlite_path, isolation_level=None)) as conn:
+        conn.execute(_TRACKING_DDL)
+        done = {row[0] for row in conn.execute("SELECT name FROM jobledger_migrations")}
+        for name, sql in migration_files(dialect):
+            if name not in done:
+                _apply_sqlite_file(conn, name, sql)
+                progress(f"applied {name}")
+                applied.append(name)
+    return applied
+
+
+def _apply_sqlite_file(conn: sqlite3.Connection, name: str, sql: str) -> None:
+    # executescript commits a pending transaction first, so BEGIN goes inside the script.
+    try:
+        conn.executescript("BEGIN IMMEDIATE;\n" + sql)
+        conn.execute("INSERT INTO jobledger_migrations (name) VALUES (?)", (name,))
+        conn.execute("COMMIT")
+    except sqlite3.Error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,187 @@
+"""The event store contract, run on SQLite and PostgreSQL."""
+
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from eventsourcing.domain import DomainEventProtocol
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.errors import AlreadyExistsError, ConflictError
+from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.job import Job
+from jobledger.domain.ledger import Ledger
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
+from jobledger.domain.schedules import CronSchedule, MissedFires
+from jobledger.runtime.settings import Settings
+from jobledger.runtime.store import open_ledger
+
+AT = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
+
+
+def definition(name: str = "nightly report", cron: str = "30 2 * * *") -> JobDefinition:
+    return JobDefinition(
+        name=name,
+        spec=ExecutionSpec(
+            handler="test.echo",
+            payload={"n": 1, "tags": ["a", "b"], "nested": {"x": None}},
+            queue="reports",
+            priority=7,
+            timeout=timedelta(seconds=90),
+            retry=RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=250)),
+        ),
+        schedule=CronSchedule(cron, "Europe/Berlin"),
+        misfire=MisfirePolicy.FIRE_ALL,
+        catch_up_cap=3,
+        overlap=OverlapPolicy.QUEUE_ONE,
+    )
+
+
+def every_event_type() -> list[DomainEventProtocol[uuid.UUID]]:
+    """One history that holds each event type of both aggregates at least once."""
+    job = Job.schedule(definition(), at=AT, by="alice", key="report-1")
+    assert job.next_fire_at is not None
+    missed_at = job.next_fire_at
+    job.record_missed_fires(
+        MissedFires(first=missed_at, last=missed_at, count=1), policy=MisfirePolicy.SKIP
+    )
+    assert job.next_fire_at is not None
+    fired = job.fire(scheduled_for=job.next_fire_at, leader_epoch=3, at=job.next_fire_at)
+    job.update(definition(cron="0 4 * * *"), at=AT, by="bob")
+    job.pause(by="bob", reason="maintenance")
+    job.resume(at=AT, by="bob")
+    triggered = job.trigger(trigger_key="manual-1", at=AT, by="carol")
+    job.delete(by="carol")
+    lease_1, lease_2, lease_3 = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    fired.lease(worker_id="w1", lease_id=lease_1, lease_expires_at=AT + timedelta(minutes=1))
+    fired.defer(lease_id=lease_1, reason="circuit open", ready_at=AT + timedelta(seconds=30))
+    fired.lease(worker_id="w1", lease_id=lease_2, lease_expires_at=AT)
+    fired.expire_lease(lease_id=lease_2, at=AT)  # LeaseExpired + Retried
+    fired.lease(worker_id="w2", lease_id=lease_3, lease_expires_at=AT)
+    fired.fail(lease_id=lease_3, error="HTTP 503", at=AT)  # DeadLettered
+    fired.requeue(by="dave", reason="endpoint fixed", at=AT)
+    lease_4 = uuid.uuid4()
+    fired.lease(worker_id="w2", lease_id=lease_4, lease_expires_at=AT)
+    fired.complete(lease_id=lease_4, duration=timedelta(seconds=1.5), result={"status": 200})
+    triggered.cancel(by="carol", reason="not needed")
+    return [*job.collect_events(), *fired.collect_events(), *triggered.collect_events()]
+
+
+def test_every_event_type_round_trips_with_its_types(ledger: Ledger) -> None:
+    """If every event type is saved and read back, then values and their types are equal."""
+    events = every_event_type()
+    names = {type(e).__name__ for e in events}
+    assert len(names) == 17
+    ledger.save(*events)
+    for original in events:
+        stored = list(ledger.history(original.originator_id))[original.originator_version - 1]
+        assert type(stored) is type(original)
+        assert stored == original
+        for name, value in vars(original).items():
+            assert type(vars(stored)[name]) is type(value), name
+
+
+def test_two_writers_saving_the_same_version_one_wins(
+    store_settings: Settings, ledger: Ledger
+) -> None:
+    """If two processes save the same aggregate version at once, then exactly one wins."""
+    job = ledger.schedule_job(definition(), at=AT, by="alice")
+    other = open_ledger(store_settings)
+    try:
+        copies = [ledger.get_job(job.id), other.get_job(job.id)]
+        copies[0].pause(by="a")
+        copies[1].update(definition(name="renamed"), at=AT, by="b")
+        outcomes: list[str] = []
+        barrier = threading.Barrier(2)
+
+        def save(app: Ledger, aggregate: Job) -> None:
+            barrier.wait()
+            try:
+                app.save_all(aggregate)
+                outcomes.append("saved")
+            except ConflictError:
+                outcomes.append("conflict")
+
+        threads = [
+            threading.Thread(target=save, args=(app, agg))
+            for app, agg in zip([ledger, other], copies, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(outcomes) == ["conflict", "saved"]
+        assert ledger.get_job(job.id).version == 2
+    finally:
+        other.close()
+
+
+def test_firing_the_same_occurrence_twice_yields_one_execution(ledger: Ledger) -> None:
+    """If two schedulers fire the same occurrence, then the store keeps one execution."""
+    job = ledger.schedule_job(definition(), at=AT, by="alice")
+    first, second = ledger.get_job(job.id), ledger.get_job(job.id)
+    due = first.next_fire_at
+    assert due is not None
+    ex_1 = first.fire(scheduled_for=due, leader_epoch=1, at=due)
+    ex_2 = second.fire(scheduled_for=due, leader_epoch=2, at=due)
+    assert ex_1.id == ex_2.id
+    ledger.save_all(first, ex_1)
+    with pytest.raises(ConflictError):
+        ledger.save_all(second, ex_2)
+    # Even a second scheduler that fires from a stale job copy alone cannot make another.
+    stale = Execution.enqueue(
+        job_id=job.id, scheduled_for=due, spec=ex_1.spec, ready_at=due, trigger=ex_1.trigger
+    )
+    assert stale.id == ex_1.id
+    with pytest.raises(ConflictError):
+        ledger.save_all(stale)
+    fired = [e for e in ledger.history(job.id) if type(e).__name__ == "Fired"]
+    assert len(fired) == 1
+    assert ledger.get_execution(ex_1.id).status is ExecutionStatus.PENDING
+
+
+def test_creating_a_job_with_the_same_key_is_idempotent(ledger: Ledger) -> None:
+    """If a create is repeated with the same key, then the first job is returned."""
+    first = ledger.schedule_job(definition(), at=AT, by="a", key="k-1")
+    again = ledger.schedule_job(definition(), at=AT, by="a", key="k-1")
+    assert again.id == first.id
+    with pytest.raises(AlreadyExistsError, match="another definition"):
+        ledger.schedule_job(definition(name="other"), at=AT, by="a", key="k-1")
+
+
+def test_a_job_reads_back_as_of_a_version(ledger: Ledger) -> None:
+    """If a job changed, then each past version can still be read back."""
+    job = ledger.schedule_job(definition(), at=AT, by="a")
+    ledger.update_job(job.id, definition(name="second name"), at=AT, by="b")
+    ledger.pause_job(job.id, by="c")
+    assert ledger.get_job(job.id, version=1).definition.name == "nightly report"
+    assert ledger.get_job(job.id, version=2).definition.name == "second name"
+    assert ledger.get_job(job.id).paused
+    later = datetime.now(tz=UTC) + timedelta(seconds=5)
+    assert ledger.job_as_of(job.id, later).paused
+
+
+def test_trigger_and_adhoc_runs_are_idempotent_by_key(ledger: Ledger) -> None:
+    """If a trigger or ad-hoc run repeats its key, then no second execution is made."""
+    job = ledger.schedule_job(definition(), at=AT, by="a")
+    one = ledger.trigger_job(job.id, key="t1", at=AT, by="a")
+    two = ledger.trigger_job(job.id, key="t1", at=AT, by="a")
+    assert one.id == two.id
+    spec = ExecutionSpec(handler="test.echo")
+    assert ledger.run_adhoc(spec, key="x", at=AT).id == ledger.run_adhoc(spec, key="x", at=AT).id
+    triggered = [e for e in ledger.history(job.id) if type(e).__name__ == "Triggered"]
+    assert len(triggered) == 1
+
+
+def test_notifications_follow_the_order_of_saves(ledger: Ledger) -> None:
+    """If events are saved, then the notification log lists them in order, once each."""
+    events = every_event_type()
+    ledger.save(*events)
+    notifications = ledger.recorder.select_notifications(start=1, limit=1000)
+    assert [(n.originator_id, n.originator_version) for n in notifications] == [
+        (e.originator_id, e.originator_version) for e in events
+    ]
+    decoded: list[Any] = [ledger.mapper.to_domain_event(n) for n in notifications]
+    assert decoded == events

@@ -1,0 +1,252 @@
+"""The Execution aggregate: leases, outcomes, the attempt budget and terminal states."""
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    rule,
+)
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+from jobledger.domain.execution import (
+    TERMINAL,
+    Execution,
+    ExecutionStatus,
+    Trigger,
+    occurrence_execution_id,
+    trigger_execution_id,
+)
+from jobledger.domain.policies import RetryPolicy
+
+T0 = datetime(2026, 3, 8, 6, 30, tzinfo=UTC)
+
+
+def make_execution(max_retries: int = 2, *, jitter: bool = False) -> Execution:
+    spec = ExecutionSpec(
+        handler="test.echo",
+        retry=RetryPolicy(
+            max_retries=max_retries,
+            initial_backoff=timedelta(seconds=2),
+            max_backoff=timedelta(seconds=30),
+            jitter=jitter,
+        ),
+    )
+    return Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+
+
+def lease(execution: Execution) -> uuid.UUID:
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w1", lease_id=lease_id, lease_expires_at=T0 + timedelta(minutes=1))
+    return lease_id
+
+
+def test_completion_with_the_current_lease_completes() -> None:
+    """If the worker holding the lease reports success, then the execution is completed."""
+    execution = make_execution()
+    lease_id = lease(execution)
+    execution.complete(lease_id=lease_id, duration=timedelta(seconds=3), result={"ok": True})
+    assert execution.status is ExecutionStatus.COMPLETED
+    assert execution.attempts_used == 1
+
+
+def test_a_stale_report_is_rejected_and_changes_nothing() -> None:
+    """If a report carries a lease that is not current, then StaleLeaseError and no event."""
+    execution = make_execution()
+    old = lease(execution)
+    execution.expire_lease(lease_id=old, at=T0)
+    new = lease(execution)
+    version = execution.version
+    with pytest.raises(StaleLeaseError, match="not the current lease"):
+        execution.complete(lease_id=old, duration=timedelta(0), result={})
+    assert execution.version == version
+    execution.complete(lease_id=new, duration=timedelta(0), result={})
+    assert execution.status is ExecutionStatus.COMPLETED
+
+
+def test_failures_retry_with_backoff_then_dead_letter() -> None:
+    """If every attempt fails, then retries back off and the last one dead-letters."""
+    execution = make_execution(max_retries=2)
+    ready_times = []
+    for _ in range(3):
+        lease_id = lease(execution)
+        execution.fail(lease_id=lease_id, error="boom", at=T0)
+        ready_times.append(execution.ready_at)
+    assert execution.status is ExecutionStatus.DEAD_LETTERED
+    assert execution.attempts_used == 3
+    assert ready_times[:2] == [T0 + timedelta(seconds=2), T0 + timedelta(seconds=4)]
+    events = [type(e).__name__ for e in execution.collect_events()]
+    assert events.count("Retried") == 2
+    assert events[-1] == "DeadLettered"
+
+
+def test_a_lease_expiry_counts_as_an_attempt() -> None:
+    """If a job kills its worker every time, then lease expiries still end in the DLQ."""
+    execution = make_execution(max_retries=1)
+    for _ in range(2):
+        execution.expire_lease(lease_id=lease(execution), at=T0)
+    assert execution.status is ExecutionStatus.DEAD_LETTERED
+    names = [type(e).__name__ for e in execution.collect_events()]
+    assert names.count("LeaseExpired") == 2
+
+
+def test_a_deferral_is_not_an_attempt() -> None:
+    """If the circuit is open and the run is deferred, then no attempt is spent."""
+    execution = make_execution(max_retries=0)
+    for _ in range(5):
+        execution.defer(lease_id=lease(execution), reason="circuit open", ready_at=T0)
+    assert execution.status is ExecutionStatus.PENDING
+    assert execution.attempts_used == 0
+    lease_id = lease(execution)
+    assert execution.lease_attempt == 1
+    execution.complete(lease_id=lease_id, duration=timedelta(0), result={})
+
+
+def test_requeue_from_the_dead_letter_queue_gives_a_new_budget() -> None:
+    """If a dead-lettered execution is requeued, then it gets max_retries + 1 new attempts."""
+    execution = make_execution(max_retries=0)
+    execution.fail(lease_id=lease(execution), error="x", at=T0)
+    assert execution.status is ExecutionStatus.DEAD_LETTERED
+    execution.requeue(by="alice", reason="fixed the endpoint", at=T0)
+    assert execution.status is ExecutionStatus.PENDING
+    lease_id = lease(execution)
+    assert execution.lease_attempt == 2
+    execution.fail(lease_id=lease_id, error="x", at=T0)
+    assert execution.status is ExecutionStatus.DEAD_LETTERED
+
+
+@pytest.mark.parametrize("finish", ["complete", "cancel", "dead_letter"])
+def test_no_transition_out_of_a_terminal_state(finish: str) -> None:
+    """If an execution is completed, cancelled or dead-lettered, then lease and cancel fail."""
+    execution = make_execution(max_retries=0)
+    if finish == "cancel":
+        execution.cancel(by="bob", reason="not needed")
+    else:
+        lease_id = lease(execution)
+        if finish == "complete":
+            execution.complete(lease_id=lease_id, duration=timedelta(0), result={})
+        else:
+            execution.fail(lease_id=lease_id, error="x", at=T0)
+    with pytest.raises(InvalidTransitionError):
+        lease(execution)
+    with pytest.raises(InvalidTransitionError):
+        execution.cancel(by="bob", reason="again")
+
+
+def test_requeue_only_from_the_dead_letter_queue() -> None:
+    """If an execution is not dead-lettered, then requeue is refused."""
+    execution = make_execution()
+    with pytest.raises(InvalidTransitionError, match="requeue"):
+        execution.requeue(by="a", reason="b", at=T0)
+
+
+def test_execution_ids_are_deterministic() -> None:
+    """If two schedulers fire the same occurrence, then they derive the same execution id."""
+    job_id = uuid.uuid4()
+    berlin = datetime(2026, 3, 29, 8, 0, tzinfo=UTC)
+    assert occurrence_execution_id(job_id, berlin) == occurrence_execution_id(job_id, berlin)
+    assert occurrence_execution_id(job_id, berlin) != occurrence_execution_id(
+        job_id, berlin + timedelta(minutes=1)
+    )
+    assert trigger_execution_id(job_id, "k") == trigger_execution_id(job_id, "k")
+    assert trigger_execution_id(None, "k") != trigger_execution_id(job_id, "k")
+    with pytest.raises(ValueError, match="zone-aware"):
+        occurrence_execution_id(job_id, datetime(2026, 1, 1))  # noqa: DTZ001
+
+
+class ExecutionMachine(RuleBasedStateMachine):
+    """Random command sequences, including stale and out-of-order reports."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.execution = make_execution(max_retries=2, jitter=True)
+        self.leases: list[uuid.UUID] = []
+        self.terminal_seen: ExecutionStatus | None = None
+
+    def _apply(self, command: Callable[[], None]) -> None:
+        version = self.execution.version
+        try:
+            command()
+        except (InvalidTransitionError, StaleLeaseError):
+            assert self.execution.version == version, "a refused command must emit nothing"
+
+    def _lease_id(self, data: st.DataObject) -> uuid.UUID:
+        # Mostly the latest lease, sometimes an old one (a stale report), sometimes junk.
+        choices = [*self.leases[-3:], uuid.uuid4()]
+        return data.draw(st.sampled_from(choices))
+
+    @rule()
+    def lease(self) -> None:
+        lease_id = uuid.uuid4()
+        self.leases.append(lease_id)
+        self._apply(
+            lambda: self.execution.lease(
+                worker_id="w", lease_id=lease_id, lease_expires_at=T0 + timedelta(minutes=1)
+            )
+        )
+
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(
+            lambda: self.execution.complete(lease_id=lease_id, duration=timedelta(1), result={})
+        )
+
+    @rule(data=st.data(), rand=st.floats(0, 1))
+    def fail(self, data: st.DataObject, rand: float) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(lambda: self.execution.fail(lease_id=lease_id, error="e", at=T0, rand=rand))
+
+    @rule(data=st.data())
+    def expire(self, data: st.DataObject) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(lambda: self.execution.expire_lease(lease_id=lease_id, at=T0))
+
+    @rule(data=st.data())
+    def defer(self, data: st.DataObject) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(lambda: self.execution.defer(lease_id=lease_id, reason="open", ready_at=T0))
+
+    @rule()
+    def cancel(self) -> None:
+        self._apply(lambda: self.execution.cancel(by="op", reason="r"))
+
+    @rule()
+    def requeue(self) -> None:
+        self._apply(lambda: self.execution.requeue(by="op", reason="r", at=T0))
+
+    @invariant()
+    def attempts_within_budget(self) -> None:
+        assert 0 <= self.execution.attempts_in_budget <= self.execution.spec.retry.max_attempts
+
+    @invariant()
+    def reports_only_apply_to_the_current_lease(self) -> None:
+        running = self.execution.status is ExecutionStatus.RUNNING
+        assert (self.execution.lease_id is not None) == running
+
+    @invariant()
+    def terminal_states_are_final(self) -> None:
+        status = self.execution.status
+        if self.terminal_seen is not None and self.terminal_seen is not status:
+            # The only way out of a terminal state is a requeue from the dead-letter queue.
+            assert self.terminal_seen is ExecutionStatus.DEAD_LETTERED
+            assert status is ExecutionStatus.PENDING
+        self.terminal_seen = status if status in TERMINAL else None
+
+    @invariant()
+    def events_replay_to_the_same_state(self) -> None:
+        pending = list(self.execution.pending_events)
+        replayed = None
+        for domain_event in pending:
+            replayed = domain_event.mutate(replayed)
+        assert replayed is not None
+        assert replayed.status is self.execution.status
+        assert replayed.attempts_used == self.execution.attempts_used
+
+
+TestExecutionMachine = ExecutionMachine.TestCase
