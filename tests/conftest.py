@@ -29,6 +29,10 @@ def _missing(what: str, error: Exception) -> None:
     pytest.skip(message)
 
 
+def _drop(admin: psycopg.Connection[tuple[object, ...]], name: str) -> None:
+    admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 def _url_for(database: str) -> str:
     base, _, _ = ADMIN_URL.rpartition("/")
     return f"{base}/{database}"
@@ -49,7 +53,7 @@ def postgres_template() -> Iterator[str]:
             migrate(load_settings({}, database_url=_url_for(name)), progress=lambda _: None)
             yield name
         finally:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            _drop(admin, name)
 
 
 @pytest.fixture
@@ -65,7 +69,7 @@ def postgres_url(postgres_template: str) -> Iterator[str]:
         try:
             yield _url_for(name)
         finally:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+            _drop(admin, name)
 
 
 @pytest.fixture

@@ -6,13 +6,14 @@ JSON transcoder would hand back as strings and lists.
 """
 
 import typing
-from functools import cache
 from typing import Any
 from uuid import UUID
 
 import msgspec
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import (
+    Cipher,
+    Compressor,
     Mapper,
     MapperDeserialisationError,
     StoredEvent,
@@ -31,19 +32,25 @@ class MsgspecTranscoder(Transcoder):
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder()
 
-    def encode(self, obj: Any) -> bytes:
+    def encode(self, obj: Any) -> bytes:  # noqa: ANN401 (the Transcoder contract takes any state)
         return self._encoder.encode(obj)
 
-    def decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes) -> Any:  # noqa: ANN401 (untyped by design, see the class doc)
         return self._decoder.decode(data)
 
 
-@cache
-def _state_decoder(event_class: type[object]) -> msgspec.json.Decoder[Any]:
-    hints = typing.get_type_hints(event_class)
-    fields = [(name, hint) for name, hint in hints.items() if name not in _ROW_FIELDS]
-    state_type = msgspec.defstruct(f"{event_class.__name__}State", fields)
-    return msgspec.json.Decoder(state_type)
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def _state_decoder(event_class: type) -> msgspec.json.Decoder[Any]:
+    """A decoder for the state of ``event_class``, built once per class."""
+    decoder = _decoders.get(event_class)
+    if decoder is None:
+        hints = typing.get_type_hints(event_class)
+        fields = [(name, hint) for name, hint in hints.items() if name not in _ROW_FIELDS]
+        state_type = msgspec.defstruct(f"{event_class.__name__}State", fields)
+        decoder = _decoders.setdefault(event_class, msgspec.json.Decoder(state_type))
+    return decoder
 
 
 def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
@@ -53,7 +60,9 @@ def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
 class MsgspecMapper(Mapper[UUID]):
     """Maps domain events to stored events and back, with their types intact."""
 
-    def __init__(self, *, compressor: Any = None, cipher: Any = None) -> None:
+    def __init__(
+        self, *, compressor: Compressor | None = None, cipher: Cipher | None = None
+    ) -> None:
         super().__init__(transcoder=MsgspecTranscoder(), compressor=compressor, cipher=cipher)
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:

@@ -34,6 +34,9 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     min_interval: timedelta = DEFAULT_MIN_INTERVAL
 
 
+DEFAULT_LIMITS = Limits()
+
+
 class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
     """What one execution runs: a snapshot taken when it is enqueued."""
 
@@ -44,7 +47,7 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
     timeout: timedelta = timedelta(minutes=5)
     retry: RetryPolicy = RetryPolicy()
 
-    def check(self, limits: Limits = Limits()) -> None:  # noqa: B008 (immutable default)
+    def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
         _check_handler(self.handler)
         _check_queue(self.queue)
         _check_priority(self.priority)
@@ -64,7 +67,7 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     description: str = ""
 
-    def check(self, limits: Limits = Limits()) -> None:  # noqa: B008 (immutable default)
+    def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
         if not _NAME.match(self.name):
             raise InvalidDefinitionError(
                 "name",

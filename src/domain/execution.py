@@ -190,9 +190,7 @@ class Execution(Aggregate):
             lease_expires_at=lease_expires_at,
         )
 
-    def complete(
-        self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
-    ) -> None:
+    def complete(self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]) -> None:
         self._check_current_lease(lease_id)
         self._completed(lease_id=lease_id, duration=duration, result=result)
 
@@ -258,11 +256,15 @@ class Execution(Aggregate):
                 f"(status {self.status}); the report was not applied"
             )
 
-    def _settle_failure(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float) -> None:
+    def _settle_failure(
+        self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float
+    ) -> None:
         attempt = self.lease_attempt
         if attempt - self.budget_start < self.spec.retry.max_attempts:
             delay = self.spec.retry.backoff(attempt - self.budget_start, rand)
-            self._retried(lease_id=lease_id, error=error, next_attempt=attempt + 1, ready_at=at + delay)
+            self._retried(
+                lease_id=lease_id, error=error, next_attempt=attempt + 1, ready_at=at + delay
+            )
         else:
             self._dead_lettered(lease_id=lease_id, error=error, attempts=attempt)
 

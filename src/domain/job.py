@@ -5,7 +5,7 @@ from datetime import datetime
 
 from eventsourcing.domain import Aggregate, event
 
-from jobledger.domain.definitions import JobDefinition, Limits
+from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import MisfirePolicy
@@ -104,7 +104,7 @@ class Job(Aggregate):
         at: datetime,
         by: str,
         key: str | None = None,
-        limits: Limits = Limits(),  # noqa: B008 (immutable default)
+        limits: Limits = DEFAULT_LIMITS,
     ) -> "Job":
         definition.check(limits)
         return cls(
@@ -120,7 +120,7 @@ class Job(Aggregate):
         *,
         at: datetime,
         by: str,
-        limits: Limits = Limits(),  # noqa: B008 (immutable default)
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._check_not_deleted("update")
         definition.check(limits)
@@ -207,7 +207,9 @@ class Job(Aggregate):
     # ---- event application ----------------------------------------------------------
 
     @event(Updated)
-    def _updated(self, *, definition: JobDefinition, next_fire_at: datetime | None, by: str) -> None:
+    def _updated(
+        self, *, definition: JobDefinition, next_fire_at: datetime | None, by: str
+    ) -> None:
         del by
         self.definition = definition
         self.next_fire_at = next_fire_at

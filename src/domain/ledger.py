@@ -5,6 +5,7 @@ that a fire saves ``JobFired`` and ``ExecutionEnqueued`` atomically, and every
 projection follows a single ordered log.
 """
 
+import typing
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
@@ -16,7 +17,7 @@ from eventsourcing.persistence import IntegrityError, Mapper
 from eventsourcing.utils import Environment
 
 from jobledger.domain.codec import MsgspecMapper
-from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
+from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, NotFoundError
 from jobledger.domain.execution import Execution, Trigger, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
@@ -29,7 +30,7 @@ class Ledger(Application[UUID]):
 
     name = "jobledger"
 
-    def __init__(self, env: Mapping[str, str], limits: Limits = Limits()) -> None:  # noqa: B008
+    def __init__(self, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS) -> None:
         self.limits = limits
         super().__init__(env)
 
@@ -62,7 +63,7 @@ class Ledger(Application[UUID]):
         """The job as it was at ``at`` (the last event recorded at or before it)."""
         version = None
         for domain_event in self.events.get(job_id):
-            if domain_event.timestamp > at:
+            if typing.cast("Aggregate.Event", domain_event).timestamp > at:
                 break
             version = domain_event.originator_version
         if version is None:
@@ -74,7 +75,7 @@ class Ledger(Application[UUID]):
 
     def _get(self, kind: type[A], aggregate_id: UUID, version: int | None) -> A:
         try:
-            aggregate = self.repository.get(aggregate_id, version=version)
+            aggregate: Aggregate = self.repository.get(aggregate_id, version=version)
         except AggregateNotFoundError:
             raise NotFoundError(f"no {kind.__name__.lower()} with id {aggregate_id}") from None
         if not isinstance(aggregate, kind):
@@ -137,7 +138,9 @@ class Ledger(Application[UUID]):
     def run_adhoc(self, spec: ExecutionSpec, *, key: str, at: datetime) -> Execution:
         """Enqueue a handler run that belongs to no job, idempotent by key."""
         spec.check(self.limits)
-        execution = Execution.enqueue(spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key)
+        execution = Execution.enqueue(
+            spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key
+        )
         try:
             self.save_all(execution)
         except ConflictError:

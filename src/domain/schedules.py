@@ -115,7 +115,7 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
     Raises ``ValueError`` for a naive ``at`` or a schedule that cannot be evaluated: an
     invalid cron or zone, a cron that never fires, a naive ``run_at``.
     """
-    _require_aware("at", at)
+    at = _as_utc("at", at)
     match schedule:
         case CronSchedule():
             fire = next(_cron_fires(schedule.expression, _zone(schedule.timezone), at), None)
@@ -135,8 +135,7 @@ def fires_between(
     schedule: Schedule, after: datetime, until: datetime, *, limit: int
 ) -> list[datetime]:
     """The fires in ``(after, until]``, ascending, in UTC, at most ``limit`` of them."""
-    _require_aware("after", after)
-    _require_aware("until", until)
+    after, until = _as_utc("after", after), _as_utc("until", until)
     if limit < 0:
         raise ValueError(f"limit must be 0 or more, got {limit}")
     match schedule:
@@ -195,14 +194,13 @@ def plan_catch_up(due: Sequence[datetime], *, policy: MisfirePolicy, cap: int) -
 
 
 def _ascending_utc(due: Sequence[datetime]) -> tuple[datetime, ...]:
-    for index, occurrence in enumerate(due):
-        _require_aware(f"due[{index}]", occurrence)
-    for earlier, later in itertools.pairwise(due):
+    occurrences = tuple(_as_utc(f"due[{index}]", item) for index, item in enumerate(due))
+    for earlier, later in itertools.pairwise(occurrences):
         if not earlier < later:
             raise ValueError(
                 f"due must be strictly ascending: {later.isoformat()} follows {earlier.isoformat()}"
             )
-    return tuple(occurrence.astimezone(UTC) for occurrence in due)
+    return occurrences
 
 
 def _missed(missed: tuple[datetime, ...]) -> MissedFires | None:
@@ -236,14 +234,14 @@ def _check_expression(expression: str) -> None:
         seconds = ", seconds are not supported" if len(fields) > _CRON_FIELD_COUNT else ""
         raise InvalidDefinitionError(
             "schedule.expression",
-            f"{expression!r} has {len(fields)} fields; jobledger takes 5-field cron "
+            f"{expression!r} has {_count(len(fields), 'field')}; jobledger takes 5-field cron "
             f"(minute hour day month weekday){seconds}",
             _CRON_FIX,
         )
     if any(_is_hashed_or_random(field) for field in fields):
         raise InvalidDefinitionError(
             "schedule.expression",
-            f"{expression!r} uses a hashed (H) or random (R) field, which differs per evaluation",
+            f"{expression!r} uses a hashed (H) or random (R) field, which has no fixed value",
             "write the value out, e.g. '17 * * * *' instead of 'H * * * *'",
         )
     try:
@@ -336,6 +334,10 @@ def _offset_changes(zone: ZoneInfo, year: int) -> tuple[datetime, ...]:
     return tuple(changes)
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _seconds(interval: timedelta) -> str:
     return f"{interval.total_seconds():g} s"
 
@@ -344,7 +346,10 @@ def _seconds(interval: timedelta) -> str:
 
 
 def _cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
-    """The fires strictly after ``after``: ascending, unique, in UTC (the DST policy)."""
+    """The fires strictly after ``after``: ascending, unique, in UTC."""
+    # Through UTC first: a datetime already in ``zone`` may name a wall time in a gap,
+    # which astimezone(zone) would hand back unchanged rather than normalise.
+    after = after.astimezone(UTC)
     # Whole minutes: croniter returns the candidates strictly after its start, and a
     # fire can only fall on a minute. Fold is dropped: naive times have no second pass.
     wall = after.astimezone(zone).replace(tzinfo=None, fold=0, second=0, microsecond=0)
@@ -425,14 +430,17 @@ def _zone(name: str) -> ZoneInfo:
 
 
 def _one_shot_instant(schedule: OneShotSchedule) -> datetime:
-    _require_aware("run_at", schedule.run_at)
-    return schedule.run_at.astimezone(UTC)
+    return _as_utc("run_at", schedule.run_at)
 
 
 def _is_naive(value: datetime) -> bool:
     return value.tzinfo is None or value.utcoffset() is None
 
 
-def _require_aware(name: str, value: datetime) -> None:
+def _as_utc(name: str, value: datetime) -> datetime:
+    """The instant in UTC. Comparing two datetimes that share a zone compares their wall
+    times and ignores ``fold``, so every instant is brought to UTC before any comparison.
+    """
     if _is_naive(value):
         raise ValueError(f"{name} must be zone-aware, got naive {value.isoformat()}")
+    return value.astimezone(UTC)

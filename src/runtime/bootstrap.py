@@ -1,7 +1,7 @@
 """The composition root: settings in, wired objects out. Nothing else builds them."""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Self
 
 from jobledger.domain.ledger import Ledger
 from jobledger.runtime.settings import Settings
@@ -21,10 +21,10 @@ class Container:
         self.writer.close()
         self.ledger.close()
 
-    def __enter__(self) -> "Container":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -10,6 +10,8 @@ import msgspec
 from jobledger.runtime.errors import SettingsError
 
 PREFIX = "JOBLEDGER_"
+MAX_WRITER_BATCH = 10_000
+MAX_WRITER_DELAY_MS = 10_000
 _SECRET_FIELDS = frozenset({"database_url", "redis_url"})
 
 
@@ -53,7 +55,7 @@ def mask_url(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def load_settings(environ: Mapping[str, str], **overrides: Any) -> Settings:
+def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -> Settings:
     """Settings from the environment, then overrides (CLI flags) on top."""
     values: dict[str, Any] = {}
     for name in Settings.__struct_fields__:
@@ -73,8 +75,9 @@ def _explain(error: msgspec.ValidationError) -> str:
     # msgspec names the path as `$.field`; turn it into the variable a user sets.
     text = str(error)
     if "$." in text:
-        field = text.rsplit("$.", 1)[1].split("[")[0].strip("` ")
-        return f"{PREFIX}{field.upper()}: {text.split(' - ')[0]}; set it to a valid value"
+        field = text.rsplit("$.", 1)[1].split("[", maxsplit=1)[0].strip("` ")
+        problem = text.split(" - ", maxsplit=1)[0]
+        return f"{PREFIX}{field.upper()}: {problem}; set it to a valid value"
     return text
 
 
@@ -88,10 +91,10 @@ def _check(settings: Settings) -> None:
             )
     if settings.redis_url and urlsplit(settings.redis_url).scheme not in {"redis", "rediss"}:
         raise SettingsError(f"{PREFIX}REDIS_URL: use redis://host:6379/0")
-    if not 1 <= settings.writer_max_batch <= 10_000:
-        raise SettingsError(f"{PREFIX}WRITER_MAX_BATCH: use a number from 1 to 10000")
-    if not 0 <= settings.writer_max_delay_ms <= 10_000:
-        raise SettingsError(f"{PREFIX}WRITER_MAX_DELAY_MS: use 0 to 10000 milliseconds")
+    if not 1 <= settings.writer_max_batch <= MAX_WRITER_BATCH:
+        raise SettingsError(f"{PREFIX}WRITER_MAX_BATCH: use a number from 1 to {MAX_WRITER_BATCH}")
+    if not 0 <= settings.writer_max_delay_ms <= MAX_WRITER_DELAY_MS:
+        raise SettingsError(f"{PREFIX}WRITER_MAX_DELAY_MS: use 0 to {MAX_WRITER_DELAY_MS} ms")
     if settings.database_pool_size < 1:
         raise SettingsError(f"{PREFIX}DATABASE_POOL_SIZE: use 1 or more")
     if settings.min_interval_seconds < 60:  # noqa: PLR2004 (5-field cron granularity)

@@ -20,7 +20,6 @@ from jobledger.runtime.errors import (
 )
 from jobledger.runtime.settings import Settings
 
-EVENTS_TABLE = "jobledger_events"
 # Any fixed number; every jobledger process agrees on it.
 _MIGRATE_LOCK_KEY = 0x6A6F626C
 _TRACKING_DDL = (
@@ -96,9 +95,16 @@ def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Led
         raise _unavailable(settings, error) from None
 
 
+def events_table(settings: Settings) -> str:
+    """The table eventsourcing stores events in (named by the backend)."""
+    return "jobledger_events" if settings.uses_postgres else "stored_events"
+
+
 def _unavailable(settings: Settings, error: Exception) -> StoreUnavailableError:
     where = "JOBLEDGER_DATABASE_URL" if settings.uses_postgres else str(settings.sqlite_path)
-    return StoreUnavailableError(f"cannot reach the event store ({where}): {error}")
+    # Driver messages span lines; a user error is one line.
+    detail = " ".join(str(error).split())
+    return StoreUnavailableError(f"cannot reach the event store ({where}): {detail}")
 
 
 def migrate(settings: Settings, progress: Progress = print) -> list[str]:

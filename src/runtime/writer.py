@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Self
 from uuid import UUID
 
 import structlog
@@ -113,9 +113,9 @@ class GroupCommitWriter:
         batch = [first]
         deadline = time.monotonic() + self._max_delay
         while len(batch) < self._max_batch:
-            remaining = deadline - time.monotonic()
+            remaining = max(deadline - time.monotonic(), 0.0)
             try:
-                item = self._inbox.get(timeout=remaining) if remaining > 0 else self._inbox.get_nowait()
+                item = self._inbox.get(timeout=remaining)
             except queue.Empty:
                 break
             if item is None:
@@ -181,14 +181,13 @@ class GroupCommitWriter:
         failed_ids.update(ids)
         self.stats.conflicts += 1
         error = ConflictError(
-            "a concurrent change was saved first for "
-            + ", ".join(sorted(str(i) for i in ids))
+            "a concurrent change was saved first for " + ", ".join(sorted(str(i) for i in ids))
         )
         error.__cause__ = cause
         item.future.set_exception(error)
 
-    def __enter__(self) -> "GroupCommitWriter":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -2,8 +2,8 @@
 
 import asyncio
 import uuid
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +13,9 @@ from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.ledger import Ledger
 from jobledger.runtime.errors import WriterClosedError
 from jobledger.runtime.writer import GroupCommitWriter
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 AT = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 

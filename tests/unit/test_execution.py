@@ -1,5 +1,6 @@
 """The Execution aggregate: leases, outcomes, the attempt budget and terminal states."""
 
+import typing
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,11 @@ def make_execution(max_retries: int = 2, *, jitter: bool = False) -> Execution:
         ),
     )
     return Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+
+
+def status(execution: Execution) -> ExecutionStatus:
+    # A call, so the type checker does not keep an earlier narrowing across commands.
+    return execution.status
 
 
 def lease(execution: Execution) -> uuid.UUID:
@@ -111,9 +117,9 @@ def test_requeue_from_the_dead_letter_queue_gives_a_new_budget() -> None:
     """If a dead-lettered execution is requeued, then it gets max_retries + 1 new attempts."""
     execution = make_execution(max_retries=0)
     execution.fail(lease_id=lease(execution), error="x", at=T0)
-    assert execution.status is ExecutionStatus.DEAD_LETTERED
+    assert status(execution) is ExecutionStatus.DEAD_LETTERED
     execution.requeue(by="alice", reason="fixed the endpoint", at=T0)
-    assert execution.status is ExecutionStatus.PENDING
+    assert status(execution) is ExecutionStatus.PENDING
     lease_id = lease(execution)
     assert execution.lease_attempt == 2
     execution.fail(lease_id=lease_id, error="x", at=T0)
@@ -241,9 +247,9 @@ class ExecutionMachine(RuleBasedStateMachine):
     @invariant()
     def events_replay_to_the_same_state(self) -> None:
         pending = list(self.execution.pending_events)
-        replayed = None
+        replayed: Execution | None = None
         for domain_event in pending:
-            replayed = domain_event.mutate(replayed)
+            replayed = typing.cast("Execution | None", domain_event.mutate(replayed))
         assert replayed is not None
         assert replayed.status is self.execution.status
         assert replayed.attempts_used == self.execution.attempts_used

@@ -1,0 +1,67 @@
+"""The `jobledger` command: runs as a real process, errors in one clear line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    environ.update(env or {})
+    return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+        [sys.executable, "-m", "jobledger.cli", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_migrate_then_status_on_the_embedded_store(tmp_path: Path) -> None:
+    """If a fresh data folder is migrated, then status reports an empty SQLite log."""
+    migrated = run("--data-dir", str(tmp_path), "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    assert "applied 0001_store_identity.sql" in migrated.stdout
+    status = run("--data-dir", str(tmp_path), "status")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["persistence"] == "eventsourcing.sqlite"
+    assert (tmp_path / "events.sqlite3").exists()
+
+
+def test_status_before_migrate_says_what_to_do(tmp_path: Path) -> None:
+    """If the store was never migrated, then status says to run migrate, in one line."""
+    result = run("--data-dir", str(tmp_path), "status")
+    assert result.returncode == 2
+    assert "jobledger migrate" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"JOBLEDGER_DATABASE_URL": "mysql://db/x"}, "JOBLEDGER_DATABASE_URL"),
+        ({"JOBLEDGER_DATABASE_URL": "postgresql://u@127.0.0.1:1/x"}, "JOBLEDGER_DATABASE_URL"),
+        ({"JOBLEDGER_WRITER_MAX_BATCH": "lots"}, "JOBLEDGER_WRITER_MAX_BATCH"),
+    ],
+)
+def test_bad_settings_fail_in_one_line(env: dict[str, str], named: str) -> None:
+    """If a setting is bad, then the command exits 2 with one line naming it."""
+    result = run("migrate", env=env)
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_config_masks_secrets() -> None:
+    """If the database URL has a password, then config prints it masked."""
+    result = run("config", env={"JOBLEDGER_DATABASE_URL": "postgresql://u:hunter2@h/db"})
+    assert result.returncode == 0
+    assert "hunter2" not in result.stdout
+    assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"

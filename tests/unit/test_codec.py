@@ -1,0 +1,104 @@
+"""The msgspec mapper: stored state is JSON and decodes with its types."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import msgspec
+import pytest
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
+
+from jobledger.domain.codec import MsgspecMapper
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.job import Job
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
+from jobledger.domain.schedules import CronSchedule
+
+AT = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
+
+
+class Sample(Aggregate):
+    TOPIC = "tests:Sample"
+
+    class Created(Aggregate.Created):
+        TOPIC = "tests:SampleCreated"
+
+    class Tagged(Aggregate.Event):
+        TOPIC = "tests:SampleTagged"
+        class_version: ClassVar[int] = 2
+        tags: tuple[str, ...]
+        weight: float
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["weight"] = 1.0
+
+    @event(Created)
+    def __init__(self) -> None:
+        self.tags: tuple[str, ...] = ()
+
+    @event(Tagged)
+    def tag(self, tags: tuple[str, ...], weight: float) -> None:
+        self.tags = tags
+        del weight
+
+
+def test_job_scheduled_round_trips_with_nested_value_objects() -> None:
+    """If a JobScheduled is stored, then the definition and its enums come back typed."""
+    definition = JobDefinition(
+        name="n",
+        spec=ExecutionSpec(handler="test.echo", timeout=timedelta(seconds=42)),
+        schedule=CronSchedule("0 3 * * *", "America/New_York"),
+        misfire=MisfirePolicy.FIRE_ALL,
+        overlap=OverlapPolicy.SKIP_IF_RUNNING,
+    )
+    job = Job.schedule(definition, at=AT, by="a")
+    created = job.collect_events()[0]
+    mapper = MsgspecMapper()
+    stored = mapper.to_stored_event(created)
+    assert msgspec.json.decode(stored.state)["definition"]["schedule"]["type"] == "cron"
+    restored = mapper.to_domain_event(stored)
+    assert restored == created
+    restored_definition = vars(restored)["definition"]
+    assert isinstance(restored_definition.schedule, CronSchedule)
+    assert restored_definition.misfire is MisfirePolicy.FIRE_ALL
+    assert restored_definition.spec.timeout == timedelta(seconds=42)
+
+
+def test_tuples_round_trip_as_tuples() -> None:
+    """If an event field is a tuple, then it decodes as a tuple, not a list."""
+    sample = Sample()
+    sample.tag(("a", "b"), 2.5)
+    tagged = sample.collect_events()[-1]
+    mapper = MsgspecMapper()
+    restored = mapper.to_domain_event(mapper.to_stored_event(tagged))
+    assert vars(restored)["tags"] == ("a", "b")
+    assert vars(restored)["weight"] == 2.5
+
+
+def test_old_event_shapes_are_upcast_then_typed() -> None:
+    """If a stored event has an older class_version, then it is upcast and typed."""
+    old_state = msgspec.json.encode({"timestamp": AT.isoformat(), "tags": ["x"]})
+    stored = StoredEvent(
+        originator_id=uuid.uuid4(),
+        originator_version=2,
+        topic="tests:SampleTagged",
+        state=old_state,
+    )
+    restored = MsgspecMapper().to_domain_event(stored)
+    assert vars(restored)["tags"] == ("x",)
+    assert vars(restored)["weight"] == 1.0
+    assert vars(restored)["timestamp"] == AT
+
+
+def test_corrupt_state_names_the_event() -> None:
+    """If stored state does not match the event type, then the error names the event."""
+    stored = StoredEvent(
+        originator_id=uuid.uuid4(),
+        originator_version=1,
+        topic="jobledger:JobDeleted",
+        state=b'{"timestamp": "not a time", "by": 3}',
+    )
+    with pytest.raises(MapperDeserialisationError, match="jobledger:JobDeleted"):
+        MsgspecMapper().to_domain_event(stored)
