@@ -10,6 +10,7 @@ from typing import Any
 from jobledger.domain.errors import DomainError
 from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.errors import RuntimeLayerError
+from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.settings import PREFIX, Settings, load_settings
 from jobledger.runtime.store import migrate
 
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {name: getattr(args, name) for name in Settings.__struct_fields__}
     try:
         settings = load_settings(os.environ, **overrides)
+        configure_logging(settings)
         return _run(args.command, settings)
     except (RuntimeLayerError, DomainError) as error:
         print(f"jobledger: {error}", file=sys.stderr)

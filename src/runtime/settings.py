@@ -97,5 +97,9 @@ def _check(settings: Settings) -> None:
         raise SettingsError(f"{PREFIX}WRITER_MAX_DELAY_MS: use 0 to {MAX_WRITER_DELAY_MS} ms")
     if settings.database_pool_size < 1:
         raise SettingsError(f"{PREFIX}DATABASE_POOL_SIZE: use 1 or more")
+    if settings.log_format not in {"console", "json"}:
+        raise SettingsError(f"{PREFIX}LOG_FORMAT: use console or json")
+    if settings.log_level.lower() not in {"debug", "info", "warning", "error"}:
+        raise SettingsError(f"{PREFIX}LOG_LEVEL: use debug, info, warning or error")
     if settings.min_interval_seconds < 60:  # noqa: PLR2004 (5-field cron granularity)
         raise SettingsError(f"{PREFIX}MIN_INTERVAL_SECONDS: use 60 or more")

@@ -1,7 +1,8 @@
 """The group-commit writer: many callers' saves become few transactions.
 
-The PostgreSQL recorder locks the events table for every insert, so transactions are
-the scarce resource: about 300-400 per second, whatever their size. The writer takes
+The PostgreSQL recorder locks the events table for every insert, so transactions, not
+events, are the scarce resource: saving one event per transaction is several times
+slower than saving a hundred (see bench/event_store.py for the figures). The writer takes
 saves from any thread or task, and flushes them together when ``max_batch`` items are
 waiting or ``max_delay`` has passed since the first one. When a batch hits a version
 conflict it splits the batch to find the conflicting items and saves all the others;

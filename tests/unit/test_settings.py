@@ -59,3 +59,21 @@ def test_a_malformed_postgres_url_is_a_settings_error() -> None:
     settings = load_settings({"JOBLEDGER_DATABASE_URL": "postgresql://a b c/?=&&"})
     with pytest.raises(SettingsError, match="postgresql://user:password@host"):
         persistence_env(settings)
+
+
+def test_secrets_never_reach_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    """If a log line carries a password or token field, then its value is masked."""
+    import structlog  # noqa: PLC0415 (configured per test)
+
+    from jobledger.runtime.logging import configure_logging  # noqa: PLC0415
+
+    configure_logging(load_settings({}, log_format="json"))
+    try:
+        structlog.get_logger("t").info("user.login", user="ann", password="pw1", api_token="t0k")
+    finally:
+        structlog.reset_defaults()
+    line = capsys.readouterr().err
+    assert '"event": "user.login"' in line
+    assert "pw1" not in line
+    assert "t0k" not in line
+    assert '"user": "ann"' in line
