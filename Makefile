@@ -12,8 +12,9 @@ $(BIN)/python:
 
 # Strict editable mode links every file explicitly, so a new module only appears
 # after a re-install: that is why setup always runs it (a no-op when nothing changed).
+# setuptools explains strict mode in a warning on every install; it is expected here.
 setup: $(BIN)/python
-	$(BIN)/python -m pip install --quiet --no-build-isolation \
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install --quiet --no-build-isolation \
 		--config-settings editable_mode=strict -e '.[dev]'
 
 run: setup
