@@ -4,6 +4,7 @@ import contextlib
 import fcntl
 import sqlite3
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def open_ledger(settings: Settings) -> Ledger:
     """A ledger on existing tables; it never creates them."""
     limits = Limits(
         max_payload_bytes=settings.max_payload_bytes,
+        min_interval=timedelta(seconds=settings.min_interval_seconds),
     )
     ledger = _construct(settings, limits, create_table=False)
     try:

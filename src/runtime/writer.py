@@ -61,6 +61,9 @@ class GroupCommitWriter:
         self._max_delay = max_delay
         self._inbox: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._closed = threading.Event()
+        # Makes "check closed, then enqueue" atomic against close(), so no item can
+        # land behind the stop marker and wait forever.
+        self._gate = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="jobledger-writer", daemon=True)
         self.stats = WriterStats()
         self._thread.start()
@@ -73,16 +76,17 @@ class GroupCommitWriter:
         The future resolves to None once saved, or raises ConflictError if another
         writer saved a clashing version first.
         """
-        if self._closed.is_set():
-            raise WriterClosedError
-        events: list[DomainEventProtocol[UUID]] = []
-        for aggregate in aggregates:
-            events.extend(aggregate.collect_events())
-        item = _Item(events)
-        if not events:
-            item.future.set_result(None)
-        else:
-            self._inbox.put(item)
+        with self._gate:
+            if self._closed.is_set():
+                raise WriterClosedError
+            events: list[DomainEventProtocol[UUID]] = []
+            for aggregate in aggregates:
+                events.extend(aggregate.collect_events())
+            item = _Item(events)
+            if not events:
+                item.future.set_result(None)
+            else:
+                self._inbox.put(item)
         return item.future
 
     def save(self, *aggregates: Aggregate, timeout: float | None = None) -> None:
@@ -93,10 +97,12 @@ class GroupCommitWriter:
 
     def close(self, timeout: float = 10.0) -> None:
         """Flush what is queued, then stop."""
-        if not self._closed.is_set():
+        with self._gate:
+            if self._closed.is_set():
+                return
             self._closed.set()
             self._inbox.put(None)
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     # ---- the writer thread ----------------------------------------------------------
 

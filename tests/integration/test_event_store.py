@@ -5,11 +5,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from eventsourcing.domain import DomainEventProtocol
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.errors import AlreadyExistsError, ConflictError
+from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
@@ -185,3 +186,16 @@ def test_notifications_follow_the_order_of_saves(ledger: Ledger) -> None:
     ]
     decoded: list[Any] = [ledger.mapper.to_domain_event(n) for n in notifications]
     assert decoded == events
+
+
+def test_limits_come_from_the_settings(store_settings: Settings) -> None:
+    """If the settings raise the minimum interval, then a tighter cron is refused."""
+    strict = msgspec.structs.replace(store_settings, min_interval_seconds=300.0)
+    ledger = open_ledger(strict)
+    try:
+        with pytest.raises(InvalidDefinitionError) as caught:
+            ledger.schedule_job(definition(cron="*/2 * * * *"), at=AT, by="a")
+        assert caught.value.field == "schedule.expression"
+        assert ledger.recorder.max_notification_id() in {None, 0}
+    finally:
+        ledger.close()
