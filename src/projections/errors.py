@@ -1,0 +1,13 @@
+"""Projection errors."""
+
+
+class ProjectionError(Exception):
+    """A projection of the event log could not be brought up to date."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class QueueLostError(ProjectionError):
+    """The queue store lost its data (restart without persistence, flush, failover);
+    it must be rebuilt from the log."""

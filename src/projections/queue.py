@@ -1,0 +1,165 @@
+"""The work queue contract: a projection of the log that workers lease from.
+
+The queue holds every *open* execution of the log (pending, leased, dead-lettered) as
+a ``QueueItem``. Two sides use it:
+
+- the **projection** side writes what the log says, with ``apply``: a page of
+  ``QueueChange`` values, each carrying the execution's event version. A change whose
+  version is not newer than the stored one is ignored (the version guard), so a page
+  can be applied twice, or an older page after a newer one, without effect. Removed
+  executions (completed, cancelled) leave a tombstone version for the same reason.
+- the **worker** side leases, extends, acks and releases. Those steps are atomic in
+  the backend and do not change versions; the events the workers then record bring
+  the same state through ``apply``.
+
+Ordering: within a queue, a higher priority always leases first; within a priority,
+the earliest ``ready_at`` first (first in, first out); equal times by execution id.
+Priority and time are never mixed in one score: each priority has its own set.
+
+A backend keeps a meta record (store id, epoch, position). ``apply`` and
+``write_position`` take the epoch the projection believes in; if the backend lost its
+data (the epoch is gone), they raise ``QueueLostError`` and change nothing, and the
+projection rebuilds.
+"""
+
+import enum
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+from uuid import UUID
+
+import msgspec
+
+PRIORITIES = range(9, -1, -1)  # leasing order: highest first
+
+
+class QueueState(enum.StrEnum):
+    PENDING = "pending"  # ready when ready_at <= now, delayed before that
+    LEASED = "leased"
+    DEAD = "dead"  # dead-lettered: waits for an operator
+
+
+class QueueItem(msgspec.Struct, frozen=True, kw_only=True):
+    """An open execution as the queue holds it."""
+
+    execution_id: UUID
+    queue: str
+    priority: int
+    version: int
+    state: QueueState
+    # PENDING: ready_at; LEASED: lease deadline; DEAD: when it was dead-lettered.
+    at: datetime
+    attempt: int  # PENDING: the attempt the next lease gets; LEASED: the leased attempt
+    lease_id: UUID | None = None
+    # What a worker needs to run it, encoded by the projection (opaque to backends).
+    spec: bytes = b""
+
+
+class QueueChange(msgspec.Struct, frozen=True, kw_only=True):
+    """What one event (or a fold of several) does to one execution's queue entry.
+
+    ``item`` is the whole new entry; ``None`` removes the entry (terminal state),
+    leaving a tombstone at ``version``. ``queue`` says where the entry lives.
+    """
+
+    execution_id: UUID
+    queue: str
+    version: int
+    item: QueueItem | None
+
+
+class Lease(msgspec.Struct, frozen=True, kw_only=True):
+    execution_id: UUID
+    queue: str
+    lease_id: UUID
+    deadline: datetime
+    attempt: int
+    version: int
+    spec: bytes
+
+
+class Depths(msgspec.Struct, frozen=True, kw_only=True):
+    ready: int = 0
+    delayed: int = 0
+    leased: int = 0
+    dead: int = 0
+
+
+class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
+    """Which log the queue follows, which rebuild it belongs to, and how far it got."""
+
+    store_id: str
+    epoch: str
+    position: int
+
+
+class QueueBackend(Protocol):
+    """A queue store. Every method is atomic; times are zone-aware datetimes."""
+
+    # ---- projection side ------------------------------------------------------------
+
+    def read_meta(self) -> QueueMeta | None:
+        """The meta record, or None when the store is empty (never built, or lost)."""
+        ...
+
+    def reset(self, meta: QueueMeta) -> None:
+        """Delete every queue key and start over with ``meta`` (the start of a rebuild)."""
+        ...
+
+    def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
+        """Apply changes in order, each only if its version is newer than the stored one.
+
+        ``force`` skips the version guard (a repair that writes what the log says).
+        Raises QueueLostError, changing nothing, if ``epoch`` is not the stored epoch.
+        """
+        ...
+
+    def write_position(self, position: int, *, epoch: str) -> None:
+        """Record how far the log has been applied. QueueLostError as for ``apply``."""
+        ...
+
+    def queues(self) -> set[str]:
+        """Every queue that holds or held an entry since the last reset."""
+        ...
+
+    def items(self, queue: str) -> list[QueueItem]:
+        """Every open entry of ``queue``, in no particular order (for verify)."""
+        ...
+
+    def prune_tombstones(self, queue: str, *, before: datetime) -> int:
+        """Forget tombstones of entries removed before ``before``; returns how many."""
+        ...
+
+    # ---- worker side ----------------------------------------------------------------
+
+    def lease(
+        self,
+        queue: str,
+        *,
+        lease_ids: Sequence[UUID],
+        ttl: timedelta,
+        now: datetime,
+    ) -> list[Lease]:
+        """Lease up to ``len(lease_ids)`` ready entries, highest priority first, FIFO
+        within a priority; each gets the next lease id and the deadline ``now + ttl``."""
+        ...
+
+    def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:
+        """Move the lease deadline; False if that lease is no longer held."""
+        ...
+
+    def ack(self, queue: str, execution_id: UUID, lease_id: UUID) -> bool:
+        """Drop a finished lease's entry; False if that lease is no longer held."""
+        ...
+
+    def release(
+        self, queue: str, execution_id: UUID, lease_id: UUID, *, ready_at: datetime
+    ) -> bool:
+        """Hand a lease back: the entry is pending again at ``ready_at``."""
+        ...
+
+    def expired(self, queue: str, *, now: datetime, limit: int) -> list[tuple[UUID, UUID]]:
+        """(execution id, lease id) of leases whose deadline is at or before ``now``."""
+        ...
+
+    def depths(self, queue: str, *, now: datetime) -> Depths: ...
