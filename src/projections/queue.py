@@ -163,3 +163,26 @@ class QueueBackend(Protocol):
         ...
 
     def depths(self, queue: str, *, now: datetime) -> Depths: ...
+
+
+class WorkSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What a worker needs to run a leased execution; stored in ``QueueItem.spec``."""
+
+    job_id: UUID | None
+    handler: str
+    payload: dict[str, object]
+    timeout: timedelta
+    max_attempts: int
+    scheduled_for: datetime | None = None
+
+
+_spec_encoder = msgspec.msgpack.Encoder()
+_spec_decoder = msgspec.msgpack.Decoder(WorkSpec)
+
+
+def encode_spec(spec: WorkSpec) -> bytes:
+    return _spec_encoder.encode(spec)
+
+
+def decode_spec(data: bytes) -> WorkSpec:
+    return _spec_decoder.decode(data)

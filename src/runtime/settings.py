@@ -1,6 +1,6 @@
 """One frozen settings object, read from ``JOBLEDGER_*`` variables and CLI flags."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,9 +21,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str = ".jobledger"
     database_url: str = ""
     redis_url: str = ""
+    redis_prefix: str = "jl"
     database_pool_size: int = 5
     writer_max_batch: int = 100
     writer_max_delay_ms: float = 5.0
+    projection_page_size: int = 2000
+    projection_poll_ms: float = 500.0
     max_payload_bytes: int = 64 * 1024
     min_interval_seconds: float = 60.0
     log_level: str = "info"
@@ -82,6 +85,32 @@ def _explain(error: msgspec.ValidationError) -> str:
 
 
 def _check(settings: Settings) -> None:
+    _check_urls(settings)
+    for field, valid, fix in _RULES:
+        if not valid(getattr(settings, field)):
+            raise SettingsError(f"{PREFIX}{field.upper()}: {fix}")
+
+
+# (field, test, how to fix) for every setting with a bounded range.
+_RULES: list[tuple[str, Callable[[Any], bool], str]] = [
+    ("writer_max_batch", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 items"),
+    ("writer_max_delay_ms", lambda v: 0 <= v <= MAX_WRITER_DELAY_MS, "use 0 to 10000 ms"),
+    ("projection_page_size", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 events"),
+    ("projection_poll_ms", lambda v: v > 0, "use a positive number of milliseconds"),
+    ("database_pool_size", lambda v: v >= 1, "use 1 or more"),
+    ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
+    (
+        "log_level",
+        lambda v: v.lower() in {"debug", "info", "warning", "error"},
+        "use debug, info, warning or error",
+    ),
+    # Two fires of a 5-field cron are at least a minute apart anyway.
+    ("min_interval_seconds", lambda v: v >= 60, "use 60 or more"),  # noqa: PLR2004
+    ("redis_prefix", lambda v: bool(v) and "{" not in v, "use a short name without braces"),
+]
+
+
+def _check_urls(settings: Settings) -> None:
     if settings.database_url:
         scheme = urlsplit(settings.database_url).scheme
         if scheme not in {"postgresql", "postgres", "sqlite"}:
@@ -91,15 +120,3 @@ def _check(settings: Settings) -> None:
             )
     if settings.redis_url and urlsplit(settings.redis_url).scheme not in {"redis", "rediss"}:
         raise SettingsError(f"{PREFIX}REDIS_URL: use redis://host:6379/0")
-    if not 1 <= settings.writer_max_batch <= MAX_WRITER_BATCH:
-        raise SettingsError(f"{PREFIX}WRITER_MAX_BATCH: use a number from 1 to {MAX_WRITER_BATCH}")
-    if not 0 <= settings.writer_max_delay_ms <= MAX_WRITER_DELAY_MS:
-        raise SettingsError(f"{PREFIX}WRITER_MAX_DELAY_MS: use 0 to {MAX_WRITER_DELAY_MS} ms")
-    if settings.database_pool_size < 1:
-        raise SettingsError(f"{PREFIX}DATABASE_POOL_SIZE: use 1 or more")
-    if settings.log_format not in {"console", "json"}:
-        raise SettingsError(f"{PREFIX}LOG_FORMAT: use console or json")
-    if settings.log_level.lower() not in {"debug", "info", "warning", "error"}:
-        raise SettingsError(f"{PREFIX}LOG_LEVEL: use debug, info, warning or error")
-    if settings.min_interval_seconds < 60:  # noqa: PLR2004 (5-field cron granularity)
-        raise SettingsError(f"{PREFIX}MIN_INTERVAL_SECONDS: use 60 or more")

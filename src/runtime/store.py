@@ -14,6 +14,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.domain.definitions import Limits
 from jobledger.domain.ledger import Ledger
+from jobledger.projections.checkpoint import Database, PostgresDatabase, SqliteDatabase
 from jobledger.runtime.errors import (
     SettingsError,
     StoreNotMigratedError,
@@ -189,3 +190,27 @@ def _apply_sqlite_file(conn: sqlite3.Connection, name: str, sql: str) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def read_store_id(settings: Settings) -> str:
+    """The id `jobledger migrate` gave this event store."""
+    query = "SELECT store_id FROM jobledger_store"
+    if settings.uses_postgres:
+        with _pg_connect(settings) as conn:
+            row = conn.execute(query).fetchone()
+    else:
+        with contextlib.closing(sqlite3.connect(settings.sqlite_path)) as conn:
+            try:
+                row = conn.execute(query).fetchone()
+            except sqlite3.OperationalError:
+                raise StoreNotMigratedError from None
+    if row is None:
+        raise StoreNotMigratedError
+    return str(row[0])
+
+
+def projection_database(settings: Settings) -> Database:
+    """The database the projection tables live in: the event store's own."""
+    if settings.uses_postgres:
+        return PostgresDatabase(settings.database_url)
+    return SqliteDatabase(settings.sqlite_path)

@@ -1,0 +1,18 @@
+-- Open executions as the queue projection folds them, kept in the database with the
+-- position they were folded to (in the same transaction), so the Redis queue can be
+-- rebuilt from the open executions instead of from all history.
+CREATE TABLE IF NOT EXISTS jobledger_open_executions (
+    execution_id text PRIMARY KEY,
+    queue text NOT NULL,
+    priority smallint NOT NULL,
+    version integer NOT NULL,
+    state text NOT NULL,
+    at_ms bigint NOT NULL,
+    attempt integer NOT NULL,
+    lease_id text,
+    spec bytea NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobledger_positions (
+    name text PRIMARY KEY,
+    position bigint NOT NULL
+);

@@ -1,0 +1,18 @@
+-- Open executions as the queue projection folds them, kept in the database with the
+-- position they were folded to (in the same transaction), so the queue can be
+-- rebuilt from the open executions instead of from all history.
+CREATE TABLE IF NOT EXISTS jobledger_open_executions (
+    execution_id TEXT PRIMARY KEY,
+    queue TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    lease_id TEXT,
+    spec BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobledger_positions (
+    name TEXT PRIMARY KEY,
+    position INTEGER NOT NULL
+);

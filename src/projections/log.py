@@ -1,0 +1,183 @@
+"""Following the notification log: pages in order, woken by LISTEN, held up by polling.
+
+PostgreSQL wakes followers through LISTEN/NOTIFY (eventsourcing's recorder sends a
+NOTIFY with every insert). A notification can be lost, and the LISTEN connection can
+drop, so a follower also polls: a lost wake-up only delays, it never stalls. SQLite has
+no notifications; followers there only poll.
+"""
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import psycopg
+import structlog
+from eventsourcing.persistence import ApplicationRecorder, Notification
+
+log = structlog.get_logger(__name__)
+
+
+class Page(Protocol):
+    """What a follower hands on: notifications, and the position they bring the reader to."""
+
+    notifications: Sequence[Notification]
+    position: int
+
+
+class LogPage:
+    __slots__ = ("notifications", "position")
+
+    def __init__(self, notifications: Sequence[Notification], position: int) -> None:
+        self.notifications = notifications
+        self.position = position
+
+
+def read_page(
+    recorder: ApplicationRecorder,
+    after: int,
+    *,
+    limit: int,
+    topics: Sequence[str] = (),
+    stop: int | None = None,
+) -> LogPage:
+    """The next notifications after ``after`` (of ``topics`` only, if given).
+
+    With a topic filter the position still moves past the other events: up to the last
+    notification id that existed when the read began, if the page was not full. Ids
+    commit in order (the recorder locks the table), so nothing below that id can still
+    appear.
+    """
+    head = recorder.max_notification_id() or 0
+    if stop is not None:
+        head = min(head, stop)
+    if head <= after:
+        return LogPage((), after)
+    notifications = recorder.select_notifications(
+        start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
+    )
+    if len(notifications) < limit:
+        return LogPage(notifications, head)
+    return LogPage(notifications, notifications[-1].id)
+
+
+class Wakeup:
+    """A flag set by LISTEN notifications (or anyone) that a follower waits on."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        woke = self._event.wait(timeout)
+        self._event.clear()
+        return woke
+
+
+class PostgresListener:
+    """A thread that LISTENs on the log's channel and wakes followers; it reconnects."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        wakeups: Sequence[Wakeup],
+        *,
+        reconnect_delay: float = 0.5,
+    ) -> None:
+        self._conninfo = conninfo
+        self._channel = channel
+        self._wakeups = tuple(wakeups)
+        self._reconnect_delay = reconnect_delay
+        self._stopping = threading.Event()
+        self.connections = 0  # how often it (re)connected: tests and metrics read it
+        self.backend_pid: int | None = None
+        self._thread = threading.Thread(target=self._run, name="jobledger-listen", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._listen()
+            except psycopg.Error as error:
+                log.warning("log.listen_lost", channel=self._channel, error=str(error))
+            # Whatever was missed while disconnected, the poll or this wake-up catches.
+            self._wake()
+            self._stopping.wait(self._reconnect_delay)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+            self.connections += 1
+            self.backend_pid = conn.info.backend_pid
+            log.info("log.listening", channel=self._channel, pid=self.backend_pid)
+            self._wake()
+            while not self._stopping.is_set():
+                for _ in conn.notifies(timeout=0.5, stop_after=1):
+                    self._wake()
+
+    def _wake(self) -> None:
+        for wakeup in self._wakeups:
+            wakeup.set()
+
+
+class Follower:
+    """Runs ``step`` whenever the log may have moved: on a wake-up or every poll interval.
+
+    ``step`` returns True if it did work (so the follower runs it again at once). An
+    exception in ``step`` is logged and retried after a back-off: the follower is its
+    own supervisor, and nothing but ``stop`` ends it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], bool],
+        wakeup: Wakeup,
+        *,
+        poll_interval: float = 0.5,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.name = name
+        self._step = step
+        self._wakeup = wakeup
+        self._poll_interval = poll_interval
+        self._max_backoff = max_backoff
+        self._stopping = threading.Event()
+        self.failures = 0
+        self._thread = threading.Thread(target=self._run, name=f"jobledger-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wakeup.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            try:
+                busy = self._step()
+            except Exception as error:
+                self.failures += 1
+                log.exception("follower.step_failed", follower=self.name, error=str(error))
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self._max_backoff)
+                continue
+            backoff = 0.1
+            if not busy:
+                self._wakeup.wait(self._poll_interval)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000

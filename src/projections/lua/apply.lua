@@ -1,0 +1,48 @@
+-- Applies one page of changes to one queue; a change is skipped unless its version is
+-- newer than the stored one (or force is set), so pages can be replayed safely.
+-- KEYS: 1 meta, 2 ver, 3 item, 4 state, 5 gone, 6 leased, 7 dead, 8..17 ready:0..9
+-- ARGV: 1 epoch, 2 listed ('1' when the global queue set names this queue), 3 force
+--       ('1' or '0'), 4 removal score, then 6 values per change: execution id,
+--       version, target key index (0 removes the entry), score, item, state
+-- Returns the number of changes applied, or -1 when the queue's data was lost.
+
+local meta = redis.call('GET', KEYS[1])
+if not meta then
+  -- A listed queue without its meta lost its keys; an unlisted one is new.
+  if ARGV[2] == '1' then return -1 end
+  redis.call('SET', KEYS[1], ARGV[1])
+elseif meta ~= ARGV[1] then
+  return -1
+end
+
+local function unlink_entry(id)
+  -- The state hash names the only ready set the entry can be in.
+  local state = redis.call('HGET', KEYS[4], id)
+  if state then
+    redis.call('ZREM', KEYS[8 + tonumber(string.sub(state, 1, 1))], id)
+  end
+  redis.call('ZREM', KEYS[6], id)
+  redis.call('ZREM', KEYS[7], id)
+end
+
+local applied = 0
+for i = 5, #ARGV, 6 do
+  local id, version, target = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local stored = redis.call('HGET', KEYS[2], id)
+  if ARGV[3] == '1' or not stored or tonumber(version) > tonumber(stored) then
+    unlink_entry(id)
+    redis.call('HSET', KEYS[2], id, version)
+    if target == 0 then
+      redis.call('HDEL', KEYS[3], id)
+      redis.call('HDEL', KEYS[4], id)
+      redis.call('ZADD', KEYS[5], ARGV[4], id)
+    else
+      redis.call('HSET', KEYS[3], id, ARGV[i + 4])
+      redis.call('HSET', KEYS[4], id, ARGV[i + 5])
+      redis.call('ZREM', KEYS[5], id)
+      redis.call('ZADD', KEYS[target], ARGV[i + 3], id)
+    end
+    applied = applied + 1
+  end
+end
+return applied

@@ -1,0 +1,12 @@
+-- Hands a lease back: the entry is pending again, in the ready set of its priority.
+-- KEYS: 1 leased, 2 state, 3..12 ready:0..9
+-- ARGV: 1 execution id, 2 lease id, 3 ready score, 4 ready_at (exact)
+
+local state = redis.call('HGET', KEYS[2], ARGV[1])
+if not state then return 0 end
+local priority, lease_id = string.match(state, '^(%d)|([^|]*)|')
+if lease_id ~= ARGV[2] then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[3 + tonumber(priority)], ARGV[3], ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], priority .. '||' .. ARGV[4])
+return 1

@@ -1,0 +1,266 @@
+"""The queue in process memory, for the embedded mode.
+
+It mirrors the Redis layout (one sorted list per priority, leased and dead sets,
+versions kept as tombstones) and its millisecond scores, so both backends order and
+time entries the same way and pass the same contract tests. Nothing survives the
+process: on start the projection finds no meta record and rebuilds from the log.
+"""
+
+import bisect
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TypeAlias
+from uuid import UUID
+
+import msgspec
+
+from jobledger.projections.errors import QueueLostError
+from jobledger.projections.queue import (
+    PRIORITIES,
+    Depths,
+    Lease,
+    QueueChange,
+    QueueItem,
+    QueueMeta,
+    QueueState,
+)
+from jobledger.projections.redis_keys import check_change, due_score, now_score
+
+# (score, execution id as text, execution id): the text breaks score ties the way a
+# Redis sorted set does, by member.
+_Slot: TypeAlias = tuple[int, str, UUID]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Queue:
+    items: dict[UUID, QueueItem] = field(default_factory=dict)
+    ready: list[list[_Slot]] = field(default_factory=lambda: [[] for _ in PRIORITIES])
+    leased: dict[UUID, int] = field(default_factory=dict)  # deadline scores
+    dead: set[UUID] = field(default_factory=set)
+    versions: dict[UUID, int] = field(default_factory=dict)  # open entries and tombstones
+    gone: dict[UUID, int] = field(default_factory=dict)  # tombstone -> removal score
+
+    def insert(self, item: QueueItem) -> None:
+        eid = item.execution_id
+        self.items[eid] = item
+        if item.state is QueueState.PENDING:
+            bisect.insort(self.ready[item.priority], (due_score(item.at), str(eid), eid))
+        elif item.state is QueueState.LEASED:
+            self.leased[eid] = due_score(item.at)
+        else:
+            self.dead.add(eid)
+
+    def remove(self, eid: UUID) -> QueueItem | None:
+        item = self.items.pop(eid, None)
+        if item is None:
+            return None
+        if item.state is QueueState.PENDING:
+            ready = self.ready[item.priority]
+            del ready[bisect.bisect_left(ready, (due_score(item.at), str(eid), eid))]
+        elif item.state is QueueState.LEASED:
+            del self.leased[eid]
+        else:
+            self.dead.discard(eid)
+        return item
+
+    def held(self, eid: UUID, lease_id: UUID) -> QueueItem | None:
+        """The entry if ``lease_id`` is its current lease."""
+        item = self.items.get(eid)
+        if item is None or item.state is not QueueState.LEASED or item.lease_id != lease_id:
+            return None
+        return item
+
+    def take_ready(self, priority: int, now: int, limit: int) -> list[UUID]:
+        ready = self.ready[priority]
+        # (now + 1,) sorts before every slot scored now + 1 and after every slot scored now.
+        end = min(bisect.bisect_left(ready, (now + 1,)), limit)
+        taken = [eid for _, _, eid in ready[:end]]
+        del ready[:end]
+        return taken
+
+
+class MemoryQueue:
+    """A ``QueueBackend`` in a dict per queue, guarded by one lock."""
+
+    def __init__(self, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        # The clock only dates tombstones, for prune_tombstones.
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._meta: QueueMeta | None = None
+        self._queues: dict[str, _Queue] = {}
+
+    # ---- projection side ------------------------------------------------------------
+
+    def read_meta(self) -> QueueMeta | None:
+        with self._lock:
+            return self._meta
+
+    def reset(self, meta: QueueMeta) -> None:
+        with self._lock:
+            self._queues.clear()
+            self._meta = meta
+
+    def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
+        with self._lock:
+            self._check_epoch(epoch)
+            for change in changes:
+                check_change(change)
+            removed_at = now_score(self._clock())
+            for change in changes:
+                queue = self._queues.setdefault(change.queue, _Queue())
+                _apply_one(queue, change, force=force, removed_at=removed_at)
+
+    def write_position(self, position: int, *, epoch: str) -> None:
+        with self._lock:
+            meta = self._check_epoch(epoch)
+            self._meta = msgspec.structs.replace(meta, position=position)
+
+    def queues(self) -> set[str]:
+        with self._lock:
+            return set(self._queues)
+
+    def items(self, queue: str) -> list[QueueItem]:
+        with self._lock:
+            found = self._queues.get(queue)
+            return [] if found is None else list(found.items.values())
+
+    def prune_tombstones(self, queue: str, *, before: datetime) -> int:
+        limit = now_score(before)
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None:
+                return 0
+            pruned = [eid for eid, removed in found.gone.items() if removed < limit]
+            for eid in pruned:
+                del found.gone[eid]
+                del found.versions[eid]
+            return len(pruned)
+
+    def _check_epoch(self, epoch: str) -> QueueMeta:
+        if self._meta is None or self._meta.epoch != epoch:
+            raise QueueLostError
+        return self._meta
+
+    # ---- worker side ----------------------------------------------------------------
+
+    def lease(
+        self,
+        queue: str,
+        *,
+        lease_ids: Sequence[UUID],
+        ttl: timedelta,
+        now: datetime,
+    ) -> list[Lease]:
+        deadline = now + ttl
+        score = now_score(now)
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None:
+                return []
+            taken: list[UUID] = []
+            for priority in PRIORITIES:
+                taken += found.take_ready(priority, score, len(lease_ids) - len(taken))
+            return [
+                _lease_one(found, queue, eid, lease_id, deadline)
+                for eid, lease_id in zip(taken, lease_ids, strict=False)
+            ]
+
+    def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:
+        return self._replace_held(queue, execution_id, lease_id, at=deadline)
+
+    def ack(self, queue: str, execution_id: UUID, lease_id: UUID) -> bool:
+        removed_at = now_score(self._clock())
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None or found.held(execution_id, lease_id) is None:
+                return False
+            # The version stays as a tombstone: the log's own removal comes later.
+            found.remove(execution_id)
+            found.gone[execution_id] = removed_at
+            return True
+
+    def release(
+        self, queue: str, execution_id: UUID, lease_id: UUID, *, ready_at: datetime
+    ) -> bool:
+        return self._replace_held(
+            queue, execution_id, lease_id, state=QueueState.PENDING, at=ready_at, lease_id=None
+        )
+
+    def _replace_held(
+        self, queue: str, execution_id: UUID, held_by: UUID, /, **changes: object
+    ) -> bool:
+        """Change a leased entry if the lease ``held_by`` still holds it; False otherwise."""
+        with self._lock:
+            found = self._queues.get(queue)
+            item = None if found is None else found.held(execution_id, held_by)
+            if found is None or item is None:
+                return False
+            found.remove(execution_id)
+            found.insert(msgspec.structs.replace(item, **changes))
+            return True
+
+    def expired(self, queue: str, *, now: datetime, limit: int) -> list[tuple[UUID, UUID]]:
+        score = now_score(now)
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None or limit <= 0:
+                return []
+            due = sorted((s, str(eid), eid) for eid, s in found.leased.items() if s <= score)
+            return [(eid, _lease_id(found.items[eid])) for _, _, eid in due[:limit]]
+
+    def depths(self, queue: str, *, now: datetime) -> Depths:
+        score = now_score(now)
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None:
+                return Depths()
+            ready = sum(bisect.bisect_left(slots, (score + 1,)) for slots in found.ready)
+            pending = sum(len(slots) for slots in found.ready)
+            return Depths(
+                ready=ready,
+                delayed=pending - ready,
+                leased=len(found.leased),
+                dead=len(found.dead),
+            )
+
+
+def _apply_one(queue: _Queue, change: QueueChange, *, force: bool, removed_at: int) -> None:
+    stored = queue.versions.get(change.execution_id)
+    if not force and stored is not None and change.version <= stored:
+        return
+    queue.remove(change.execution_id)
+    queue.versions[change.execution_id] = change.version
+    if change.item is None:
+        queue.gone[change.execution_id] = removed_at
+    else:
+        queue.gone.pop(change.execution_id, None)
+        queue.insert(change.item)
+
+
+def _lease_one(found: _Queue, queue: str, eid: UUID, lease_id: UUID, deadline: datetime) -> Lease:
+    item = found.items[eid]
+    leased = msgspec.structs.replace(item, state=QueueState.LEASED, at=deadline, lease_id=lease_id)
+    # take_ready already removed it from its ready list.
+    found.items[eid] = leased
+    found.leased[eid] = due_score(deadline)
+    return Lease(
+        execution_id=eid,
+        queue=queue,
+        lease_id=lease_id,
+        deadline=deadline,
+        attempt=item.attempt,
+        version=item.version,
+        spec=item.spec,
+    )
+
+
+def _lease_id(item: QueueItem) -> UUID:
+    if item.lease_id is None:  # a leased entry always has one (check_change)
+        raise AssertionError(f"leased entry {item.execution_id} has no lease id")
+    return item.lease_id

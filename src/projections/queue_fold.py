@@ -1,0 +1,162 @@
+"""The fold of execution events into queue entries: pure, no I/O.
+
+Every event of an Execution maps to the entry it leaves in the queue, given the entry
+before it. Applying the changes of a log in order gives the queue; applying them again,
+or an older change after a newer one, gives the same queue (the version guard of the
+backends), which is what makes the projection exactly-once in effect.
+"""
+
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from jobledger.domain.execution import Execution
+from jobledger.projections.queue import (
+    QueueChange,
+    QueueItem,
+    QueueState,
+    WorkSpec,
+    encode_spec,
+)
+
+# Loads the entry an execution had before ``version`` (None if it had none): used when
+# a page starts in the middle of an execution's history and no cache knows it.
+PreviousLoader = Callable[[UUID, int], QueueItem | None]
+
+EXECUTION_TOPICS = frozenset(
+    getattr(Execution, name).TOPIC
+    for name in (
+        "Enqueued",
+        "Leased",
+        "Completed",
+        "Retried",
+        "DeadLettered",
+        "LeaseExpired",
+        "Deferred",
+        "Requeued",
+        "Cancelled",
+    )
+)
+
+
+def is_execution_event(topic: str) -> bool:
+    return topic in EXECUTION_TOPICS
+
+
+def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None:  # noqa: ANN401 (any execution event)
+    """The entry after ``domain_event``; None once the execution is finished."""
+    version: int = domain_event.originator_version
+    if isinstance(domain_event, Execution.Enqueued):
+        return _enqueued(domain_event)
+    if previous is None:
+        return None  # finished (or never enqueued): later events change nothing
+    update: dict[str, Any] = {"version": version}
+    match domain_event:
+        case Execution.Leased():
+            update |= {
+                "state": QueueState.LEASED,
+                "at": domain_event.lease_expires_at,
+                "attempt": domain_event.attempt,
+                "lease_id": domain_event.lease_id,
+            }
+        case Execution.Completed() | Execution.Cancelled():
+            return None
+        case Execution.Retried():
+            update |= _pending(domain_event.ready_at, domain_event.next_attempt)
+        case Execution.Deferred():
+            update |= _pending(domain_event.ready_at, previous.attempt)
+        case Execution.Requeued():
+            update |= _pending(domain_event.ready_at, previous.attempt + 1)
+        case Execution.DeadLettered():
+            update |= {
+                "state": QueueState.DEAD,
+                "at": domain_event.timestamp,
+                "attempt": domain_event.attempts,
+                "lease_id": None,
+            }
+    return msgspec.structs.replace(previous, **update)
+
+
+def _pending(ready_at: datetime, attempt: int) -> dict[str, Any]:
+    return {"state": QueueState.PENDING, "at": ready_at, "attempt": attempt, "lease_id": None}
+
+
+def _enqueued(enqueued: Execution.Enqueued) -> QueueItem:
+    spec = enqueued.spec
+    work = WorkSpec(
+        job_id=enqueued.job_id,
+        handler=spec.handler,
+        payload=spec.payload,
+        timeout=spec.timeout,
+        max_attempts=spec.retry.max_attempts,
+        scheduled_for=enqueued.scheduled_for,
+    )
+    return QueueItem(
+        execution_id=enqueued.originator_id,
+        queue=spec.queue,
+        priority=spec.priority,
+        version=enqueued.originator_version,
+        state=QueueState.PENDING,
+        at=enqueued.ready_at,
+        attempt=enqueued.attempt,
+        spec=encode_spec(work),
+    )
+
+
+class QueueFold:
+    """Folds pages of execution events into queue changes, remembering open entries."""
+
+    def __init__(self, load_previous: PreviousLoader) -> None:
+        self._open: dict[UUID, QueueItem] = {}
+        self._load_previous = load_previous
+
+    def remember(self, items: Iterable[QueueItem]) -> None:
+        """Seed the fold with entries known to be current (from a checkpoint)."""
+        for item in items:
+            self._open[item.execution_id] = item
+
+    def forget(self) -> None:
+        self._open.clear()
+
+    def changes(self, domain_events: Iterable[Any]) -> Iterator[QueueChange]:
+        for domain_event in domain_events:
+            change = self.change(domain_event)
+            if change is not None:
+                yield change
+
+    def change(self, domain_event: Any) -> QueueChange | None:  # noqa: ANN401 (any execution event)
+        execution_id: UUID = domain_event.originator_id
+        version: int = domain_event.originator_version
+        previous = self._previous(execution_id, version)
+        item = next_item(domain_event, previous)
+        self._remember(execution_id, version, item)
+        if item is not None:
+            return QueueChange(
+                execution_id=execution_id, queue=item.queue, version=version, item=item
+            )
+        if previous is None:
+            return None
+        return QueueChange(
+            execution_id=execution_id, queue=previous.queue, version=version, item=None
+        )
+
+    def _previous(self, execution_id: UUID, version: int) -> QueueItem | None:
+        if version == 1:
+            return None
+        cached = self._open.get(execution_id)
+        if cached is not None and cached.version == version - 1:
+            return cached
+        # A redelivered or unseen event: ask the log what came before it.
+        return self._load_previous(execution_id, version)
+
+    def _remember(self, execution_id: UUID, version: int, item: QueueItem | None) -> None:
+        cached = self._open.get(execution_id)
+        if cached is not None and cached.version >= version:
+            return  # an old event again: the cache already knows better
+        if item is None:
+            self._open.pop(execution_id, None)
+        else:
+            self._open[execution_id] = item

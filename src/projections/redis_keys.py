@@ -1,0 +1,170 @@
+"""Every Redis key the queue uses, and how times become scores.
+
+With the default prefix ``jl``, a queue named ``<queue>`` keeps these keys, all under
+the hash tag ``{q:<queue>}`` so that one queue lives in one cluster slot and each of
+its scripts touches a single slot:
+
+============================  ======  =================================================
+key                           type    holds
+============================  ======  =================================================
+``jl:{q:<queue>}:meta``       string  the epoch this queue was created in
+``jl:{q:<queue>}:ready:<p>``  zset    pending entries of priority ``p`` (0..9), scored
+                                      by ready_at; ready and delayed entries share it,
+                                      split by ``now``
+``jl:{q:<queue>}:leased``     zset    leased entries, scored by lease deadline
+``jl:{q:<queue>}:dead``       zset    dead-lettered entries, scored by when
+``jl:{q:<queue>}:item``       hash    execution id -> the entry as last applied
+                                      (msgpack ``QueueItem``)
+``jl:{q:<queue>}:state``      hash    execution id -> ``<priority>|<lease id>|<at>``:
+                                      what the worker side changed since the last apply
+                                      (lease id empty when not leased, ``at`` in
+                                      microseconds or empty when unchanged)
+``jl:{q:<queue>}:ver``        hash    execution id -> version, kept after removal as
+                                      the tombstone
+``jl:{q:<queue>}:gone``       zset    tombstones, scored by removal time (for pruning)
+============================  ======  =================================================
+
+Two global keys sit outside any queue's slot and are only touched by single commands:
+
+- ``jl:meta`` (hash): ``store_id``, ``epoch``, ``position`` of the whole queue store.
+- ``jl:queues`` (set): every queue created since the last reset.
+
+Scores are integer milliseconds since the Unix epoch. A time that makes an entry due
+(ready_at, deadline) is rounded up and ``now`` is rounded down, so an entry is never
+leased or expired before its time, only up to a millisecond late. The memory backend
+uses the same scores, and the same ``check_change``, so that both backends order, time
+and refuse entries identically.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from jobledger.projections.queue import PRIORITIES, QueueChange, QueueState
+
+DEFAULT_PREFIX = "jl"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_GLOB_SPECIALS = frozenset("*?[]\\")
+
+
+def _glob_escape(text: str) -> str:
+    return "".join(f"\\{c}" if c in _GLOB_SPECIALS else c for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    """The keys of one queue (see the module docstring)."""
+
+    base: str
+
+    @property
+    def meta(self) -> str:
+        return f"{self.base}:meta"
+
+    @property
+    def leased(self) -> str:
+        return f"{self.base}:leased"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def item(self) -> str:
+        return f"{self.base}:item"
+
+    @property
+    def state(self) -> str:
+        return f"{self.base}:state"
+
+    @property
+    def ver(self) -> str:
+        return f"{self.base}:ver"
+
+    @property
+    def gone(self) -> str:
+        return f"{self.base}:gone"
+
+    def ready(self, priority: int) -> str:
+        return f"{self.base}:ready:{priority}"
+
+    @property
+    def ready_by_priority(self) -> list[str]:
+        """``ready:0`` .. ``ready:9``: index = priority, the order the scripts expect."""
+        return [self.ready(p) for p in range(len(PRIORITIES))]
+
+    def all(self) -> list[str]:
+        fixed = [self.meta, self.leased, self.dead, self.item, self.state, self.ver, self.gone]
+        return fixed + self.ready_by_priority
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key names under one prefix; tenants and tests isolate by prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        # A brace in the prefix would become the hash tag of every key and put all
+        # queues in one slot.
+        if not self.prefix or "{" in self.prefix or "}" in self.prefix:
+            raise ValueError(f"invalid Redis key prefix {self.prefix!r}")
+
+    @property
+    def meta(self) -> str:
+        return f"{self.prefix}:meta"
+
+    @property
+    def queues(self) -> str:
+        return f"{self.prefix}:queues"
+
+    def queue(self, queue: str) -> QueueKeys:
+        return QueueKeys(f"{self.prefix}:{{q:{queue}}}")
+
+    @property
+    def queue_pattern(self) -> str:
+        """A SCAN pattern for every queue key under this prefix, and no other prefix's."""
+        return f"{_glob_escape(self.prefix)}:{{q:*"
+
+
+def check_change(change: QueueChange) -> None:
+    """Reject an entry the layout cannot hold, before anything is written."""
+    item = change.item
+    if item is None:
+        return
+    if item.execution_id != change.execution_id or item.queue != change.queue:
+        raise ValueError(f"change for {change.execution_id} in {change.queue!r} carries {item}")
+    if item.priority not in PRIORITIES:
+        raise ValueError(f"priority {item.priority} of {item.execution_id} is not in 0..9")
+    if item.state is QueueState.LEASED and item.lease_id is None:
+        raise ValueError(f"leased entry {item.execution_id} has no lease id")
+    _micros(item.at)  # zone-aware
+
+
+# ---- scores and stored times ----------------------------------------------------------
+
+
+def _micros(at: datetime) -> int:
+    if at.utcoffset() is None:
+        raise ValueError(f"queue times must be zone-aware, got {at!r}")
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def due_score(at: datetime) -> int:
+    """The score of a time that makes an entry due: rounded up to the millisecond."""
+    return -(-_micros(at) // 1000)
+
+
+def now_score(now: datetime) -> int:
+    """The score of the current time: rounded down to the millisecond."""
+    return _micros(now) // 1000
+
+
+def encode_time(at: datetime) -> str:
+    """An exact time as stored in the ``state`` hash (microseconds)."""
+    return str(_micros(at))
+
+
+def decode_time(text: str) -> datetime:
+    return _EPOCH + int(text) * _MICROSECOND

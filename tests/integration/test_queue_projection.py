@@ -1,0 +1,218 @@
+"""The queue projection on PostgreSQL and Redis: loss, rebuild, verify, a dropped LISTEN."""
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+import redis
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.ledger import Ledger
+from jobledger.domain.policies import RetryPolicy
+from jobledger.projections.queue import QueueState
+from jobledger.projections.queue_projection import verify_queue
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.settings import load_settings
+
+NOW = datetime.now(tz=UTC)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 20.0) -> float:
+    started = time.monotonic()
+    while not condition():
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"condition not met within {timeout} s")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+@pytest.fixture
+def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    settings = load_settings(
+        {},
+        database_url=postgres_url,
+        redis_url=redis_server,
+        redis_prefix=prefix,
+        projection_poll_ms="200",
+    )
+    with bootstrap(settings) as built:
+        yield built
+
+
+def mixed_executions(count: int) -> tuple[list[Execution], dict[str, set[uuid.UUID]]]:
+    """``count`` executions spread over ready, delayed, leased, dead and completed."""
+    executions: list[Execution] = []
+    by_state: dict[str, set[uuid.UUID]] = {
+        s: set() for s in ("ready", "delayed", "leased", "dead", "done")
+    }
+    for index in range(count):
+        kind = ("ready", "delayed", "leased", "dead", "done")[index % 5]
+        delay = timedelta(hours=1) if kind == "delayed" else timedelta(0)
+        execution = Execution.enqueue(
+            spec=ExecutionSpec(
+                handler="test.echo",
+                queue=("default", "reports")[index % 2],
+                priority=index % 10,
+                retry=RetryPolicy(max_retries=0),
+            ),
+            ready_at=NOW + delay,
+            trigger=Trigger.ADHOC,
+        )
+        if kind in {"leased", "dead", "done"}:
+            lease_id = uuid.uuid4()
+            execution.lease(
+                worker_id="w", lease_id=lease_id, lease_expires_at=NOW + timedelta(hours=1)
+            )
+            if kind == "dead":
+                execution.fail(lease_id=lease_id, error="boom", at=NOW)
+            if kind == "done":
+                execution.complete(lease_id=lease_id, duration=timedelta(1), result={})
+        executions.append(execution)
+        by_state[kind].add(execution.id)
+    return executions, by_state
+
+
+def save_in_batches(ledger: Ledger, executions: list[Execution], batch: int = 500) -> None:
+    for start in range(0, len(executions), batch):
+        ledger.save(*executions[start : start + batch])
+
+
+def caught_up(container: Container) -> Callable[[], bool]:
+    def check() -> bool:
+        meta = container.queue.read_meta()
+        head = container.ledger.recorder.max_notification_id() or 0
+        return meta is not None and meta.position >= head
+
+    return check
+
+
+def open_ids(container: Container) -> dict[uuid.UUID, QueueState]:
+    return {
+        item.execution_id: item.state
+        for queue in container.queue.queues()
+        for item in container.queue.items(queue)
+    }
+
+
+def projected(container: Container, execution_id: uuid.UUID) -> Callable[[], bool]:
+    return lambda: execution_id in open_ids(container)
+
+
+def test_flushall_while_running_is_repaired_by_itself(container: Container) -> None:
+    """If Redis loses everything while the projection runs, then the queue comes back by
+    itself within seconds, verify finds no difference, and nothing is lost or revived."""
+    executions, by_state = mixed_executions(10_000)
+    save_in_batches(container.ledger, executions)
+    projector = container.projector()
+    projector.start()
+    try:
+        wait_until(caught_up(container), timeout=60)
+        wait_until(lambda: projector.checkpoint.position == projector.queue.position, 60)
+        redis.Redis.from_url(container.settings.redis_url).flushall()
+        recovered_in = wait_until(caught_up(container), timeout=30)
+        assert recovered_in < 10
+        assert projector.queue.rebuilds >= 2  # the first build, and the repair
+        assert verify_queue(container.reader(), container.queue) == []
+        states = open_ids(container)
+        assert not by_state["done"] & states.keys()
+        for kind in ("ready", "delayed", "leased", "dead"):
+            assert by_state[kind] <= states.keys(), kind
+        assert {states[i] for i in by_state["dead"]} == {QueueState.DEAD}
+        assert {states[i] for i in by_state["leased"]} == {QueueState.LEASED}
+        depths = container.queue.depths("default", now=NOW + timedelta(minutes=1))
+        assert depths.ready > 0
+        assert depths.delayed > 0
+    finally:
+        projector.stop()
+
+
+def test_killing_the_listen_connection_does_not_stop_the_projection(container: Container) -> None:
+    """If the LISTEN connection is terminated, then new events still reach the queue."""
+    projector = container.projector()
+    projector.start()
+    try:
+        listener = projector.listener
+        assert listener is not None
+        wait_until(lambda: listener.backend_pid is not None)
+        first_pid = listener.backend_pid
+        with psycopg.connect(container.settings.database_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (first_pid,))
+        execution = Execution.enqueue(
+            spec=ExecutionSpec(handler="test.echo"), ready_at=NOW, trigger=Trigger.ADHOC
+        )
+        container.ledger.save(execution)
+        wait_until(projected(container, execution.id), timeout=10)
+        wait_until(lambda: listener.connections >= 2, timeout=10)
+        assert listener.backend_pid != first_pid
+    finally:
+        projector.stop()
+
+
+def test_projection_lag_is_short_with_notifications(container: Container) -> None:
+    """If an event is saved, then it is leasable well before the polling interval."""
+    projector = container.projector()
+    projector.start()
+    try:
+        wait_until(caught_up(container))
+        lags = []
+        for _ in range(20):
+            execution = Execution.enqueue(
+                spec=ExecutionSpec(handler="test.echo"), ready_at=NOW, trigger=Trigger.ADHOC
+            )
+            container.ledger.save(execution)
+            lags.append(wait_until(projected(container, execution.id), timeout=5))
+        # The poll interval is 200 ms here; LISTEN wakes the follower long before that.
+        assert sorted(lags)[len(lags) // 2] < 0.15
+    finally:
+        projector.stop()
+
+
+def run_cli(container: Container, *args: str) -> subprocess.CompletedProcess[str]:
+    settings = container.settings
+    return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+        [
+            sys.executable,
+            "-m",
+            "jobledger.cli",
+            "--database-url",
+            settings.database_url,
+            "--redis-url",
+            settings.redis_url,
+            "--redis-prefix",
+            settings.redis_prefix,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_rebuild_and_verify(container: Container) -> None:
+    """If the queue is tampered with, then verify lists the difference and exits 1; after
+    `queue rebuild --full` it matches again."""
+    executions, _ = mixed_executions(200)
+    save_in_batches(container.ledger, executions)
+    rebuilt = run_cli(container, "queue", "rebuild", "--full")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "open executions" in rebuilt.stdout
+    assert "rebuilding queue" in rebuilt.stderr  # the progress bar
+    assert run_cli(container, "queue", "verify").returncode == 0
+    victim = next(iter(container.queue.items("default")))
+    container.queue.lease(
+        "default", lease_ids=[uuid.uuid4()], ttl=timedelta(1), now=NOW + timedelta(hours=2)
+    )
+    verified = run_cli(container, "queue", "verify")
+    assert verified.returncode == 1
+    assert "difference" in verified.stdout
+    assert run_cli(container, "queue", "rebuild", "--full").returncode == 0
+    assert run_cli(container, "queue", "verify").returncode == 0
+    assert victim.execution_id in open_ids(container)

@@ -1,0 +1,170 @@
+"""The queue fold: incremental projection equals a rebuild, whatever the delivery."""
+
+import contextlib
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.errors import DomainError
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.policies import RetryPolicy
+from jobledger.projections.memory_queue import MemoryQueue
+from jobledger.projections.queue import QueueItem, QueueMeta, QueueState, decode_spec
+from jobledger.projections.queue_fold import PreviousLoader, QueueFold, next_item
+
+T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
+COMMANDS = ["lease", "complete", "fail", "expire", "defer", "cancel", "requeue", "stale"]
+
+
+def history(data: st.DataObject) -> list[Any]:
+    """The events of one execution driven by random commands (refused ones emit nothing)."""
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(
+            handler="test.echo",
+            queue=data.draw(st.sampled_from(["default", "reports"])),
+            priority=data.draw(st.integers(0, 9)),
+            retry=RetryPolicy(max_retries=data.draw(st.integers(0, 2)), jitter=False),
+        ),
+        ready_at=T0 + timedelta(seconds=data.draw(st.integers(0, 100))),
+        trigger=Trigger.ADHOC,
+    )
+    for command in data.draw(st.lists(st.sampled_from(COMMANDS), max_size=12)):
+        at = T0 + timedelta(seconds=data.draw(st.integers(0, 500)))
+        # A refused command is part of a realistic history: it records nothing.
+        with contextlib.suppress(DomainError):
+            run(execution, command, at=at)
+    return list(execution.collect_events())
+
+
+def run(execution: Execution, command: str, *, at: datetime) -> None:
+    lease_id = execution.lease_id or uuid.uuid4()
+    match command:
+        case "lease":
+            execution.lease(worker_id="w", lease_id=uuid.uuid4(), lease_expires_at=at)
+        case "complete":
+            execution.complete(lease_id=lease_id, duration=timedelta(1), result={})
+        case "fail":
+            execution.fail(lease_id=lease_id, error="boom", at=at)
+        case "expire":
+            execution.expire_lease(lease_id=lease_id, at=at)
+        case "defer":
+            execution.defer(lease_id=lease_id, reason="open", ready_at=at)
+        case "cancel":
+            execution.cancel(by="op", reason="r")
+        case "requeue":
+            execution.requeue(by="op", reason="r", at=at)
+        case _:
+            execution.complete(lease_id=uuid.uuid4(), duration=timedelta(1), result={})
+
+
+def interleave(data: st.DataObject, histories: list[list[Any]]) -> list[Any]:
+    """One log: every history in order, merged in a random order."""
+    pending = [list(h) for h in histories if h]
+    log: list[Any] = []
+    while pending:
+        index = data.draw(st.integers(0, len(pending) - 1))
+        log.append(pending[index].pop(0))
+        if not pending[index]:
+            pending.pop(index)
+    return log
+
+
+def deliveries(data: st.DataObject, log: list[Any]) -> list[list[Any]]:
+    """Pages of random sizes; some delivered twice, some again after later pages."""
+    pages: list[list[Any]] = []
+    start = 0
+    while start < len(log):
+        size = data.draw(st.integers(1, 7))
+        pages.append(log[start : start + size])
+        start += size
+    delivered: list[list[Any]] = []
+    for index, page in enumerate(pages):
+        delivered.append(page)
+        if data.draw(st.booleans()):
+            delivered.append(page)  # a duplicate
+        if index and data.draw(st.integers(0, 3)) == 0:
+            delivered.append(pages[data.draw(st.integers(0, index - 1))])  # an old page again
+    return delivered
+
+
+def fresh_queue() -> MemoryQueue:
+    queue = MemoryQueue()
+    queue.reset(QueueMeta(store_id="s", epoch="e", position=0))
+    return queue
+
+
+def snapshot(queue: MemoryQueue) -> dict[str, list[tuple[Any, ...]]]:
+    return {
+        name: sorted(
+            (str(i.execution_id), i.state, i.at, i.priority, i.version, i.attempt, i.lease_id)
+            for i in queue.items(name)
+        )
+        for name in queue.queues()
+    }
+
+
+def log_loader(log: list[Any]) -> PreviousLoader:
+    def load(execution_id: uuid.UUID, version: int) -> QueueItem | None:
+        item = None
+        for domain_event in log:
+            if (
+                domain_event.originator_id == execution_id
+                and domain_event.originator_version < version
+            ):
+                item = next_item(domain_event, item)
+        return item
+
+    return load
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_incremental_projection_equals_a_rebuild(data: st.DataObject) -> None:
+    """If pages arrive in random sizes, duplicated and re-delivered, then the queue still
+    equals the one a rebuild from the whole log makes, member for member and score for
+    score."""
+    histories = [history(data) for _ in range(data.draw(st.integers(1, 6)))]
+    log = interleave(data, histories)
+    rebuilt = fresh_queue()
+    rebuilt.apply(list(QueueFold(log_loader(log)).changes(log)), epoch="e")
+    incremental = fresh_queue()
+    fold = QueueFold(log_loader(log))
+    for page in deliveries(data, log):
+        incremental.apply(list(fold.changes(page)), epoch="e")
+    assert snapshot(incremental) == snapshot(rebuilt)
+
+
+def test_the_fold_follows_each_event() -> None:
+    """If an execution is leased, fails, is dead-lettered and requeued, then its entry
+    follows each step and disappears when it completes."""
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(
+            handler="test.echo", queue="q", priority=7, retry=RetryPolicy(max_retries=0)
+        ),
+        ready_at=T0,
+        trigger=Trigger.ADHOC,
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=T0 + timedelta(minutes=1))
+    execution.fail(lease_id=lease_id, error="x", at=T0)
+    execution.requeue(by="op", reason="fixed", at=T0 + timedelta(hours=1))
+    events = list(execution.collect_events())
+    items: list[QueueItem | None] = []
+    item = None
+    for domain_event in events:
+        item = next_item(domain_event, item)
+        items.append(item)
+    states = [i.state if i else None for i in items]
+    assert states == [QueueState.PENDING, QueueState.LEASED, QueueState.DEAD, QueueState.PENDING]
+    leased, requeued, enqueued = items[1], items[3], items[0]
+    assert leased is not None
+    assert leased.lease_id == lease_id
+    assert requeued is not None
+    assert requeued.attempt == 2
+    assert requeued.at == T0 + timedelta(hours=1)
+    assert enqueued is not None
+    assert decode_spec(enqueued.spec).handler == "test.echo"
