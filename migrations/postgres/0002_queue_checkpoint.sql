@@ -3,6 +3,7 @@
 -- rebuilt from the open executions instead of from all history.
 CREATE TABLE IF NOT EXISTS jobledger_open_executions (
     execution_id text PRIMARY KEY,
+    job_id text,
     queue text NOT NULL,
     priority smallint NOT NULL,
     version integer NOT NULL,
@@ -12,6 +13,7 @@ CREATE TABLE IF NOT EXISTS jobledger_open_executions (
     lease_id text,
     spec bytea NOT NULL
 );
+CREATE INDEX IF NOT EXISTS jobledger_open_executions_job ON jobledger_open_executions (job_id);
 CREATE TABLE IF NOT EXISTS jobledger_positions (
     name text PRIMARY KEY,
     position bigint NOT NULL

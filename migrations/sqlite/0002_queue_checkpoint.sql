@@ -3,6 +3,7 @@
 -- rebuilt from the open executions instead of from all history.
 CREATE TABLE IF NOT EXISTS jobledger_open_executions (
     execution_id TEXT PRIMARY KEY,
+    job_id TEXT,
     queue TEXT NOT NULL,
     priority INTEGER NOT NULL,
     version INTEGER NOT NULL,
@@ -12,6 +13,7 @@ CREATE TABLE IF NOT EXISTS jobledger_open_executions (
     lease_id TEXT,
     spec BLOB NOT NULL
 );
+CREATE INDEX IF NOT EXISTS jobledger_open_executions_job ON jobledger_open_executions (job_id);
 CREATE TABLE IF NOT EXISTS jobledger_positions (
     name TEXT PRIMARY KEY,
     position INTEGER NOT NULL

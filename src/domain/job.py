@@ -1,5 +1,6 @@
 """The Job aggregate: a definition, its schedule, and every fire decision."""
 
+import enum
 import uuid
 from datetime import datetime
 
@@ -8,11 +9,18 @@ from eventsourcing.domain import Aggregate, event
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.domain.policies import MisfirePolicy
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import MissedFires, next_fire_after
 
 # Namespace for job ids derived from a client key, so a retried create is idempotent.
 JOB_NAMESPACE = uuid.UUID("0f7c1c53-8a52-4c5e-a8e3-3b8f9f1d6a41")
+
+
+class MissReason(enum.StrEnum):
+    """Why occurrences were not fired."""
+
+    DOWNTIME = "downtime"  # late beyond the misfire grace: the misfire policy decided
+    OVERLAP = "overlap"  # an earlier run was still open: the overlap policy decided
 
 
 def job_id_for_key(key: str) -> uuid.UUID:
@@ -68,7 +76,8 @@ class Job(Aggregate):
         first: datetime
         last: datetime
         count: int
-        policy: MisfirePolicy
+        reason: MissReason
+        policy: str  # the misfire or overlap policy that decided it
         next_fire_at: datetime | None
 
     class Triggered(Aggregate.Event):
@@ -161,7 +170,13 @@ class Job(Aggregate):
         )
         return execution
 
-    def record_missed_fires(self, missed: MissedFires, *, policy: MisfirePolicy) -> None:
+    def record_missed_fires(
+        self,
+        missed: MissedFires,
+        *,
+        policy: MisfirePolicy | OverlapPolicy,
+        reason: MissReason = MissReason.DOWNTIME,
+    ) -> None:
         """Record occurrences that will never fire, so the history says why."""
         self._check_active()
         self._check_is_next_occurrence(missed.first)
@@ -169,7 +184,8 @@ class Job(Aggregate):
             first=missed.first,
             last=missed.last,
             count=missed.count,
-            policy=policy,
+            reason=reason,
+            policy=str(policy),
             next_fire_at=next_fire_after(self.definition.schedule, missed.last),
         )
 
@@ -253,10 +269,11 @@ class Job(Aggregate):
         first: datetime,
         last: datetime,
         count: int,
-        policy: MisfirePolicy,
+        reason: MissReason,
+        policy: str,
         next_fire_at: datetime | None,
     ) -> None:
-        del first, count, policy
+        del first, count, reason, policy
         self.last_scheduled_for = last
         self.next_fire_at = next_fire_at
 

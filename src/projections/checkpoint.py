@@ -15,12 +15,12 @@ from uuid import UUID
 
 import psycopg
 
-from jobledger.projections.queue import QueueChange, QueueItem, QueueState
+from jobledger.projections.queue import QueueChange, QueueItem, QueueState, decode_spec
 
 CHECKPOINT = "queue-checkpoint"
-_COLUMNS = "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec"
+_COLUMNS = "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec, job_id"
 _UPSERT = (
-    f"INSERT INTO jobledger_open_executions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608 (constant column list)
+    f"INSERT INTO jobledger_open_executions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608 (constant column list)
     "ON CONFLICT (execution_id) DO UPDATE SET queue = excluded.queue, "
     "priority = excluded.priority, version = excluded.version, state = excluded.state, "
     "at_ms = excluded.at_ms, attempt = excluded.attempt, lease_id = excluded.lease_id, "
@@ -152,6 +152,17 @@ class Checkpoint:
             row = cursor.fetchone()
         return None if row is None else _item(row)
 
+    def open_counts(self, job_id: UUID) -> dict[QueueState, int]:
+        """How many open executions of a job there are, by state (for overlap rules)."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(
+                "SELECT state, count(*) FROM jobledger_open_executions "
+                "WHERE job_id = ? GROUP BY state",
+                (str(job_id),),
+            )
+            rows = cursor.fetchmany(10)
+        return {QueueState(state): int(count) for state, count in rows}
+
     def _position(self, cursor: Cursor) -> int:
         cursor.execute("SELECT position FROM jobledger_positions WHERE name = ?", (self.name,))
         row = cursor.fetchone()
@@ -169,7 +180,13 @@ def _row(item: QueueItem) -> tuple[Any, ...]:
         item.attempt,
         None if item.lease_id is None else str(item.lease_id),
         item.spec,
+        _job_id(item),
     )
+
+
+def _job_id(item: QueueItem) -> str | None:
+    job_id = decode_spec(item.spec).job_id if item.spec else None
+    return None if job_id is None else str(job_id)
 
 
 def _item(row: Sequence[Any]) -> QueueItem:

@@ -29,6 +29,10 @@ Two global keys sit outside any queue's slot and are only touched by single comm
 - ``jl:meta`` (hash): ``store_id``, ``epoch``, ``position`` of the whole queue store.
 - ``jl:queues`` (set): every queue created since the last reset.
 
+The scheduler's leader election keeps two keys in a slot of their own:
+``jl:{leader}:lock`` (string: the leader's token, with the lease ttl) and
+``jl:{leader}:epoch`` (counter: raised by every new leader).
+
 Scores are integer milliseconds since the Unix epoch. A time that makes an entry due
 (ready_at, deadline) is rounded up and ``now`` is rounded down, so an entry is never
 leased or expired before its time, only up to a millisecond late. The memory backend
@@ -118,6 +122,16 @@ class Keys:
     @property
     def queues(self) -> str:
         return f"{self.prefix}:queues"
+
+    @property
+    def leader(self) -> str:
+        """The leader lock: holds the leader's token, expires after the lease ttl."""
+        return f"{self.prefix}:{{leader}}:lock"
+
+    @property
+    def leader_epoch(self) -> str:
+        """A counter raised by every new leader (same slot as the lock, for one script)."""
+        return f"{self.prefix}:{{leader}}:epoch"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(f"{self.prefix}:{{q:{queue}}}")

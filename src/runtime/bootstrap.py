@@ -1,17 +1,21 @@
 """The composition root: settings in, wired objects out. Nothing else builds them."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Self
 
 import redis
 
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
+from jobledger.projections.job_index import JobIndex
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
+from jobledger.runtime.leader import Leadership, LocalLeadership, RedisLeadership
 from jobledger.runtime.projector import Projector, build_projector
+from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger, projection_database, read_store_id
 from jobledger.runtime.writer import GroupCommitWriter
@@ -27,10 +31,31 @@ class Container:
     queue: QueueBackend
     checkpoint: Checkpoint
     store_id: str
-    _closers: list[redis.Redis] = field(default_factory=list)
+    _redis: redis.Redis | None = None
 
     def reader(self) -> LogReader:
         return LogReader(self.ledger, self.settings.projection_page_size)
+
+    def leadership(self) -> Leadership:
+        """Redis election when Redis is configured; the embedded mode always leads."""
+        if self._redis is None:
+            return LocalLeadership()
+        return RedisLeadership(self._redis, Keys(self.settings.redis_prefix))
+
+    def scheduler(
+        self,
+        leadership: Leadership | None = None,
+        config: SchedulerConfig = SchedulerConfig(),  # noqa: B008 (frozen)
+    ) -> Scheduler:
+        return Scheduler(
+            self.ledger,
+            self.writer,
+            JobIndex(self.ledger, projection_database(self.settings)),
+            leadership or self.leadership(),
+            queue=self.queue,
+            checkpoint=self.checkpoint,
+            config=config,
+        )
 
     def projector(self) -> Projector:
         return build_projector(
@@ -40,8 +65,8 @@ class Container:
     def close(self) -> None:
         self.writer.close()
         self.ledger.close()
-        for client in self._closers:
-            client.close()
+        if self._redis is not None:
+            self._redis.close()
 
     def __enter__(self) -> Self:
         return self
@@ -57,11 +82,9 @@ def bootstrap(settings: Settings) -> Container:
         max_batch=settings.writer_max_batch,
         max_delay=settings.writer_max_delay_ms / 1000,
     )
-    closers: list[redis.Redis] = []
+    client = redis.Redis.from_url(settings.redis_url) if settings.redis_url else None
     queue: QueueBackend
-    if settings.redis_url:
-        client = redis.Redis.from_url(settings.redis_url)
-        closers.append(client)
+    if client is not None:
         queue = RedisQueue(client, prefix=settings.redis_prefix)
     else:
         # Embedded mode: the queue lives in this process and is rebuilt from the log.
@@ -73,5 +96,5 @@ def bootstrap(settings: Settings) -> Container:
         queue=queue,
         checkpoint=Checkpoint(projection_database(settings)),
         store_id=read_store_id(settings),
-        _closers=closers,
+        _redis=client,
     )

@@ -23,6 +23,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str = ""
     redis_prefix: str = "jl"
     database_pool_size: int = 5
+    aggregate_cache_size: int = 10_000
     writer_max_batch: int = 100
     writer_max_delay_ms: float = 5.0
     projection_page_size: int = 2000
@@ -98,6 +99,7 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("projection_page_size", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 events"),
     ("projection_poll_ms", lambda v: v > 0, "use a positive number of milliseconds"),
     ("database_pool_size", lambda v: v >= 1, "use 1 or more"),
+    ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
     ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
     (
         "log_level",

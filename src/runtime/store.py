@@ -35,6 +35,9 @@ Progress = Callable[[str], None]
 def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[str, str]:
     """The eventsourcing environment for the configured backend."""
     common = {"CREATE_TABLE": "y" if create_table else "n"}
+    if settings.aggregate_cache_size:
+        # Fast-forwarded on every get, so a cached aggregate is never stale.
+        common["AGGREGATE_CACHE_MAXSIZE"] = str(settings.aggregate_cache_size)
     if not settings.uses_postgres:
         return {
             **common,

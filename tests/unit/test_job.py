@@ -7,7 +7,7 @@ import pytest
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
 from jobledger.domain.execution import ExecutionStatus, Trigger, occurrence_execution_id
-from jobledger.domain.job import Job, job_id_for_key
+from jobledger.domain.job import Job, MissReason, job_id_for_key
 from jobledger.domain.policies import MisfirePolicy
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, MissedFires, OneShotSchedule
 
@@ -74,7 +74,7 @@ def test_missed_fires_are_recorded_and_skipped() -> None:
     job.record_missed_fires(missed, policy=MisfirePolicy.SKIP)
     assert job.next_fire_at == AT + timedelta(hours=3)
     event = vars(job.pending_events[-1])
-    assert (event["count"], event["policy"]) == (3, MisfirePolicy.SKIP)
+    assert (event["count"], event["policy"], event["reason"]) == (3, "skip", MissReason.DOWNTIME)
 
 
 def test_one_shot_job_fires_once() -> None:

@@ -1,0 +1,801 @@
+# ruff: noqa: E402, A005 (run as a script: the sys.path guard below precedes the imports)
+"""Work-queue speed: lease+ack throughput, projection lag, and rebuild times on Redis.
+
+Creates a throwaway PostgreSQL database and starts a private redis-server on a free
+loopback port (persistence off), runs every measurement, then stops the server and
+drops the database, also on an error or Ctrl-C.
+
+    python bench/queue.py [--quick] [--admin-url URL]
+
+1. lease+ack: N pending entries are applied to an empty queue, then leased in batches
+   of 1, 10 or 100 and each lease acked, on Redis and on the in-memory backend.
+2. projection lag: the projector runs while a producer thread saves 500 new executions
+   per second and a consumer thread leases (batch 100); lag is the time from
+   ``ledger.save`` returning to the first lease that returns the execution.
+3. rebuild from the checkpoint: ``jobledger_open_executions`` is filled by COPY, then
+   ``QueueProjection.rebuild()`` reads it into an empty Redis prefix.
+4. full replay: execution events are loaded into the log by COPY, then
+   ``QueueProjection.rebuild(full=True)`` folds the whole log into an empty Redis prefix.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder is first on sys.path, and this file (queue.py)
+# would shadow the standard library's `queue` for every library that imports it.
+_FOLDER = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
+
+import argparse
+import contextlib
+import itertools
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import psycopg
+import redis
+from psycopg import sql
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.policies import RetryPolicy
+from jobledger.projections.checkpoint import CHECKPOINT, to_ms
+from jobledger.projections.memory_queue import MemoryQueue
+from jobledger.projections.queue import (
+    QueueChange,
+    QueueItem,
+    QueueMeta,
+    QueueState,
+    WorkSpec,
+    encode_spec,
+)
+from jobledger.projections.queue_fold import EXECUTION_TOPICS
+from jobledger.projections.queue_projection import QueueProjection
+from jobledger.projections.redis_queue import RedisQueue
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.logging import configure_logging
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import migrate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from jobledger.domain.ledger import Ledger
+    from jobledger.projections.queue import QueueBackend
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+QUEUES = ("default", "reports")
+LEASE_QUEUE = "default"
+LEASE_TTL = timedelta(minutes=5)
+FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)  # a lease "now" at which every entry is due
+LEASE_BATCHES = (1, 10, 100)
+LAG_RATE = 500  # events per second
+LAG_LEASE_BATCH = 100
+LAG_GRACE = 5.0  # seconds the consumer may take after the last save
+REDIS_START_TIMEOUT = 10.0
+READY_TIMEOUT = 30.0
+COPY_PROGRESS_EVERY = 50_000
+
+TARGET_LAG_P99_MS = 50.0
+TARGET_REBUILD_S_PER_MILLION = 10.0
+TARGET_REPLAY_EVENTS_PER_S = 50_000.0
+
+# Executions of the replay log, per 10: (history, how many). 26 events per 10 executions.
+REPLAY_MIX = (
+    ("pending", 2),  # enqueued
+    ("leased", 1),  # enqueued, leased
+    ("completed", 3),  # enqueued, leased, completed
+    ("retried", 1),  # enqueued, leased, retried, leased, completed
+    ("deferred", 1),  # enqueued, leased, deferred
+    ("dead", 1),  # enqueued, leased, dead-lettered
+    ("cancelled", 1),  # enqueued, cancelled
+)
+TEMPLATES_PER_KIND = 64
+REPLAY_WINDOW = 1000  # executions whose histories are interleaved in the log
+# Checkpoint rows, per 100: pending (10 of them delayed), leased, dead.
+CHECKPOINT_MIX = (("pending", 90), ("leased", 8), ("dead", 2))
+
+
+@dataclass(frozen=True)
+class Sizes:
+    prefill: int  # pending entries per lease+ack row (also its upper bound)
+    lease_seconds: float  # time cap per lease+ack row
+    lag_seconds: float
+    checkpoint_counts: tuple[int, ...]
+    replay_events: int
+
+
+def sizes(*, quick: bool) -> Sizes:
+    if quick:
+        return Sizes(5_000, 1.0, 2.0, (10_000, 50_000), 50_000)
+    return Sizes(50_000, 5.0, 10.0, (100_000, 1_000_000), 1_000_000)
+
+
+@dataclass(frozen=True)
+class Row:
+    measure: str
+    backend: str
+    case: str
+    count: int  # items leased and acked, events measured, open executions, events replayed
+    seconds: float
+    per_s: float
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+    target: str | None = None
+    met: bool | None = None
+    note: str = ""
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """A ``(done, total)`` callback that logs at most once a second, and at the end."""
+
+    def __init__(self, label: str, total: int, every: float = 1.0) -> None:
+        self.label = label
+        self.total = total
+        self.every = every
+        self.begun = time.perf_counter()
+        self.last = self.begun
+
+    def __call__(self, done: int, total: int = 0) -> None:
+        total = max(total, self.total)
+        now = time.perf_counter()
+        if now - self.last < self.every and done < total:
+            return
+        self.last = now
+        share = f" ({100 * done / total:.0f}%)" if total else ""
+        log(f"{self.label}: {done:,}/{total:,}{share}, {now - self.begun:.1f}s")
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+def rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
+def work_spec(index: int) -> bytes:
+    """A realistic encoded spec; a few payload shapes so entries differ in size."""
+    return encode_spec(
+        WorkSpec(
+            job_id=uuid.UUID(int=index + 1),
+            handler=("reports.render", "mail.send", "http.webhook")[index % 3],
+            payload={"account": 1000 + index, "format": "pdf", "tags": ["nightly"] * (index % 4)},
+            timeout=timedelta(minutes=5),
+            max_attempts=4,
+        )
+    )
+
+
+# ---- 1. lease+ack throughput -----------------------------------------------------------
+
+
+def pending_changes(count: int, now: datetime) -> list[QueueChange]:
+    """``count`` due entries in one queue, over every priority, oldest first."""
+    specs = [work_spec(i) for i in range(8)]
+    changes = []
+    for index in range(count):
+        execution_id = uuid.uuid4()
+        item = QueueItem(
+            execution_id=execution_id,
+            queue=LEASE_QUEUE,
+            priority=index % 10,
+            version=1,
+            state=QueueState.PENDING,
+            at=now - timedelta(milliseconds=count - index),
+            attempt=1,
+            spec=specs[index % len(specs)],
+        )
+        changes.append(
+            QueueChange(execution_id=execution_id, queue=LEASE_QUEUE, version=1, item=item)
+        )
+    return changes
+
+
+def prefill(backend: QueueBackend, count: int, label: str) -> None:
+    epoch = uuid.uuid4().hex
+    backend.reset(QueueMeta(store_id="bench", epoch=epoch, position=0))
+    progress = Progress(f"{label}: prefill", count)
+    done = 0
+    changes = pending_changes(count, datetime.now(UTC))
+    for start in range(0, count, 5_000):
+        chunk = changes[start : start + 5_000]
+        backend.apply(chunk, epoch=epoch)
+        done += len(chunk)
+        progress(done)
+
+
+def lease_and_ack(
+    backend: QueueBackend, batch: int, count: int, seconds: float
+) -> tuple[int, float]:
+    """Lease ``batch`` at a time and ack each lease, until empty or the time cap."""
+    lease_ids = [uuid.uuid4() for _ in range(count + batch)]
+    now = datetime.now(UTC)
+    acked = 0
+    begun = time.perf_counter()
+    deadline = begun + seconds
+    while acked < count and time.perf_counter() < deadline:
+        ids = lease_ids[acked : acked + batch]
+        leases = backend.lease(LEASE_QUEUE, lease_ids=ids, ttl=LEASE_TTL, now=now)
+        if not leases:
+            break
+        for lease in leases:
+            if not backend.ack(LEASE_QUEUE, lease.execution_id, lease.lease_id):
+                raise RuntimeError(f"ack of {lease.execution_id} was refused")
+        acked += len(leases)
+    return acked, time.perf_counter() - begun
+
+
+def measure_lease(backend: QueueBackend, name: str, batch: int, size: Sizes) -> Row:
+    label = f"lease+ack {name} batch={batch}"
+    prefill(backend, size.prefill, label)
+    acked, seconds = lease_and_ack(backend, batch, size.prefill, size.lease_seconds)
+    log(f"{label}: {acked:,} items in {seconds:.2f}s = {acked / seconds:,.0f}/s")
+    return Row("lease+ack", name, f"batch={batch}", acked, round(seconds, 3), rate(acked, seconds))
+
+
+def lease_rows(client: redis.Redis, size: Sizes) -> list[Row]:
+    rows = []
+    for name in ("redis", "memory"):
+        for batch in LEASE_BATCHES:
+            backend: QueueBackend = (
+                RedisQueue(client, prefix="bench-lease") if name == "redis" else MemoryQueue()
+            )
+            rows.append(measure_lease(backend, name, batch, size))
+    client.flushall()
+    return rows
+
+
+# ---- 2. projection lag -----------------------------------------------------------------
+
+
+@dataclass
+class LagRun:
+    committed: dict[uuid.UUID, float]  # execution id -> perf_counter when save returned
+    leased: dict[uuid.UUID, float]  # execution id -> perf_counter of its first lease
+    expected: int
+    stop: threading.Event
+    errors: list[BaseException]
+    produce_seconds: float = 0.0
+
+
+def lag_aggregates(count: int) -> list[Execution]:
+    now = datetime.now(UTC)
+    return [
+        Execution.enqueue(
+            spec=ExecutionSpec(handler="test.echo", queue=LEASE_QUEUE, priority=index % 10),
+            ready_at=now,
+            trigger=Trigger.ADHOC,
+        )
+        for index in range(count)
+    ]
+
+
+def produce(ledger: Ledger, aggregates: Sequence[Execution], run: LagRun) -> None:
+    """Save one aggregate per tick at LAG_RATE, on a fixed schedule (no drift)."""
+    try:
+        begun = time.perf_counter()
+        for index, aggregate in enumerate(aggregates):
+            wait = begun + index / LAG_RATE - time.perf_counter()
+            if wait > 0 and run.stop.wait(wait):
+                return
+            ledger.save(aggregate)
+            run.committed[aggregate.id] = time.perf_counter()
+        run.produce_seconds = time.perf_counter() - begun
+    except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
+        run.errors.append(error)
+
+
+def consume(backend: QueueBackend, run: LagRun) -> None:
+    """Lease as fast as entries appear; delays do not matter (now is far in the future)."""
+    try:
+        while not run.stop.is_set() and len(run.leased) < run.expected:
+            ids = [uuid.uuid4() for _ in range(LAG_LEASE_BATCH)]
+            leases = backend.lease(LEASE_QUEUE, lease_ids=ids, ttl=LEASE_TTL, now=FAR_FUTURE)
+            seen = time.perf_counter()
+            for lease in leases:
+                run.leased.setdefault(lease.execution_id, seen)
+            if not leases:
+                time.sleep(0.0005)
+    except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
+        run.errors.append(error)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not happen within {timeout:g}s")
+        time.sleep(0.01)
+
+
+def run_lag(container: Container, count: int) -> LagRun:
+    aggregates = lag_aggregates(count)
+    run = LagRun({}, {}, count, threading.Event(), [])
+    threads = [
+        threading.Thread(target=consume, args=(container.queue, run), daemon=True),
+        threading.Thread(target=produce, args=(container.ledger, aggregates, run), daemon=True),
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        threads[1].join()
+        deadline = time.monotonic() + LAG_GRACE
+        while threads[0].is_alive() and time.monotonic() < deadline:
+            threads[0].join(0.1)
+    finally:
+        run.stop.set()
+        for thread in threads:
+            thread.join(10)
+    if run.errors:
+        raise run.errors[0]
+    return run
+
+
+def measure_lag(container: Container, size: Sizes) -> Row:
+    count = round(LAG_RATE * size.lag_seconds)
+    projector = container.projector()
+    projector.start()
+    try:
+        listener = projector.listener
+        wait_for(lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build")
+        if listener is not None:
+            wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
+        log(f"projection lag: {count:,} saves at {LAG_RATE}/s ({size.lag_seconds:g}s)")
+        run = run_lag(container, count)
+    finally:
+        projector.stop()
+    lags = sorted(run.leased[i] - t for i, t in run.committed.items() if i in run.leased)
+    missing = len(run.committed) - len(lags)
+    p99 = round(percentile(lags, 0.99) * 1000, 2)
+    log(f"projection lag: p99 {p99} ms over {len(lags):,} executions, {missing} never leased")
+    return Row(
+        "projection lag",
+        "redis",
+        f"{LAG_RATE} events/s",
+        len(lags),
+        round(run.produce_seconds, 3),
+        rate(len(run.committed), run.produce_seconds),
+        round(percentile(lags, 0.50) * 1000, 2),
+        p99,
+        round(lags[-1] * 1000, 2) if lags else None,
+        f"p99 <= {TARGET_LAG_P99_MS:g} ms",
+        p99 <= TARGET_LAG_P99_MS and missing == 0 and bool(lags),
+        f"{missing} never leased" if missing else "every save leased",
+    )
+
+
+# ---- 3. rebuild from the checkpoint ----------------------------------------------------
+
+
+def checkpoint_rows(count: int) -> Iterator[tuple[object, ...]]:
+    """Rows as ``checkpoint._row`` writes them, over both queues and every priority."""
+    now_ms = to_ms(datetime.now(UTC))
+    specs = [work_spec(i) for i in range(16)]
+    states = [state for state, share in CHECKPOINT_MIX for _ in range(share)]
+    for index in range(count):
+        state = states[index % len(states)]
+        lease_id = None
+        if state == "pending":
+            # One in ten is delayed; the rest became due over the last hour.
+            at_ms = now_ms + 600_000 if index % 10 == 9 else now_ms - index % 3_600_000
+            version, attempt = 1, 1
+        elif state == "leased":
+            at_ms, version, attempt, lease_id = now_ms + 300_000, 2, 1, str(uuid.uuid4())
+        else:
+            at_ms, version, attempt = now_ms - 60_000, 9, 4
+        yield (
+            str(uuid.uuid4()),
+            QUEUES[index % 2],
+            index % 10,
+            version,
+            state,
+            at_ms,
+            attempt,
+            lease_id,
+            specs[index % len(specs)],
+        )
+
+
+def copy_rows(
+    cursor: psycopg.Cursor[tuple[object, ...]],
+    statement: sql.SQL | sql.Composed,
+    rows: Iterable[Sequence[object]],
+    progress: Progress,
+) -> int:
+    written = 0
+    with cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
+            written += 1
+            if written % COPY_PROGRESS_EVERY == 0:
+                progress(written)
+    progress(written)
+    return written
+
+
+def fill_checkpoint(url: str, count: int, position: int) -> None:
+    columns = sql.SQL(
+        "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec"
+    )
+    statement = sql.SQL("COPY jobledger_open_executions ({}) FROM STDIN").format(columns)
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        cursor.execute("TRUNCATE jobledger_open_executions")
+        copy_rows(cursor, statement, checkpoint_rows(count), Progress("checkpoint: COPY", count))
+        cursor.execute(
+            "INSERT INTO jobledger_positions (name, position) VALUES (%s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
+            (CHECKPOINT, position),
+        )
+        cursor.execute("ANALYZE jobledger_open_executions")
+
+
+def open_entries(backend: RedisQueue) -> int:
+    total = 0
+    for queue in backend.queues():
+        depths = backend.depths(queue, now=datetime.now(UTC))
+        total += depths.ready + depths.delayed + depths.leased + depths.dead
+    return total
+
+
+def measure_checkpoint(container: Container, client: redis.Redis, url: str, count: int) -> Row:
+    head = container.ledger.recorder.max_notification_id() or 0
+    fill_checkpoint(url, count, head)
+    backend = RedisQueue(client, prefix="bench-checkpoint")
+    projection = QueueProjection(
+        container.ledger, backend, store_id=container.store_id, checkpoint=container.checkpoint
+    )
+    label = f"rebuild checkpoint {count:,}"
+    begun = time.perf_counter()
+    report = projection.rebuild(progress=Progress(label, count))
+    seconds = time.perf_counter() - begun
+    found = open_entries(backend)
+    if report.items != count or found != count or report.position != head:
+        raise RuntimeError(
+            f"{label}: {count:,} rows, rebuild read {report.items:,}, Redis holds {found:,}"
+            f" (position {report.position}, head {head})"
+        )
+    log(f"{label}: {seconds:.2f}s = {count / seconds:,.0f} open executions/s")
+    client.flushall()
+    return Row(
+        "rebuild checkpoint",
+        "redis",
+        f"{count:,} open",
+        count,
+        round(seconds, 3),
+        rate(count, seconds),
+        target=f"<= {TARGET_REBUILD_S_PER_MILLION:g} s per 1M",
+        met=seconds * 1_000_000 / count <= TARGET_REBUILD_S_PER_MILLION,
+        note="Redis entries = rows",
+    )
+
+
+# ---- 4. full replay --------------------------------------------------------------------
+
+# (originator_version, topic, state) of one execution's history.
+History = list[tuple[int, str, bytes]]
+
+
+def template_history(ledger: Ledger, kind: str, index: int, now: datetime) -> History:
+    """A real execution's stored events; the replay reuses them under new ids."""
+    spec = ExecutionSpec(
+        handler=("reports.render", "mail.send", "http.webhook")[index % 3],
+        payload={"account": 1000 + index, "format": "pdf", "tags": ["nightly"] * (index % 4)},
+        queue=QUEUES[index % 2],
+        priority=index % 10,
+        retry=RetryPolicy(max_retries=0 if kind == "dead" else 3),
+    )
+    execution = Execution.enqueue(spec=spec, ready_at=now, trigger=Trigger.ADHOC)
+    if kind not in {"pending", "cancelled"}:
+        lease_id = uuid.uuid4()
+        execution.lease(worker_id="w-1", lease_id=lease_id, lease_expires_at=now + LEASE_TTL)
+        if kind == "retried":
+            execution.fail(lease_id=lease_id, error="upstream timed out", at=now, rand=0.5)
+            lease_id = uuid.uuid4()
+            execution.lease(worker_id="w-2", lease_id=lease_id, lease_expires_at=now + LEASE_TTL)
+        if kind in {"completed", "retried"}:
+            execution.complete(lease_id=lease_id, duration=timedelta(seconds=1.5), result={})
+        elif kind == "deferred":
+            execution.defer(lease_id=lease_id, reason="circuit open", ready_at=now)
+        elif kind == "dead":
+            execution.fail(lease_id=lease_id, error="bad payload", at=now)
+    elif kind == "cancelled":
+        execution.cancel(by="operator", reason="not needed")
+    stored = [ledger.mapper.to_stored_event(e) for e in execution.collect_events()]
+    return [(e.originator_version, e.topic, e.state) for e in stored]
+
+
+def replay_plan(ledger: Ledger) -> list[History]:
+    """One history per execution slot of REPLAY_MIX, cycled by the loader."""
+    now = datetime.now(UTC)
+    templates = {
+        kind: [template_history(ledger, kind, i, now) for i in range(TEMPLATES_PER_KIND)]
+        for kind, _ in REPLAY_MIX
+    }
+    slots = [kind for kind, share in REPLAY_MIX for _ in range(share)]
+    return [templates[slots[i % len(slots)]][i // len(slots)] for i in range(64 * len(slots))]
+
+
+def replay_events(plan: Sequence[History], total: int) -> Iterator[tuple[object, ...]]:
+    """``total`` events: a window of executions at a time, their histories interleaved
+    (every first event, then every second...), so histories span log pages."""
+    emitted = 0
+    for start in itertools.count(0, REPLAY_WINDOW):
+        window = [(uuid.uuid4(), plan[(start + i) % len(plan)]) for i in range(REPLAY_WINDOW)]
+        for stage in range(max(len(history) for _, history in window)):
+            for execution_id, history in window:
+                if stage < len(history):
+                    version, topic, state = history[stage]
+                    yield execution_id, version, topic, state
+                    emitted += 1
+                    if emitted == total:
+                        return
+
+
+def load_log(container: Container, url: str, total: int) -> None:
+    plan = replay_plan(container.ledger)
+    statement = sql.SQL(
+        "COPY jobledger_events (originator_id, originator_version, topic, state) FROM STDIN"
+    )
+    with psycopg.connect(url) as conn, conn.cursor() as cursor:
+        copy_rows(cursor, statement, replay_events(plan, total), Progress("log: COPY", total))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE jobledger_events")
+
+
+def log_counts(url: str) -> tuple[int, int]:
+    """(execution events, open executions) as the log says, counted in SQL."""
+    topics = sorted(EXECUTION_TOPICS)
+    closed = [t for t in topics if t.endswith(("Completed", "Cancelled"))]
+    enqueued = [t for t in topics if t.endswith("Enqueued")]
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*), count(*) FILTER (WHERE topic = ANY(%s))"
+            " - count(*) FILTER (WHERE topic = ANY(%s))"
+            " FROM jobledger_events WHERE topic = ANY(%s)",
+            (enqueued, closed, topics),
+        ).fetchone()
+    if row is None:
+        return 0, 0
+    return int(row[0]), int(row[1])
+
+
+def measure_replay(container: Container, client: redis.Redis, url: str, total: int) -> Row:
+    load_log(container, url, total)
+    events, open_count = log_counts(url)
+    backend = RedisQueue(client, prefix="bench-replay")
+    projection = QueueProjection(container.ledger, backend, store_id=container.store_id)
+    label = f"full replay {events:,} events"
+    head = container.ledger.recorder.max_notification_id() or 0
+    begun = time.perf_counter()
+    report = projection.rebuild(full=True, progress=Progress(label, head))
+    seconds = time.perf_counter() - begun
+    if report.events != events or report.items != open_count:
+        raise RuntimeError(
+            f"{label}: replayed {report.events:,} events into {report.items:,} entries;"
+            f" the log has {events:,} events and {open_count:,} open executions"
+        )
+    log(f"{label}: {seconds:.2f}s = {events / seconds:,.0f} events/s")
+    client.flushall()
+    return Row(
+        "full replay",
+        "redis",
+        f"{events:,} events",
+        events,
+        round(seconds, 3),
+        rate(events, seconds),
+        target=f">= {TARGET_REPLAY_EVENTS_PER_S:,.0f} events/s",
+        met=events / seconds >= TARGET_REPLAY_EVENTS_PER_S,
+        note=f"{open_count:,} open = log",
+    )
+
+
+# ---- services --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def throwaway_postgres(admin_url: str) -> Iterator[str]:
+    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
+    base, _, _ = admin_url.rpartition("/")
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        log(f"created database {name}")
+        try:
+            yield f"{base}/{name}"
+        finally:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            admin.execute(drop.format(sql.Identifier(name)))
+            log(f"dropped database {name}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for_ping(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + REDIS_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {process.returncode}")
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        try:
+            if client.ping():
+                return
+        except redis.ConnectionError:
+            time.sleep(0.05)
+        finally:
+            client.close()
+    raise RuntimeError(f"redis-server did not answer PING within {REDIS_START_TIMEOUT:g}s")
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server of our own on a free loopback port, persistence off."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (it must be on PATH)")
+    with tempfile.TemporaryDirectory(prefix="jobledger-bench-redis-") as folder:
+        port = free_port()
+        args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
+        args += ["--bind", "127.0.0.1", "--dir", folder, "--logfile", f"{folder}/redis.log"]
+        # Its own session: Ctrl-C reaches this script, which then stops the server.
+        process = subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            url = f"redis://127.0.0.1:{port}/0"
+            wait_for_ping(url, process)
+            log(f"started redis-server on port {port} (pid {process.pid})")
+            yield url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log("stopped redis-server")
+
+
+def versions(url: str, client: redis.Redis) -> str:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    info = client.info("server")
+    return f"PostgreSQL {row[0] if row else '?'}, Redis {info.get('redis_version', '?')}"
+
+
+# ---- the run ---------------------------------------------------------------------------
+
+
+def run_all(url: str, redis_url: str, size: Sizes) -> tuple[list[Row], str]:
+    migrate(load_settings({}, database_url=url), progress=log)
+    settings = load_settings(
+        {}, database_url=url, redis_url=redis_url, redis_prefix="bench-lag", log_level="warning"
+    )
+    configure_logging(settings)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        store = versions(url, client)
+        log(f"store: {store}; {os.cpu_count()} CPUs")
+        rows = lease_rows(client, size)
+        with bootstrap(settings) as container:
+            rows.append(measure_lag(container, size))
+            client.flushall()
+            rows += [measure_checkpoint(container, client, url, n) for n in size.checkpoint_counts]
+            rows.append(measure_replay(container, client, url, size.replay_events))
+    finally:
+        client.close()
+    return rows, store
+
+
+# ---- output ----------------------------------------------------------------------------
+
+COLUMNS = (
+    ("measure", "{:<18}"),
+    ("backend", "{:<7}"),
+    ("case", "{:<18}"),
+    ("count", "{:>9}"),
+    ("seconds", "{:>7}"),
+    ("per_s", "{:>10}"),
+    ("p50_ms", "{:>7}"),
+    ("p99_ms", "{:>7}"),
+    ("max_ms", "{:>7}"),
+    ("target", "{:<24}"),
+    ("met", "{:<3}"),
+    ("note", "{}"),
+)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    header = " ".join(fmt.format(name) for name, fmt in COLUMNS).rstrip()
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        values = asdict(row)
+        cells = [fmt.format(show(values[name])) for name, fmt in COLUMNS]
+        lines.append(" ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def show(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def write_json(rows: Sequence[Row], size: Sizes, *, quick: bool, store: str) -> Path:
+    path = RESULTS_DIR / f"queue{'-quick' if quick else ''}.json"
+    document = {
+        "benchmark": "queue",
+        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "store": store,
+        "quick": quick,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "sizes": asdict(size),
+        "lag_rate": LAG_RATE,
+        "log_load": "COPY into jobledger_events",
+        "rows": [asdict(row) for row in rows],
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--admin-url",
+        default=DEFAULT_ADMIN_URL,
+        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
+    )
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    size = sizes(quick=args.quick)
+    try:
+        with throwaway_postgres(args.admin_url) as url, private_redis() as redis_url:
+            rows, store = run_all(url, redis_url, size)
+    except KeyboardInterrupt:
+        log("interrupted; redis-server was stopped and the database dropped")
+        return 130
+    print(format_table(rows))
+    path = write_json(rows, size, quick=args.quick, store=store)
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

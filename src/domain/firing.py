@@ -1,0 +1,127 @@
+"""What a scheduler does with a due job at ``now``: pure rules, time as an argument.
+
+Occurrences at or before ``now`` are due. Those later than the misfire grace are late
+(the scheduler was down or behind): the job's misfire policy decides which of them
+still fire; the rest are recorded as missed. Occurrences within the grace fire, unless
+the overlap policy says an earlier run is still open. Every decision becomes an event
+on the job, in the order of the occurrences, so the history says why a run did not
+happen.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from jobledger.domain.execution import Execution
+from jobledger.domain.job import Job, MissReason
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
+from jobledger.domain.schedules import MissedFires, fires_between, plan_catch_up
+
+DEFAULT_GRACE = timedelta(seconds=60)
+DEFAULT_SCAN_LIMIT = 1000
+
+
+@dataclass(frozen=True)
+class Fire:
+    scheduled_for: datetime
+
+
+@dataclass(frozen=True)
+class Miss:
+    missed: MissedFires
+    reason: MissReason
+    policy: MisfirePolicy | OverlapPolicy
+
+
+@dataclass(frozen=True)
+class OpenRuns:
+    """The job's executions that are not finished yet (for the overlap policy)."""
+
+    pending: int = 0
+    running: int = 0
+
+
+def due_occurrences(job: Job, now: datetime, *, limit: int = DEFAULT_SCAN_LIMIT) -> list[datetime]:
+    """The job's occurrences from its next fire up to ``now``, at most ``limit``."""
+    first = job.next_fire_at
+    if first is None or first > now or job.paused or job.deleted:
+        return []
+    return [first, *fires_between(job.definition.schedule, first, now, limit=limit - 1)]
+
+
+def plan_due(
+    job: Job,
+    now: datetime,
+    *,
+    open_runs: OpenRuns = OpenRuns(),
+    grace: timedelta = DEFAULT_GRACE,
+    limit: int = DEFAULT_SCAN_LIMIT,
+) -> list[Fire | Miss]:
+    """The steps, in occurrence order, that bring the job up to ``now``."""
+    occurrences = due_occurrences(job, now, limit=limit)
+    late = [o for o in occurrences if now - o > grace]
+    steps = _late_steps(job, late)
+    pending, running = open_runs.pending, open_runs.running
+    for occurrence in occurrences[len(late) :]:
+        if _overlap_allows(job.definition.overlap, pending, running):
+            steps.append(Fire(occurrence))
+            pending += 1
+        else:
+            missed = MissedFires(first=occurrence, last=occurrence, count=1)
+            steps.append(Miss(missed, MissReason.OVERLAP, job.definition.overlap))
+    return _merge_misses(steps)
+
+
+def carry_out(
+    job: Job, steps: list[Fire | Miss], *, leader_epoch: int, at: datetime
+) -> list[Execution]:
+    """Record the steps on the job; the executions must be saved with it, atomically."""
+    executions: list[Execution] = []
+    for step in steps:
+        if isinstance(step, Fire):
+            executions.append(
+                job.fire(scheduled_for=step.scheduled_for, leader_epoch=leader_epoch, at=at)
+            )
+        else:
+            job.record_missed_fires(step.missed, policy=step.policy, reason=step.reason)
+    return executions
+
+
+def _late_steps(job: Job, late: list[datetime]) -> list[Fire | Miss]:
+    if not late:
+        return []
+    policy = job.definition.misfire
+    plan = plan_catch_up(late, policy=policy, cap=job.definition.catch_up_cap)
+    firing = set(plan.fire)
+    return [
+        Fire(o)
+        if o in firing
+        else Miss(MissedFires(first=o, last=o, count=1), MissReason.DOWNTIME, policy)
+        for o in late
+    ]
+
+
+def _overlap_allows(policy: OverlapPolicy, pending: int, running: int) -> bool:
+    match policy:
+        case OverlapPolicy.ALLOW:
+            return True
+        case OverlapPolicy.SKIP_IF_RUNNING:
+            return pending + running == 0
+        case OverlapPolicy.QUEUE_ONE:
+            return pending == 0
+
+
+def _merge_misses(steps: list[Fire | Miss]) -> list[Fire | Miss]:
+    """Neighbouring misses for the same reason become one event with a count."""
+    merged: list[Fire | Miss] = []
+    for step in steps:
+        last = merged[-1] if merged else None
+        if isinstance(step, Miss) and isinstance(last, Miss) and last.reason == step.reason:
+            run = MissedFires(
+                first=last.missed.first,
+                last=step.missed.last,
+                count=last.missed.count + step.missed.count,
+            )
+            merged[-1] = Miss(run, step.reason, step.policy)
+        else:
+            merged.append(step)
+    return merged

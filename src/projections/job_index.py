@@ -1,0 +1,105 @@
+"""The job schedule index: each job's next fire, folded from job events.
+
+A SQL table beside the event store, updated exactly once per event (rows and position
+in one transaction). The scheduler asks it which jobs are due; the Job aggregate stays
+the authority, so a lagging index can only cause a wasted look, never a wrong fire.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from jobledger.domain.job import Job
+from jobledger.domain.ledger import Ledger
+from jobledger.projections.checkpoint import Database, to_ms
+from jobledger.projections.log import read_page
+
+POSITION = "job-schedule"
+JOB_TOPICS = tuple(
+    sorted(
+        getattr(Job, name).TOPIC
+        for name in (
+            "Scheduled",
+            "Updated",
+            "Paused",
+            "Resumed",
+            "Deleted",
+            "Fired",
+            "FiresMissed",
+            "Triggered",
+        )
+    )
+)
+_UPSERT = (
+    "INSERT INTO jobledger_job_schedule (job_id, next_fire_at_ms, version) VALUES (?, ?, ?) "
+    "ON CONFLICT (job_id) DO UPDATE SET next_fire_at_ms = excluded.next_fire_at_ms, "
+    "version = excluded.version WHERE excluded.version > jobledger_job_schedule.version"
+)
+_VERSION_ONLY = "UPDATE jobledger_job_schedule SET version = ? WHERE job_id = ? AND version < ?"
+_POSITION = (
+    "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
+    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
+)
+
+
+def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: ANN401 (any job event)
+    """(whether the event sets the next fire, and to what)."""
+    if isinstance(domain_event, Job.Paused | Job.Deleted):
+        return True, None
+    if isinstance(domain_event, Job.Triggered):
+        return False, None  # a manual run leaves the schedule as it was
+    return True, domain_event.next_fire_at
+
+
+class JobIndex:
+    """Reads and follows the job schedule table."""
+
+    def __init__(self, ledger: Ledger, database: Database, *, page_size: int = 2000) -> None:
+        self._ledger = ledger
+        self._database = database
+        self._page_size = page_size
+
+    def catch_up(self) -> int:
+        """Apply every job event not yet in the index; returns how many were applied."""
+        applied = 0
+        while True:
+            position = self.position()
+            page = read_page(
+                self._ledger.recorder, position, limit=self._page_size, topics=JOB_TOPICS
+            )
+            if page.position == position:
+                return applied
+            events = [self._ledger.mapper.to_domain_event(n) for n in page.notifications]
+            self._commit(events, page.position)
+            applied += len(events)
+
+    def due(self, now: datetime, *, limit: int) -> list[UUID]:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(
+                "SELECT job_id FROM jobledger_job_schedule WHERE next_fire_at_ms <= ? "
+                "ORDER BY next_fire_at_ms LIMIT ?",
+                (to_ms(now), limit),
+            )
+            rows = cursor.fetchmany(limit)
+        return [UUID(row[0]) for row in rows]
+
+    def position(self) -> int:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute("SELECT position FROM jobledger_positions WHERE name = ?", (POSITION,))
+            row = cursor.fetchone()
+        return 0 if row is None else int(row[0])
+
+    def _commit(self, events: Sequence[Any], position: int) -> None:
+        upserts: list[tuple[Any, ...]] = []
+        for domain_event in events:
+            sets, next_fire = next_fire_of(domain_event)
+            if sets:
+                next_ms = None if next_fire is None else to_ms(next_fire)
+                upserts.append(
+                    (str(domain_event.originator_id), next_ms, domain_event.originator_version)
+                )
+        with self._database.transaction() as cursor:
+            if upserts:
+                cursor.executemany(_UPSERT, upserts)
+            cursor.execute(_POSITION, (POSITION, position))
