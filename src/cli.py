@@ -7,20 +7,25 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import redis
 
 from jobledger.domain.errors import DomainError
+from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.errors import RuntimeLayerError
+from jobledger.runtime.errors import RuntimeLayerError, SettingsError
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.progress import ProgressBar
+from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings
 from jobledger.runtime.store import migrate
 
 EXIT_USER_ERROR = 2
+MAX_PREVIEW = 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,6 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("status", help="show the event store and its position")
     commands.add_parser("config", help="print the effective settings, secrets masked")
     commands.add_parser("projector", help="follow the log into the queue until stopped")
+    scheduler = commands.add_parser("scheduler", help="elect a leader and fire due jobs")
+    scheduler.add_argument(
+        "--with-projector", action="store_true", help="also run the projector in this process"
+    )
+    schedule = commands.add_parser("schedule", help="check a schedule before saving it")
+    schedule_commands = schedule.add_subparsers(
+        dest="schedule_command", required=True, metavar="ACTION"
+    )
+    preview = schedule_commands.add_parser("preview", help="print the next fire times")
+    preview.add_argument("cron", help='a 5-field cron, e.g. "30 2 * * *"')
+    preview.add_argument("--tz", default="UTC", help="an IANA time zone (default UTC)")
+    preview.add_argument("--count", type=int, default=10, help="how many fires (default 10)")
+    preview.add_argument("--from", dest="start", help="start after this ISO time (default now)")
     queue = commands.add_parser("queue", help="the work queue (a projection of the log)")
     queue_commands = queue.add_subparsers(dest="queue_command", required=True, metavar="ACTION")
     rebuild = queue_commands.add_parser("rebuild", help="rebuild the queue from the log")
@@ -73,15 +91,25 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if command == "config":
         _print_json(settings.masked())
         return 0
+    if command == "schedule":
+        return _preview(args)
     with bootstrap(settings) as container:
-        if command == "status":
-            _print_json(container.ledger.describe())
-            return 0
-        if command == "projector":
-            return _run_projector(container)
-        if args.queue_command == "rebuild":
-            return _rebuild_queue(container, full=args.full)
-        return _verify_queue(container)
+        return _run_with(args, container)
+
+
+def _run_with(args: argparse.Namespace, container: Container) -> int:
+    """The commands that need the wired objects of a running jobledger."""
+    command: str = args.command
+    if command == "status":
+        _print_json(container.ledger.describe())
+        return 0
+    if command == "projector":
+        return _run_projector(container)
+    if command == "scheduler":
+        return _run_scheduler(container, with_projector=args.with_projector)
+    if args.queue_command == "rebuild":
+        return _rebuild_queue(container, full=args.full)
+    return _verify_queue(container)
 
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:
@@ -107,15 +135,59 @@ def _verify_queue(container: Container) -> int:
     return 0
 
 
-def _run_projector(container: Container) -> int:
+def _stop_on_signals() -> threading.Event:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _run_projector(container: Container) -> int:
+    stop = _stop_on_signals()
     projector = container.projector()
     projector.start()
     stop.wait()
     projector.stop()
     return 0
+
+
+def _run_scheduler(container: Container, *, with_projector: bool) -> int:
+    stop = _stop_on_signals()
+    projector = container.projector() if with_projector else None
+    if projector is not None:
+        projector.start()
+    SchedulerService(container.scheduler()).run_until(stop)
+    if projector is not None:
+        projector.stop()
+    return 0
+
+
+def _preview(args: argparse.Namespace) -> int:
+    schedule = CronSchedule(args.cron, args.tz)
+    validate_schedule(schedule)
+    if not 1 <= args.count <= MAX_PREVIEW:
+        print(f"jobledger: --count must be 1 to {MAX_PREVIEW}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    start = _parse_start(args.start)
+    zone = ZoneInfo(args.tz)
+    for fire in fires_between(schedule, start, start + timedelta(days=3660), limit=args.count):
+        local = fire.astimezone(zone)
+        print(f"{local:%Y-%m-%d %H:%M %Z} ({local:%z})  {fire:%Y-%m-%d %H:%M} UTC")
+    return 0
+
+
+def _parse_start(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(tz=UTC)
+    try:
+        start = datetime.fromisoformat(text)
+    except ValueError:
+        raise SettingsError(
+            f"--from: {text!r} is not an ISO time; use e.g. 2026-03-07T00:00Z"
+        ) from None
+    if start.tzinfo is None:
+        raise SettingsError("--from: give a time zone, e.g. 2026-03-07T00:00-05:00 or ...Z")
+    return start
 
 
 def _print_json(value: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The composition root: settings in, wired objects out. Nothing else builds them."""
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Self
 
 import redis
@@ -13,7 +14,12 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
-from jobledger.runtime.leader import Leadership, LocalLeadership, RedisLeadership
+from jobledger.runtime.leader import (
+    Leadership,
+    LeaderTiming,
+    LocalLeadership,
+    RedisLeadership,
+)
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
@@ -40,12 +46,24 @@ class Container:
         """Redis election when Redis is configured; the embedded mode always leads."""
         if self._redis is None:
             return LocalLeadership()
-        return RedisLeadership(self._redis, Keys(self.settings.redis_prefix))
+        settings = self.settings
+        timing = LeaderTiming(
+            ttl=settings.leader_ttl_ms / 1000,
+            renew_every=settings.leader_renew_ms / 1000,
+            poll=settings.leader_poll_ms / 1000,
+        )
+        return RedisLeadership(self._redis, Keys(settings.redis_prefix), timing=timing)
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(
+            grace=timedelta(seconds=self.settings.misfire_grace_seconds),
+            tick_interval=self.settings.scheduler_tick_ms / 1000,
+        )
 
     def scheduler(
         self,
         leadership: Leadership | None = None,
-        config: SchedulerConfig = SchedulerConfig(),  # noqa: B008 (frozen)
+        config: SchedulerConfig | None = None,
     ) -> Scheduler:
         return Scheduler(
             self.ledger,
@@ -54,7 +72,7 @@ class Container:
             leadership or self.leadership(),
             queue=self.queue,
             checkpoint=self.checkpoint,
-            config=config,
+            config=config or self.scheduler_config(),
         )
 
     def projector(self) -> Projector:

@@ -19,7 +19,7 @@ import structlog
 
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.firing import Fire, OpenRuns, carry_out, plan_due
+from jobledger.domain.firing import Miss, OpenRuns, carry_out, plan_due
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import OverlapPolicy
@@ -120,7 +120,8 @@ class Scheduler:
             return None
         executions = carry_out(job, steps, leader_epoch=self.leadership.epoch, at=now)
         future = self.writer.submit(job, *executions)
-        return future, job, len(executions), sum(1 for s in steps if not isinstance(s, Fire))
+        missed = sum(step.missed.count for step in steps if isinstance(step, Miss))
+        return future, job, len(executions), missed
 
     def _settle(
         self, future: Future[None], job: Job, fired: int, missed: int, report: TickReport

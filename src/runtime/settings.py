@@ -28,6 +28,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     writer_max_delay_ms: float = 5.0
     projection_page_size: int = 2000
     projection_poll_ms: float = 500.0
+    leader_ttl_ms: int = 3000
+    leader_renew_ms: int = 1000
+    leader_poll_ms: int = 500
+    scheduler_tick_ms: int = 50
+    misfire_grace_seconds: float = 60.0
     max_payload_bytes: int = 64 * 1024
     min_interval_seconds: float = 60.0
     log_level: str = "info"
@@ -87,6 +92,11 @@ def _explain(error: msgspec.ValidationError) -> str:
 
 def _check(settings: Settings) -> None:
     _check_urls(settings)
+    if not 0 < settings.leader_renew_ms < settings.leader_ttl_ms:
+        raise SettingsError(
+            f"{PREFIX}LEADER_RENEW_MS: renew more often than the ttl "
+            f"({settings.leader_ttl_ms} ms), e.g. every third of it"
+        )
     for field, valid, fix in _RULES:
         if not valid(getattr(settings, field)):
             raise SettingsError(f"{PREFIX}{field.upper()}: {fix}")
@@ -99,6 +109,10 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("projection_page_size", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 events"),
     ("projection_poll_ms", lambda v: v > 0, "use a positive number of milliseconds"),
     ("database_pool_size", lambda v: v >= 1, "use 1 or more"),
+    ("leader_ttl_ms", lambda v: v >= 100, "use 100 ms or more (default 3000)"),  # noqa: PLR2004
+    ("leader_poll_ms", lambda v: v >= 10, "use 10 ms or more (default 500)"),  # noqa: PLR2004
+    ("scheduler_tick_ms", lambda v: v >= 1, "use 1 ms or more (default 50)"),
+    ("misfire_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
     ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
     (

@@ -1,0 +1,229 @@
+"""The scheduler on PostgreSQL and Redis, with injected clocks."""
+
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+import redis
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.execution import Execution
+from jobledger.domain.job import Job
+from jobledger.domain.policies import MisfirePolicy
+from jobledger.domain.schedules import CronSchedule
+from jobledger.projections.redis_keys import Keys
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.leader import LeaderTiming, RedisLeadership
+from jobledger.runtime.settings import load_settings
+
+T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+class ForcedLeadership:
+    """A scheduler that believes it leads, whatever Redis says (split brain)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def tick(self) -> None:
+        return None
+
+    def is_leader(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+@pytest.fixture
+def containers(postgres_url: str, redis_server: str) -> Iterator[list[Container]]:
+    prefix = f"s{uuid.uuid4().hex[:8]}"
+    settings = load_settings(
+        {}, database_url=postgres_url, redis_url=redis_server, redis_prefix=prefix
+    )
+    with bootstrap(settings) as first, bootstrap(settings) as second:
+        yield [first, second]
+
+
+def cron_job(container: Container, cron: str, *, zone: str = "UTC", **extra: Any) -> Job:
+    definition = JobDefinition(
+        name=f"job {uuid.uuid4().hex[:6]}",
+        spec=ExecutionSpec(handler="test.echo"),
+        schedule=CronSchedule(cron, zone),
+        **extra,
+    )
+    return container.ledger.schedule_job(definition, at=T0 - timedelta(seconds=30), by="test")
+
+
+def fired(container: Container) -> list[tuple[uuid.UUID, datetime]]:
+    """(job id, scheduled_for) of every JobFired in the log."""
+    notifications = container.ledger.recorder.select_notifications(
+        start=1, limit=1_000_000, topics=[Job.Fired.TOPIC]
+    )
+    events = [container.ledger.mapper.to_domain_event(n) for n in notifications]
+    return [(e.originator_id, vars(e)["scheduled_for"]) for e in events]
+
+
+def enqueued(container: Container) -> list[Any]:
+    notifications = container.ledger.recorder.select_notifications(
+        start=1, limit=1_000_000, topics=[Execution.Enqueued.TOPIC]
+    )
+    return [container.ledger.mapper.to_domain_event(n) for n in notifications]
+
+
+def test_split_brain_fires_each_occurrence_once(containers: list[Container]) -> None:
+    """If two schedulers both act as leader for many ticks over 200 cron jobs, then every
+    (job, scheduled_for) fires exactly once and the rejected duplicates are counted."""
+    jobs = [cron_job(containers[0], "* * * * *") for _ in range(200)]
+    schedulers = [c.scheduler(ForcedLeadership(epoch=i + 1)) for i, c in enumerate(containers)]
+    for minute in range(8):
+        now = T0 + timedelta(minutes=minute, seconds=1)
+        barrier = threading.Barrier(2)
+
+        def tick(index: int, now: datetime = now, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            schedulers[index].tick(now)
+
+        threads = [threading.Thread(target=tick, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    fires = fired(containers[0])
+    counts = Counter(fires)
+    assert len(counts) == 200 * 8
+    assert set(counts.values()) == {1}
+    expected = {(j.id, T0 + timedelta(minutes=m)) for j in jobs for m in range(8)}
+    assert set(counts) == expected
+    assert sum(s.stats.fired for s in schedulers) == 200 * 8
+    assert sum(s.stats.conflicts for s in schedulers) > 0
+    executions = enqueued(containers[0])
+    assert len(executions) == 200 * 8
+    assert all(e.ready_at >= e.scheduled_for for e in executions)
+
+
+@pytest.mark.parametrize(
+    ("policy", "fires", "missed"),
+    [
+        (MisfirePolicy.SKIP, 1, 10),
+        (MisfirePolicy.FIRE_ONCE, 2, 9),
+        (MisfirePolicy.FIRE_ALL, 4, 7),
+    ],
+)
+def test_downtime_follows_the_misfire_policy(
+    containers: list[Container], policy: MisfirePolicy, fires: int, missed: int
+) -> None:
+    """If the scheduler was down 10 minutes, then a */1 job fires and records misses
+    exactly as its misfire policy says (cap 3 for fire_all)."""
+    job = cron_job(containers[0], "*/1 * * * *", misfire=policy, catch_up_cap=3)
+    scheduler = containers[0].scheduler(ForcedLeadership(epoch=1))
+    report = scheduler.tick(T0 + timedelta(minutes=10, seconds=30))
+    assert (report.fired, report.missed) == (fires, missed)
+    history = list(containers[0].ledger.history(job.id))
+    recorded = sum(vars(e)["count"] for e in history if isinstance(e, Job.FiresMissed))
+    assert recorded == missed
+    assert sum(1 for e in history if isinstance(e, Job.Fired)) == fires
+    assert containers[0].ledger.get_job(job.id).next_fire_at == T0 + timedelta(minutes=11)
+
+
+def local_days(fires: list[tuple[uuid.UUID, datetime]], job: Job) -> Counter[str]:
+    return Counter(str(at.astimezone(NEW_YORK).date()) for job_id, at in fires if job_id == job.id)
+
+
+@pytest.mark.parametrize("day", ["2026-03-08", "2026-11-01"])
+def test_dst_days_in_new_york(containers: list[Container], day: str) -> None:
+    """If a 02:30 daily job and an hourly job run across a DST change in New York, then
+    the daily one fires once per local day and the hourly one 23 or 25 times that day."""
+    start = datetime.fromisoformat(day).replace(tzinfo=NEW_YORK) - timedelta(days=1)
+    container = containers[0]
+    at = start.astimezone(UTC) - timedelta(seconds=1)
+    daily = container.ledger.schedule_job(
+        JobDefinition(
+            name="daily",
+            spec=ExecutionSpec(handler="test.echo"),
+            schedule=CronSchedule("30 2 * * *", "America/New_York"),
+        ),
+        at=at,
+        by="t",
+    )
+    hourly = container.ledger.schedule_job(
+        JobDefinition(
+            name="hourly",
+            spec=ExecutionSpec(handler="test.echo"),
+            schedule=CronSchedule("0 * * * *", "America/New_York"),
+        ),
+        at=at,
+        by="t",
+    )
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    now = start.astimezone(UTC)
+    while now < start.astimezone(UTC) + timedelta(days=3):
+        scheduler.tick(now)
+        now += timedelta(minutes=5)
+    fires = fired(container)
+    assert scheduler.stats.missed == 0
+    daily_days = local_days(fires, daily)
+    assert set(daily_days.values()) == {1}
+    assert len(daily_days) == 3
+    expected_hours = 23 if day.startswith("2026-03") else 25
+    assert local_days(fires, hourly)[day] == expected_hours
+
+
+def test_leadership_moves_on_when_the_leader_stops_renewing(redis_server: str) -> None:
+    """If the leader stops renewing, then it stops acting at its own deadline, a standby
+    takes over with a higher epoch, and the old leader cannot renew the new lock."""
+    client = redis.Redis.from_url(redis_server)
+    keys = Keys(f"l{uuid.uuid4().hex[:8]}")
+    timing = LeaderTiming(ttl=0.4, renew_every=0.1, poll=0.05)
+    clock = {"a": 0.0, "b": 0.0}
+    a = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["a"], name="a")
+    b = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["b"], name="b")
+    a.tick()
+    b.tick()
+    assert a.is_leader()
+    assert not b.is_leader()
+    first_epoch = a.epoch
+    clock["a"] += 0.5  # a is paused past its ttl without renewing
+    assert not a.is_leader()
+    time.sleep(0.45)  # the lock expires in Redis too
+    clock["b"] += 0.5
+    b.tick()
+    assert b.is_leader()
+    assert b.epoch > first_epoch
+    a.tick()  # a wakes up and tries to renew: the lock is b's now
+    assert not a.is_leader()
+    b.release()
+    assert client.get(keys.leader) is None
+    clock["a"] += 1
+    a.tick()
+    assert a.is_leader()
+    assert a.epoch > b.epoch
+    client.close()
+
+
+def test_only_the_elected_scheduler_fires(containers: list[Container]) -> None:
+    """If two schedulers run with real election, then only the leader fires, and the
+    other does nothing."""
+    for _ in range(5):
+        cron_job(containers[0], "* * * * *")
+    schedulers = [c.scheduler() for c in containers]
+    for scheduler in schedulers:
+        scheduler.leadership.tick()
+    leaders = [s for s in schedulers if s.leadership.is_leader()]
+    assert len(leaders) == 1
+    reports = [s.tick(T0 + timedelta(seconds=5)) for s in schedulers]
+    assert sorted(r.acted for r in reports) == [False, True]
+    assert sum(r.fired for r in reports) == 5
+    per_job: defaultdict[uuid.UUID, int] = defaultdict(int)
+    for job_id, _ in fired(containers[0]):
+        per_job[job_id] += 1
+    assert set(per_job.values()) == {1}
+    for scheduler in schedulers:
+        scheduler.leadership.release()
