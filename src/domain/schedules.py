@@ -12,10 +12,22 @@ Daylight-saving policy. A cron is evaluated in the job's zone on local wall-cloc
    2026-03-08 03:00 EDT (07:00 UTC) in America/New_York. Several skipped wall times
    collapse into that one fire, and a wall time equal to the first time after the
    gap (03:00 in the example) also collapses into it: one fire, not two.
-2. A wall-clock time that occurs twice (the hour repeated at fall-back) fires once,
-   at its first occurrence (fold=0). During the second pass through the repeated
-   hour nothing fires for wall times already passed.
+2. A wall-clock time that occurs twice (the hour repeated at fall-back):
+
+   a. for a cron whose hour field is fixed (does not start with ``*``: e.g.
+      ``30 1 * * *``, ``0 1,13 * * *``, ``0 1-3 * * *``, and the nicknames @daily,
+      @midnight, @weekly, @monthly, @yearly and @annually), fires once, at its first
+      occurrence (fold=0);
+   b. for a cron whose hour field starts with ``*`` (``*``, ``*/2``, ...; and the
+      nickname @hourly, which is ``0 * * * *``), fires in both passes: at the first
+      occurrence (fold=0) and again at the second (fold=1), because such a job is
+      about elapsed time. So ``0 * * * *`` in America/New_York fires 25 times on
+      local 2026-11-01, and ``*/15 * * * *`` fires every 15 real minutes straight
+      through the change (01:00, 01:15, 01:30, 01:45 EDT, then 01:00, 01:15, 01:30,
+      01:45 EST, then 02:00 EST).
 3. Otherwise a fire is at the instant of the matching wall time.
+
+Rules 1 and 3 hold for both kinds of cron.
 
 So the fires of a cron are strictly increasing instants at least a minute apart.
 
@@ -27,6 +39,7 @@ and random (``R``) fields are not: a schedule must give the same fires every tim
 it is evaluated.
 """
 
+import heapq
 import itertools
 import math
 import re
@@ -73,8 +86,13 @@ _NICKNAMES: Final = frozenset(
 _FIELD: Final = re.compile(r"\S+", re.ASCII)
 _CRON_FIX: Final = "write 5 fields (minute hour day month weekday), e.g. '*/15 * * * *'"
 # Candidate wall times in a row that resolve to an instant already passed: the
-# minutes of a skipped or repeated stretch. A full day is the largest real one.
+# minutes of a skipped or repeated stretch, plus the rewind below. A full day is the
+# largest real stretch.
 _MAX_SKIPPED_CANDIDATES: Final = 4096
+# How far back a wildcard-hour cron starts reading wall times when a UTC-offset
+# change is near: longer than any repeated stretch (an hour, two in Antarctica/Troll),
+# so that second-pass fires of wall times before ``after``'s are not missed.
+_REWIND: Final = timedelta(hours=3)
 # The spacing check samples this many consecutive fires from each reference start.
 _SAMPLE_FIRES: Final = 50
 _REFERENCE_YEAR: Final = 2026
@@ -350,25 +368,90 @@ def _cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[da
     # Through UTC first: a datetime already in ``zone`` may name a wall time in a gap,
     # which astimezone(zone) would hand back unchanged rather than normalise.
     after = after.astimezone(UTC)
-    # Whole minutes: croniter returns the candidates strictly after its start, and a
-    # fire can only fall on a minute. Fold is dropped: naive times have no second pass.
-    wall = after.astimezone(zone).replace(tzinfo=None, fold=0, second=0, microsecond=0)
-    candidates = croniter(_cron_text(expression), wall, ret_type=datetime)
+    both_passes = _fires_in_both_passes(expression)
+    wall = _start_wall(after, zone, rewind=both_passes)
+    candidates = _wall_times(expression, wall)
     last = after
     skipped = 0
-    while skipped <= _MAX_SKIPPED_CANDIDATES:
+    for released in _released(candidates, zone, both_passes=both_passes):
+        skipped += 1
+        for instant in released:
+            if instant > last:
+                skipped = 0
+                last = instant
+                yield instant
+        if skipped > _MAX_SKIPPED_CANDIDATES:
+            raise ValueError(
+                f"cron {expression!r}: no progress after {wall.isoformat()} in {zone.key}"
+            )
+
+
+def _fires_in_both_passes(expression: str) -> bool:
+    """Whether the cron fires in the second pass of a repeated stretch: a wildcard hour."""
+    fields: list[str] = _FIELD.findall(expression)
+    if len(fields) == 1:
+        return fields[0].lower() == "@hourly"
+    return len(fields) > 1 and fields[1].startswith("*")
+
+
+def _start_wall(after: datetime, zone: ZoneInfo, *, rewind: bool) -> datetime:
+    """The naive wall time to read candidates from (they come strictly after it).
+
+    A cron that fires in both passes starts earlier when an offset change is near:
+    if ``after`` is in the first pass of a repeated stretch, the second-pass fires of
+    the wall times at or before its own are still to come.
+    """
+    start = after
+    if rewind:
+        earlier, later = after - _REWIND, after + _REWIND
+        if earlier.astimezone(zone).utcoffset() != later.astimezone(zone).utcoffset():
+            start = earlier
+    # Whole minutes: croniter returns the candidates strictly after its start, and a
+    # fire can only fall on a minute. Fold is dropped: naive times have no second pass.
+    return start.astimezone(zone).replace(tzinfo=None, fold=0, second=0, microsecond=0)
+
+
+def _wall_times(expression: str, start: datetime) -> Iterator[datetime]:
+    """The naive wall times after ``start`` that match the cron, ascending."""
+    candidates = croniter(_cron_text(expression), start, ret_type=datetime)
+    while True:
         try:
-            candidate = candidates.get_next(datetime)
+            yield candidates.get_next(datetime)
         except CroniterBadDateError:
             return
-        instant = _resolve(candidate, zone)
-        if instant > last:
-            skipped = 0
-            last = instant
-            yield instant
-        else:
-            skipped += 1
-    raise ValueError(f"cron {expression!r}: no progress after {wall.isoformat()} in {zone.key}")
+
+
+def _released(
+    walls: Iterator[datetime], zone: ZoneInfo, *, both_passes: bool
+) -> Iterator[list[datetime]]:
+    """For each candidate wall time, the instants now known to come before any later one.
+
+    A candidate resolves (rule 1 or 2a) to an instant no earlier than the resolution
+    of the candidates before it. Its second-pass instant (rule 2b) can come after
+    the first-pass instants of later candidates, so instants wait in a min-heap until
+    a candidate resolves at or after them. Ascending; may repeat an instant.
+    """
+    pending: list[datetime] = []
+    for wall in walls:
+        first = _resolve(wall, zone)
+        heapq.heappush(pending, first)
+        second = _second_pass(wall, zone) if both_passes else None
+        if second is not None:
+            heapq.heappush(pending, second)
+        released: list[datetime] = []
+        while pending and pending[0] <= first:
+            released.append(heapq.heappop(pending))
+        yield released
+    yield sorted(pending)
+
+
+def _second_pass(wall: datetime, zone: ZoneInfo) -> datetime | None:
+    """The second occurrence (fold=1) of a repeated wall time; None for any other."""
+    # fold=1 reads a repeated wall time with the offset after the change, a later
+    # instant; in a gap it reads an earlier one, and elsewhere the same one.
+    first = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    return second if second > first else None
 
 
 def _resolve(wall: datetime, zone: ZoneInfo) -> datetime:

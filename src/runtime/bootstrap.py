@@ -1,5 +1,7 @@
 """The composition root: settings in, wired objects out. Nothing else builds them."""
 
+import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Self
@@ -52,7 +54,13 @@ class Container:
             renew_every=settings.leader_renew_ms / 1000,
             poll=settings.leader_poll_ms / 1000,
         )
-        return RedisLeadership(self._redis, Keys(settings.redis_prefix), timing=timing)
+        # The pid in the token tells an operator (and the fault tests) which process leads.
+        return RedisLeadership(
+            self._redis,
+            Keys(settings.redis_prefix),
+            timing=timing,
+            name=f"{socket.gethostname()}-{os.getpid()}",
+        )
 
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(
