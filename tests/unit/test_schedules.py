@@ -81,6 +81,13 @@ def test_skipped_wall_time_fires_once_at_the_jump(
     [
         # New York falls back at 02:00 EDT (06:00 UTC) to 01:00 EST: 01:xx happens twice.
         (NEW_YORK, "30 1 * * *", (2026, 11, 1), [utc(2026, 11, 1, 5, 30)]),
+        # A fixed hour range: 01:00 EDT once, then 02:00 and 03:00 EST.
+        (
+            NEW_YORK,
+            "0 1-3 * * *",
+            (2026, 11, 1),
+            [utc(2026, 11, 1, 5), utc(2026, 11, 1, 7), utc(2026, 11, 1, 8)],
+        ),
         # Berlin falls back at 03:00 CEST (01:00 UTC) to 02:00 CET: 02:xx happens twice.
         (BERLIN, "30 2 * * *", (2026, 10, 25), [utc(2026, 10, 25, 0, 30)]),
         # Lord Howe falls back by half an hour, 02:00 (+11) to 01:30 (+10:30).
@@ -90,7 +97,7 @@ def test_skipped_wall_time_fires_once_at_the_jump(
 def test_repeated_wall_time_fires_once_at_its_first_occurrence(
     zone: ZoneInfo, expression: str, day: tuple[int, int, int], expected: list[datetime]
 ) -> None:
-    """If the wall time happens twice that day, then the cron fires once, the first time."""
+    """If a fixed-hour cron's wall time happens twice, then it fires once, the first time."""
     after, until = local_day(zone, *day)
     schedule = CronSchedule(expression, zone.key)
     assert fires_between(schedule, after, until, limit=10) == expected
@@ -111,7 +118,7 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence(
                 utc(2026, 3, 8, 7, 30),
             ],
         ),
-        # New York fall back: 01:00-01:45 EDT, nothing in the second pass, 02:00 EST.
+        # New York fall back: 01:00-01:45 EDT, again 01:00-01:45 EST, then 02:00 EST.
         (
             NEW_YORK,
             utc(2026, 11, 1, 4, 30),
@@ -122,6 +129,10 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence(
                 utc(2026, 11, 1, 5, 15),
                 utc(2026, 11, 1, 5, 30),
                 utc(2026, 11, 1, 5, 45),
+                utc(2026, 11, 1, 6),
+                utc(2026, 11, 1, 6, 15),
+                utc(2026, 11, 1, 6, 30),
+                utc(2026, 11, 1, 6, 45),
                 utc(2026, 11, 1, 7),
                 utc(2026, 11, 1, 7, 15),
                 utc(2026, 11, 1, 7, 30),
@@ -139,7 +150,21 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence(
                 utc(2026, 3, 29, 1, 30),
             ],
         ),
-        # Berlin fall back: 02:00-02:45 CEST, nothing in the second pass, 03:00 CET.
+        # Lord Howe fall back by half an hour: 01:30 and 01:45 at +11, again at +10:30.
+        (
+            LORD_HOWE,
+            utc(2026, 4, 4, 14),
+            utc(2026, 4, 4, 15, 30),
+            [
+                utc(2026, 4, 4, 14, 15),
+                utc(2026, 4, 4, 14, 30),
+                utc(2026, 4, 4, 14, 45),
+                utc(2026, 4, 4, 15),
+                utc(2026, 4, 4, 15, 15),
+                utc(2026, 4, 4, 15, 30),
+            ],
+        ),
+        # Berlin fall back: 02:00-02:45 CEST, again 02:00-02:45 CET, then 03:00 CET.
         (
             BERLIN,
             utc(2026, 10, 24, 23, 30),
@@ -150,6 +175,10 @@ def test_repeated_wall_time_fires_once_at_its_first_occurrence(
                 utc(2026, 10, 25, 0, 15),
                 utc(2026, 10, 25, 0, 30),
                 utc(2026, 10, 25, 0, 45),
+                utc(2026, 10, 25, 1),
+                utc(2026, 10, 25, 1, 15),
+                utc(2026, 10, 25, 1, 30),
+                utc(2026, 10, 25, 1, 45),
                 utc(2026, 10, 25, 2),
                 utc(2026, 10, 25, 2, 15),
                 utc(2026, 10, 25, 2, 30),
@@ -168,12 +197,20 @@ def test_quarter_hourly_cron_across_transitions(
 @pytest.mark.parametrize(
     ("zone", "after", "until", "expected"),
     [
+        # 00:00 EDT, 01:00 EDT, 01:00 EST, 02:00 EST, 03:00 EST.
         (
             NEW_YORK,
             utc(2026, 11, 1, 3, 30),
             utc(2026, 11, 1, 8, 30),
-            [utc(2026, 11, 1, 4), utc(2026, 11, 1, 5), utc(2026, 11, 1, 7), utc(2026, 11, 1, 8)],
+            [
+                utc(2026, 11, 1, 4),
+                utc(2026, 11, 1, 5),
+                utc(2026, 11, 1, 6),
+                utc(2026, 11, 1, 7),
+                utc(2026, 11, 1, 8),
+            ],
         ),
+        # 01:00 CEST, 02:00 CEST, 02:00 CET, 03:00 CET, 04:00 CET.
         (
             BERLIN,
             utc(2026, 10, 24, 22, 30),
@@ -181,40 +218,86 @@ def test_quarter_hourly_cron_across_transitions(
             [
                 utc(2026, 10, 24, 23),
                 utc(2026, 10, 25, 0),
+                utc(2026, 10, 25, 1),
                 utc(2026, 10, 25, 2),
                 utc(2026, 10, 25, 3),
             ],
         ),
     ],
 )
-def test_hourly_cron_does_not_repeat_a_wall_time_at_fall_back(
+def test_hourly_cron_fires_in_both_passes_of_a_repeated_hour(
     zone: ZoneInfo, after: datetime, until: datetime, expected: list[datetime]
 ) -> None:
-    """If an hourly cron runs through a repeated hour, then no wall time fires twice."""
+    """If an hourly cron runs through a repeated hour, then it fires every real hour."""
     fires = fires_between(CronSchedule("0 * * * *", zone.key), after, until, limit=100)
     assert fires == expected
-    walls = [fire.astimezone(zone).replace(tzinfo=None) for fire in fires]
-    assert len(set(walls)) == len(walls)
 
 
 @pytest.mark.parametrize(
-    ("zone", "at", "expected"),
+    ("zone", "expression", "day", "count"),
     [
-        # 01:20 EST, the second pass: 01:30 and 01:45 already fired (as EDT).
-        (NEW_YORK, utc(2026, 11, 1, 6, 20), utc(2026, 11, 1, 7)),
-        # 02:20 CET, the second pass: 02:30 and 02:45 already fired (as CEST).
-        (BERLIN, utc(2026, 10, 25, 1, 20), utc(2026, 10, 25, 2)),
+        (NEW_YORK, "0 * * * *", (2026, 11, 1), 25),
+        (NEW_YORK, "@hourly", (2026, 11, 1), 25),
+        (NEW_YORK, "0 * * * *", (2026, 3, 8), 23),
+        (BERLIN, "0 * * * *", (2026, 10, 25), 25),
+        (BERLIN, "0 * * * *", (2026, 3, 29), 23),
+        # Lord Howe repeats 01:30-01:59 and skips 02:00-02:29: a half-hour shift.
+        (LORD_HOWE, "30 * * * *", (2026, 4, 5), 25),
+        (LORD_HOWE, "0 * * * *", (2026, 4, 5), 24),
+        (LORD_HOWE, "0 * * * *", (2026, 10, 4), 24),
+        (NEW_YORK, "*/15 * * * *", (2026, 11, 1), 100),
+        (NEW_YORK, "0 1-3 * * *", (2026, 11, 1), 3),
+        (NEW_YORK, "@daily", (2026, 11, 1), 1),
+    ],
+)
+def test_fires_per_local_day_around_transitions(
+    zone: ZoneInfo, expression: str, day: tuple[int, int, int], count: int
+) -> None:
+    """If a cron runs through a DST day, then it fires that many times: every real hour
+    for a wildcard hour, once per wall time for a fixed hour."""
+    after, until = local_day(zone, *day)
+    fires = fires_between(CronSchedule(expression, zone.key), after, until, limit=200)
+    assert len(fires) == count
+    assert all(earlier < later for earlier, later in itertools.pairwise(fires))
+
+
+@pytest.mark.parametrize(
+    ("zone", "expression", "at", "expected"),
+    [
+        # Fixed hour, 01:20 EST, the second pass: 01:30 and 01:45 already fired (as EDT).
+        (NEW_YORK, "*/15 1,2 * * *", utc(2026, 11, 1, 6, 20), utc(2026, 11, 1, 7)),
+        # Fixed hour, 02:20 CET, the second pass: 02:30 and 02:45 already fired (as CEST).
+        (BERLIN, "*/15 2,3 * * *", utc(2026, 10, 25, 1, 20), utc(2026, 10, 25, 2)),
+        # Wildcard hour, 01:20 EST, the second pass: 01:30 fires again, as EST.
+        (NEW_YORK, "*/15 * * * *", utc(2026, 11, 1, 6, 20), utc(2026, 11, 1, 6, 30)),
+        # Wildcard hour, 02:20 CET, the second pass: 02:30 fires again, as CET.
+        (BERLIN, "*/15 * * * *", utc(2026, 10, 25, 1, 20), utc(2026, 10, 25, 1, 30)),
+        # Wildcard hour, 01:50 EDT, the first pass: next is 01:00 EST, a wall time passed.
+        (NEW_YORK, "*/30 * * * *", utc(2026, 11, 1, 5, 50), utc(2026, 11, 1, 6)),
+        (NEW_YORK, "0 * * * *", utc(2026, 11, 1, 5, 59), utc(2026, 11, 1, 6)),
+        # Fixed hour, 01:50 EDT, the first pass: 01:00 and 01:30 do not fire again.
+        (NEW_YORK, "*/30 1,2 * * *", utc(2026, 11, 1, 5, 50), utc(2026, 11, 1, 7)),
+        # Lord Howe, 01:50 at +11, the first pass: next is 01:30 at +10:30.
+        (LORD_HOWE, "*/15 * * * *", utc(2026, 4, 4, 14, 50), utc(2026, 4, 4, 15)),
+        # At the last second-pass fire, 01:45 EST: next is 02:00 EST.
+        (NEW_YORK, "*/15 * * * *", utc(2026, 11, 1, 6, 45), utc(2026, 11, 1, 7)),
         # At the jump instant itself, 03:00 has collapsed into it: next is 03:15.
-        (NEW_YORK, utc(2026, 3, 8, 7), utc(2026, 3, 8, 7, 15)),
+        (NEW_YORK, "*/15 * * * *", utc(2026, 3, 8, 7), utc(2026, 3, 8, 7, 15)),
+        (NEW_YORK, "*/15 2,3 * * *", utc(2026, 3, 8, 7), utc(2026, 3, 8, 7, 15)),
         # One microsecond before the jump, the jump is next.
-        (NEW_YORK, utc(2026, 3, 8, 7) - timedelta(microseconds=1), utc(2026, 3, 8, 7)),
+        (
+            NEW_YORK,
+            "*/15 * * * *",
+            utc(2026, 3, 8, 7) - timedelta(microseconds=1),
+            utc(2026, 3, 8, 7),
+        ),
     ],
 )
 def test_next_fire_after_around_transitions(
-    zone: ZoneInfo, at: datetime, expected: datetime
+    zone: ZoneInfo, expression: str, at: datetime, expected: datetime
 ) -> None:
     """If asked from inside or at the edge of a transition, then the next fire follows policy."""
-    assert next_fire_after(CronSchedule("*/15 * * * *", zone.key), at) == expected
+    assert next_fire_after(CronSchedule(expression, zone.key), at) == expected
 
 
 def test_an_instant_written_as_a_skipped_wall_time_is_read_as_its_instant() -> None:
@@ -264,11 +347,15 @@ def test_fires_between_is_half_open() -> None:
 
 
 class Cron(msgspec.Struct, frozen=True):
-    """A generated cron and the minutes and hours it matches, as an independent oracle."""
+    """A generated cron and the minutes and hours it matches, as an independent oracle.
+
+    ``wildcard_hour`` says whether the hour field starts with ``*`` (rule 2b).
+    """
 
     expression: str
     minutes: frozenset[int]
     hours: frozenset[int]
+    wildcard_hour: bool = False
 
     def matches(self, wall: datetime) -> bool:
         return wall.minute in self.minutes and wall.hour in self.hours
@@ -297,7 +384,7 @@ def cron_field(draw: st.DrawFn, top: int) -> tuple[str, frozenset[int]]:
 def crons(draw: st.DrawFn) -> Cron:
     minute, minutes = draw(cron_field(59))
     hour, hours = draw(cron_field(23))
-    return Cron(f"{minute} {hour} * * *", minutes, hours)
+    return Cron(f"{minute} {hour} * * *", minutes, hours, wildcard_hour=hour.startswith("*"))
 
 
 instants = st.datetimes(
@@ -355,14 +442,16 @@ def is_jump(instant: datetime, zone: ZoneInfo) -> bool:
 def oracle_fires_at(instant: datetime, zone: ZoneInfo, cron: Cron) -> bool:
     """The DST policy restated minute by minute on UTC instants.
 
-    An instant fires if it is a first occurrence (fold 0) and one of the wall times
+    An instant that is a first occurrence (fold 0) fires if one of the wall times
     since the previous minute's wall time matches: normally just its own, but right
-    after a gap also every wall time the gap skipped.
+    after a gap also every wall time the gap skipped. An instant that is a second
+    occurrence (fold 1) fires only for a wildcard-hour cron, and only if its own wall
+    time matches.
     """
     local = instant.astimezone(zone)
-    if local.fold:
-        return False
     wall = local.replace(tzinfo=None)
+    if local.fold:
+        return cron.wildcard_hour and cron.matches(wall)
     candidate = (instant - MINUTE).astimezone(zone).replace(tzinfo=None) + MINUTE
     while candidate <= wall:
         if cron.matches(candidate):
@@ -387,9 +476,12 @@ def check_next_fire(cron: Cron, zone: ZoneInfo, at: datetime) -> None:
     assert fire > at
     assert fire.tzinfo is UTC
     local = fire.astimezone(zone)
-    assert local.fold == 0
+    assert local.fold == 0 or cron.wildcard_hour
     assert cron.matches(local) or is_jump(fire, zone)
-    event("fire at a jump instant" if is_jump(fire, zone) else "fire at a matching wall time")
+    if local.fold:
+        event("fire in the second pass of a repeated stretch")
+    else:
+        event("fire at a jump instant" if is_jump(fire, zone) else "fire at a matching wall time")
     assert fire == oracle_next(cron, zone, at)
     following = next_fire_after(schedule, fire)
     assert following is not None
