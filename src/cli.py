@@ -153,6 +153,8 @@ def _run_projector(container: Container) -> int:
 
 def _run_scheduler(container: Container, *, with_projector: bool) -> int:
     stop = _stop_on_signals()
+    if container.settings.metrics_port:
+        container.metrics.serve(container.settings.metrics_port)
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()

@@ -22,6 +22,7 @@ from jobledger.runtime.leader import (
     LocalLeadership,
     RedisLeadership,
 )
+from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
@@ -39,6 +40,7 @@ class Container:
     queue: QueueBackend
     checkpoint: Checkpoint
     store_id: str
+    metrics: Metrics
     _redis: redis.Redis | None = None
 
     def reader(self) -> LogReader:
@@ -81,6 +83,7 @@ class Container:
             queue=self.queue,
             checkpoint=self.checkpoint,
             config=config or self.scheduler_config(),
+            metrics=self.metrics,
         )
 
     def projector(self) -> Projector:
@@ -122,5 +125,6 @@ def bootstrap(settings: Settings) -> Container:
         queue=queue,
         checkpoint=Checkpoint(projection_database(settings)),
         store_id=read_store_id(settings),
+        metrics=Metrics(),
         _redis=client,
     )

@@ -19,7 +19,7 @@ import structlog
 
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.firing import Miss, OpenRuns, carry_out, plan_due
+from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import OverlapPolicy
@@ -28,6 +28,7 @@ from jobledger.projections.job_index import JobIndex
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
 from jobledger.projections.queue_projection import LogReader
 from jobledger.runtime.leader import Leadership
+from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
@@ -68,6 +69,13 @@ class SchedulerConfig:
     recover_interval: float = 1.0
 
 
+@dataclass(frozen=True)
+class _Submitted:
+    future: Future[None]
+    job_id: UUID
+    steps: list[Fire | Miss]
+
+
 class Scheduler:
     """Fires due jobs and recovers expired leases, while it leads."""
 
@@ -81,6 +89,7 @@ class Scheduler:
         queue: QueueBackend | None = None,
         checkpoint: Checkpoint | None = None,
         config: SchedulerConfig = SchedulerConfig(),
+        metrics: Metrics | None = None,
     ) -> None:
         self.ledger = ledger
         self.writer = writer
@@ -90,6 +99,7 @@ class Scheduler:
         self.checkpoint = checkpoint
         self.config = config
         self.stats = SchedulerStats()
+        self.metrics = metrics or Metrics()
         self._reader = LogReader(ledger)
 
     # ---- firing ---------------------------------------------------------------------
@@ -101,45 +111,59 @@ class Scheduler:
         self.stats.ticks += 1
         self.index.catch_up()
         report = TickReport()
-        pending: list[tuple[Future[None], Job, int, int]] = []
+        pending: list[_Submitted] = []
         for job_id in self.index.due(now, limit=self.config.batch):
             if not self.leadership.is_leader():
                 break  # lost the lead mid-tick: stop at once, the new leader goes on
             item = self._prepare(job_id, now)
             if item is not None:
                 pending.append(item)
-        for future, job, fired, missed in pending:
-            self._settle(future, job, fired, missed, report)
+        for submitted in pending:
+            self._settle(submitted, report)
         report.jobs = len(pending)
         return report
 
-    def _prepare(self, job_id: UUID, now: datetime) -> tuple[Future[None], Job, int, int] | None:
+    def _prepare(self, job_id: UUID, now: datetime) -> "_Submitted | None":
         job = self.ledger.get_job(job_id)
         steps = plan_due(job, now, open_runs=self._open_runs(job), grace=self.config.grace)
         if not steps:
             return None
         executions = carry_out(job, steps, leader_epoch=self.leadership.epoch, at=now)
-        future = self.writer.submit(job, *executions)
-        missed = sum(step.missed.count for step in steps if isinstance(step, Miss))
-        return future, job, len(executions), missed
+        return _Submitted(self.writer.submit(job, *executions), job.id, steps)
 
-    def _settle(
-        self, future: Future[None], job: Job, fired: int, missed: int, report: TickReport
-    ) -> None:
+    def _settle(self, submitted: "_Submitted", report: TickReport) -> None:
+        job_id = submitted.job_id
         try:
-            future.result()
+            submitted.future.result()
         except ConflictError:
             # Another scheduler fired first, or the job changed: its copy is stale.
             report.conflicts += 1
             self.stats.conflicts += 1
-            log.info("scheduler.fire_conflict", job_id=str(job.id))
+            self.metrics.fire_conflicts.inc()
+            log.info("scheduler.fire_conflict", job_id=str(job_id))
             return
+        fired, missed = self._observe(submitted.steps)
         report.fired += fired
         report.missed += missed
         self.stats.fired += fired
         self.stats.missed += missed
         if missed:
-            log.warning("scheduler.fires_missed", job_id=str(job.id), count=missed)
+            log.warning("scheduler.fires_missed", job_id=str(job_id), count=missed)
+
+    def _observe(self, steps: list[Fire | Miss]) -> tuple[int, int]:
+        """Count saved steps in the metrics; returns (fired, missed occurrences)."""
+        saved_at = utc_now()
+        fired = missed = 0
+        for step in steps:
+            if isinstance(step, Fire):
+                fired += 1
+                self.metrics.fires.inc()
+                lateness = (saved_at - step.scheduled_for).total_seconds()
+                self.metrics.fire_lateness.observe(max(lateness, 0.0))
+            else:
+                missed += step.missed.count
+                self.metrics.fires_missed.labels(reason=step.reason).inc(step.missed.count)
+        return fired, missed
 
     def _open_runs(self, job: Job) -> OpenRuns:
         if self.checkpoint is None or job.definition.overlap is OverlapPolicy.ALLOW:
@@ -148,6 +172,14 @@ class Scheduler:
         return OpenRuns(
             pending=counts.get(QueueState.PENDING, 0), running=counts.get(QueueState.LEASED, 0)
         )
+
+    def observe(self, now: datetime) -> None:
+        """The metrics loop: leader state, queue depths and projection lag."""
+        leading = self.leadership.is_leader()
+        self.metrics.leader.set(1 if leading else 0)
+        if leading and self.queue is not None:
+            head = self.ledger.recorder.max_notification_id() or 0
+            self.metrics.observe_queue(self.queue, now=now, head=head)
 
     # ---- recovery -------------------------------------------------------------------
 
@@ -170,6 +202,7 @@ class Scheduler:
             except ConflictError:
                 expired -= 1  # a late report or another recovery got there first
         self.stats.leases_expired += expired
+        self.metrics.leases_expired.inc(expired)
         return expired
 
     def _expire(
@@ -229,6 +262,7 @@ class SchedulerService:
                 self.scheduler.tick(self._now())
                 if time.monotonic() >= next_recovery:
                     self.scheduler.recover(self._now())
+                    self.scheduler.observe(self._now())
                     next_recovery = time.monotonic() + config.recover_interval
             except Exception as error:  # the loop outlives any one failure
                 log.exception("scheduler.tick_failed", error=str(error))

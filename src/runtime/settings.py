@@ -35,6 +35,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     misfire_grace_seconds: float = 60.0
     max_payload_bytes: int = 64 * 1024
     min_interval_seconds: float = 60.0
+    metrics_port: int = 0
     log_level: str = "info"
     log_format: str = "console"
 
@@ -113,6 +114,7 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("leader_poll_ms", lambda v: v >= 10, "use 10 ms or more (default 500)"),  # noqa: PLR2004
     ("scheduler_tick_ms", lambda v: v >= 1, "use 1 ms or more (default 50)"),
     ("misfire_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
+    ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
     ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
     (

@@ -15,8 +15,9 @@ import redis
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
-from jobledger.domain.policies import MisfirePolicy
+from jobledger.domain.policies import MisfirePolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule
+from jobledger.projections.queue import QueueState
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.leader import LeaderTiming, RedisLeadership
@@ -126,6 +127,10 @@ def test_downtime_follows_the_misfire_policy(
     scheduler = containers[0].scheduler(ForcedLeadership(epoch=1))
     report = scheduler.tick(T0 + timedelta(minutes=10, seconds=30))
     assert (report.fired, report.missed) == (fires, missed)
+    registry = scheduler.metrics.registry
+    sample = registry.get_sample_value("jobledger_fires_missed_total", {"reason": "downtime"})
+    assert sample == missed
+    assert registry.get_sample_value("jobledger_fires_total") == fires
     history = list(containers[0].ledger.history(job.id))
     recorded = sum(vars(e)["count"] for e in history if isinstance(e, Job.FiresMissed))
     assert recorded == missed
@@ -227,3 +232,57 @@ def test_only_the_elected_scheduler_fires(containers: list[Container]) -> None:
     assert set(per_job.values()) == {1}
     for scheduler in schedulers:
         scheduler.leadership.release()
+
+
+def adhoc(container: Container, max_retries: int) -> Execution:
+    return container.ledger.run_adhoc(
+        ExecutionSpec(handler="test.echo", retry=RetryPolicy(max_retries=max_retries)),
+        key=uuid.uuid4().hex,
+        at=T0,
+    )
+
+
+def project(container: Container) -> None:
+    projection = container.projector().queue
+    while projection.step():
+        pass
+
+
+@pytest.mark.parametrize(("max_retries", "ends"), [(1, "Retried"), (0, "DeadLettered")])
+def test_recovery_turns_an_expired_lease_into_a_retry_or_a_dead_letter(
+    containers: list[Container], max_retries: int, ends: str
+) -> None:
+    """If a worker leased an execution and vanished, then after the deadline the leader
+    records the expiry as a failed attempt: a retry, or a dead letter when spent."""
+    container = containers[0]
+    execution = adhoc(container, max_retries)
+    project(container)
+    [lease] = container.queue.lease(
+        "default", lease_ids=[uuid.uuid4()], ttl=timedelta(seconds=30), now=T0
+    )
+    leased = container.ledger.get_execution(execution.id)
+    leased.lease(worker_id="gone", lease_id=lease.lease_id, lease_expires_at=lease.deadline)
+    container.ledger.save_all(leased)
+    project(container)
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    assert scheduler.recover(T0 + timedelta(seconds=10)) == 0  # not yet expired
+    assert scheduler.recover(T0 + timedelta(seconds=31)) == 1
+    names = [type(e).__name__ for e in container.ledger.history(execution.id)]
+    assert names[-2:] == ["LeaseExpired", ends]
+    project(container)
+    assert container.queue.expired("default", now=T0 + timedelta(hours=1), limit=10) == []
+
+
+def test_recovery_repairs_a_lease_the_log_never_recorded(containers: list[Container]) -> None:
+    """If the queue holds a lease with no ExecutionLeased in the log, then recovery puts
+    the entry back as the log says: pending."""
+    container = containers[0]
+    execution = adhoc(container, 1)
+    project(container)
+    container.queue.lease("default", lease_ids=[uuid.uuid4()], ttl=timedelta(seconds=5), now=T0)
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    assert scheduler.recover(T0 + timedelta(seconds=6)) == 0
+    assert scheduler.stats.queue_repairs == 1
+    [item] = container.queue.items("default")
+    assert item.execution_id == execution.id
+    assert item.state is QueueState.PENDING

@@ -526,6 +526,44 @@ def test_next_fire_before_a_gap_matches_the_policy(
     check_next_fire(cron, zone, change - before)
 
 
+FALL_BACKS = [
+    (ZoneInfo(name), change)
+    for name, changes in OFFSET_CHANGES.items()
+    for change in changes
+    if not is_jump(change, ZoneInfo(name))
+]
+
+
+@PROPERTIES
+@given(
+    fall_back=st.sampled_from(FALL_BACKS),
+    minute=cron_field(59),
+    step=st.integers(0, 23),
+    around=st.timedeltas(min_value=-timedelta(hours=3), max_value=timedelta(hours=2)),
+)
+def test_next_fire_around_a_repeated_stretch_matches_the_policy(
+    fall_back: tuple[ZoneInfo, datetime],
+    minute: tuple[str, frozenset[int]],
+    step: int,
+    around: timedelta,
+) -> None:
+    """If a cron is asked around a fall-back, then it follows the policy.
+
+    The hour is a wildcard (``*`` or ``*/step``) or, for step 0, fixed on the repeated
+    hour. In particular from inside the first pass, where a wildcard-hour cron's next
+    fire can be the second occurrence of a wall time already passed.
+    """
+    zone, change = fall_back
+    if step == 0:
+        repeated_hour = (change - timedelta(seconds=1)).astimezone(zone).hour
+        hour, hours = str(repeated_hour), frozenset({repeated_hour})
+    else:
+        hour = "*" if step == 1 else f"*/{step}"
+        hours = frozenset(range(0, 24, step))
+    cron = Cron(f"{minute[0]} {hour} * * *", minute[1], hours, wildcard_hour=step > 0)
+    check_next_fire(cron, zone, change + around)
+
+
 @PROPERTIES
 @given(
     cron=crons(),
