@@ -178,11 +178,16 @@ def rate(count: int, seconds: float) -> float:
     return round(count / seconds, 1) if seconds > 0 else 0.0
 
 
+def job_id(index: int) -> uuid.UUID | None:
+    """Three in four specs belong to a job; the rest are ad-hoc runs."""
+    return None if index % 4 == 3 else uuid.UUID(int=index + 1)
+
+
 def work_spec(index: int) -> bytes:
     """A realistic encoded spec; a few payload shapes so entries differ in size."""
     return encode_spec(
         WorkSpec(
-            job_id=uuid.UUID(int=index + 1),
+            job_id=job_id(index),
             handler=("reports.render", "mail.send", "http.webhook")[index % 3],
             payload={"account": 1000 + index, "format": "pdf", "tags": ["nightly"] * (index % 4)},
             timeout=timedelta(minutes=5),
@@ -401,6 +406,7 @@ def checkpoint_rows(count: int) -> Iterator[tuple[object, ...]]:
     """Rows as ``checkpoint._row`` writes them, over both queues and every priority."""
     now_ms = to_ms(datetime.now(UTC))
     specs = [work_spec(i) for i in range(16)]
+    jobs = [None if j is None else str(j) for j in map(job_id, range(16))]
     states = [state for state, share in CHECKPOINT_MIX for _ in range(share)]
     for index in range(count):
         state = states[index % len(states)]
@@ -423,6 +429,7 @@ def checkpoint_rows(count: int) -> Iterator[tuple[object, ...]]:
             attempt,
             lease_id,
             specs[index % len(specs)],
+            jobs[index % len(jobs)],
         )
 
 
@@ -445,7 +452,7 @@ def copy_rows(
 
 def fill_checkpoint(url: str, count: int, position: int) -> None:
     columns = sql.SQL(
-        "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec"
+        "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec, job_id"
     )
     statement = sql.SQL("COPY jobledger_open_executions ({}) FROM STDIN").format(columns)
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
@@ -514,7 +521,9 @@ def template_history(ledger: Ledger, kind: str, index: int, now: datetime) -> Hi
         priority=index % 10,
         retry=RetryPolicy(max_retries=0 if kind == "dead" else 3),
     )
-    execution = Execution.enqueue(spec=spec, ready_at=now, trigger=Trigger.ADHOC)
+    job = job_id(index)
+    trigger = Trigger.ADHOC if job is None else Trigger.MANUAL
+    execution = Execution.enqueue(spec=spec, ready_at=now, trigger=trigger, job_id=job)
     if kind not in {"pending", "cancelled"}:
         lease_id = uuid.uuid4()
         execution.lease(worker_id="w-1", lease_id=lease_id, lease_expires_at=now + LEASE_TTL)
@@ -708,7 +717,8 @@ def run_all(url: str, redis_url: str, size: Sizes) -> tuple[list[Row], str]:
     client = redis.Redis.from_url(redis_url)
     try:
         store = versions(url, client)
-        log(f"store: {store}; {os.cpu_count()} CPUs")
+        load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+        log(f"store: {store}; {os.cpu_count()} CPUs; load average {load}")
         rows = lease_rows(client, size)
         with bootstrap(settings) as container:
             rows.append(measure_lag(container, size))
@@ -767,9 +777,10 @@ def write_json(rows: Sequence[Row], size: Sizes, *, quick: bool, store: str) -> 
         "quick": quick,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "load_average_after": [round(v, 2) for v in os.getloadavg()],
         "sizes": asdict(size),
         "lag_rate": LAG_RATE,
-        "log_load": "COPY into jobledger_events",
+        "log_load": "COPY into jobledger_events (stored events of template executions)",
         "rows": [asdict(row) for row in rows],
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

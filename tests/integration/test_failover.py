@@ -85,7 +85,10 @@ def leader_pid(container: Container) -> int | None:
         token = client.get(Keys(container.settings.redis_prefix).leader)
     finally:
         client.close()
-    return None if token is None else int(token.decode().rsplit("-", 2)[-2])
+    if token is None:
+        return None
+    text = token.decode() if isinstance(token, bytes) else token
+    return int(text.rsplit("-", 2)[-2])
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> None:
