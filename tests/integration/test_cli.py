@@ -65,3 +65,42 @@ def test_config_masks_secrets() -> None:
     assert result.returncode == 0
     assert "hunter2" not in result.stdout
     assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"
+
+
+def test_schedule_preview_applies_the_dst_policy() -> None:
+    """If a 02:30 New York cron is previewed across spring-forward, then that day's fire
+    is shown at the jump, 03:00 EDT."""
+    result = run(
+        "schedule",
+        "preview",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--count",
+        "3",
+        "--from",
+        "2026-03-07T00:00-05:00",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines == [
+        "2026-03-07 02:30 EST (-0500)  2026-03-07 07:30 UTC",
+        "2026-03-08 03:00 EDT (-0400)  2026-03-08 07:00 UTC",
+        "2026-03-09 02:30 EDT (-0400)  2026-03-09 06:30 UTC",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["0 0 * * * *"], "schedule.expression"),
+        (["0 0 * * *", "--tz", "Mars/Olympus"], "schedule.timezone"),
+        (["0 0 * * *", "--from", "yesterday"], "--from"),
+    ],
+)
+def test_schedule_preview_rejects_bad_input_in_one_line(args: list[str], named: str) -> None:
+    """If the cron, zone or start is bad, then preview exits 2 with one line naming it."""
+    result = run("schedule", "preview", *args)
+    assert result.returncode == 2
+    assert named in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
