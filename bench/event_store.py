@@ -1,3 +1,4 @@
+# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Events per second appended to the event store: single saves vs the group-commit writer.
 
 Creates a throwaway PostgreSQL database (or, with ``--sqlite``, a SQLite file in a
@@ -14,6 +15,14 @@ round trip of one aggregate (for the single row: one ``ledger.save`` call).
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
+# shadow the standard library's `queue` for every library that imports it.
+_FOLDER = Path(__file__).resolve().parent
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
 
 import argparse
 import contextlib

@@ -5,16 +5,12 @@ and the position commit in one transaction. A Redis rebuild reads it (cost grows
 open executions, not with all history) and then follows the log from its position.
 """
 
-import contextlib
-import sqlite3
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from uuid import UUID
 
-import psycopg
-
+from jobledger.projections.database import Cursor, Database
 from jobledger.projections.queue import QueueChange, QueueItem, QueueState, decode_spec
 
 CHECKPOINT = "queue-checkpoint"
@@ -39,73 +35,6 @@ def to_ms(moment: datetime) -> int:
 
 def from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
-
-
-class Cursor(Protocol):
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...  # noqa: ANN401 (DB-API)
-    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any: ...  # noqa: ANN401
-    def fetchone(self) -> Any: ...  # noqa: ANN401 (DB-API)
-    def fetchmany(self, size: int) -> list[Any]: ...
-
-
-class Database(Protocol):
-    """The event store's database, for the projection tables that live beside it."""
-
-    def transaction(self, *, snapshot: bool = False) -> contextlib.AbstractContextManager[Cursor]:
-        """A cursor inside one transaction (``?`` placeholders); commits on success."""
-        ...
-
-
-class PostgresDatabase:
-    def __init__(self, conninfo: str) -> None:
-        self._conninfo = conninfo
-
-    @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False) -> Iterator[Cursor]:
-        with psycopg.connect(self._conninfo) as conn:
-            if snapshot:
-                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            with conn.transaction(), conn.cursor() as cursor:
-                yield _QmarkCursor(cursor)
-
-
-class _QmarkCursor:
-    """psycopg with the ``?`` placeholders SQLite uses, so the SQL is written once."""
-
-    def __init__(self, cursor: psycopg.Cursor[Any]) -> None:
-        self._cursor = cursor
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:  # noqa: ANN401 (DB-API)
-        return self._cursor.execute(sql.replace("?", "%s").encode(), params)
-
-    def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any:  # noqa: ANN401
-        return self._cursor.executemany(sql.replace("?", "%s").encode(), params)
-
-    def fetchone(self) -> Any:  # noqa: ANN401 (DB-API)
-        return self._cursor.fetchone()
-
-    def fetchmany(self, size: int) -> list[Any]:
-        return self._cursor.fetchmany(size)
-
-
-class SqliteDatabase:
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False) -> Iterator[Cursor]:
-        conn = sqlite3.connect(self._path, isolation_level=None, timeout=30)
-        try:
-            # IMMEDIATE for writers (no lock upgrade deadlock); a plain BEGIN reads a snapshot.
-            conn.execute("BEGIN" if snapshot else "BEGIN IMMEDIATE")
-            yield conn.cursor()
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
 
 
 class Checkpoint:
@@ -135,12 +64,12 @@ class Checkpoint:
             cursor.execute("DELETE FROM jobledger_open_executions")
             cursor.execute(_POSITION, (self.name, 0))
 
-    def snapshot(self, batch: int = 10_000) -> Iterator[tuple[int, list[QueueItem]]]:
+    def snapshot(self) -> Iterator[tuple[int, list[QueueItem]]]:
         """Batches of open executions, each with the position they all belong to."""
         with self._database.transaction(snapshot=True) as cursor:
             position = self._position(cursor)
-            cursor.execute(f"SELECT {_COLUMNS} FROM jobledger_open_executions")  # noqa: S608 (constant)
-            while rows := cursor.fetchmany(batch):
+            query = f"SELECT {_COLUMNS} FROM jobledger_open_executions"  # noqa: S608 (constant)
+            for rows in cursor.stream(query):
                 yield position, [_item(row) for row in rows]
 
     def load(self, execution_id: UUID) -> QueueItem | None:

@@ -12,7 +12,8 @@ from uuid import UUID
 
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
-from jobledger.projections.checkpoint import Database, to_ms
+from jobledger.projections.checkpoint import to_ms
+from jobledger.projections.database import Database
 from jobledger.projections.log import read_page
 
 POSITION = "job-schedule"

@@ -10,6 +10,7 @@ import redis
 
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
+from jobledger.projections.database import Database
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueBackend
@@ -41,6 +42,7 @@ class Container:
     checkpoint: Checkpoint
     store_id: str
     metrics: Metrics
+    database: Database
     _redis: redis.Redis | None = None
 
     def reader(self) -> LogReader:
@@ -78,7 +80,7 @@ class Container:
         return Scheduler(
             self.ledger,
             self.writer,
-            JobIndex(self.ledger, projection_database(self.settings)),
+            JobIndex(self.ledger, self.database),
             leadership or self.leadership(),
             queue=self.queue,
             checkpoint=self.checkpoint,
@@ -94,6 +96,7 @@ class Container:
     def close(self) -> None:
         self.writer.close()
         self.ledger.close()
+        self.database.close()
         if self._redis is not None:
             self._redis.close()
 
@@ -118,13 +121,15 @@ def bootstrap(settings: Settings) -> Container:
     else:
         # Embedded mode: the queue lives in this process and is rebuilt from the log.
         queue = MemoryQueue()
+    database = projection_database(settings)
     return Container(
         settings=settings,
         ledger=ledger,
         writer=writer,
         queue=queue,
-        checkpoint=Checkpoint(projection_database(settings)),
+        checkpoint=Checkpoint(database),
         store_id=read_store_id(settings),
         metrics=Metrics(),
+        database=database,
         _redis=client,
     )
