@@ -54,7 +54,7 @@ def _state_decoder(event_class: type) -> msgspec.json.Decoder[Any]:
 
 
 def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
-    return {name: getattr(state, name) for name in state.__struct_fields__}
+    return msgspec.structs.asdict(state)
 
 
 class MsgspecMapper(Mapper[UUID]):

@@ -142,6 +142,10 @@ class MemoryQueue:
                 del found.versions[eid]
             return len(pruned)
 
+    def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
+        changes = [QueueChange.put(item) for item in items]
+        self.apply(changes, epoch=epoch, force=True)
+
     def _check_epoch(self, epoch: str) -> QueueMeta:
         if self._meta is None or self._meta.epoch != epoch:
             raise QueueLostError

@@ -67,6 +67,13 @@ class QueueChange(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     item: QueueItem | None
 
+    @classmethod
+    def put(cls, item: QueueItem) -> "QueueChange":
+        """The change that makes ``item`` the entry, at the item's own version."""
+        return cls(
+            execution_id=item.execution_id, queue=item.queue, version=item.version, item=item
+        )
+
 
 class Lease(msgspec.Struct, frozen=True, kw_only=True):
     execution_id: UUID
@@ -111,6 +118,14 @@ class QueueBackend(Protocol):
 
         ``force`` skips the version guard (a repair that writes what the log says).
         Raises QueueLostError, changing nothing, if ``epoch`` is not the stored epoch.
+        """
+        ...
+
+    def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
+        """Add entries to a store that was just reset: the bulk path of a rebuild.
+
+        Each item's version becomes its stored version. Only for entries not yet in the
+        store (no version guard, no tombstones). QueueLostError as for ``apply``.
         """
         ...
 

@@ -121,6 +121,10 @@ class QueueFold:
     def forget(self) -> None:
         self._open.clear()
 
+    def open_items(self) -> list[QueueItem]:
+        """Every open entry the fold has seen (after a full replay: the whole queue)."""
+        return list(self._open.values())
+
     def changes(self, domain_events: Iterable[Any]) -> Iterator[QueueChange]:
         for domain_event in domain_events:
             change = self.change(domain_event)
@@ -160,3 +164,12 @@ class QueueFold:
             self._open.pop(execution_id, None)
         else:
             self._open[execution_id] = item
+
+
+def latest_per_execution(changes: Iterable[QueueChange]) -> list[QueueChange]:
+    """The last change of each execution: what a version-guarded store ends up with
+    after all of them, for a fraction of the writes."""
+    latest: dict[UUID, QueueChange] = {}
+    for change in changes:
+        latest[change.execution_id] = change
+    return list(latest.values())

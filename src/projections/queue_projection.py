@@ -21,12 +21,18 @@ from jobledger.projections.errors import QueueLostError
 from jobledger.projections.log import read_page
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.projections.queue_fold import EXECUTION_TOPICS, QueueFold, next_item
+from jobledger.projections.queue_fold import (
+    EXECUTION_TOPICS,
+    QueueFold,
+    latest_per_execution,
+    next_item,
+)
 
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[int, int], None]  # (done, total)
 _TOPICS = tuple(sorted(EXECUTION_TOPICS))
+LOAD_BATCH = 10_000
 
 
 def _no_progress(_done: int, _total: int) -> None:
@@ -105,7 +111,7 @@ class QueueProjection:
         events, position = self.reader.page(self.position)
         if position == self.position:
             return self._check_still_there(epoch)
-        changes = list(self.fold.changes(events))
+        changes = latest_per_execution(self.fold.changes(events))
         try:
             self.backend.apply(changes, epoch=epoch)
             self.backend.write_position(position, epoch=epoch)
@@ -166,7 +172,7 @@ class QueueProjection:
             if not started:
                 self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
                 started = True
-            self.backend.apply([_put(item) for item in batch], epoch=epoch, force=True)
+            self.backend.load(batch, epoch=epoch)
             items += len(batch)
             progress(items, items)
         if not started:
@@ -176,16 +182,18 @@ class QueueProjection:
         return RebuildReport("checkpoint", items, position, 0)
 
     def _rebuild_from_log(self, epoch: str, progress: Progress) -> RebuildReport:
-        self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+        # Fold the whole log in memory first, then write only what is still open.
         head = self.reader.head()
         position = events = 0
-        for changes, position, count in replay(self.reader, self.fold):
-            self.backend.apply(changes, epoch=epoch)
+        for _changes, position, count in replay(self.reader, self.fold):
             events += count
             progress(position, max(head, position))
+        self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+        open_items = self.fold.open_items()
+        for start in range(0, len(open_items), LOAD_BATCH):
+            self.backend.load(open_items[start : start + LOAD_BATCH], epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
-        open_items = sum(len(self.backend.items(q)) for q in self.backend.queues())
-        return RebuildReport("log", open_items, position, events)
+        return RebuildReport("log", len(open_items), position, events)
 
     def _load_previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         if self.checkpoint is not None:
@@ -212,7 +220,7 @@ class CheckpointProjection:
         events, position = self.reader.page(self.position)
         if position == self.position:
             return False
-        self.checkpoint.commit(list(self.fold.changes(events)), position)
+        self.checkpoint.commit(latest_per_execution(self.fold.changes(events)), position)
         self.position = position
         return True
 
@@ -223,19 +231,14 @@ class CheckpointProjection:
         return self.reader.previous(execution_id, version)
 
 
-def _put(item: QueueItem) -> QueueChange:
-    return QueueChange(
-        execution_id=item.execution_id, queue=item.queue, version=item.version, item=item
-    )
-
-
 def expected_queue(reader: LogReader, *, stop: int) -> MemoryQueue:
     """The queue as the log says it is at ``stop``: a fresh fold into memory."""
     memory = MemoryQueue()
     memory.reset(QueueMeta(store_id="verify", epoch="verify", position=0))
     fold = QueueFold(reader.previous)
-    for changes, _position, _events in replay(reader, fold, stop=stop):
-        memory.apply(changes, epoch="verify")
+    for _page in replay(reader, fold, stop=stop):
+        pass  # the fold remembers every open entry
+    memory.load(fold.open_items(), epoch="verify")
     return memory
 
 

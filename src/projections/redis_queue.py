@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from uuid import UUID
 
 import msgspec
@@ -43,11 +43,15 @@ from jobledger.projections.redis_keys import (
     now_score,
 )
 
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT
+
 _T = TypeVar("_T")
 _Arg = str | int | bytes  # a script argument
 
 # One script call applies at most this many changes, so no call blocks Redis for long.
 APPLY_CHUNK = 500
+LOAD_CHUNK = 2000
 # Keys per UNLINK during a reset, and tombstones per prune call.
 DELETE_BATCH = 500
 
@@ -207,6 +211,44 @@ class RedisQueue:
             self._encoder.encode(item),
             f"{item.priority}|{lease_id}|",
         ]
+
+    def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
+        changes = [QueueChange.put(item) for item in items]
+        for change in changes:
+            check_change(change)
+        groups: dict[str, list[QueueChange]] = {}
+        for change in changes:
+            groups.setdefault(change.queue, []).append(change)
+        listed = self._check_epoch(epoch, list(groups))
+        for queue, group in groups.items():
+            self._load_queue(queue, group, epoch=epoch, listed=queue in listed)
+
+    def _load_queue(
+        self, queue: str, changes: list[QueueChange], *, epoch: str, listed: bool
+    ) -> None:
+        """Plain bulk commands, no script: the queue is empty, so nothing needs a guard."""
+        qkeys = self._keys.queue(queue)
+        targets = _apply_keys(qkeys)
+        pipe = self._client.pipeline(transaction=False)
+        if not listed:
+            pipe.set(qkeys.meta, epoch)
+            pipe.sadd(self._keys.queues, queue)
+        for chunk in _batches(changes, LOAD_CHUNK):
+            versions: dict[FieldT, EncodableT] = {}
+            blobs: dict[FieldT, EncodableT] = {}
+            states: dict[FieldT, EncodableT] = {}
+            scores: dict[int, dict[str, float]] = {}
+            for change in chunk:
+                eid, version, target, score, blob, state = self._change_args(change)
+                key = str(eid)
+                versions[key], blobs[key], states[key] = version, blob, state
+                scores.setdefault(int(target), {})[key] = float(score)
+            pipe.hset(qkeys.ver, mapping=versions)
+            pipe.hset(qkeys.item, mapping=blobs)
+            pipe.hset(qkeys.state, mapping=states)
+            for target, members in scores.items():
+                pipe.zadd(targets[target - 1], members)
+            pipe.execute()
 
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):

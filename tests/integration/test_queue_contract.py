@@ -91,9 +91,7 @@ def entry(
 
 
 def put(item: QueueItem) -> QueueChange:
-    return QueueChange(
-        execution_id=item.execution_id, queue=item.queue, version=item.version, item=item
-    )
+    return QueueChange.put(item)
 
 
 def removal(execution_id: UUID, version: int, queue: str = Q) -> QueueChange:
@@ -773,3 +771,38 @@ def test_memory_and_redis_answer_alike(
         worker.saw(step, answer)
     for queue in ("even", "odd"):
         assert open_items(memory, queue) == open_items(remote, queue)
+
+
+def test_a_bulk_load_equals_applying_the_same_items(backend: QueueBackend) -> None:
+    """If items are bulk-loaded into a reset store, then the queue is the same as after
+    applying them one by one: same entries, same order of leasing, same versions."""
+    items = [
+        entry(priority=p % 10, at=AT - timedelta(seconds=p), version=p % 3 + 1) for p in range(30)
+    ]
+    items += [
+        entry(queue="other", state=QueueState.LEASED),
+        entry(state=QueueState.DEAD),
+        entry(at=AT + timedelta(hours=1)),
+    ]
+
+    def observe() -> tuple[object, ...]:
+        seen = tuple((open_items(backend, q), backend.depths(q, now=AT)) for q in (Q, "other"))
+        return (*seen, backend.queues(), [x.execution_id for x in lease(backend, 40)])
+
+    backend.load(items, epoch=META.epoch)
+    loaded = observe()
+    backend.reset(META)
+    add(backend, *items)
+    assert observe() == loaded
+    backend.reset(META)
+    backend.load(items, epoch=META.epoch)
+    older = msgspec.structs.replace(items[0], version=items[0].version - 1, priority=9)
+    add(backend, older)  # the loaded version guards like an applied one
+    assert open_items(backend)[older.execution_id] == items[0]
+
+
+def test_a_bulk_load_with_a_stale_epoch_is_refused(backend: QueueBackend) -> None:
+    """If the store was reset under another epoch, then a load raises QueueLostError."""
+    with pytest.raises(QueueLostError):
+        backend.load([entry()], epoch="not-the-epoch")
+    assert backend.items(Q) == []
