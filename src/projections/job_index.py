@@ -12,7 +12,7 @@ from uuid import UUID
 
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
-from jobledger.projections.checkpoint import to_ms
+from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Database
 from jobledger.projections.log import read_page
 
@@ -84,6 +84,13 @@ class JobIndex:
             )
             rows = cursor.fetchmany(limit)
         return [UUID(row[0]) for row in rows]
+
+    def next_due(self) -> datetime | None:
+        """When the next job is due, as far as the index knows."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute("SELECT min(next_fire_at_ms) FROM jobledger_job_schedule")
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else from_ms(int(row[0]))
 
     def position(self) -> int:
         with self._database.transaction(snapshot=True) as cursor:

@@ -118,6 +118,8 @@ class Scheduler:
             item = self._prepare(job_id, now)
             if item is not None:
                 pending.append(item)
+        if pending:
+            self.writer.flush()  # every fire of this tick is in: no need to wait for more
         for submitted in pending:
             self._settle(submitted, report)
         report.jobs = len(pending)
@@ -266,4 +268,15 @@ class SchedulerService:
                     next_recovery = time.monotonic() + config.recover_interval
             except Exception as error:  # the loop outlives any one failure
                 log.exception("scheduler.tick_failed", error=str(error))
-            self._stopping.wait(config.tick_interval)
+            self._stopping.wait(self._pause(config.tick_interval))
+
+    def _pause(self, longest: float) -> float:
+        """Sleep until the next fire is due, but never longer than a tick: the index may
+        learn of new or changed jobs at any time."""
+        try:
+            due = self.scheduler.index.next_due()
+        except Exception:  # noqa: BLE001 (a failed look only means the default pause)
+            return longest
+        if due is None:
+            return longest
+        return min(max((due - self._now()).total_seconds(), 0.0), longest)

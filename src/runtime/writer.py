@@ -30,6 +30,9 @@ from jobledger.runtime.errors import WriterClosedError
 
 log = structlog.get_logger(__name__)
 
+_STOP = "stop"
+_FLUSH = "flush"
+
 
 @dataclass(eq=False)
 class _Item:
@@ -59,7 +62,8 @@ class GroupCommitWriter:
         self._ledger = ledger
         self._max_batch = max_batch
         self._max_delay = max_delay
-        self._inbox: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        # Items, or a marker: _STOP ends the writer, _FLUSH ends the batch being gathered.
+        self._inbox: queue.SimpleQueue[_Item | str] = queue.SimpleQueue()
         self._closed = threading.Event()
         # Makes "check closed, then enqueue" atomic against close(), so no item can
         # land behind the stop marker and wait forever.
@@ -101,7 +105,7 @@ class GroupCommitWriter:
             if self._closed.is_set():
                 return
             self._closed.set()
-            self._inbox.put(None)
+            self._inbox.put(_STOP)
         self._thread.join(timeout)
 
     # ---- the writer thread ----------------------------------------------------------
@@ -113,10 +117,17 @@ class GroupCommitWriter:
             if batch:
                 self._flush(batch)
 
+    def flush(self) -> None:
+        """Save what is queued now instead of waiting for more (a caller that knows it
+        has submitted everything it had, like a scheduler tick)."""
+        self._inbox.put(_FLUSH)
+
     def _next_batch(self) -> tuple[list[_Item], bool]:
         first = self._inbox.get()
-        if first is None:
+        if first == _STOP:
             return self._drain(), True
+        if not isinstance(first, _Item):
+            return [], False  # a flush with nothing gathered
         batch = [first]
         deadline = time.monotonic() + self._max_delay
         while len(batch) < self._max_batch:
@@ -125,8 +136,10 @@ class GroupCommitWriter:
                 item = self._inbox.get(timeout=remaining)
             except queue.Empty:
                 break
-            if item is None:
+            if item == _STOP:
                 return batch + self._drain(), True
+            if not isinstance(item, _Item):
+                break  # flush: the caller has nothing more for this batch
             batch.append(item)
         return batch, False
 
@@ -137,7 +150,7 @@ class GroupCommitWriter:
                 item = self._inbox.get_nowait()
             except queue.Empty:
                 return items
-            if item is not None:
+            if isinstance(item, _Item):
                 items.append(item)
 
     def _flush(self, batch: list[_Item]) -> None:

@@ -114,3 +114,16 @@ def test_close_flushes_pending_items_and_refuses_new_ones(ledger: Ledger) -> Non
     assert all(f.result(timeout=1) is None for f in futures)
     with pytest.raises(WriterClosedError):
         writer.submit(new_execution())
+
+
+def test_flush_saves_what_is_queued_without_waiting(ledger: Ledger) -> None:
+    """If a caller flushes after submitting, then the batch saves at once, not after
+    max_delay."""
+    with GroupCommitWriter(ledger, max_batch=100, max_delay=30.0) as writer:
+        writer.flush()  # a flush with nothing queued is harmless
+        futures = [writer.submit(new_execution()) for _ in range(3)]
+        writer.flush()
+        for future in futures:
+            assert future.result(timeout=5) is None
+        assert writer.stats.batches == 1
+        assert writer.stats.items == 3
