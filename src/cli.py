@@ -1,12 +1,13 @@
 """The `jobledger` command."""
 
 import argparse
+import asyncio
 import json
 import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -49,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     scheduler.add_argument(
         "--with-projector", action="store_true", help="also run the projector in this process"
     )
+    worker = commands.add_parser("worker", help="lease and run executions until stopped")
+    worker.add_argument(
+        "--with-projector", action="store_true", help="also run the projector in this process"
+    )
     schedule = commands.add_parser("schedule", help="check a schedule before saving it")
     schedule_commands = schedule.add_subparsers(
         dest="schedule_command", required=True, metavar="ACTION"
@@ -89,8 +94,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         migrate(settings)
         return 0
     if command == "config":
-        _print_json(settings.masked())
-        return 0
+        return _print_json(settings.masked())
     if command == "schedule":
         return _preview(args)
     with bootstrap(settings) as container:
@@ -99,17 +103,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _run_with(args: argparse.Namespace, container: Container) -> int:
     """The commands that need the wired objects of a running jobledger."""
-    command: str = args.command
-    if command == "status":
-        _print_json(container.ledger.describe())
-        return 0
-    if command == "projector":
-        return _run_projector(container)
-    if command == "scheduler":
-        return _run_scheduler(container, with_projector=args.with_projector)
-    if args.queue_command == "rebuild":
-        return _rebuild_queue(container, full=args.full)
-    return _verify_queue(container)
+    runners: dict[str, Callable[[], int]] = {
+        "status": lambda: _print_json(container.ledger.describe()),
+        "projector": lambda: _run_projector(container),
+        "scheduler": lambda: _run_scheduler(container, with_projector=args.with_projector),
+        "worker": lambda: _run_worker(container, with_projector=args.with_projector),
+        "queue": lambda: (
+            _rebuild_queue(container, full=args.full)
+            if args.queue_command == "rebuild"
+            else _verify_queue(container)
+        ),
+    }
+    return runners[args.command]()
 
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:
@@ -164,6 +169,24 @@ def _run_scheduler(container: Container, *, with_projector: bool) -> int:
     return 0
 
 
+def _run_worker(container: Container, *, with_projector: bool) -> int:
+    projector = container.projector() if with_projector else None
+    if projector is not None:
+        projector.start()
+    asyncio.run(_work(container))
+    if projector is not None:
+        projector.stop()
+    return 0
+
+
+async def _work(container: Container) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await container.worker().run(stop)
+
+
 def _preview(args: argparse.Namespace) -> int:
     schedule = CronSchedule(args.cron, args.tz)
     validate_schedule(schedule)
@@ -192,8 +215,9 @@ def _parse_start(text: str | None) -> datetime:
     return start
 
 
-def _print_json(value: dict[str, Any]) -> None:
+def _print_json(value: dict[str, Any]) -> int:
     print(json.dumps(value, indent=2, sort_keys=True))
+    return 0
 
 
 if __name__ == "__main__":

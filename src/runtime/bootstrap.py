@@ -17,6 +17,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
+from jobledger.runtime.handlers.registry import load_registry
 from jobledger.runtime.leader import (
     Leadership,
     LeaderTiming,
@@ -28,6 +29,7 @@ from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger, projection_database, read_store_id
+from jobledger.runtime.worker import Worker, WorkerConfig
 from jobledger.runtime.writer import GroupCommitWriter
 
 
@@ -86,6 +88,24 @@ class Container:
             checkpoint=self.checkpoint,
             config=config or self.scheduler_config(),
             metrics=self.metrics,
+        )
+
+    def worker(self, worker_id: str | None = None) -> Worker:
+        settings = self.settings
+        config = WorkerConfig(
+            queues=tuple(q.strip() for q in settings.worker_queues.split(",") if q.strip()),
+            slots=settings.worker_slots,
+            lease_ttl=timedelta(seconds=settings.worker_lease_ttl_seconds),
+            grace=settings.worker_grace_seconds,
+        )
+        name = worker_id or f"{socket.gethostname()}-{os.getpid()}"
+        return Worker(
+            self.ledger,
+            self.writer,
+            self.queue,
+            load_registry(settings.handlers),
+            worker_id=name,
+            config=config,
         )
 
     def projector(self) -> Projector:

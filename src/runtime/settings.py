@@ -35,6 +35,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     misfire_grace_seconds: float = 60.0
     max_payload_bytes: int = 64 * 1024
     min_interval_seconds: float = 60.0
+    worker_queues: str = "default"
+    worker_slots: int = 4
+    worker_lease_ttl_seconds: float = 30.0
+    worker_grace_seconds: float = 10.0
+    handlers: str = ""
     metrics_port: int = 0
     log_level: str = "info"
     log_format: str = "console"
@@ -114,6 +119,10 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("leader_poll_ms", lambda v: v >= 10, "use 10 ms or more (default 500)"),  # noqa: PLR2004
     ("scheduler_tick_ms", lambda v: v >= 1, "use 1 ms or more (default 50)"),
     ("misfire_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
+    ("worker_slots", lambda v: 1 <= v <= 1000, "use 1 to 1000 concurrent executions"),  # noqa: PLR2004
+    ("worker_lease_ttl_seconds", lambda v: v >= 1, "use 1 second or more (default 30)"),
+    ("worker_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
+    ("worker_queues", lambda v: bool(v.strip(", ")), "name one or more queues, comma-separated"),
     ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
     ("log_format", lambda v: v in {"console", "json"}, "use console or json"),

@@ -1,0 +1,1 @@
+"""Handlers: what an execution runs. Built in, by entry point, or by dotted path."""

@@ -1,0 +1,46 @@
+"""The handler contract: an async callable that gets a context and returns a summary."""
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import structlog
+
+
+class HandlerError(Exception):
+    """The handler failed; the message becomes the attempt's error."""
+
+
+class CircuitOpenError(HandlerError):
+    """The handler's circuit breaker is open: the execution is deferred, not failed."""
+
+
+@dataclass
+class HandlerContext:
+    """What a handler gets for one attempt."""
+
+    execution_id: UUID  # stable across attempts: use it as the idempotency key
+    job_id: UUID | None
+    attempt: int
+    lease_deadline: datetime
+    payload: dict[str, Any]
+    # Set when the execution was cancelled or the lease was lost: stop soon.
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    log: Any = field(default_factory=lambda: structlog.get_logger("jobledger.handler"))
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep, waking early on cancellation; returns False if cancelled."""
+        deadline = asyncio.get_running_loop().time() + seconds
+        while not self.cancelled.is_set():
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return True
+            await asyncio.sleep(min(remaining, 0.05))
+        return False
+
+
+Handler = Callable[[HandlerContext], Awaitable[dict[str, Any]]]

@@ -1,0 +1,49 @@
+"""Built-in handlers for trying jobledger out and for testing it."""
+
+import os
+from typing import Any
+
+from jobledger.runtime.handlers.base import HandlerContext, HandlerError
+
+DEFAULT_DELAY_SECONDS = 1.0
+
+
+async def echo(ctx: HandlerContext) -> dict[str, Any]:
+    """Returns its payload: the smallest useful job."""
+    return {"echo": ctx.payload}
+
+
+async def delay(ctx: HandlerContext) -> dict[str, Any]:
+    """Sleeps ``payload["seconds"]`` (default 1), stopping early if cancelled."""
+    seconds = float(ctx.payload.get("seconds", DEFAULT_DELAY_SECONDS))
+    finished = await ctx.sleep(seconds)
+    if not finished:
+        raise HandlerError("cancelled while sleeping")
+    return {"slept": seconds}
+
+
+async def log_message(ctx: HandlerContext) -> dict[str, Any]:
+    """Writes ``payload["message"]`` to the log."""
+    message = str(ctx.payload.get("message", ""))
+    ctx.log.info("handler.log", execution_id=str(ctx.execution_id), message=message)
+    return {"logged": message}
+
+
+async def fail(ctx: HandlerContext) -> dict[str, Any]:
+    """Always fails, with ``payload["error"]``: for trying retries and the DLQ."""
+    raise HandlerError(str(ctx.payload.get("error", "test.fail always fails")))
+
+
+async def crash(ctx: HandlerContext) -> dict[str, Any]:
+    """Kills the worker process outright, as a poison job would."""
+    ctx.log.warning("handler.crash", execution_id=str(ctx.execution_id))
+    os._exit(int(ctx.payload.get("exit_code", 70)))
+
+
+BUILTIN = {
+    "test.echo": echo,
+    "test.delay": delay,
+    "test.log": log_message,
+    "test.fail": fail,
+    "test.crash": crash,
+}

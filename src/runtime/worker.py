@@ -1,0 +1,309 @@
+"""The worker: leases executions into a bounded number of slots and runs their handlers.
+
+A worker leases as many executions as it has free slots in one queue call per queue,
+records the leases through the group-commit writer (one batched save), and runs each
+handler as an asyncio task with the job's timeout. A heartbeat thread extends the
+leases of running executions, so it keeps beating even when a handler blocks the event
+loop; a lease it cannot extend (cancelled, or expired and taken elsewhere) signals the
+handler to stop. Outcomes carry the lease id: a report from a worker whose lease was
+lost is rejected by the Execution aggregate and counted, never applied.
+"""
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+
+from jobledger.domain.errors import ConflictError, DomainError, StaleLeaseError
+from jobledger.domain.execution import Execution
+from jobledger.domain.ledger import Ledger
+from jobledger.projections.queue import Lease, QueueBackend, decode_spec
+from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
+from jobledger.runtime.handlers.registry import HandlerRegistry
+from jobledger.runtime.writer import GroupCommitWriter
+
+log = structlog.get_logger(__name__)
+
+MAX_ERROR_LENGTH = 2000
+
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    queues: tuple[str, ...] = ("default",)
+    slots: int = 4
+    lease_ttl: timedelta = timedelta(seconds=30)
+    idle_poll: float = 0.05
+    grace: float = 10.0  # on shutdown, how long running jobs may take to finish
+    defer_when_open: timedelta = timedelta(seconds=30)
+
+
+@dataclass
+class WorkerStats:
+    leased: int = 0
+    completed: int = 0
+    failed: int = 0
+    deferred: int = 0
+    stale_reports: int = 0
+    handed_back: int = 0
+
+
+@dataclass
+class _Running:
+    execution: Execution
+    lease: Lease
+    context: HandlerContext
+    task: "asyncio.Task[None] | None" = None
+    lost: bool = False
+
+
+@dataclass
+class Worker:
+    """One worker process's slots; see the module docstring."""
+
+    ledger: Ledger
+    writer: GroupCommitWriter
+    queue: QueueBackend
+    handlers: HandlerRegistry
+    worker_id: str = field(default_factory=lambda: f"worker-{uuid.uuid4().hex[:8]}")
+    config: WorkerConfig = field(default_factory=WorkerConfig)
+    now: Callable[[], datetime] = utc_now
+    stats: WorkerStats = field(default_factory=WorkerStats)
+    running: dict[uuid.UUID, _Running] = field(default_factory=dict)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Lease and run until ``stop`` is set, then shut down gracefully."""
+        heartbeat = _Heartbeat(self)
+        heartbeat.start()
+        log.info("worker.started", worker_id=self.worker_id, slots=self.config.slots)
+        try:
+            while not stop.is_set():
+                started = await self._fill_slots()
+                if not started:
+                    await _wait(stop, self.config.idle_poll)
+            await self._shut_down()
+        finally:
+            heartbeat.stop()
+            log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
+
+    # ---- leasing --------------------------------------------------------------------
+
+    async def _fill_slots(self) -> int:
+        free = self.config.slots - len(self.running)
+        if free <= 0:
+            return 0
+        leases = await asyncio.to_thread(self._lease, free)
+        recorded = await asyncio.to_thread(self._record_leases, leases)
+        for running in recorded:
+            self.running[running.execution.id] = running
+            running.task = asyncio.create_task(self._execute(running))
+        return len(recorded)
+
+    def _lease(self, free: int) -> list[Lease]:
+        leases: list[Lease] = []
+        for name in self.config.queues:
+            wanted = free - len(leases)
+            if wanted <= 0:
+                break
+            lease_ids = [uuid.uuid4() for _ in range(wanted)]
+            leases += self.queue.lease(
+                name, lease_ids=lease_ids, ttl=self.config.lease_ttl, now=self.now()
+            )
+        return leases
+
+    def _record_leases(self, leases: list[Lease]) -> list[_Running]:
+        """One batched save for every lease; a lease the log refuses goes back."""
+        prepared: list[tuple[_Running, Any]] = []
+        for lease in leases:
+            running = self._prepare(lease)
+            if running is not None:
+                prepared.append((running, self.writer.submit(running.execution)))
+        recorded: list[_Running] = []
+        for running, future in prepared:
+            try:
+                future.result()
+            except ConflictError:
+                self._give_back(running.lease)
+                continue
+            recorded.append(running)
+        self.stats.leased += len(recorded)
+        return recorded
+
+    def _prepare(self, lease: Lease) -> _Running | None:
+        execution = self.ledger.get_execution(lease.execution_id)
+        try:
+            execution.lease(
+                worker_id=self.worker_id, lease_id=lease.lease_id, lease_expires_at=lease.deadline
+            )
+        except DomainError as error:
+            log.info("worker.lease_refused", execution_id=str(lease.execution_id), error=str(error))
+            self._give_back(lease)
+            return None
+        spec = decode_spec(lease.spec)
+        context = HandlerContext(
+            execution_id=execution.id,
+            job_id=spec.job_id,
+            attempt=execution.lease_attempt,
+            lease_deadline=lease.deadline,
+            payload=dict(spec.payload),
+        )
+        return _Running(execution, lease, context)
+
+    def _give_back(self, lease: Lease) -> None:
+        # The log disagrees with the queue: let the projection's next write settle it.
+        self.queue.release(lease.queue, lease.execution_id, lease.lease_id, ready_at=self.now())
+
+    # ---- running --------------------------------------------------------------------
+
+    async def _execute(self, running: _Running) -> None:
+        execution, context = running.execution, running.context
+        handler = self.handlers.get(execution.spec.handler)
+        started = time.monotonic()
+        timeout = execution.spec.timeout.total_seconds()
+        try:
+            if handler is None:
+                await self._report(
+                    running, "fail", error=f"no handler named {execution.spec.handler!r}"
+                )
+                return
+            result = await asyncio.wait_for(handler(context), timeout=timeout)
+        except CircuitOpenError as error:
+            await self._report(running, "defer", error=str(error))
+        except TimeoutError:
+            context.cancelled.set()
+            await self._report(running, "fail", error=f"timed out after {timeout:g} s")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # noqa: BLE001 (a handler's failure is the attempt's outcome)
+            await self._report(running, "fail", error=f"{type(error).__name__}: {error}")
+        else:
+            duration = timedelta(seconds=time.monotonic() - started)
+            await self._report(running, "complete", duration=duration, result=result)
+        finally:
+            self.running.pop(execution.id, None)
+
+    async def _report(self, running: _Running, outcome: str, **details: Any) -> None:  # noqa: ANN401
+        """Record the outcome; on a conflict reload once, so a lost lease is told apart
+        from an unrelated change (the aggregate rejects the stale report)."""
+        for attempt in range(2):
+            execution = (
+                running.execution
+                if attempt == 0
+                else await asyncio.to_thread(self.ledger.get_execution, running.execution.id)
+            )
+            try:
+                self._apply(execution, running.lease, outcome, details)
+                await self.writer.save_async(execution)
+            except StaleLeaseError:
+                break
+            except ConflictError:
+                continue
+            self._count(outcome)
+            if outcome == "complete":
+                await asyncio.to_thread(self._ack, running.lease)
+            return
+        self.stats.stale_reports += 1
+        log.warning("worker.stale_report", execution_id=str(running.execution.id), outcome=outcome)
+
+    def _apply(
+        self, execution: Execution, lease: Lease, outcome: str, details: dict[str, Any]
+    ) -> None:
+        lease_id = lease.lease_id
+        if outcome == "complete":
+            execution.complete(
+                lease_id=lease_id, duration=details["duration"], result=details["result"]
+            )
+        elif outcome == "defer":
+            ready_at = self.now() + self.config.defer_when_open
+            execution.defer(lease_id=lease_id, reason=details["error"], ready_at=ready_at)
+        else:
+            error = str(details["error"])[:MAX_ERROR_LENGTH]
+            execution.fail(lease_id=lease_id, error=error, at=self.now(), rand=random.random())  # noqa: S311 (jitter)
+
+    def _ack(self, lease: Lease) -> None:
+        self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
+
+    def _count(self, outcome: str) -> None:
+        if outcome == "complete":
+            self.stats.completed += 1
+        elif outcome == "defer":
+            self.stats.deferred += 1
+        else:
+            self.stats.failed += 1
+
+    # ---- shutdown -------------------------------------------------------------------
+
+    async def _shut_down(self) -> None:
+        """Stop leasing; let running jobs finish within the grace; hand the rest back."""
+        tasks = [r.task for r in self.running.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.grace)
+        for running in list(self.running.values()):
+            running.context.cancelled.set()
+            if running.task is not None:
+                running.task.cancel()
+            await self._hand_back(running)
+
+    async def _hand_back(self, running: _Running) -> None:
+        execution, lease = running.execution, running.lease
+        try:
+            execution.defer(
+                lease_id=lease.lease_id, reason="worker shutting down", ready_at=self.now()
+            )
+            await self.writer.save_async(execution)
+        except (DomainError, ConflictError) as error:
+            log.warning("worker.hand_back_failed", execution_id=str(execution.id), error=str(error))
+            return
+        self.stats.handed_back += 1
+        self.running.pop(execution.id, None)
+
+
+class _Heartbeat:
+    """Extends running leases from a thread of its own, every third of the lease ttl."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jobledger-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        interval = self._worker.config.lease_ttl.total_seconds() / 3
+        while not self._stopping.wait(interval):
+            self.beat()
+
+    def beat(self) -> None:
+        worker = self._worker
+        deadline = worker.now() + worker.config.lease_ttl
+        for running in list(worker.running.values()):
+            lease = running.lease
+            held = worker.queue.extend(
+                lease.queue, lease.execution_id, lease.lease_id, deadline=deadline
+            )
+            if not held and not running.lost:
+                running.lost = True
+                running.context.cancelled.set()
+                log.warning("worker.lease_lost", execution_id=str(lease.execution_id))
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        return
