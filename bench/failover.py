@@ -113,6 +113,7 @@ class Trial:
     misses: int
     recorded_missed: int
     unexplained: int
+    elected: int  # leader.elected log lines (2: the first leader and its successor)
     conflicts: int  # scheduler.fire_conflict log lines (fencing at work)
     errors: int  # scheduler.tick_failed log lines
     note: str
@@ -349,7 +350,7 @@ def summarize(number: int, seen: Observed) -> Trial:
         first_new = min(f.at for f in new)
         gap_s = (first_new - seen.killed_at).total_seconds()
         backlog = [f for f in new if f.scheduled_for <= first_new]
-        worst = max((f.at - f.scheduled_for).total_seconds() for f in backlog)
+        worst = max(late(f) for f in backlog)
     notes = []
     if not new:
         notes.append("no fire by a new epoch")
@@ -364,15 +365,20 @@ def summarize(number: int, seen: Observed) -> Trial:
         gap_s=round3(gap_s),
         backlog=len(backlog),
         worst_late_s=round3(worst),
-        max_late_s=round(max((f.at - f.scheduled_for).total_seconds() for f in seen.fires), 3),
+        max_late_s=round(max((late(f) for f in seen.fires), default=0.0), 3),
         duplicates=sum(1 for n in per_occurrence.values() if n > 1),
         misses=len(never_fired),
         recorded_missed=len(never_fired & seen.recorded_missed),
         unexplained=len(never_fired - seen.recorded_missed),
+        elected=seen.log_events["leader.elected"],
         conflicts=seen.log_events["scheduler.fire_conflict"],
         errors=seen.log_events["scheduler.tick_failed"],
         note="; ".join(notes),
     )
+
+
+def late(fire: Fire) -> float:
+    return (fire.at - fire.scheduled_for).total_seconds()
 
 
 def round3(value: float | None) -> float | None:
@@ -482,6 +488,21 @@ def private_redis() -> Iterator[str]:
             log("stopped redis-server")
 
 
+def versions(url: str, redis_url: str) -> str:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        info = client.info("server")
+    finally:
+        client.close()
+    return f"PostgreSQL {row[0] if row else '?'}, Redis {info.get('redis_version', '?')}"
+
+
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
 # ---- output ----------------------------------------------------------------------------
 
 COLUMNS = (
@@ -497,6 +518,7 @@ COLUMNS = (
     ("duplicates", "{:>10}"),
     ("misses", "{:>6}"),
     ("unexplained", "{:>11}"),
+    ("elected", "{:>7}"),
     ("conflicts", "{:>9}"),
     ("errors", "{:>6}"),
     ("note", "{}"),
@@ -576,15 +598,24 @@ def format_summary(result: dict[str, object], settings: Settings) -> str:
 
 
 def write_json(
-    rows: Sequence[Trial], result: dict[str, object], settings: Settings, *, quick: bool
+    rows: Sequence[Trial],
+    result: dict[str, object],
+    settings: Settings,
+    *,
+    quick: bool,
+    store: str,
+    load_before: list[float],
 ) -> Path:
     path = RESULTS_DIR / f"failover{'-quick' if quick else ''}.json"
     document = {
         "benchmark": "failover",
         "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "store": store,
         "quick": quick,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
         "leader_ttl_ms": settings.leader_ttl_ms,
         "leader_renew_ms": settings.leader_renew_ms,
         "leader_poll_ms": settings.leader_poll_ms,
@@ -632,6 +663,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     defaults = load_settings({})  # the shipped leader timing the processes run with
     try:
         with private_redis() as redis_url:
+            store = versions(args.admin_url, redis_url)
+            before = load_average()
+            log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
             rows = run_all(args.admin_url, redis_url, trials)
     except KeyboardInterrupt:
         log("interrupted; the schedulers and redis-server were stopped, the database dropped")
@@ -640,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(rows))
     print()
     print(format_summary(result, defaults))
-    path = write_json(rows, result, defaults, quick=args.quick)
+    path = write_json(rows, result, defaults, quick=args.quick, store=store, load_before=before)
     print(f"\nJSON: {path}")
     return 0
 

@@ -33,6 +33,9 @@ The scheduler's leader election keeps two keys in a slot of their own:
 ``jl:{leader}:lock`` (string: the leader's token, with the lease ttl) and
 ``jl:{leader}:epoch`` (counter: raised by every new leader).
 
+Circuit breakers keep their state under ``jl:{breaker}:<handler>`` (pybreaker adds
+``:state``, ``:fail_counter``, ``:success_counter`` and ``:opened_at``).
+
 Scores are integer milliseconds since the Unix epoch. A time that makes an entry due
 (ready_at, deadline) is rounded up and ``now`` is rounded down, so an entry is never
 leased or expired before its time, only up to a millisecond late. The memory backend
@@ -132,6 +135,10 @@ class Keys:
     def leader_epoch(self) -> str:
         """A counter raised by every new leader (same slot as the lock, for one script)."""
         return f"{self.prefix}:{{leader}}:epoch"
+
+    def breaker(self, handler: str) -> str:
+        """The namespace of a handler's circuit breaker (its keys are named under it)."""
+        return f"{self.prefix}:{{breaker}}:{handler}"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(f"{self.prefix}:{{q:{queue}}}")

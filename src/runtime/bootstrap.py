@@ -17,7 +17,10 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
-from jobledger.runtime.handlers.registry import load_registry
+from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.runtime.handlers.registry import load_registry, shell_commands
+from jobledger.runtime.handlers.shell import ShellSettings
+from jobledger.runtime.handlers.webhook import WebhookSettings
 from jobledger.runtime.leader import (
     Leadership,
     LeaderTiming,
@@ -103,9 +106,30 @@ class Container:
             self.ledger,
             self.writer,
             self.queue,
-            load_registry(settings.handlers),
+            load_registry(
+                settings.handlers,
+                webhook=WebhookSettings(
+                    allow=tuple(a.strip() for a in settings.webhook_allow.split(",") if a.strip()),
+                    timeout=settings.webhook_timeout_seconds,
+                ),
+                shell=ShellSettings(
+                    commands=shell_commands(settings.shell_commands),
+                    timeout=settings.shell_timeout_seconds,
+                ),
+            ),
             worker_id=name,
             config=config,
+            breakers=self.breakers(),
+        )
+
+    def breakers(self) -> Breakers:
+        settings = self.settings
+        return Breakers(
+            self._redis,
+            Keys(settings.redis_prefix),
+            BreakerSettings(
+                fail_max=settings.breaker_fail_max, reset_timeout=settings.breaker_reset_seconds
+            ),
         )
 
     def projector(self) -> Projector:

@@ -259,24 +259,32 @@ class SchedulerService:
         config = self.scheduler.config
         next_recovery = 0.0
         while not self._stopping.is_set():
+            report = TickReport(acted=False)
             try:
                 self.scheduler.leadership.tick()
-                self.scheduler.tick(self._now())
+                report = self.scheduler.tick(self._now())
                 if time.monotonic() >= next_recovery:
                     self.scheduler.recover(self._now())
                     self.scheduler.observe(self._now())
                     next_recovery = time.monotonic() + config.recover_interval
             except Exception as error:  # the loop outlives any one failure
                 log.exception("scheduler.tick_failed", error=str(error))
-            self._stopping.wait(self._pause(config.tick_interval))
+            self._stopping.wait(self._pause(config.tick_interval, report))
 
-    def _pause(self, longest: float) -> float:
+    def _pause(self, longest: float, report: TickReport) -> float:
         """Sleep until the next fire is due, but never longer than a tick: the index may
-        learn of new or changed jobs at any time."""
+        learn of new or changed jobs at any time. A standby waits a whole tick, and so
+        does a leader whose tick did nothing while an entry is overdue: an entry it
+        cannot act on must not make it spin."""
+        if not report.acted:
+            return longest
         try:
             due = self.scheduler.index.next_due()
         except Exception:  # noqa: BLE001 (a failed look only means the default pause)
             return longest
         if due is None:
             return longest
-        return min(max((due - self._now()).total_seconds(), 0.0), longest)
+        wait = (due - self._now()).total_seconds()
+        if wait <= 0 and report.jobs == 0:
+            return longest
+        return min(max(wait, 0.0), longest)

@@ -40,6 +40,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     worker_lease_ttl_seconds: float = 30.0
     worker_grace_seconds: float = 10.0
     handlers: str = ""
+    webhook_allow: str = ""
+    webhook_timeout_seconds: float = 30.0
+    shell_commands: str = ""
+    shell_timeout_seconds: float = 60.0
+    breaker_fail_max: int = 3
+    breaker_reset_seconds: float = 30.0
     metrics_port: int = 0
     log_level: str = "info"
     log_format: str = "console"
@@ -122,6 +128,10 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("worker_slots", lambda v: 1 <= v <= 1000, "use 1 to 1000 concurrent executions"),  # noqa: PLR2004
     ("worker_lease_ttl_seconds", lambda v: v >= 1, "use 1 second or more (default 30)"),
     ("worker_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
+    ("breaker_fail_max", lambda v: v >= 1, "use 1 or more consecutive failures"),
+    ("webhook_timeout_seconds", lambda v: v > 0, "use a positive number of seconds"),
+    ("shell_timeout_seconds", lambda v: v > 0, "use a positive number of seconds"),
+    ("breaker_reset_seconds", lambda v: v > 0, "use a positive number of seconds"),
     ("worker_queues", lambda v: bool(v.strip(", ")), "name one or more queues, comma-separated"),
     ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),

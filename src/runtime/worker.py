@@ -10,6 +10,7 @@ lost is rejected by the Execution aggregate and counted, never applied.
 """
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -25,6 +26,7 @@ from jobledger.domain.errors import ConflictError, DomainError, StaleLeaseError
 from jobledger.domain.execution import Execution
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
+from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry
 from jobledger.runtime.writer import GroupCommitWriter
@@ -80,6 +82,7 @@ class Worker:
     now: Callable[[], datetime] = utc_now
     stats: WorkerStats = field(default_factory=WorkerStats)
     running: dict[uuid.UUID, _Running] = field(default_factory=dict)
+    breakers: Breakers | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
@@ -176,7 +179,8 @@ class Worker:
                     running, "fail", error=f"no handler named {execution.spec.handler!r}"
                 )
                 return
-            result = await asyncio.wait_for(handler(context), timeout=timeout)
+            with self._breaker(execution.spec.handler):
+                result = await asyncio.wait_for(handler(context), timeout=timeout)
         except CircuitOpenError as error:
             await self._report(running, "defer", error=str(error))
         except TimeoutError:
@@ -191,6 +195,11 @@ class Worker:
             await self._report(running, "complete", duration=duration, result=result)
         finally:
             self.running.pop(execution.id, None)
+
+    def _breaker(self, handler: str) -> contextlib.AbstractContextManager[None]:
+        if self.breakers is None:
+            return contextlib.nullcontext()
+        return self.breakers.guard(handler)
 
     async def _report(self, running: _Running, outcome: str, **details: Any) -> None:  # noqa: ANN401
         """Record the outcome; on a conflict reload once, so a lost lease is told apart
@@ -264,6 +273,8 @@ class Worker:
         except (DomainError, ConflictError) as error:
             log.warning("worker.hand_back_failed", execution_id=str(execution.id), error=str(error))
             return
+        # Back in the queue now, not when the projection gets to the event.
+        await asyncio.to_thread(self._give_back, lease)
         self.stats.handed_back += 1
         self.running.pop(execution.id, None)
 

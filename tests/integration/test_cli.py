@@ -104,3 +104,15 @@ def test_schedule_preview_rejects_bad_input_in_one_line(args: list[str], named: 
     assert result.returncode == 2
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_shell_allowlist_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+    """If JOBLEDGER_SHELL_COMMANDS is not JSON, then the worker refuses to start with one
+    line naming the setting."""
+    assert run("--data-dir", str(tmp_path), "migrate").returncode == 0
+    result = run(
+        "--data-dir", str(tmp_path), "worker", env={"JOBLEDGER_SHELL_COMMANDS": "greet=echo"}
+    )
+    assert result.returncode == 2
+    assert "JOBLEDGER_SHELL_COMMANDS" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

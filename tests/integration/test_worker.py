@@ -240,3 +240,37 @@ def test_sigterm_hands_back_what_cannot_finish(container: Container) -> None:
         names = Counter(type(e).__name__ for e in events(container, execution.id))
         assert names["Deferred"] == 1
         assert container.ledger.get_execution(execution.id).attempts_used == 1
+
+
+def test_an_open_breaker_defers_that_handler_and_others_keep_flowing(
+    container: Container,
+) -> None:
+    """If a handler keeps failing, then its breaker opens and its executions are
+    deferred, not failed, while test.echo executions all complete."""
+    failing = [run(container, "test.fail", retries=0) for _ in range(6)]
+    echoes = [run(container, "test.echo", n=i) for i in range(20)]
+    worker = start_worker(
+        container, breaker_fail_max="2", breaker_reset_seconds="60", worker_slots="1"
+    )
+    try:
+        wait_for(
+            lambda: all(status(container, e.id) is ExecutionStatus.COMPLETED for e in echoes), 30
+        )
+        wait_for(
+            lambda: (
+                sum(
+                    any(isinstance(x, Execution.Deferred) for x in events(container, e.id))
+                    for e in failing
+                )
+                >= 4
+            ),
+            30,
+        )
+    finally:
+        stop(worker)
+    outcomes = Counter(status(container, e.id) for e in failing)
+    assert outcomes[ExecutionStatus.DEAD_LETTERED] == 2  # the two failures that opened it
+    assert outcomes[ExecutionStatus.PENDING] == 4  # deferred: no attempt spent
+    for execution in failing:
+        if status(container, execution.id) is ExecutionStatus.PENDING:
+            assert container.ledger.get_execution(execution.id).attempts_used == 0

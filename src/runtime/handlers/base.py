@@ -15,6 +15,11 @@ class HandlerError(Exception):
     """The handler failed; the message becomes the attempt's error."""
 
 
+class HandlerCancelledError(HandlerError):
+    """The handler stopped because it was asked to (cancellation, shutdown, lost lease);
+    that says nothing about the health of what it calls."""
+
+
 class CircuitOpenError(HandlerError):
     """The handler's circuit breaker is open: the execution is deferred, not failed."""
 

@@ -3,7 +3,7 @@
 import os
 from typing import Any
 
-from jobledger.runtime.handlers.base import HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import HandlerCancelledError, HandlerContext, HandlerError
 
 DEFAULT_DELAY_SECONDS = 1.0
 
@@ -18,7 +18,7 @@ async def delay(ctx: HandlerContext) -> dict[str, Any]:
     seconds = float(ctx.payload.get("seconds", DEFAULT_DELAY_SECONDS))
     finished = await ctx.sleep(seconds)
     if not finished:
-        raise HandlerError("cancelled while sleeping")
+        raise HandlerCancelledError("cancelled while sleeping")
     return {"slept": seconds}
 
 

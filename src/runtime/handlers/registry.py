@@ -1,12 +1,17 @@
 """Finding handlers by name: built in, entry points, dotted paths from the settings."""
 
 import importlib
+import json
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
 from jobledger.runtime.errors import SettingsError
 from jobledger.runtime.handlers.base import Handler
 from jobledger.runtime.handlers.builtin import BUILTIN
+from jobledger.runtime.handlers.shell import NAME as SHELL
+from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
+from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
+from jobledger.runtime.handlers.webhook import WebhookSettings, make_webhook_handler
 
 ENTRY_POINT_GROUP = "jobledger.handlers"
 
@@ -22,9 +27,17 @@ class HandlerRegistry:
         return sorted(self._handlers)
 
 
-def load_registry(dotted: str = "") -> HandlerRegistry:
+def load_registry(
+    dotted: str = "",
+    *,
+    webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
+    shell: ShellSettings | None = None,
+) -> HandlerRegistry:
     """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated)."""
     handlers: dict[str, Handler] = dict(BUILTIN)
+    handlers[WEBHOOK] = make_webhook_handler(webhook)
+    # Without an allowlist the shell handler still exists, and refuses with a clear error.
+    handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = point.load()
     for pair in filter(None, (p.strip() for p in dotted.split(","))):
@@ -43,3 +56,21 @@ def _import(name: str, path: str) -> Handler:
             "use name=package.module:function"
         ) from None
     return handler
+
+
+def shell_commands(text: str) -> dict[str, tuple[str, ...]]:
+    """``JOBLEDGER_SHELL_COMMANDS``: a JSON object of named argv templates."""
+    if not text.strip():
+        return {}
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SettingsError(
+            f"JOBLEDGER_SHELL_COMMANDS is not JSON ({error}); "
+            'use e.g. {"greet": ["echo", "hello", "{name}"]}'
+        ) from None
+    if not isinstance(raw, dict):
+        raise SettingsError('JOBLEDGER_SHELL_COMMANDS: use a JSON object, e.g. {"greet": ["echo"]}')
+    return {
+        str(name): tuple(argv) if isinstance(argv, list) else argv for name, argv in raw.items()
+    }

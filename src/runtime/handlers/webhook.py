@@ -1,0 +1,450 @@
+"""The ``http.webhook`` handler: one HTTP request per attempt, guarded against SSRF.
+
+Every destination, the first and each redirect target, is resolved once, checked, and
+then connected to by the checked address: a DNS answer that changes between the check
+and the connection (DNS rebinding) cannot steer the request somewhere else.
+"""
+
+import asyncio
+import ipaddress
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import httpx
+
+from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
+
+NAME = "http.webhook"
+ALLOW_SETTING = "JOBLEDGER_WEBHOOK_ALLOW"
+EXCERPT_CHARS = 500
+ERROR_EXCERPT_CHARS = 200
+METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+HTTP_STATUSES = range(100, 600)
+SUCCESS_STATUSES = range(200, 300)
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+# Framing and routing headers come from the URL and the body, never from the payload.
+RESERVED_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+# Credentials must not follow a redirect to another origin.
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Instance metadata services that are not already link-local.
+METADATA_ADDRESSES = frozenset(
+    {
+        ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
+        ipaddress.ip_address("169.254.170.2"),  # AWS ECS task metadata
+        ipaddress.ip_address("100.100.100.200"),  # Alibaba Cloud
+        ipaddress.ip_address("fd00:ec2::254"),  # AWS over IPv6
+    }
+)
+NAT64_PREFIX = ipaddress.ip_network("64:ff9b::/96")
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    allow: tuple[str, ...] = ()  # hosts or CIDR networks that may be private or internal
+    connect_timeout: float = 5.0
+    timeout: float = 30.0  # also bounds the whole delivery, redirects included
+    max_response_bytes: int = 64 * 1024
+    max_redirects: int = 5
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    method: str
+    headers: dict[str, str]
+    content: bytes | None
+
+
+# --- The guard: pure, so every rule is testable without a network. ---
+
+
+def check_destination(
+    url: str, resolved: Iterable[str], allow: Iterable[str] = ()
+) -> list[IPAddress]:
+    """Returns the addresses that ``url`` may be sent to, or raises HandlerError.
+
+    ``resolved`` is what the host name resolved to; it is ignored when the host is an
+    IP literal. Every address must be public unless the host name or the address is
+    in ``allow`` (names, addresses or CIDR networks).
+    """
+    target = parse_url(url)
+    host = target.host.rstrip(".").lower()
+    literal = _ip_literal(host)
+    addresses = [literal] if literal else _parse_resolved(host, resolved)
+    names, networks = _parse_allow(allow)
+    if host in names:
+        return addresses
+    for address in addresses:
+        problem = _problem(address)
+        if problem and not any(_in_networks(each, networks) for each in _unwrapped(address)):
+            shown = _shown(address)
+            where = f"{shown} is" if literal else f"{host} resolves to {shown},"
+            raise HandlerError(
+                f"{NAME}: {where} {problem} address; allow it with {ALLOW_SETTING} if it is meant"
+            )
+    return addresses
+
+
+def parse_url(url: str) -> httpx.URL:
+    """Parses ``url``, refusing anything but http(s) with a host."""
+    try:
+        target = httpx.URL(url)
+    except httpx.InvalidURL as error:
+        raise HandlerError(f"{NAME}: {url[:100]!r} is not a valid URL ({error})") from None
+    if not target.scheme:
+        raise HandlerError(f"{NAME}: {url[:100]!r} has no scheme; use an http or https URL")
+    if target.scheme not in {"http", "https"}:
+        raise HandlerError(f"{NAME}: {target.scheme!r} URLs are not allowed; use http or https")
+    if not target.host:
+        raise HandlerError(f"{NAME}: the URL has no host; use http(s)://host/path")
+    return target
+
+
+def _ip_literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def _parse_resolved(host: str, resolved: Iterable[str]) -> list[IPAddress]:
+    addresses: list[IPAddress] = []
+    for text in resolved:
+        address = ipaddress.ip_address(text)
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise HandlerError(f"{NAME}: {host} did not resolve to any address; check the URL")
+    return addresses
+
+
+def _parse_allow(allow: Iterable[str]) -> tuple[frozenset[str], tuple[IPNetwork, ...]]:
+    names: set[str] = set()
+    networks: list[IPNetwork] = []
+    for entry in (each.strip() for each in allow):
+        try:
+            networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+        except ValueError:
+            if entry:
+                names.add(entry.rstrip(".").lower())
+    return frozenset(names), tuple(networks)
+
+
+def _shown(address: IPAddress) -> str:
+    # Python prints "::ffff:127.0.0.1" as "::ffff:7f00:1"; keep the dotted form readable.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return f"::ffff:{address.ipv4_mapped}"
+    return str(address)
+
+
+def _in_networks(address: IPAddress, networks: Sequence[IPNetwork]) -> bool:
+    return any(address.version == net.version and address in net for net in networks)
+
+
+def _unwrapped(address: IPAddress) -> list[IPAddress]:
+    """The address and any IPv4 address embedded in it (mapped, NAT64, 6to4)."""
+    found: list[IPAddress] = [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped:
+            found.append(address.ipv4_mapped)
+        if address.sixtofour:
+            found.append(address.sixtofour)
+        if address in NAT64_PREFIX:
+            found.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    return found
+
+
+def _problem(address: IPAddress) -> str | None:
+    """Names why ``address`` is not public, most specific reason first."""
+    # Embedded IPv4 first: "::ffff:127.0.0.1" is better described as loopback than private.
+    for each in reversed(_unwrapped(address)):
+        checks = (
+            (each.is_unspecified, "an unspecified"),
+            (each.is_loopback, "a loopback"),
+            (each.is_link_local, "a link-local"),
+            (each in METADATA_ADDRESSES, "a cloud metadata"),
+            (each.is_multicast, "a multicast"),
+            (each.is_private, "a private"),
+            (each.is_reserved, "a reserved"),
+            (not each.is_global, "a non-public"),
+        )
+        for matched, problem in checks:
+            if matched:
+                return problem
+    return None
+
+
+# --- The payload. ---
+
+
+def _outgoing(ctx: HandlerContext) -> tuple[str, _Outgoing, frozenset[int] | None]:
+    payload = ctx.payload
+    url = payload.get("url")
+    if not isinstance(url, str) or not url:
+        raise HandlerError(f"{NAME}: payload.url is required, e.g. https://example.com/hook")
+    method = payload.get("method", "POST")
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise HandlerError(
+            f"{NAME}: method {method!r} is not supported; use one of {_list(METHODS)}"
+        )
+    headers = _headers(payload.get("headers", {}), str(ctx.execution_id))
+    content, content_type = _body(payload)
+    if content_type and not _has(headers, "content-type"):
+        headers["Content-Type"] = content_type
+    return url, _Outgoing(method.upper(), headers, content), _expected(payload)
+
+
+def _headers(given: object, idempotency_key: str) -> dict[str, str]:
+    if not isinstance(given, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in given.items()
+    ):
+        raise HandlerError(f"{NAME}: payload.headers must map header names to string values")
+    reserved = sorted(name for name in given if name.lower() in RESERVED_HEADERS)
+    if reserved:
+        raise HandlerError(
+            f"{NAME}: payload.headers may not set {', '.join(reserved)}; "
+            "they come from the URL and the body"
+        )
+    headers = dict(given)
+    if not _has(headers, "idempotency-key"):
+        # The execution id is stable across attempts, so the receiver can drop repeats.
+        headers["Idempotency-Key"] = idempotency_key
+    if not _has(headers, "accept-encoding"):
+        # An uncompressed body keeps the byte cap honest (no decompression bombs).
+        headers["Accept-Encoding"] = "identity"
+    return headers
+
+
+def _body(payload: dict[str, Any]) -> tuple[bytes | None, str | None]:
+    body = payload.get("body")
+    if body is None:
+        return None, None
+    if isinstance(body, str):
+        return body.encode(), None
+    try:
+        encoded = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as error:
+        raise HandlerError(f"{NAME}: payload.body is not JSON-serializable ({error})") from None
+    return encoded.encode(), "application/json"
+
+
+def _expected(payload: dict[str, Any]) -> frozenset[int] | None:
+    expected = payload.get("expected_status")
+    if expected is None:
+        return None
+    if not isinstance(expected, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s in HTTP_STATUSES for s in expected
+    ):
+        raise HandlerError(f"{NAME}: payload.expected_status must be a list of HTTP statuses")
+    return frozenset(expected)
+
+
+def _has(headers: dict[str, str], name: str) -> bool:
+    return any(key.lower() == name for key in headers)
+
+
+def _list(items: Iterable[object]) -> str:
+    return ", ".join(sorted(str(item) for item in items))
+
+
+# --- Delivery. ---
+
+
+def make_webhook_handler(settings: WebhookSettings) -> Handler:
+    """The ``http.webhook`` handler, bound to ``settings``."""
+
+    async def webhook(ctx: HandlerContext) -> dict[str, Any]:
+        url, outgoing, expected = _outgoing(ctx)
+        origin = _origin_text(parse_url(url))
+        try:
+            async with asyncio.timeout(settings.timeout):
+                return await _deliver(ctx, settings, parse_url(url), outgoing, expected)
+        except (TimeoutError, httpx.TimeoutException):
+            raise HandlerError(f"{NAME}: {origin} timed out after {settings.timeout:g}s") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as error:
+            raise HandlerError(
+                f"{NAME}: request to {origin} failed ({type(error).__name__}: {error})"
+            ) from None
+
+    return webhook
+
+
+async def _deliver(
+    ctx: HandlerContext,
+    settings: WebhookSettings,
+    url: httpx.URL,
+    outgoing: _Outgoing,
+    expected: frozenset[int] | None,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
+    # trust_env=False: a proxy from the environment would do its own, unchecked, resolving.
+    async with httpx.AsyncClient(
+        timeout=timeout, follow_redirects=False, trust_env=False
+    ) as client:
+        for _ in range(settings.max_redirects + 1):
+            addresses = await _vetted(ctx, url, settings.allow)
+            async with _opened(client, url, addresses, outgoing) as response:
+                hop = _next_hop(url, outgoing, response)
+                if hop is None:
+                    body, truncated = await _read_capped(response, settings.max_response_bytes)
+                    elapsed_ms = round((time.monotonic() - started) * 1000)
+                    return _finish(
+                        ctx,
+                        url,
+                        status=response.status_code,
+                        body=body,
+                        truncated=truncated,
+                        expected=expected,
+                        elapsed_ms=elapsed_ms,
+                    )
+            ctx.log.info(
+                "handler.webhook.redirected",
+                execution_id=str(ctx.execution_id),
+                status=response.status_code,
+                host=hop[0].host,
+            )
+            url, outgoing = hop
+    raise HandlerError(
+        f"{NAME}: more than {settings.max_redirects} redirects; point the job at the final URL"
+    )
+
+
+async def _vetted(ctx: HandlerContext, url: httpx.URL, allow: tuple[str, ...]) -> list[IPAddress]:
+    resolved: list[str] = []
+    if _ip_literal(url.host) is None:
+        resolved = await _resolve(url)
+    try:
+        return check_destination(str(url), resolved, allow)
+    except HandlerError as error:
+        ctx.log.warning(
+            "handler.webhook.refused",
+            execution_id=str(ctx.execution_id),
+            host=url.host,
+            reason=str(error),
+        )
+        raise
+
+
+async def _resolve(url: httpx.URL) -> list[str]:
+    host = url.raw_host.decode("ascii")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise HandlerError(f"{NAME}: cannot resolve {url.host} ({error}); check the URL") from None
+    return [str(info[4][0]) for info in infos]
+
+
+@asynccontextmanager
+async def _opened(
+    client: httpx.AsyncClient, url: httpx.URL, addresses: list[IPAddress], outgoing: _Outgoing
+) -> AsyncIterator[httpx.Response]:
+    """A streamed response from the first checked address that accepts the connection."""
+    failure: httpx.TransportError | None = None
+    for address in addresses:
+        request = client.build_request(
+            outgoing.method,
+            url.copy_with(host=str(address)),
+            headers={**outgoing.headers, "Host": url.netloc.decode("ascii")},
+            content=outgoing.content,
+            # The certificate is checked against the name, not the pinned address.
+            extensions={"sni_hostname": url.raw_host.decode("ascii")},
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as error:
+            failure = error
+            continue
+        try:
+            yield response
+        finally:
+            await response.aclose()
+        return
+    raise failure or HandlerError(f"{NAME}: {url.host} has no address to connect to")
+
+
+def _next_hop(
+    url: httpx.URL, outgoing: _Outgoing, response: httpx.Response
+) -> tuple[httpx.URL, _Outgoing] | None:
+    location = response.headers.get("location")
+    if response.status_code not in REDIRECT_STATUSES or not location:
+        return None
+    try:
+        target = url.join(location)
+    except httpx.InvalidURL:
+        raise HandlerError(f"{NAME}: {url.host} redirected to an invalid URL") from None
+    method, content, headers = outgoing.method, outgoing.content, dict(outgoing.headers)
+    # As browsers do: 303 always, and 301/302 after a POST, continue as a GET.
+    status = response.status_code
+    if (status == HTTPStatus.SEE_OTHER and method != "HEAD") or (
+        status in {HTTPStatus.MOVED_PERMANENTLY, HTTPStatus.FOUND} and method == "POST"
+    ):
+        method, content = "GET", None
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    if _origin(target) != _origin(url):
+        headers = {k: v for k, v in headers.items() if k.lower() not in CREDENTIAL_HEADERS}
+    return target, _Outgoing(method, headers, content)
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    body = bytearray()
+    # Stopping early is safe: the caller closes the response, which drops the rest.
+    async for chunk in response.aiter_bytes():
+        room = limit - len(body)
+        body += chunk[:room]
+        if len(chunk) > room:
+            return bytes(body), True
+    return bytes(body), False
+
+
+def _finish(
+    ctx: HandlerContext,
+    url: httpx.URL,
+    *,
+    status: int,
+    body: bytes,
+    truncated: bool,
+    expected: frozenset[int] | None,
+    elapsed_ms: int,
+) -> dict[str, Any]:
+    excerpt = body.decode(errors="replace")[:EXCERPT_CHARS]
+    if status not in (expected if expected is not None else SUCCESS_STATUSES):
+        wanted = _list(expected) if expected is not None else "2xx"
+        raise HandlerError(
+            f"{NAME}: {_origin_text(url)} answered {status}, expected {wanted}; "
+            f"body: {excerpt[:ERROR_EXCERPT_CHARS]!r}"
+        )
+    ctx.log.info(
+        "handler.webhook.delivered",
+        execution_id=str(ctx.execution_id),
+        host=url.host,
+        status=status,
+        elapsed_ms=elapsed_ms,
+        bytes=len(body),
+    )
+    return {
+        "status": status,
+        "elapsed_ms": elapsed_ms,
+        "bytes": len(body),
+        "body_excerpt": excerpt,
+        "truncated": truncated,
+    }
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
+def _origin_text(url: httpx.URL) -> str:
+    # Scheme and host only: paths and queries may carry tokens.
+    return f"{url.scheme}://{url.netloc.decode('ascii')}"

@@ -1,0 +1,95 @@
+"""Circuit breakers per handler, shared through Redis by every worker."""
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+
+from jobledger.projections.redis_keys import Keys
+from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.runtime.handlers.base import CircuitOpenError, HandlerCancelledError
+
+
+async def failing() -> None:
+    await asyncio.sleep(0)
+    raise ConnectionError("target down")
+
+
+def call(breakers: Breakers, handler: str) -> str:
+    async def attempt() -> str:
+        try:
+            with breakers.guard(handler):
+                await failing()
+        except CircuitOpenError:
+            return "deferred"
+        except ConnectionError:
+            return "failed"
+        return "ok"
+
+    return asyncio.run(attempt())
+
+
+def test_a_breaker_opened_by_one_worker_is_open_for_all(redis_server: str) -> None:
+    """If one worker's calls to a handler fail fail_max times in a row, then another
+    worker sharing the Redis sees the breaker open and defers, while other handlers'
+    breakers stay closed."""
+    client = redis.Redis.from_url(redis_server)
+    keys = Keys(f"b{uuid.uuid4().hex[:8]}")
+    settings = BreakerSettings(fail_max=2, reset_timeout=60)
+    first, second = Breakers(client, keys, settings), Breakers(client, keys, settings)
+    try:
+        assert [call(first, "http.webhook") for _ in range(2)] == ["failed", "failed"]
+        assert call(second, "http.webhook") == "deferred"
+        assert second.states()["http.webhook"] == "open"
+        assert call(second, "shell.command") == "failed"  # its own breaker, still closed
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("handler", ["test.fail"])
+def test_an_open_breaker_lets_a_probe_through_after_the_timeout(
+    redis_server: str, handler: str
+) -> None:
+    """If the reset timeout passes, then one probe goes through; its success closes the
+    breaker."""
+    client = redis.Redis.from_url(redis_server)
+    breakers = Breakers(
+        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1, reset_timeout=2)
+    )
+
+    async def probe() -> str:
+        # The shared state keeps the opening time in whole seconds: wait past the next one.
+        await asyncio.sleep(3.1)
+        with breakers.guard(handler):
+            await asyncio.sleep(0)
+        return "ok"
+
+    try:
+        assert call(breakers, handler) == "failed"
+        assert call(breakers, handler) == "deferred"
+        assert asyncio.run(probe()) == "ok"
+        assert breakers.states()[handler] == "closed"
+    finally:
+        client.close()
+
+
+def test_stopping_on_request_is_not_a_failure(redis_server: str) -> None:
+    """If handler runs are cancelled (shutdown, lost lease), then the breaker stays
+    closed: cancellation says nothing about the dependency."""
+    client = redis.Redis.from_url(redis_server)
+    breakers = Breakers(
+        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1, reset_timeout=60)
+    )
+
+    async def cancelled() -> None:
+        with breakers.guard("test.delay"):
+            raise HandlerCancelledError("cancelled while sleeping")
+
+    try:
+        for _ in range(3):
+            with pytest.raises(HandlerCancelledError):
+                asyncio.run(cancelled())
+        assert breakers.states()["test.delay"] == "closed"
+    finally:
+        client.close()
