@@ -9,9 +9,10 @@ drops the database, also on an error or Ctrl-C.
 
 1. lease+ack: N pending entries are applied to an empty queue, then leased in batches
    of 1, 10 or 100 and each lease acked, on Redis and on the in-memory backend.
-2. projection lag: the projector runs while a producer thread saves 500 new executions
-   per second and a consumer thread leases (batch 100); lag is the time from
-   ``ledger.save`` returning to the first lease that returns the execution.
+2. projection lag: the projector runs while producer threads save 500 new executions
+   per second on one fixed schedule (one execution, so one event, per save) and a
+   consumer thread leases (batch 100); lag is the time from ``ledger.save`` returning
+   to the first lease that returns the execution.
 3. rebuild from the checkpoint: ``jobledger_open_executions`` is filled by COPY, then
    ``QueueProjection.rebuild()`` reads it into an empty Redis prefix.
 4. full replay: execution events are loaded into the log by COPY, then
@@ -53,7 +54,8 @@ from psycopg import sql
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.projections.checkpoint import CHECKPOINT, to_ms
+from jobledger.projections.checkpoint import CHECKPOINT, from_ms, stored_row, to_ms
+from jobledger.projections.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import (
     QueueChange,
@@ -85,6 +87,9 @@ LEASE_TTL = timedelta(minutes=5)
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)  # a lease "now" at which every entry is due
 LEASE_BATCHES = (1, 10, 100)
 LAG_RATE = 500  # events per second
+# Threads saving on one shared schedule: a save waits ~2 ms for its commit (the recorder
+# locks the events table), so one thread cannot offer 500 saves a second.
+LAG_PRODUCERS = 4
 LAG_LEASE_BATCH = 100
 LAG_GRACE = 5.0  # seconds the consumer may take after the last save
 REDIS_START_TIMEOUT = 10.0
@@ -285,7 +290,12 @@ class LagRun:
     expected: int
     stop: threading.Event
     errors: list[BaseException]
-    produce_seconds: float = 0.0
+    begun: float = 0.0  # perf_counter at slot 0 of the save schedule
+
+    @property
+    def produce_seconds(self) -> float:
+        """From the first slot to the last save that returned."""
+        return max(self.committed.values(), default=self.begun) - self.begun
 
 
 def lag_aggregates(count: int) -> list[Execution]:
@@ -300,17 +310,19 @@ def lag_aggregates(count: int) -> list[Execution]:
     ]
 
 
-def produce(ledger: Ledger, aggregates: Sequence[Execution], run: LagRun) -> None:
-    """Save one aggregate per tick at LAG_RATE, on a fixed schedule (no drift)."""
+def produce(
+    ledger: Ledger, aggregates: Sequence[Execution], run: LagRun, first: int, step: int
+) -> None:
+    """Save every ``step``-th aggregate from ``first``, each at its slot of the shared
+    schedule (LAG_RATE from ``run.begun``, no drift); one event per save, so a lag is
+    one event's."""
     try:
-        begun = time.perf_counter()
-        for index, aggregate in enumerate(aggregates):
-            wait = begun + index / LAG_RATE - time.perf_counter()
+        for index in range(first, len(aggregates), step):
+            wait = run.begun + index / LAG_RATE - time.perf_counter()
             if wait > 0 and run.stop.wait(wait):
                 return
-            ledger.save(aggregate)
-            run.committed[aggregate.id] = time.perf_counter()
-        run.produce_seconds = time.perf_counter() - begun
+            ledger.save(aggregates[index])
+            run.committed[aggregates[index].id] = time.perf_counter()
     except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
         run.errors.append(error)
 
@@ -341,20 +353,28 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 def run_lag(container: Container, count: int) -> LagRun:
     aggregates = lag_aggregates(count)
     run = LagRun({}, {}, count, threading.Event(), [])
-    threads = [
-        threading.Thread(target=consume, args=(container.queue, run), daemon=True),
-        threading.Thread(target=produce, args=(container.ledger, aggregates, run), daemon=True),
+    consumer = threading.Thread(target=consume, args=(container.queue, run), daemon=True)
+    producers = [
+        threading.Thread(
+            target=produce, args=(container.ledger, aggregates, run, k, LAG_PRODUCERS), daemon=True
+        )
+        for k in range(LAG_PRODUCERS)
     ]
     try:
-        for thread in threads:
+        consumer.start()
+        run.begun = time.perf_counter()
+        for thread in producers:
             thread.start()
-        threads[1].join()
+        progress = Progress("projection lag: saved", count)
+        while alive := [thread for thread in producers if thread.is_alive()]:
+            alive[0].join(1.0)
+            progress(len(run.committed))
         deadline = time.monotonic() + LAG_GRACE
-        while threads[0].is_alive() and time.monotonic() < deadline:
-            threads[0].join(0.1)
+        while consumer.is_alive() and time.monotonic() < deadline:
+            consumer.join(0.1)
     finally:
         run.stop.set()
-        for thread in threads:
+        for thread in [consumer, *producers]:
             thread.join(10)
     if run.errors:
         raise run.errors[0]
@@ -370,7 +390,10 @@ def measure_lag(container: Container, size: Sizes) -> Row:
         wait_for(lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build")
         if listener is not None:
             wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
-        log(f"projection lag: {count:,} saves at {LAG_RATE}/s ({size.lag_seconds:g}s)")
+        log(
+            f"projection lag: {count:,} saves at {LAG_RATE}/s ({size.lag_seconds:g}s),"
+            f" {LAG_PRODUCERS} producer threads"
+        )
         run = run_lag(container, count)
     finally:
         projector.stop()
@@ -382,7 +405,7 @@ def measure_lag(container: Container, size: Sizes) -> Row:
     notes = [f"{missing} never leased"] if missing else []
     if saved_per_s < LAG_RATE * 0.95:
         notes.append(f"saves reached only {saved_per_s:.0f}/s")
-        log(f"projection lag: the producer fell behind: {saved_per_s:.0f} saves/s, not {LAG_RATE}")
+        log(f"projection lag: the producers fell behind: {saved_per_s:.0f} saves/s, not {LAG_RATE}")
     return Row(
         "projection lag",
         "redis",
@@ -403,34 +426,34 @@ def measure_lag(container: Container, size: Sizes) -> Row:
 
 
 def checkpoint_rows(count: int) -> Iterator[tuple[object, ...]]:
-    """Rows as ``checkpoint._row`` writes them, over both queues and every priority."""
+    """Rows as ``Checkpoint`` writes them (``stored_row``), over both queues and every
+    priority."""
     now_ms = to_ms(datetime.now(UTC))
     specs = [work_spec(i) for i in range(16)]
-    jobs = [None if j is None else str(j) for j in map(job_id, range(16))]
     states = [state for state, share in CHECKPOINT_MIX for _ in range(share)]
     for index in range(count):
-        state = states[index % len(states)]
+        state = QueueState(states[index % len(states)])
         lease_id = None
-        if state == "pending":
+        if state is QueueState.PENDING:
             # One in ten is delayed; the rest became due over the last hour.
             at_ms = now_ms + 600_000 if index % 10 == 9 else now_ms - index % 3_600_000
             version, attempt = 1, 1
-        elif state == "leased":
-            at_ms, version, attempt, lease_id = now_ms + 300_000, 2, 1, str(uuid.uuid4())
+        elif state is QueueState.LEASED:
+            at_ms, version, attempt, lease_id = now_ms + 300_000, 2, 1, uuid.uuid4()
         else:
             at_ms, version, attempt = now_ms - 60_000, 9, 4
-        yield (
-            str(uuid.uuid4()),
-            QUEUES[index % 2],
-            index % 10,
-            version,
-            state,
-            at_ms,
-            attempt,
-            lease_id,
-            specs[index % len(specs)],
-            jobs[index % len(jobs)],
+        item = QueueItem(
+            execution_id=uuid.uuid4(),
+            queue=QUEUES[index % 2],
+            priority=index % 10,
+            version=version,
+            state=state,
+            at=from_ms(at_ms),
+            attempt=attempt,
+            lease_id=lease_id,
+            spec=specs[index % len(specs)],
         )
+        yield stored_row(item)
 
 
 def copy_rows(
@@ -451,10 +474,9 @@ def copy_rows(
 
 
 def fill_checkpoint(url: str, count: int, position: int) -> None:
-    columns = sql.SQL(
-        "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec, job_id"
+    statement = sql.SQL("COPY jobledger_open_executions ({}) FROM STDIN").format(
+        sql.SQL(CHECKPOINT_COLUMNS)
     )
-    statement = sql.SQL("COPY jobledger_open_executions ({}) FROM STDIN").format(columns)
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("TRUNCATE jobledger_open_executions")
         copy_rows(cursor, statement, checkpoint_rows(count), Progress("checkpoint: COPY", count))
@@ -551,7 +573,13 @@ def replay_plan(ledger: Ledger) -> list[History]:
         for kind, _ in REPLAY_MIX
     }
     slots = [kind for kind, share in REPLAY_MIX for _ in range(share)]
-    return [templates[slots[i % len(slots)]][i // len(slots)] for i in range(64 * len(slots))]
+    used = dict.fromkeys(templates, 0)
+    plan = []
+    for index in range(TEMPLATES_PER_KIND * len(slots)):
+        kind = slots[index % len(slots)]
+        plan.append(templates[kind][used[kind] % TEMPLATES_PER_KIND])
+        used[kind] += 1
+    return plan
 
 
 def replay_events(plan: Sequence[History], total: int) -> Iterator[tuple[object, ...]]:
@@ -780,6 +808,7 @@ def write_json(rows: Sequence[Row], size: Sizes, *, quick: bool, store: str) -> 
         "load_average_after": [round(v, 2) for v in os.getloadavg()],
         "sizes": asdict(size),
         "lag_rate": LAG_RATE,
+        "lag_producers": LAG_PRODUCERS,
         "log_load": "COPY into jobledger_events (stored events of template executions)",
         "rows": [asdict(row) for row in rows],
     }

@@ -5,13 +5,14 @@ CREATE TABLE IF NOT EXISTS jobledger_open_executions (
     execution_id text PRIMARY KEY,
     job_id text,
     queue text NOT NULL,
-    priority smallint NOT NULL,
     version integer NOT NULL,
     state text NOT NULL,
-    at_ms bigint NOT NULL,
-    attempt integer NOT NULL,
+    priority smallint NOT NULL,
     lease_id text,
-    spec bytea NOT NULL
+    -- The due score of the entry's time (ms, rounded up), as the queue's sorted sets use.
+    score bigint NOT NULL,
+    -- The entry as the Redis queue stores it (msgpack), so a rebuild copies it verbatim.
+    item bytea NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobledger_open_executions_job ON jobledger_open_executions (job_id);
 CREATE TABLE IF NOT EXISTS jobledger_positions (

@@ -64,6 +64,7 @@ class MsgspecMapper(Mapper[UUID]):
         self, *, compressor: Compressor | None = None, cipher: Cipher | None = None
     ) -> None:
         super().__init__(transcoder=MsgspecTranscoder(), compressor=compressor, cipher=cipher)
+        self._topics: dict[str, tuple[type[Any], msgspec.json.Decoder[Any] | None]] = {}
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
         state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_FIELDS}
@@ -83,23 +84,49 @@ class MsgspecMapper(Mapper[UUID]):
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:
-        event_class: type[Any] = resolve_topic(stored_event.topic)
+        return self.decode_event(
+            stored_event.originator_id,
+            stored_event.originator_version,
+            stored_event.topic,
+            stored_event.state,
+        )
+
+    def decode_event(
+        self, originator_id: UUID | str, originator_version: int, topic: str, state: bytes
+    ) -> DomainEventProtocol[UUID]:
+        """``to_domain_event`` from the columns of a stored event, without the object:
+        log readers have rows, and this runs once per event of a replay."""
+        event_class, decoder = self._event_type(topic)
         try:
-            state = self._decode_state(event_class, stored_event.state)
+            if decoder is not None:
+                fields = _state_as_dict(decoder.decode(state))
+            else:
+                fields = self._decode_state(event_class, state)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
             msg = (
-                f"Cannot decode stored event {stored_event.topic} of "
-                f"{stored_event.originator_id} v{stored_event.originator_version}: {error}"
+                f"Cannot decode stored event {topic} of "
+                f"{originator_id} v{originator_version}: {error}"
             )
             raise MapperDeserialisationError(msg) from error
-        originator_id = stored_event.originator_id
-        state["originator_id"] = (
+        fields["originator_id"] = (
             originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
         )
-        state["originator_version"] = stored_event.originator_version
+        fields["originator_version"] = originator_version
         domain_event = object.__new__(event_class)
-        object.__setattr__(domain_event, "__dict__", state)
+        object.__setattr__(domain_event, "__dict__", fields)
         return typing.cast("DomainEventProtocol[UUID]", domain_event)
+
+    def _event_type(self, topic: str) -> tuple[type[Any], msgspec.json.Decoder[Any] | None]:
+        """The event class of ``topic`` and, when its state needs no other step (no
+        cipher, compressor or upcast), the decoder that types it; built once per topic."""
+        known = self._topics.get(topic)
+        if known is None:
+            event_class: type[Any] = resolve_topic(topic)
+            plain = not self.cipher and not self.compressor
+            current = getattr(event_class, "class_version", 1) == 1
+            decoder = _state_decoder(event_class) if plain and current else None
+            known = self._topics.setdefault(topic, (event_class, decoder))
+        return known
 
     def _decode_state(self, event_class: type[Any], data: bytes) -> dict[str, Any]:
         if self.cipher:

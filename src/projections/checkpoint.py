@@ -3,30 +3,56 @@
 It lives in the event store's database and is updated exactly once per event: the rows
 and the position commit in one transaction. A Redis rebuild reads it (cost grows with
 open executions, not with all history) and then follows the log from its position.
+
+Each row keeps the entry as the Redis queue stores it (``queue_entries``): the msgpack
+item, and beside it the fields that place it (queue, state, priority, lease id, score).
+A rebuild copies those bytes; only the embedded mode decodes them into items.
 """
 
-from collections.abc import Iterator, Sequence
+import contextlib
+import itertools
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
+
+import psycopg
 
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.queue import QueueChange, QueueItem, QueueState, decode_spec
+from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_item
+from jobledger.projections.redis_keys import due_score
 
 CHECKPOINT = "queue-checkpoint"
-_COLUMNS = "execution_id, queue, priority, version, state, at_ms, attempt, lease_id, spec, job_id"
+SNAPSHOT_BATCH = 10_000  # entries per batch of ``entries`` and ``snapshot``
+
+_T = TypeVar("_T")
+# The columns of a ``stored_row``, in its order.
+COLUMNS = "execution_id, job_id, queue, version, state, priority, lease_id, score, item"
 _UPSERT = (
-    f"INSERT INTO jobledger_open_executions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608 (constant column list)
+    f"INSERT INTO jobledger_open_executions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608 (constant column list)
     "ON CONFLICT (execution_id) DO UPDATE SET queue = excluded.queue, "
-    "priority = excluded.priority, version = excluded.version, state = excluded.state, "
-    "at_ms = excluded.at_ms, attempt = excluded.attempt, lease_id = excluded.lease_id, "
-    "spec = excluded.spec WHERE excluded.version > jobledger_open_executions.version"
+    "version = excluded.version, state = excluded.state, priority = excluded.priority, "
+    "lease_id = excluded.lease_id, score = excluded.score, item = excluded.item "
+    "WHERE excluded.version > jobledger_open_executions.version"
 )
 _DELETE = "DELETE FROM jobledger_open_executions WHERE execution_id = ? AND version < ?"
 _POSITION = (
     "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
 )
+_READ_POSITION = "SELECT position FROM jobledger_positions WHERE name = ?"
+# The columns of an ``EncodedEntry``, in its order.
+_ENTRY = "execution_id, queue, version, state, priority, lease_id, score, item"
+_SELECT_ENTRIES = f"SELECT {_ENTRY} FROM jobledger_open_executions"  # noqa: S608 (constant)
+# PostgreSQL: binary COPY is the cheapest way to move a table to the client (no text
+# to parse, no cursor round trips); the casts pin the types that set_types names.
+_COPY_ENTRIES = (
+    "COPY (SELECT execution_id::text, queue::text, version::int4, state::text, "
+    "priority::int2, lease_id::text, score::int8, item::bytea "
+    "FROM jobledger_open_executions) TO STDOUT (FORMAT BINARY)"
+)
+_COPY_TYPES = ["text", "text", "int4", "text", "int2", "text", "int8", "bytea"]
 
 
 def to_ms(moment: datetime) -> int:
@@ -46,11 +72,12 @@ class Checkpoint:
 
     def position(self) -> int:
         with self._database.transaction(snapshot=True) as cursor:
-            return self._position(cursor)
+            cursor.execute(_READ_POSITION, (self.name,))
+            return _position(cursor)
 
     def commit(self, changes: Sequence[QueueChange], position: int) -> None:
         """Apply ``changes`` and move the position, in one transaction."""
-        upserts = [_row(c.item) for c in changes if c.item is not None]
+        upserts = [stored_row(c.item) for c in changes if c.item is not None]
         deletes = [(str(c.execution_id), c.version) for c in changes if c.item is None]
         with self._database.transaction() as cursor:
             if upserts:
@@ -64,22 +91,41 @@ class Checkpoint:
             cursor.execute("DELETE FROM jobledger_open_executions")
             cursor.execute(_POSITION, (self.name, 0))
 
+    def entries(self, batch: int = SNAPSHOT_BATCH) -> Iterator[tuple[int, list[EncodedEntry]]]:
+        """Batches of open entries as stored, each with the position they belong to.
+
+        An empty checkpoint yields one empty batch, so its position still comes from
+        the same snapshot: read apart, a commit in between would slip past a rebuild.
+        """
+        with self._database.transaction(snapshot=True) as cursor:
+            # ``execute`` hands back the driver's cursor (DB-API); on PostgreSQL its COPY
+            # reads the rows in this same snapshot, elsewhere the rows are streamed.
+            raw = cursor.execute(_READ_POSITION, (self.name,))
+            position = _position(cursor)
+            rows = _copied(raw) if isinstance(raw, psycopg.Cursor) else _streamed(cursor)
+            # Closed first when the reader stops early: a COPY or a named cursor must
+            # end before its transaction can.
+            with contextlib.closing(rows):
+                empty = True
+                for chunk in _batches(rows, batch):
+                    empty = False
+                    yield position, chunk
+            if empty:
+                yield position, []
+
     def snapshot(self) -> Iterator[tuple[int, list[QueueItem]]]:
         """Batches of open executions, each with the position they all belong to."""
-        with self._database.transaction(snapshot=True) as cursor:
-            position = self._position(cursor)
-            query = f"SELECT {_COLUMNS} FROM jobledger_open_executions"  # noqa: S608 (constant)
-            for rows in cursor.stream(query):
-                yield position, [_item(row) for row in rows]
+        for position, chunk in self.entries():
+            yield position, [decode_item(entry[7]) for entry in chunk]
 
     def load(self, execution_id: UUID) -> QueueItem | None:
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(
-                f"SELECT {_COLUMNS} FROM jobledger_open_executions WHERE execution_id = ?",  # noqa: S608 (constant)
+                "SELECT item FROM jobledger_open_executions WHERE execution_id = ?",
                 (str(execution_id),),
             )
             row = cursor.fetchone()
-        return None if row is None else _item(row)
+        return None if row is None else decode_item(bytes(row[0]))
 
     def open_counts(self, job_id: UUID) -> dict[QueueState, int]:
         """How many open executions of a job there are, by state (for overlap rules)."""
@@ -92,41 +138,44 @@ class Checkpoint:
             rows = cursor.fetchmany(10)
         return {QueueState(state): int(count) for state, count in rows}
 
-    def _position(self, cursor: Cursor) -> int:
-        cursor.execute("SELECT position FROM jobledger_positions WHERE name = ?", (self.name,))
-        row = cursor.fetchone()
-        return 0 if row is None else int(row[0])
+
+def _position(cursor: Cursor) -> int:
+    row = cursor.fetchone()
+    return 0 if row is None else int(row[0])
 
 
-def _row(item: QueueItem) -> tuple[Any, ...]:
+def _copied(raw: psycopg.Cursor[Any]) -> Generator[EncodedEntry, None, None]:
+    with raw.copy(_COPY_ENTRIES) as copy:
+        copy.set_types(_COPY_TYPES)
+        yield from copy.rows()
+
+
+def _streamed(cursor: Cursor) -> Generator[EncodedEntry, None, None]:
+    for rows in cursor.stream(_SELECT_ENTRIES):
+        yield from rows
+
+
+def _batches(values: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    iterator = iter(values)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch
+
+
+def stored_row(item: QueueItem) -> tuple[Any, ...]:
+    """The row of ``item`` (the values of ``COLUMNS``)."""
     return (
         str(item.execution_id),
+        _job_id(item),
         item.queue,
-        item.priority,
         item.version,
         item.state.value,
-        to_ms(item.at),
-        item.attempt,
+        item.priority,
         None if item.lease_id is None else str(item.lease_id),
-        item.spec,
-        _job_id(item),
+        due_score(item.at),
+        encode_item(item),
     )
 
 
 def _job_id(item: QueueItem) -> str | None:
     job_id = decode_spec(item.spec).job_id if item.spec else None
     return None if job_id is None else str(job_id)
-
-
-def _item(row: Sequence[Any]) -> QueueItem:
-    return QueueItem(
-        execution_id=UUID(row[0]),
-        queue=row[1],
-        priority=row[2],
-        version=row[3],
-        state=QueueState(row[4]),
-        at=from_ms(row[5]),
-        attempt=row[6],
-        lease_id=None if row[7] is None else UUID(row[7]),
-        spec=bytes(row[8]),
-    )

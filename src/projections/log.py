@@ -6,14 +6,25 @@ drop, so a follower also polls: a lost wake-up only delays, it never stalls. SQL
 no notifications; followers there only poll.
 """
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeAlias
+from uuid import UUID
 
 import psycopg
 import structlog
-from eventsourcing.persistence import ApplicationRecorder, Notification
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    Notification,
+    OperationalError,
+)
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.utils import retry
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Composed, Identifier
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +70,77 @@ def read_page(
     if len(notifications) < limit:
         return LogPage(notifications, head)
     return LogPage(notifications, notifications[-1].id)
+
+
+# (notification id, originator id, originator version, topic, state): one stored event
+# as a plain row. A page of these costs a fraction of a page of ``Notification``s.
+LogRow: TypeAlias = tuple[int, UUID | str, int, str, bytes]
+
+
+class RowPage:
+    __slots__ = ("position", "rows")
+
+    def __init__(self, rows: Sequence[LogRow], position: int) -> None:
+        self.rows = rows
+        self.position = position
+
+
+def read_rows(
+    recorder: ApplicationRecorder,
+    after: int,
+    *,
+    limit: int,
+    topics: Sequence[str] = (),
+    stop: int | None = None,
+) -> RowPage:
+    """``read_page`` as rows: the same events and the same position."""
+    head = recorder.max_notification_id() or 0
+    if stop is not None:
+        head = min(head, stop)
+    if head <= after:
+        return RowPage((), after)
+    rows: Sequence[LogRow]
+    if isinstance(recorder, PostgresApplicationRecorder):
+        rows = _select_rows(recorder, after, head, limit, list(topics))
+    else:
+        notifications = recorder.select_notifications(
+            start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
+        )
+        rows = [
+            (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notifications
+        ]
+    if len(rows) < limit:
+        return RowPage(rows, head)
+    return RowPage(rows, rows[-1][0])
+
+
+_ROWS = (
+    "SELECT notification_id, originator_id, originator_version, topic, state FROM {}.{} "
+    "WHERE notification_id > %s AND notification_id <= %s{} ORDER BY notification_id LIMIT %s"
+)
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+def _select_rows(
+    recorder: PostgresApplicationRecorder, after: int, head: int, limit: int, topics: list[str]
+) -> list[LogRow]:
+    """What the recorder's ``select_notifications`` selects, as binary tuples: no dict
+    per row, no text to parse, no ``Notification`` objects."""
+    datastore = recorder.datastore
+    statement = _rows_statement(datastore.schema, recorder.events_table_name, filtered=bool(topics))
+    params: list[Any] = [after, head, *([topics] if topics else []), limit]
+    with (
+        datastore.get_connection() as conn,
+        conn.cursor(row_factory=tuple_row, binary=True) as cursor,
+    ):
+        cursor.execute(statement, params, prepare=True)
+        return cursor.fetchall()
+
+
+@functools.cache
+def _rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
+    topic_filter = SQL(" AND topic = ANY(%s)") if filtered else SQL("")
+    return SQL(_ROWS).format(Identifier(schema), Identifier(table), topic_filter)
 
 
 class Wakeup:

@@ -110,13 +110,15 @@ class QueueFold:
     """Folds pages of execution events into queue changes, remembering open entries."""
 
     def __init__(self, load_previous: PreviousLoader) -> None:
-        self._open: dict[UUID, QueueItem] = {}
+        # Keyed by the id's integer: a UUID hashes and compares in Python, an int in C,
+        # and a replay looks the cache up twice per event.
+        self._open: dict[int, QueueItem] = {}
         self._load_previous = load_previous
 
     def remember(self, items: Iterable[QueueItem]) -> None:
         """Seed the fold with entries known to be current (from a checkpoint)."""
         for item in items:
-            self._open[item.execution_id] = item
+            self._open[item.execution_id.int] = item
 
     def forget(self) -> None:
         self._open.clear()
@@ -131,12 +133,17 @@ class QueueFold:
             if change is not None:
                 yield change
 
+    def fold(self, domain_events: Iterable[Any]) -> None:
+        """``changes`` without the changes: only what the fold remembers moves on (a
+        full replay keeps the end state, so building each change would be waste)."""
+        step = self._step
+        for domain_event in domain_events:
+            step(domain_event)
+
     def change(self, domain_event: Any) -> QueueChange | None:  # noqa: ANN401 (any execution event)
+        previous, item = self._step(domain_event)
         execution_id: UUID = domain_event.originator_id
         version: int = domain_event.originator_version
-        previous = self._previous(execution_id, version)
-        item = next_item(domain_event, previous)
-        self._remember(execution_id, version, item)
         if item is not None:
             return QueueChange(
                 execution_id=execution_id, queue=item.queue, version=version, item=item
@@ -147,23 +154,27 @@ class QueueFold:
             execution_id=execution_id, queue=previous.queue, version=version, item=None
         )
 
-    def _previous(self, execution_id: UUID, version: int) -> QueueItem | None:
+    def _step(self, domain_event: Any) -> tuple[QueueItem | None, QueueItem | None]:  # noqa: ANN401 (any execution event)
+        """(entry before, entry after) ``domain_event``; the cache learns the latter."""
+        execution_id: UUID = domain_event.originator_id
+        version: int = domain_event.originator_version
+        key = execution_id.int
+        cached = self._open.get(key)
         if version == 1:
-            return None
-        cached = self._open.get(execution_id)
-        if cached is not None and cached.version == version - 1:
-            return cached
-        # A redelivered or unseen event: ask the log what came before it.
-        return self._load_previous(execution_id, version)
-
-    def _remember(self, execution_id: UUID, version: int, item: QueueItem | None) -> None:
-        cached = self._open.get(execution_id)
-        if cached is not None and cached.version >= version:
-            return  # an old event again: the cache already knows better
-        if item is None:
-            self._open.pop(execution_id, None)
+            previous = None
+        elif cached is not None and cached.version == version - 1:
+            previous = cached
         else:
-            self._open[execution_id] = item
+            # A redelivered or unseen event: ask the log what came before it.
+            previous = self._load_previous(execution_id, version)
+        item = next_item(domain_event, previous)
+        if cached is not None and cached.version >= version:
+            return previous, item  # an old event again: the cache already knows better
+        if item is not None:
+            self._open[key] = item
+        elif cached is not None:
+            del self._open[key]
+        return previous, item
 
 
 def latest_per_execution(changes: Iterable[QueueChange]) -> list[QueueChange]:

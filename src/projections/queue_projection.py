@@ -7,32 +7,42 @@ next step rebuilds: from the open-executions checkpoint when there is one (cost 
 with open executions), else by replaying the whole log.
 """
 
+import contextlib
+import functools
+import itertools
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import structlog
+from eventsourcing.persistence import Mapper, StoredEvent
 
+from jobledger.domain.codec import MsgspecMapper
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint, to_ms
+from jobledger.projections.collector import collector_paused
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.log import read_page
+from jobledger.projections.log import LogRow, RowPage, read_rows
 from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import QueueBackend, QueueChange, QueueItem, QueueMeta, QueueState
+from jobledger.projections.prefetch import prefetched
+from jobledger.projections.queue import QueueBackend, QueueItem, QueueMeta, QueueState
+from jobledger.projections.queue_entries import EncodedEntry, decode_item
 from jobledger.projections.queue_fold import (
     EXECUTION_TOPICS,
     QueueFold,
     latest_per_execution,
     next_item,
 )
+from jobledger.projections.redis_queue import RedisQueue
 
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[int, int], None]  # (done, total)
 _TOPICS = tuple(sorted(EXECUTION_TOPICS))
-LOAD_BATCH = 10_000
+# Events per page of a full replay: fewer, larger queries than the following pages.
+REPLAY_PAGE = 10_000
 
 
 def _no_progress(_done: int, _total: int) -> None:
@@ -53,16 +63,30 @@ class LogReader:
     def __init__(self, ledger: Ledger, page_size: int = 2000) -> None:
         self.ledger = ledger
         self.page_size = page_size
+        mapper = ledger.mapper
+        self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
+            mapper.decode_event
+            if isinstance(mapper, MsgspecMapper)
+            else functools.partial(_decode_stored, mapper)
+        )
 
     def head(self) -> int:
         return self.ledger.recorder.max_notification_id() or 0
 
     def page(self, after: int, stop: int | None = None) -> tuple[list[Any], int]:
-        page = read_page(
-            self.ledger.recorder, after, limit=self.page_size, topics=_TOPICS, stop=stop
-        )
-        to_event = self.ledger.mapper.to_domain_event
-        return [to_event(n) for n in page.notifications], page.position
+        page = self.rows(after, stop)
+        return list(self.events(page.rows)), page.position
+
+    def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
+        """The next page of execution events as stored rows (``events`` decodes them)."""
+        recorder = self.ledger.recorder
+        return read_rows(recorder, after, limit=limit or self.page_size, topics=_TOPICS, stop=stop)
+
+    def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
+        """The domain events of ``rows``, one at a time (a replay never holds a page)."""
+        decode = self._decode
+        for _id, originator_id, version, topic, state in rows:
+            yield decode(originator_id, version, topic, state)
 
     def previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         item: QueueItem | None = None
@@ -71,17 +95,38 @@ class LogReader:
         return item
 
 
-def replay(
-    reader: LogReader, fold: QueueFold, *, stop: int | None = None
-) -> Iterator[tuple[list[QueueChange], int, int]]:
-    """(changes, position, events) per page, from the start of the log to ``stop``."""
+def _decode_stored(
+    mapper: Mapper[UUID], originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> Any:  # noqa: ANN401 (any domain event)
+    stored = StoredEvent(
+        originator_id=originator_id, originator_version=version, topic=topic, state=state
+    )
+    return mapper.to_domain_event(stored)
+
+
+def _row_pages(reader: LogReader, stop: int | None) -> Iterator[RowPage]:
     position = 0
     while True:
-        events, new_position = reader.page(position, stop)
-        if new_position == position:
+        page = reader.rows(position, stop, REPLAY_PAGE)
+        if page.position == position:
             return
-        yield list(fold.changes(events)), new_position, len(events)
-        position = new_position
+        yield page
+        position = page.position
+
+
+def replay(
+    reader: LogReader, fold: QueueFold, *, stop: int | None = None
+) -> Iterator[tuple[int, int]]:
+    """(position, events) per page, folding the log from its start to ``stop``.
+
+    A thread reads the pages while this one decodes and folds: the database works on
+    the next page meanwhile. The cyclic collector is paused meanwhile (see collector).
+    """
+    pages = prefetched(_row_pages(reader, stop), depth=2, name="log-read")
+    with contextlib.closing(pages), collector_paused():
+        for page in pages:
+            fold.fold(reader.events(page.rows))
+            yield page.position, len(page.rows)
 
 
 class QueueProjection:
@@ -164,34 +209,50 @@ class QueueProjection:
     def _rebuild_from_checkpoint(
         self, checkpoint: Checkpoint, epoch: str, progress: Progress
     ) -> RebuildReport:
-        started = False
-        items = 0
-        position = 0
-        for snapshot_position, batch in checkpoint.snapshot():
-            position = snapshot_position
-            if not started:
-                self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
-                started = True
-            self.backend.load(batch, epoch=epoch)
-            items += len(batch)
-            progress(items, items)
-        if not started:
-            position = checkpoint.position()
+        # A thread reads the checkpoint while this one writes the backend.
+        batches = prefetched(checkpoint.entries(), name="checkpoint-read")
+        try:
+            # The first batch always comes, empty or not, with the snapshot's position.
+            first = next(batches)
+            position = first[0]
             self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+            items = self._load_entries(itertools.chain([first], batches), epoch, progress)
+        finally:
+            batches.close()
         self.backend.write_position(position, epoch=epoch)
         return RebuildReport("checkpoint", items, position, 0)
+
+    def _load_entries(
+        self, batches: Iterable[tuple[int, list[EncodedEntry]]], epoch: str, progress: Progress
+    ) -> int:
+        def counted() -> Iterator[list[EncodedEntry]]:
+            done = 0
+            for _position, batch in batches:
+                if not batch:
+                    continue
+                yield batch
+                done += len(batch)
+                progress(done, done)
+
+        if isinstance(self.backend, RedisQueue):
+            # Redis stores the very bytes the checkpoint holds: no item is built.
+            return self.backend.load_entries(counted(), epoch=epoch)
+        items = 0
+        for batch in counted():
+            self.backend.load([decode_item(entry[7]) for entry in batch], epoch=epoch)
+            items += len(batch)
+        return items
 
     def _rebuild_from_log(self, epoch: str, progress: Progress) -> RebuildReport:
         # Fold the whole log in memory first, then write only what is still open.
         head = self.reader.head()
         position = events = 0
-        for _changes, position, count in replay(self.reader, self.fold):
+        for position, count in replay(self.reader, self.fold):
             events += count
             progress(position, max(head, position))
         self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
         open_items = self.fold.open_items()
-        for start in range(0, len(open_items), LOAD_BATCH):
-            self.backend.load(open_items[start : start + LOAD_BATCH], epoch=epoch)
+        self.backend.load(open_items, epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
         return RebuildReport("log", len(open_items), position, events)
 

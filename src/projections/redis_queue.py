@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
 import msgspec
@@ -32,6 +32,8 @@ from jobledger.projections.queue import (
     QueueMeta,
     QueueState,
 )
+from jobledger.projections.queue_entries import EncodedEntry, encode_entry, encode_item
+from jobledger.projections.redis_bulk import EntryPacker, pack, packed_pipeline
 from jobledger.projections.redis_keys import (
     DEFAULT_PREFIX,
     Keys,
@@ -43,15 +45,13 @@ from jobledger.projections.redis_keys import (
     now_score,
 )
 
-if TYPE_CHECKING:
-    from redis.typing import EncodableT, FieldT
-
 _T = TypeVar("_T")
 _Arg = str | int | bytes  # a script argument
 
 # One script call applies at most this many changes, so no call blocks Redis for long.
 APPLY_CHUNK = 500
-LOAD_CHUNK = 2000
+# Entries per batch of a bulk load (four commands per queue and batch).
+LOAD_CHUNK = 10_000
 # Keys per UNLINK during a reset, and tombstones per prune call.
 DELETE_BATCH = 500
 
@@ -122,7 +122,6 @@ class RedisQueue:
         # The clock only dates tombstones, for prune_tombstones.
         self._clock = clock
         self._scripts = _Scripts(client)
-        self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(QueueItem)
 
     # ---- projection side ------------------------------------------------------------
@@ -208,47 +207,50 @@ class RedisQueue:
             change.version,
             target,
             due_score(item.at),
-            self._encoder.encode(item),
+            encode_item(item),
             f"{item.priority}|{lease_id}|",
         ]
 
     def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
-        changes = [QueueChange.put(item) for item in items]
-        for change in changes:
-            check_change(change)
-        groups: dict[str, list[QueueChange]] = {}
-        for change in changes:
-            groups.setdefault(change.queue, []).append(change)
-        listed = self._check_epoch(epoch, list(groups))
-        for queue, group in groups.items():
-            self._load_queue(queue, group, epoch=epoch, listed=queue in listed)
+        for item in items:
+            check_change(QueueChange.put(item))
+        # Encoded chunk by chunk, so Redis writes one chunk while the next is encoded.
+        chunks = (items[start : start + LOAD_CHUNK] for start in range(0, len(items), LOAD_CHUNK))
+        self.load_entries(([encode_entry(i) for i in chunk] for chunk in chunks), epoch=epoch)
 
-    def _load_queue(
-        self, queue: str, changes: list[QueueChange], *, epoch: str, listed: bool
-    ) -> None:
-        """Plain bulk commands, no script: the queue is empty, so nothing needs a guard."""
-        qkeys = self._keys.queue(queue)
-        targets = _apply_keys(qkeys)
-        pipe = self._client.pipeline(transaction=False)
-        if not listed:
-            pipe.set(qkeys.meta, epoch)
-            pipe.sadd(self._keys.queues, queue)
-        for chunk in _batches(changes, LOAD_CHUNK):
-            versions: dict[FieldT, EncodableT] = {}
-            blobs: dict[FieldT, EncodableT] = {}
-            states: dict[FieldT, EncodableT] = {}
-            scores: dict[int, dict[str, float]] = {}
-            for change in chunk:
-                eid, version, target, score, blob, state = self._change_args(change)
-                key = str(eid)
-                versions[key], blobs[key], states[key] = version, blob, state
-                scores.setdefault(int(target), {})[key] = float(score)
-            pipe.hset(qkeys.ver, mapping=versions)
-            pipe.hset(qkeys.item, mapping=blobs)
-            pipe.hset(qkeys.state, mapping=states)
-            for target, members in scores.items():
-                pipe.zadd(targets[target - 1], members)
-            pipe.execute()
+    def load_entries(self, batches: Iterable[Sequence[EncodedEntry]], *, epoch: str) -> int:
+        """``load`` for entries already encoded (as the checkpoint stores them), in
+        batches; returns how many. Plain bulk commands, no script: the queue was just
+        reset, so nothing needs a guard."""
+        self._check_epoch(epoch, [])  # also when there is nothing to load, as apply does
+        packers: dict[str, EntryPacker] = {}
+        count = 0
+        with packed_pipeline(self._client) as pipeline:
+            for batch in batches:
+                groups: dict[str, list[EncodedEntry]] = {}
+                for entry in batch:
+                    groups.setdefault(entry[1], []).append(entry)
+                commands = self._new_queues([q for q in groups if q not in packers], epoch)
+                for queue, entries in groups.items():
+                    packer = packers.get(queue) or EntryPacker(self._keys.queue(queue))
+                    packers[queue] = packer
+                    commands += packer.pack(entries)
+                pipeline.send(commands)
+                count += len(batch)
+        return count
+
+    def _new_queues(self, queues: list[str], epoch: str) -> list[bytes]:
+        """The commands that create ``queues`` (unless listed), after the epoch check.
+        Only checked once per queue: a check waits for the batch Redis is executing."""
+        if not queues:
+            return []
+        listed = self._check_epoch(epoch, queues)
+        commands = []
+        for queue in queues:
+            if queue not in listed:
+                commands.append(pack(("SET", self._keys.queue(queue).meta, epoch)))
+                commands.append(pack(("SADD", self._keys.queues, queue)))
+        return commands
 
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):

@@ -67,3 +67,13 @@ def test_the_memory_queue_survives_a_restart_through_the_log(tmp_path: Path) -> 
             assert projector.listener is None  # SQLite: followers poll
         finally:
             projector.stop()
+
+
+def test_an_empty_checkpoint_still_carries_its_position(tmp_path: Path) -> None:
+    """If the checkpoint holds no open execution, then reading it still yields its
+    position from the same snapshot (a rebuild must not read it a second time)."""
+    settings = load_settings({}, data_dir=str(tmp_path))
+    migrate(settings, progress=lambda _: None)
+    with bootstrap(settings) as container:
+        container.checkpoint.commit([], 42)
+        assert list(container.checkpoint.entries()) == [(42, [])]

@@ -1,0 +1,132 @@
+"""Bulk loading of an empty Redis queue: commands packed once, one batch in flight.
+
+A rebuild writes every open entry with four plain commands per batch and queue (HSET
+of versions, items and states, ZADD per sorted set). What costs is the per-argument
+Python work of a general client, and Redis waiting while the next batch is prepared,
+so this module packs each command with hiredis straight from columns of values, and
+sends a batch before it reads the replies of the one before: Redis executes batch k
+while Python prepares batch k+1.
+"""
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, cast
+
+import hiredis
+import redis
+
+from jobledger.projections.queue import PRIORITIES, QueueState
+from jobledger.projections.queue_entries import EncodedEntry
+from jobledger.projections.redis_keys import QueueKeys
+
+_HSET = b"HSET"
+_ZADD = b"ZADD"
+_Arg = str | int | bytes
+
+
+class _Connection(Protocol):
+    """What this module uses of a redis-py connection (untyped in redis-py)."""
+
+    def send_packed_command(self, command: Sequence[bytes]) -> None: ...
+    def read_response(self) -> object: ...
+    def disconnect(self) -> None: ...
+
+
+class PackedPipeline:
+    """Packed commands on one connection; replies are read one batch late."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+        self._in_flight = 0
+
+    def send(self, commands: Sequence[bytes]) -> None:
+        """Send ``commands``, then wait for the replies of the previous batch."""
+        self._connection.send_packed_command(commands)
+        previous, self._in_flight = self._in_flight, len(commands)
+        self._read(previous)
+
+    def drain(self) -> None:
+        previous, self._in_flight = self._in_flight, 0
+        self._read(previous)
+
+    def _read(self, count: int) -> None:
+        # An error reply raises here (redis-py turns it into ResponseError).
+        for _ in range(count):
+            self._connection.read_response()
+
+
+@contextlib.contextmanager
+def packed_pipeline(client: redis.Redis) -> Iterator[PackedPipeline]:
+    """A ``PackedPipeline`` on a connection of ``client``'s pool, drained at the end."""
+    pool = client.connection_pool
+    borrowed = pool.get_connection()
+    connection = cast("_Connection", borrowed)
+    try:
+        pipeline = PackedPipeline(connection)
+        yield pipeline
+        pipeline.drain()
+    except BaseException:
+        # Replies may be left unread: the connection must not go back in use as it is.
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(borrowed)
+
+
+def _set_keys(qkeys: QueueKeys) -> dict[tuple[str, int], str]:
+    """The sorted set of each (state, priority): what an entry's place depends on."""
+    keys = {(QueueState.PENDING.value, p): qkeys.ready(p) for p in PRIORITIES}
+    for priority in PRIORITIES:
+        keys[QueueState.LEASED.value, priority] = qkeys.leased
+        keys[QueueState.DEAD.value, priority] = qkeys.dead
+    return keys
+
+
+class EntryPacker:
+    """Packs the load commands of one queue's entries."""
+
+    def __init__(self, qkeys: QueueKeys) -> None:
+        self._qkeys = qkeys
+        self._set_keys = _set_keys(qkeys)
+
+    def pack(self, entries: Sequence[EncodedEntry]) -> list[bytes]:
+        eids, _, versions, _, _, _, _, items = zip(*entries, strict=True)
+        slots, members_by_key = self._places(entries)
+        qkeys = self._qkeys
+        commands = [
+            _hset(qkeys.ver, eids, versions),
+            _hset(qkeys.item, eids, items),
+            _hset(qkeys.state, eids, slots),
+        ]
+        commands += [pack((_ZADD, key, *members)) for key, members in members_by_key.items()]
+        return commands
+
+    def _places(self, entries: Sequence[EncodedEntry]) -> tuple[list[str], dict[str, list[_Arg]]]:
+        """The ``state`` hash value of each entry (``<priority>|<lease id>|``, as the
+        apply script writes it), and score and member of each by its sorted set."""
+        slots: list[str] = []
+        members: dict[str, list[_Arg]] = {}
+        set_keys = self._set_keys
+        leased = QueueState.LEASED.value
+        for eid, _queue, _version, state, priority, lease_id, score, _item in entries:
+            key = set_keys.get((state, priority))
+            if key is None or (state == leased and lease_id is None):
+                raise ValueError(f"entry {eid} ({state}, priority {priority}) has no place")
+            slots.append(f"{priority}|{lease_id if state == leased else ''}|")
+            members.setdefault(key, []).extend((score, eid))
+        return slots, members
+
+
+def _hset(key: str, fields: Sequence[Any], values: Sequence[Any]) -> bytes:
+    # Slice assignment interleaves fields and values without a Python-level loop.
+    args: list[Any] = [None] * (2 * len(fields) + 2)
+    args[0], args[1] = _HSET, key
+    args[2::2] = fields
+    args[3::2] = values
+    return pack(tuple(args))
+
+
+def pack(args: tuple[Any, ...]) -> bytes:
+    """One command in the Redis protocol (str, bytes and int arguments)."""
+    # The stub types the argument as a 1-tuple; any tuple of those types is accepted.
+    return bytes(hiredis.pack_command(cast("Any", args)))
