@@ -26,6 +26,8 @@ from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
+from jobledger.projections.background import Background
+
 log = structlog.get_logger(__name__)
 
 
@@ -158,7 +160,7 @@ class Wakeup:
         return woke
 
 
-class PostgresListener:
+class PostgresListener(Background):
     """A thread that LISTENs on the log's channel and wakes followers; it reconnects."""
 
     def __init__(
@@ -173,17 +175,9 @@ class PostgresListener:
         self._channel = channel
         self._wakeups = tuple(wakeups)
         self._reconnect_delay = reconnect_delay
-        self._stopping = threading.Event()
         self.connections = 0  # how often it (re)connected: tests and metrics read it
         self.backend_pid: int | None = None
-        self._thread = threading.Thread(target=self._run, name="jobledger-listen", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(5)
+        super().__init__("listen")
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -211,7 +205,7 @@ class PostgresListener:
             wakeup.set()
 
 
-class Follower:
+class Follower(Background):
     """Runs ``step`` whenever the log may have moved: on a wake-up or every poll interval.
 
     ``step`` returns True if it did work (so the follower runs it again at once). An
@@ -233,17 +227,11 @@ class Follower:
         self._wakeup = wakeup
         self._poll_interval = poll_interval
         self._max_backoff = max_backoff
-        self._stopping = threading.Event()
         self.failures = 0
-        self._thread = threading.Thread(target=self._run, name=f"jobledger-{name}", daemon=True)
+        super().__init__(name)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
+    def _wake(self) -> None:
         self._wakeup.set()
-        self._thread.join(10)
 
     def _run(self) -> None:
         backoff = 0.1

@@ -23,6 +23,7 @@ from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import OverlapPolicy
+from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
@@ -233,21 +234,16 @@ class Scheduler:
             log.warning("scheduler.queue_repaired", execution_id=str(execution.id))
 
 
-class SchedulerService:
+class SchedulerService(Background):
     """The scheduler process: election, ticks and recovery on a loop until stopped."""
 
     def __init__(self, scheduler: Scheduler, *, now: Now = utc_now) -> None:
         self.scheduler = scheduler
         self._now = now
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="jobledger-scheduler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        super().__init__("scheduler")
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(10)
+        super().stop()
         self.scheduler.leadership.release()
 
     def run_until(self, stop: threading.Event) -> None:

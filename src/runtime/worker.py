@@ -12,7 +12,6 @@ lost is rejected by the Execution aggregate and counted, never applied.
 import asyncio
 import contextlib
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import structlog
 from jobledger.domain.errors import ConflictError, DomainError, StaleLeaseError
 from jobledger.domain.execution import Execution
 from jobledger.domain.ledger import Ledger
+from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
@@ -279,20 +279,12 @@ class Worker:
         self.running.pop(execution.id, None)
 
 
-class _Heartbeat:
+class _Heartbeat(Background):
     """Extends running leases from a thread of its own, every third of the lease ttl."""
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="jobledger-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(5)
+        super().__init__("heartbeat")
 
     def _run(self) -> None:
         interval = self._worker.config.lease_ttl.total_seconds() / 3
