@@ -274,3 +274,29 @@ def test_an_open_breaker_defers_that_handler_and_others_keep_flowing(
     for execution in failing:
         if status(container, execution.id) is ExecutionStatus.PENDING:
             assert container.ledger.get_execution(execution.id).attempts_used == 0
+
+
+def test_a_job_that_kills_its_worker_ends_in_the_dlq(container: Container) -> None:
+    """If a handler kills its worker process every time, then each lost lease counts as
+    an attempt, the execution ends in the DLQ, and other jobs keep flowing."""
+    poison = run(container, "test.crash", retries=1)
+    echoes = [run(container, "test.echo", n=i) for i in range(10)]
+    workers: list[WorkerProcess] = []
+    deadline = time.monotonic() + 60
+    try:
+        while status(container, poison.id) is not ExecutionStatus.DEAD_LETTERED:
+            assert time.monotonic() < deadline, "the poison job never reached the DLQ"
+            if not workers or workers[-1].process.poll() is not None:
+                # A supervisor's job: start a new worker whenever the last one died.
+                workers.append(start_worker(container, worker_lease_ttl_seconds="1"))
+            time.sleep(0.1)
+        wait_for(
+            lambda: all(status(container, e.id) is ExecutionStatus.COMPLETED for e in echoes), 30
+        )
+    finally:
+        for worker in workers:
+            stop(worker)
+    names = Counter(type(e).__name__ for e in events(container, poison.id))
+    assert names["LeaseExpired"] == 2
+    assert names["DeadLettered"] == 1
+    assert len(workers) >= 2
