@@ -33,6 +33,9 @@ The scheduler's leader election keeps two keys in a slot of their own:
 ``jl:{leader}:lock`` (string: the leader's token, with the lease ttl) and
 ``jl:{leader}:epoch`` (counter: raised by every new leader).
 
+Workers report themselves in ``jl:{workers}:info`` (hash: worker id -> JSON) and
+``jl:{workers}:seen`` (zset: worker id by last heartbeat).
+
 Circuit breakers keep their state under ``jl:{breaker}:<handler>`` (pybreaker adds
 ``:state``, ``:fail_counter``, ``:success_counter`` and ``:opened_at``).
 
@@ -135,6 +138,16 @@ class Keys:
     def leader_epoch(self) -> str:
         """A counter raised by every new leader (same slot as the lock, for one script)."""
         return f"{self.prefix}:{{leader}}:epoch"
+
+    @property
+    def workers(self) -> str:
+        """Live workers: worker id -> what it last reported (JSON)."""
+        return f"{self.prefix}:{{workers}}:info"
+
+    @property
+    def workers_seen(self) -> str:
+        """Live workers by last heartbeat (ms), to drop the ones that stopped beating."""
+        return f"{self.prefix}:{{workers}}:seen"
 
     def breaker(self, handler: str) -> str:
         """The namespace of a handler's circuit breaker (its keys are named under it)."""

@@ -28,6 +28,7 @@ from jobledger.runtime.leader import (
     RedisLeadership,
 )
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
@@ -48,6 +49,7 @@ class Container:
     store_id: str
     metrics: Metrics
     database: Database
+    presence: Presence
     _redis: redis.Redis | None = None
 
     def reader(self) -> LogReader:
@@ -120,6 +122,7 @@ class Container:
             worker_id=name,
             config=config,
             breakers=self.breakers(),
+            presence=self.presence,
         )
 
     def breakers(self) -> Breakers:
@@ -175,5 +178,10 @@ def bootstrap(settings: Settings) -> Container:
         store_id=read_store_id(settings),
         metrics=Metrics(),
         database=database,
+        presence=(
+            RedisPresence(client, Keys(settings.redis_prefix))
+            if client is not None
+            else MemoryPresence()
+        ),
         _redis=client,
     )

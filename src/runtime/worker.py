@@ -29,6 +29,7 @@ from jobledger.projections.queue import Lease, QueueBackend, decode_spec
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry
+from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
@@ -83,11 +84,26 @@ class Worker:
     stats: WorkerStats = field(default_factory=WorkerStats)
     running: dict[uuid.UUID, _Running] = field(default_factory=dict)
     breakers: Breakers | None = None
+    presence: Presence | None = None
+
+    def report_presence(self) -> None:
+        if self.presence is None:
+            return
+        self.presence.report(
+            WorkerInfo(
+                worker_id=self.worker_id,
+                queues=self.config.queues,
+                slots=self.config.slots,
+                running=tuple(self.running),
+                last_heartbeat=self.now(),
+            )
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
         heartbeat = _Heartbeat(self)
         heartbeat.start()
+        await asyncio.to_thread(self.report_presence)
         log.info("worker.started", worker_id=self.worker_id, slots=self.config.slots)
         try:
             while not stop.is_set():
@@ -97,6 +113,8 @@ class Worker:
             await self._shut_down()
         finally:
             heartbeat.stop()
+            if self.presence is not None:
+                await asyncio.to_thread(self.presence.leave, self.worker_id)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
 
     # ---- leasing --------------------------------------------------------------------
@@ -293,6 +311,7 @@ class _Heartbeat(Background):
 
     def beat(self) -> None:
         worker = self._worker
+        worker.report_presence()
         deadline = worker.now() + worker.config.lease_ttl
         for running in list(worker.running.values()):
             lease = running.lease

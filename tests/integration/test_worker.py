@@ -300,3 +300,21 @@ def test_a_job_that_kills_its_worker_ends_in_the_dlq(container: Container) -> No
     assert names["LeaseExpired"] == 2
     assert names["DeadLettered"] == 1
     assert len(workers) >= 2
+
+
+def test_live_workers_are_listed_with_their_slots(container: Container) -> None:
+    """If a worker runs, then it is listed as live with its queues, slots and running
+    executions; once it stops, it is not."""
+    execution = run(container, "test.delay", seconds=2)
+    worker = start_worker(container, worker_slots="3", worker_lease_ttl_seconds="3")
+
+    def listed() -> list[Any]:
+        return container.presence.live(now=datetime.now(tz=UTC), stale_after=timedelta(seconds=3))
+
+    try:
+        wait_for(lambda: any(execution.id in w.running for w in listed()), 20)
+        [info] = listed()
+        assert (info.slots, info.queues) == (3, ("default",))
+    finally:
+        stop(worker)
+    assert listed() == []

@@ -1,0 +1,91 @@
+"""Which workers are alive, how many slots they use, and what they run.
+
+Each worker reports on every heartbeat; a worker that stopped reporting for three
+heartbeats is no longer listed. Presence is not history, so it lives in Redis (or in
+memory in the embedded mode), not in the log.
+"""
+
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+from uuid import UUID
+
+import msgspec
+import redis
+
+from jobledger.projections.redis_keys import Keys
+
+
+class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
+    worker_id: str
+    queues: tuple[str, ...]
+    slots: int
+    running: tuple[UUID, ...]
+    last_heartbeat: datetime
+
+
+class Presence(Protocol):
+    def report(self, info: WorkerInfo) -> None: ...
+    def leave(self, worker_id: str) -> None: ...
+    def live(self, *, now: datetime, stale_after: timedelta) -> list[WorkerInfo]: ...
+
+
+class MemoryPresence:
+    def __init__(self) -> None:
+        self._workers: dict[str, WorkerInfo] = {}
+        self._lock = threading.Lock()
+
+    def report(self, info: WorkerInfo) -> None:
+        with self._lock:
+            self._workers[info.worker_id] = info
+
+    def leave(self, worker_id: str) -> None:
+        with self._lock:
+            self._workers.pop(worker_id, None)
+
+    def live(self, *, now: datetime, stale_after: timedelta) -> list[WorkerInfo]:
+        with self._lock:
+            return _fresh(self._workers.values(), now, stale_after)
+
+
+class RedisPresence:
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._encoder = msgspec.json.Encoder()
+        self._decoder = msgspec.json.Decoder(WorkerInfo)
+
+    def report(self, info: WorkerInfo) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hset(self._keys.workers, info.worker_id, self._encoder.encode(info))
+        pipe.zadd(self._keys.workers_seen, {info.worker_id: info.last_heartbeat.timestamp()})
+        pipe.execute()
+
+    def leave(self, worker_id: str) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hdel(self._keys.workers, worker_id)
+        pipe.zrem(self._keys.workers_seen, worker_id)
+        pipe.execute()
+
+    def live(self, *, now: datetime, stale_after: timedelta) -> list[WorkerInfo]:
+        cutoff = (now - stale_after).timestamp()
+        # Forget workers that stopped beating long ago, so the hash does not grow.
+        gone = self._client.zrangebyscore(self._keys.workers_seen, "-inf", f"({cutoff}")
+        if gone:
+            self.leave_all([g.decode() if isinstance(g, bytes) else str(g) for g in gone])
+        raw = self._client.hvals(self._keys.workers)
+        return _fresh((self._decoder.decode(blob) for blob in raw), now, stale_after)
+
+    def leave_all(self, worker_ids: Sequence[str]) -> None:
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hdel(self._keys.workers, *worker_ids)
+        pipe.zrem(self._keys.workers_seen, *worker_ids)
+        pipe.execute()
+
+
+def _fresh(
+    workers: Iterable[WorkerInfo], now: datetime, stale_after: timedelta
+) -> list[WorkerInfo]:
+    live = (w for w in workers if now - w.last_heartbeat <= stale_after)
+    return sorted(live, key=lambda w: w.worker_id)
