@@ -18,32 +18,32 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Run as a script, this file's folder is first on sys.path, and bench/queue.py would
 # shadow the standard library's `queue` for every library that imports it.
 _FOLDER = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
 
-import argparse
+if TYPE_CHECKING:
+    from bench import _support as support
+else:  # the folder is off sys.path now: load the shared code by its file path
+    import importlib.util
+
+    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
+    support = importlib.util.module_from_spec(_SPEC)
+    sys.modules[_SPEC.name] = support
+    _SPEC.loader.exec_module(support)
+
 import contextlib
-import json
-import math
 import multiprocessing
 import os
-import platform
 import queue
-import sys
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-import psycopg
-from psycopg import sql
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -52,6 +52,7 @@ from jobledger.runtime.store import migrate, open_ledger
 from jobledger.runtime.writer import GroupCommitWriter
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Iterator, Sequence
     from multiprocessing.context import SpawnContext, SpawnProcess
     from multiprocessing.queues import Queue
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 
     from jobledger.domain.ledger import Ledger
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MAX_DELAY = 0.005
 MIN_THREADS = 64
 BARRIER_TIMEOUT = 120.0
@@ -102,10 +101,6 @@ class Row:
     mean_batch: float | None
     p50_ms: float
     p99_ms: float
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 # ---- scenarios ------------------------------------------------------------------------
@@ -272,16 +267,9 @@ def summarize(scenario: Scenario, results: Sequence[WorkerResult]) -> Row:
         seconds=round(seconds, 3),
         events_per_s=round(events / seconds, 1) if seconds > 0 else 0.0,
         mean_batch=round(events / batches, 1) if scenario.batch and batches else None,
-        p50_ms=round(percentile(latencies, 0.50) * 1000, 2),
-        p99_ms=round(percentile(latencies, 0.99) * 1000, 2),
+        p50_ms=round(support.percentile(latencies, 0.50) * 1000, 2),
+        p99_ms=round(support.percentile(latencies, 0.99) * 1000, 2),
     )
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
 
 
 def run_all(url: str, rows: Sequence[Scenario]) -> list[Row]:
@@ -289,29 +277,16 @@ def run_all(url: str, rows: Sequence[Scenario]) -> list[Row]:
     done: list[Row] = []
     for number, scenario in enumerate(rows, start=1):
         label = f"{number}/{len(rows)} {scenario.name}, processes={scenario.processes}"
-        log(f"{label}: start (up to {scenario.events} events or {scenario.seconds:g}s)")
+        support.log(f"{label}: start (up to {scenario.events} events or {scenario.seconds:g}s)")
         row = run_scenario(ctx, url, scenario)
-        log(f"{label}: {row.events} events in {row.seconds:.2f}s = {row.events_per_s:,.0f}/s")
+        support.log(
+            f"{label}: {row.events} events in {row.seconds:.2f}s = {row.events_per_s:,.0f}/s"
+        )
         done.append(row)
     return done
 
 
 # ---- stores ---------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def throwaway_postgres(admin_url: str) -> Iterator[str]:
-    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
-    base, _, _ = admin_url.rpartition("/")
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        log(f"created database {name}")
-        try:
-            yield f"{base}/{name}"
-        finally:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            admin.execute(drop.format(sql.Identifier(name)))
-            log(f"dropped database {name}")
 
 
 @contextlib.contextmanager
@@ -325,9 +300,7 @@ def server_version(url: str) -> str:
         import sqlite3  # noqa: PLC0415 (only the SQLite run reports it)
 
         return f"SQLite {sqlite3.sqlite_version}"
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    return f"PostgreSQL {row[0] if row else '?'}"
+    return support.postgres_version(url)
 
 
 # ---- output ---------------------------------------------------------------------------
@@ -346,54 +319,35 @@ COLUMNS = (
 )
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    header = " ".join(fmt.format(name) for name, fmt in COLUMNS)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        values = asdict(row)
-        cells = [fmt.format(show(values[name])) for name, fmt in COLUMNS]
-        lines.append(" ".join(cells))
-    return "\n".join(lines)
-
-
 def show(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:,.1f}" if value >= 100 else f"{value:.2f}"
-    return str(value)
+    """As ``support.show``, but floats from 100 on with one decimal and separators."""
+    if isinstance(value, float) and value >= 100:
+        return f"{value:,.1f}"
+    return support.show(value)
 
 
 def write_json(rows: Sequence[Row], args: argparse.Namespace, store: str) -> Path:
     backend = "sqlite" if args.sqlite else "postgres"
     suffix = ("-sqlite" if args.sqlite else "") + ("-quick" if args.quick else "")
-    path = RESULTS_DIR / f"event_store{suffix}.json"
+    stem = f"event_store{suffix}"
     document = {
         "benchmark": "event_store",
-        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "recorded_at": support.recorded_at(),
         "backend": backend,
         "store": store,
         "quick": args.quick,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
+        **support.machine(),
         "writer_max_delay_s": MAX_DELAY,
         "rows": [asdict(row) for row in rows],
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    return path
+    return support.write_json(stem, document)
 
 
 # ---- entry point ----------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--admin-url",
-        default=DEFAULT_ADMIN_URL,
-        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
-    )
+    parser = support.argument_parser(__doc__)
     parser.add_argument("--sqlite", action="store_true", help="run on a SQLite file instead")
     parser.add_argument("--quick", action="store_true", help="tiny counts, for a smoke test")
     return parser.parse_args(argv)
@@ -401,17 +355,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    store = throwaway_sqlite() if args.sqlite else throwaway_postgres(args.admin_url)
+    store = throwaway_sqlite() if args.sqlite else support.throwaway_postgres(args.admin_url)
     try:
         with store as url:
-            migrate(load_settings({}, database_url=url), progress=log)
+            migrate(load_settings({}, database_url=url), progress=support.log)
             version = server_version(url)
-            log(f"store: {version}; {os.cpu_count()} CPUs")
+            support.log(f"store: {version}; {os.cpu_count()} CPUs")
             rows = run_all(url, scenarios(quick=args.quick))
     except KeyboardInterrupt:
-        log("interrupted; the store was removed")
+        support.log("interrupted; the store was removed")
         return 130
-    print(format_table(rows))
+    print(support.format_table(rows, COLUMNS, show))
     path = write_json(rows, args, version)
     print(f"\nJSON: {path}")
     return 0

@@ -18,21 +18,29 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Run as a script, this file's folder is first on sys.path, and bench/queue.py would
 # shadow the standard library's `queue` for every library that imports it.
 _FOLDER = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
 
+if TYPE_CHECKING:
+    from bench import _support as support
+else:  # the folder is off sys.path now: load the shared code by its file path
+    import importlib.util
+
+    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
+    support = importlib.util.module_from_spec(_SPEC)
+    sys.modules[_SPEC.name] = support
+    _SPEC.loader.exec_module(support)
+
 import argparse
 import contextlib
 import json
 import os
-import platform
 import random
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -41,11 +49,9 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Self
+from typing import Self
 
-import psycopg
 import redis
-from psycopg import sql
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
@@ -55,12 +61,10 @@ from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Sequence
 
     from jobledger.domain.ledger import Ledger
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 TRIALS = 10
 QUICK_TRIALS = 3
 STEP = 0.25  # seconds between two due jobs
@@ -71,7 +75,6 @@ KILL_JITTER = 1.0  # a random wait after that, so the kill lands anywhere in a r
 MIN_JOBS_AFTER_KILL = 6.0  # seconds of jobs that must still be due after the kill
 SETTLE_TIMEOUT = 20.0  # seconds after the last due job for every job to be fired
 START_TIMEOUT = 15.0
-REDIS_START_TIMEOUT = 10.0
 POLL = 0.02
 TARGET_GAP_S = 5.0
 
@@ -117,18 +120,6 @@ class Trial:
     conflicts: int  # scheduler.fire_conflict log lines (fencing at work)
     errors: int  # scheduler.tick_failed log lines
     note: str
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout:g}s")
-        time.sleep(POLL)
 
 
 # ---- scheduler processes ---------------------------------------------------------------
@@ -285,7 +276,7 @@ def observe(settings: Settings, ledger: Ledger, client: redis.Redis, folder: Pat
             group.check_alive()
             return count_topic(ledger, Job.Fired.TOPIC) >= FIRES_BEFORE_KILL
 
-        wait_for(fires_flow, LEAD + START_TIMEOUT, f"{FIRES_BEFORE_KILL} fires")
+        support.wait_for(fires_flow, LEAD + START_TIMEOUT, f"{FIRES_BEFORE_KILL} fires", POLL)
         time.sleep(random.uniform(0.0, KILL_JITTER))
         victim = leader_pid(client, keys)
         if victim is None or victim not in group.pids():
@@ -295,7 +286,7 @@ def observe(settings: Settings, ledger: Ledger, client: redis.Redis, folder: Pat
         if last_due - killed_at < timedelta(seconds=MIN_JOBS_AFTER_KILL):
             raise RuntimeError("fires began too late: too few jobs are left after the kill")
         group.kill(victim)
-        log(f"  killed the leader (pid {victim}, epoch {victim_epoch})")
+        support.log(f"  killed the leader (pid {victim}, epoch {victim_epoch})")
         takeover_s = wait_for_takeover(client, keys, victim, killed_at)
         wait_until_settled(ledger, group, len(jobs), last_due)
         survivor = leader_pid(client, keys)
@@ -336,7 +327,7 @@ def wait_until_settled(ledger: Ledger, group: Schedulers, jobs: int, last_due: d
         if done >= jobs:
             return
         time.sleep(0.1)
-    log(f"  not every job fired within {SETTLE_TIMEOUT:g}s of the last due time")
+    support.log(f"  not every job fired within {SETTLE_TIMEOUT:g}s of the last due time")
 
 
 def summarize(number: int, seen: Observed) -> Trial:
@@ -386,7 +377,7 @@ def round3(value: float | None) -> float | None:
 
 
 def run_trial(number: int, admin_url: str, redis_url: str) -> Trial:
-    with throwaway_postgres(admin_url) as url:
+    with support.throwaway_postgres(admin_url) as url:
         migrate(load_settings({}, database_url=url), progress=lambda _: None)
         settings = load_settings(
             {},
@@ -408,10 +399,10 @@ def run_trial(number: int, admin_url: str, redis_url: str) -> Trial:
 def run_all(admin_url: str, redis_url: str, trials: int) -> list[Trial]:
     done: list[Trial] = []
     for number in range(1, trials + 1):
-        log(f"trial {number}/{trials}: start")
+        support.log(f"trial {number}/{trials}: start")
         trial = run_trial(number, admin_url, redis_url)
-        log(
-            f"trial {number}/{trials}: gap {show(trial.gap_s)}s, "
+        support.log(
+            f"trial {number}/{trials}: gap {support.show(trial.gap_s)}s, "
             f"{trial.fired}/{trial.jobs} fired, {trial.duplicates} duplicates"
         )
         done.append(trial)
@@ -419,88 +410,6 @@ def run_all(admin_url: str, redis_url: str, trials: int) -> list[Trial]:
 
 
 # ---- services --------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def throwaway_postgres(admin_url: str) -> Iterator[str]:
-    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
-    base, _, _ = admin_url.rpartition("/")
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        log(f"created database {name}")
-        try:
-            yield f"{base}/{name}"
-        finally:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            admin.execute(drop.format(sql.Identifier(name)))
-            log(f"dropped database {name}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_for_ping(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + REDIS_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {process.returncode}")
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-        try:
-            if client.ping():
-                return
-        except redis.ConnectionError:
-            time.sleep(0.05)
-        finally:
-            client.close()
-    raise RuntimeError(f"redis-server did not answer PING within {REDIS_START_TIMEOUT:g}s")
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server of our own on a free loopback port, persistence off."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed (it must be on PATH)")
-    with tempfile.TemporaryDirectory(prefix="jobledger-bench-redis-") as folder:
-        port = free_port()
-        args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
-        args += ["--bind", "127.0.0.1", "--dir", folder, "--logfile", f"{folder}/redis.log"]
-        # Its own session: Ctrl-C reaches this script, which then stops the server.
-        process = subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            wait_for_ping(url, process)
-            log(f"started redis-server on port {port} (pid {process.pid})")
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log("stopped redis-server")
-
-
-def versions(url: str, redis_url: str) -> str:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        info = client.info("server")
-    finally:
-        client.close()
-    return f"PostgreSQL {row[0] if row else '?'}, Redis {info.get('redis_version', '?')}"
-
-
-def load_average() -> list[float]:
-    return [round(value, 2) for value in os.getloadavg()]
 
 
 # ---- output ----------------------------------------------------------------------------
@@ -523,26 +432,6 @@ COLUMNS = (
     ("errors", "{:>6}"),
     ("note", "{}"),
 )
-
-
-def format_table(rows: Sequence[Trial]) -> str:
-    header = " ".join(fmt.format(name) for name, fmt in COLUMNS).rstrip()
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        values = asdict(row)
-        cells = [fmt.format(show(values[name])) for name, fmt in COLUMNS]
-        lines.append(" ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def show(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
 
 
 def summary(rows: Sequence[Trial]) -> dict[str, object]:
@@ -579,8 +468,8 @@ def format_summary(result: dict[str, object], settings: Settings) -> str:
         f"poll {settings.leader_poll_ms} ms, tick {settings.scheduler_tick_ms} ms"
     )
     gaps = (
-        f"min {show(result['gap_min_s'])}, median {show(result['gap_median_s'])}, "
-        f"max {show(result['gap_max_s'])}"
+        f"min {support.show(result['gap_min_s'])}, median {support.show(result['gap_median_s'])}, "
+        f"max {support.show(result['gap_max_s'])}"
     )
     misses = (
         f"{result['misses']} (recorded as missed: {result['recorded_missed']}, "
@@ -589,7 +478,7 @@ def format_summary(result: dict[str, object], settings: Settings) -> str:
     lines = [
         f"summary over {result['trials']} trials ({timing})",
         f"  gap_s: {gaps}   target max <= {TARGET_GAP_S:g} s: {met('target_gap_met')}",
-        f"  worst lateness due in the gap: {show(result['worst_late_in_gap_s'])} s",
+        f"  worst lateness due in the gap: {support.show(result['worst_late_in_gap_s'])} s",
         f"  duplicates: {result['duplicates']}   target 0: {met('target_duplicates_met')}",
         f"  misses: {misses}   target 0 unexplained: {met('target_unexplained_met')}",
         f"  fire conflicts logged: {result['conflicts']}, tick errors: {result['errors']}",
@@ -606,16 +495,15 @@ def write_json(
     store: str,
     load_before: list[float],
 ) -> Path:
-    path = RESULTS_DIR / f"failover{'-quick' if quick else ''}.json"
+    stem = f"failover{'-quick' if quick else ''}"
     document = {
         "benchmark": "failover",
-        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "recorded_at": support.recorded_at(),
         "store": store,
         "quick": quick,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
+        **support.machine(),
         "load_average_before": load_before,
-        "load_average_after": load_average(),
+        "load_average_after": support.load_average(),
         "leader_ttl_ms": settings.leader_ttl_ms,
         "leader_renew_ms": settings.leader_renew_ms,
         "leader_poll_ms": settings.leader_poll_ms,
@@ -626,9 +514,7 @@ def write_json(
         "summary": result,
         "trials": [asdict(row) for row in rows],
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    return path
+    return support.write_json(stem, document)
 
 
 # ---- entry point -----------------------------------------------------------------------
@@ -642,12 +528,7 @@ def positive(text: str) -> int:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--admin-url",
-        default=DEFAULT_ADMIN_URL,
-        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
-    )
+    parser = support.argument_parser(__doc__)
     parser.add_argument(
         "--trials",
         type=positive,
@@ -662,16 +543,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     trials = args.trials or (QUICK_TRIALS if args.quick else TRIALS)
     defaults = load_settings({})  # the shipped leader timing the processes run with
     try:
-        with private_redis() as redis_url:
-            store = versions(args.admin_url, redis_url)
-            before = load_average()
-            log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
+        with support.private_redis() as redis_url:
+            store = support.versions(args.admin_url, redis_url)
+            before = support.load_average()
+            support.log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
             rows = run_all(args.admin_url, redis_url, trials)
     except KeyboardInterrupt:
-        log("interrupted; the schedulers and redis-server were stopped, the database dropped")
+        support.log(
+            "interrupted; the schedulers and redis-server were stopped, the database dropped"
+        )
         return 130
     result = summary(rows)
-    print(format_table(rows))
+    print(support.format_table(rows, COLUMNS))
     print()
     print(format_summary(result, defaults))
     path = write_json(rows, result, defaults, quick=args.quick, store=store, load_before=before)

@@ -23,29 +23,30 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Run as a script, this file's folder is first on sys.path, and this file (queue.py)
 # would shadow the standard library's `queue` for every library that imports it.
 _FOLDER = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
 
-import argparse
-import contextlib
+if TYPE_CHECKING:
+    from bench import _support as support
+else:  # the folder is off sys.path now: load the shared code by its file path
+    import importlib.util
+
+    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
+    support = importlib.util.module_from_spec(_SPEC)
+    sys.modules[_SPEC.name] = support
+    _SPEC.loader.exec_module(support)
+
 import itertools
-import json
-import math
 import os
-import platform
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 import psycopg
 import redis
@@ -74,13 +75,12 @@ from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import migrate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    import argparse
+    from collections.abc import Iterable, Iterator, Sequence
 
     from jobledger.domain.ledger import Ledger
     from jobledger.projections.queue import QueueBackend
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUEUES = ("default", "reports")
 LEASE_QUEUE = "default"
 LEASE_TTL = timedelta(minutes=5)
@@ -92,7 +92,6 @@ LAG_RATE = 500  # events per second
 LAG_PRODUCERS = 4
 LAG_LEASE_BATCH = 100
 LAG_GRACE = 5.0  # seconds the consumer may take after the last save
-REDIS_START_TIMEOUT = 10.0
 READY_TIMEOUT = 30.0
 COPY_PROGRESS_EVERY = 50_000
 
@@ -147,10 +146,6 @@ class Row:
     note: str = ""
 
 
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 class Progress:
     """A ``(done, total)`` callback that logs at most once a second, and at the end."""
 
@@ -169,14 +164,7 @@ class Progress:
             return
         self.last, self.shown = now, done
         share = f" ({100 * done / total:.0f}%)" if total else ""
-        log(f"{self.label}: {done:,}/{total:,}{share}, {now - self.begun:.1f}s")
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+        support.log(f"{self.label}: {done:,}/{total:,}{share}, {now - self.begun:.1f}s")
 
 
 def rate(count: int, seconds: float) -> float:
@@ -264,7 +252,7 @@ def measure_lease(backend: QueueBackend, name: str, batch: int, size: Sizes) -> 
     label = f"lease+ack {name} batch={batch}"
     prefill(backend, size.prefill, label)
     acked, seconds = lease_and_ack(backend, batch, size.prefill, size.lease_seconds)
-    log(f"{label}: {acked:,} items in {seconds:.2f}s = {acked / seconds:,.0f}/s")
+    support.log(f"{label}: {acked:,} items in {seconds:.2f}s = {acked / seconds:,.0f}/s")
     return Row("lease+ack", name, f"batch={batch}", acked, round(seconds, 3), rate(acked, seconds))
 
 
@@ -342,14 +330,6 @@ def consume(backend: QueueBackend, run: LagRun) -> None:
         run.errors.append(error)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout:g}s")
-        time.sleep(0.01)
-
-
 def run_lag(container: Container, count: int) -> LagRun:
     aggregates = lag_aggregates(count)
     run = LagRun({}, {}, count, threading.Event(), [])
@@ -387,10 +367,12 @@ def measure_lag(container: Container, size: Sizes) -> Row:
     projector.start()
     try:
         listener = projector.listener
-        wait_for(lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build")
+        support.wait_for(
+            lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build"
+        )
         if listener is not None:
-            wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
-        log(
+            support.wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
+        support.log(
             f"projection lag: {count:,} saves at {LAG_RATE}/s ({size.lag_seconds:g}s),"
             f" {LAG_PRODUCERS} producer threads"
         )
@@ -400,12 +382,16 @@ def measure_lag(container: Container, size: Sizes) -> Row:
     lags = sorted(run.leased[i] - t for i, t in run.committed.items() if i in run.leased)
     missing = len(run.committed) - len(lags)
     saved_per_s = rate(len(run.committed), run.produce_seconds)
-    p99 = round(percentile(lags, 0.99) * 1000, 2)
-    log(f"projection lag: p99 {p99} ms over {len(lags):,} executions, {missing} never leased")
+    p99 = round(support.percentile(lags, 0.99) * 1000, 2)
+    support.log(
+        f"projection lag: p99 {p99} ms over {len(lags):,} executions, {missing} never leased"
+    )
     notes = [f"{missing} never leased"] if missing else []
     if saved_per_s < LAG_RATE * 0.95:
         notes.append(f"saves reached only {saved_per_s:.0f}/s")
-        log(f"projection lag: the producers fell behind: {saved_per_s:.0f} saves/s, not {LAG_RATE}")
+        support.log(
+            f"projection lag: the producers fell behind: {saved_per_s:.0f} saves/s, not {LAG_RATE}"
+        )
     return Row(
         "projection lag",
         "redis",
@@ -413,7 +399,7 @@ def measure_lag(container: Container, size: Sizes) -> Row:
         len(lags),
         round(run.produce_seconds, 3),
         saved_per_s,
-        round(percentile(lags, 0.50) * 1000, 2),
+        round(support.percentile(lags, 0.50) * 1000, 2),
         p99,
         round(lags[-1] * 1000, 2) if lags else None,
         f"p99 <= {TARGET_LAG_P99_MS:g} ms at {LAG_RATE}/s",
@@ -513,7 +499,7 @@ def measure_checkpoint(container: Container, client: redis.Redis, url: str, coun
             f"{label}: {count:,} rows, rebuild read {report.items:,}, Redis holds {found:,}"
             f" (position {report.position}, head {head})"
         )
-    log(f"{label}: {seconds:.2f}s = {count / seconds:,.0f} open executions/s")
+    support.log(f"{label}: {seconds:.2f}s = {count / seconds:,.0f} open executions/s")
     client.flushall()
     return Row(
         "rebuild checkpoint",
@@ -641,7 +627,7 @@ def measure_replay(container: Container, client: redis.Redis, url: str, total: i
             f"{label}: replayed {report.events:,} events into {report.items:,} entries;"
             f" the log has {events:,} events and {open_count:,} open executions"
         )
-    log(f"{label}: {seconds:.2f}s = {events / seconds:,.0f} events/s")
+    support.log(f"{label}: {seconds:.2f}s = {events / seconds:,.0f} events/s")
     client.flushall()
     return Row(
         "full replay",
@@ -659,94 +645,20 @@ def measure_replay(container: Container, client: redis.Redis, url: str, total: i
 # ---- services --------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def throwaway_postgres(admin_url: str) -> Iterator[str]:
-    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
-    base, _, _ = admin_url.rpartition("/")
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        log(f"created database {name}")
-        try:
-            yield f"{base}/{name}"
-        finally:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            admin.execute(drop.format(sql.Identifier(name)))
-            log(f"dropped database {name}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_for_ping(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + REDIS_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {process.returncode}")
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-        try:
-            if client.ping():
-                return
-        except redis.ConnectionError:
-            time.sleep(0.05)
-        finally:
-            client.close()
-    raise RuntimeError(f"redis-server did not answer PING within {REDIS_START_TIMEOUT:g}s")
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server of our own on a free loopback port, persistence off."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed (it must be on PATH)")
-    with tempfile.TemporaryDirectory(prefix="jobledger-bench-redis-") as folder:
-        port = free_port()
-        args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
-        args += ["--bind", "127.0.0.1", "--dir", folder, "--logfile", f"{folder}/redis.log"]
-        # Its own session: Ctrl-C reaches this script, which then stops the server.
-        process = subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            wait_for_ping(url, process)
-            log(f"started redis-server on port {port} (pid {process.pid})")
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log("stopped redis-server")
-
-
-def versions(url: str, client: redis.Redis) -> str:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    info = client.info("server")
-    return f"PostgreSQL {row[0] if row else '?'}, Redis {info.get('redis_version', '?')}"
-
-
 # ---- the run ---------------------------------------------------------------------------
 
 
 def run_all(url: str, redis_url: str, size: Sizes) -> tuple[list[Row], str]:
-    migrate(load_settings({}, database_url=url), progress=log)
+    migrate(load_settings({}, database_url=url), progress=support.log)
     settings = load_settings(
         {}, database_url=url, redis_url=redis_url, redis_prefix="bench-lag", log_level="warning"
     )
     configure_logging(settings)
     client = redis.Redis.from_url(redis_url)
     try:
-        store = versions(url, client)
+        store = support.versions(url, redis_url)
         load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
-        log(f"store: {store}; {os.cpu_count()} CPUs; load average {load}")
+        support.log(f"store: {store}; {os.cpu_count()} CPUs; load average {load}")
         rows = lease_rows(client, size)
         with bootstrap(settings) as container:
             rows.append(measure_lag(container, size))
@@ -776,54 +688,35 @@ COLUMNS = (
 )
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    header = " ".join(fmt.format(name) for name, fmt in COLUMNS).rstrip()
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        values = asdict(row)
-        cells = [fmt.format(show(values[name])) for name, fmt in COLUMNS]
-        lines.append(" ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
 def show(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+    """As ``support.show``, but large floats without decimals and ints with separators."""
+    if isinstance(value, float) and value >= 1000:
+        return f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return support.show(value)
 
 
 def write_json(rows: Sequence[Row], size: Sizes, *, quick: bool, store: str) -> Path:
-    path = RESULTS_DIR / f"queue{'-quick' if quick else ''}.json"
+    stem = f"queue{'-quick' if quick else ''}"
     document = {
         "benchmark": "queue",
-        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "recorded_at": support.recorded_at(),
         "store": store,
         "quick": quick,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "load_average_after": [round(v, 2) for v in os.getloadavg()],
+        **support.machine(),
+        "load_average_after": support.load_average(),
         "sizes": asdict(size),
         "lag_rate": LAG_RATE,
         "lag_producers": LAG_PRODUCERS,
         "log_load": "COPY into jobledger_events (stored events of template executions)",
         "rows": [asdict(row) for row in rows],
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    return path
+    return support.write_json(stem, document)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--admin-url",
-        default=DEFAULT_ADMIN_URL,
-        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
-    )
+    parser = support.argument_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test")
     return parser.parse_args(argv)
 
@@ -832,12 +725,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     size = sizes(quick=args.quick)
     try:
-        with throwaway_postgres(args.admin_url) as url, private_redis() as redis_url:
+        with (
+            support.throwaway_postgres(args.admin_url) as url,
+            support.private_redis() as redis_url,
+        ):
             rows, store = run_all(url, redis_url, size)
     except KeyboardInterrupt:
-        log("interrupted; redis-server was stopped and the database dropped")
+        support.log("interrupted; redis-server was stopped and the database dropped")
         return 130
-    print(format_table(rows))
+    print(support.format_table(rows, COLUMNS, show))
     path = write_json(rows, size, quick=args.quick, store=store)
     print(f"\nJSON: {path}")
     return 0

@@ -28,37 +28,34 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Run as a script, this file's folder is first on sys.path, and bench/queue.py would
 # shadow the standard library's `queue` for every library that imports it.
 _FOLDER = Path(__file__).resolve().parent
 sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
 
-import argparse
+if TYPE_CHECKING:
+    from bench import _support as support
+else:  # the folder is off sys.path now: load the shared code by its file path
+    import importlib.util
+
+    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
+    support = importlib.util.module_from_spec(_SPEC)
+    sys.modules[_SPEC.name] = support
+    _SPEC.loader.exec_module(support)
+
 import bisect
-import contextlib
 import cProfile
 import itertools
-import json
-import math
 import os
-import platform
 import pstats
 import random
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
-
-import psycopg
-import redis
-from psycopg import sql
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
@@ -71,14 +68,13 @@ from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    import argparse
+    from collections.abc import Sequence
 
     from jobledger.domain.ledger import Ledger
     from jobledger.projections.queue import QueueBackend
     from jobledger.runtime.scheduler import Scheduler, TickReport
 
-DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUEUE = "default"
 SPEC = ExecutionSpec(handler="test.echo", queue=QUEUE)
 LEAD = 3.0  # seconds from scheduling the jobs to the start of the window
@@ -88,7 +84,6 @@ LEASE_TTL = timedelta(minutes=30)  # longer than the run: no lease expires
 LEASE_IDLE = 0.001  # the consumer's pause after an empty lease
 GRACE = 10.0  # seconds after the last due time for the last leases
 READY_TIMEOUT = 30.0
-REDIS_START_TIMEOUT = 10.0
 PROFILE_TOP = 25
 TARGET_ENQUEUED_P99_MS = 50.0
 
@@ -127,25 +122,6 @@ class TickRecord:
     now: datetime  # what the service passed to the tick (read just before it)
     seconds: float
     fired: int
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not happen within {timeout:g}s")
-        time.sleep(0.01)
-
-
-def percentile(ordered: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
 
 
 # ---- the parts that run ----------------------------------------------------------------
@@ -254,18 +230,20 @@ def run(container: Container, size: Sizes, seed: int, profiler: cProfile.Profile
         projector.start()
         service.start()
         consumer.start()
-        wait_for(scheduler.leadership.is_leader, READY_TIMEOUT, "leadership")
-        wait_for(lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build")
+        support.wait_for(scheduler.leadership.is_leader, READY_TIMEOUT, "leadership")
+        support.wait_for(
+            lambda: projector.queue.epoch is not None, READY_TIMEOUT, "the queue build"
+        )
         listener = projector.listener
         if listener is not None:
-            wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
+            support.wait_for(lambda: listener.connections > 0, READY_TIMEOUT, "LISTEN")
         start = datetime.now(UTC) + timedelta(seconds=LEAD)
         times = due_times(size.jobs, start, size.window, seed)
         schedule_jobs(container.ledger, times)
         if datetime.now(UTC) >= times[0]:
             raise RuntimeError(f"scheduling {size.jobs} jobs took longer than {LEAD:g}s")
         timer.profile_from = start
-        log(f"{size.jobs} jobs due over {size.window:g}s from {start:%H:%M:%S}")
+        support.log(f"{size.jobs} jobs due over {size.window:g}s from {start:%H:%M:%S}")
         wait_until_leased(consumer, scheduler, size.jobs, times[-1])
     finally:
         consumer.stop()
@@ -290,8 +268,10 @@ def wait_until_leased(consumer: Consumer, scheduler: Scheduler, jobs: int, last:
         time.sleep(0.05)
         if time.monotonic() - shown >= 5.0:
             shown = time.monotonic()
-            log(f"  {scheduler.stats.fired}/{jobs} fired, {len(consumer.leased)}/{jobs} leased")
-    log(f"  {scheduler.stats.fired}/{jobs} fired, {len(consumer.leased)}/{jobs} leased")
+            support.log(
+                f"  {scheduler.stats.fired}/{jobs} fired, {len(consumer.leased)}/{jobs} leased"
+            )
+    support.log(f"  {scheduler.stats.fired}/{jobs} fired, {len(consumer.leased)}/{jobs} leased")
 
 
 def read_enqueued(ledger: Ledger) -> list[Occurrence]:
@@ -320,8 +300,8 @@ def stats_row(measure: str, values_ms: Sequence[float], note: str = "") -> Row:
     return Row(
         measure,
         len(ordered),
-        round(percentile(ordered, 0.50), 2),
-        round(percentile(ordered, 0.99), 2),
+        round(support.percentile(ordered, 0.50), 2),
+        round(support.percentile(ordered, 0.99), 2),
         round(ordered[-1], 2),
         note=note,
     )
@@ -401,88 +381,6 @@ def profile_top(profiler: cProfile.Profile, count: int) -> list[dict[str, object
 # ---- services --------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def throwaway_postgres(admin_url: str) -> Iterator[str]:
-    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
-    base, _, _ = admin_url.rpartition("/")
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        log(f"created database {name}")
-        try:
-            yield f"{base}/{name}"
-        finally:
-            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-            admin.execute(drop.format(sql.Identifier(name)))
-            log(f"dropped database {name}")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_for_ping(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + REDIS_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"redis-server exited with {process.returncode}")
-        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
-        try:
-            if client.ping():
-                return
-        except redis.ConnectionError:
-            time.sleep(0.05)
-        finally:
-            client.close()
-    raise RuntimeError(f"redis-server did not answer PING within {REDIS_START_TIMEOUT:g}s")
-
-
-@contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server of our own on a free loopback port, persistence off."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed (it must be on PATH)")
-    with tempfile.TemporaryDirectory(prefix="jobledger-bench-redis-") as folder:
-        port = free_port()
-        args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
-        args += ["--bind", "127.0.0.1", "--dir", folder, "--logfile", f"{folder}/redis.log"]
-        # Its own session: Ctrl-C reaches this script, which then stops the server.
-        process = subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            url = f"redis://127.0.0.1:{port}/0"
-            wait_for_ping(url, process)
-            log(f"started redis-server on port {port} (pid {process.pid})")
-            yield url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            log("stopped redis-server")
-
-
-def versions(url: str, redis_url: str) -> str:
-    with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute("SHOW server_version").fetchone()
-    client = redis.Redis.from_url(redis_url)
-    try:
-        info = client.info("server")
-    finally:
-        client.close()
-    return f"PostgreSQL {row[0] if row else '?'}, Redis {info.get('redis_version', '?')}"
-
-
-def load_average() -> list[float]:
-    return [round(value, 2) for value in os.getloadavg()]
-
-
 # ---- output ----------------------------------------------------------------------------
 
 COLUMNS = (
@@ -495,16 +393,6 @@ COLUMNS = (
     ("met", "{:<3}"),
     ("note", "{}"),
 )
-
-
-def format_table(rows: Sequence[Row]) -> str:
-    header = " ".join(fmt.format(name) for name, fmt in COLUMNS).rstrip()
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        values = asdict(row)
-        cells = [fmt.format(show(values[name])) for name, fmt in COLUMNS]
-        lines.append(" ".join(cells).rstrip())
-    return "\n".join(lines)
 
 
 def describe(settings: Settings, size: Sizes) -> str:
@@ -526,16 +414,6 @@ def format_profile(top: Sequence[dict[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def show(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.2f}"
-    return str(value)
-
-
 def write_json(
     rows: Sequence[Row],
     settings: Settings,
@@ -548,18 +426,17 @@ def write_json(
 ) -> Path:
     suffix = ("-quick" if args.quick else "") + ("-profile" if args.profile else "")
     suffix += f"-tick{args.tick_ms}" if args.tick_ms is not None else ""
-    path = RESULTS_DIR / f"schedule_latency{suffix}.json"
+    stem = f"schedule_latency{suffix}"
     document = {
         "benchmark": "schedule_latency",
-        "recorded_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "recorded_at": support.recorded_at(),
         "quick": args.quick,
         "profiled": args.profile,
         "seed": args.seed,
         "store": store,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
+        **support.machine(),
         "load_average_before": load_before,
-        "load_average_after": load_average(),
+        "load_average_after": support.load_average(),
         "sizes": asdict(size),
         "scheduler_tick_ms": settings.scheduler_tick_ms,
         "writer_max_batch": settings.writer_max_batch,
@@ -569,21 +446,14 @@ def write_json(
         "rows": [asdict(row) for row in rows],
         "profile": list(top),
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    return path
+    return support.write_json(stem, document)
 
 
 # ---- entry point -----------------------------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--admin-url",
-        default=DEFAULT_ADMIN_URL,
-        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
-    )
+    parser = support.argument_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="200 jobs over 15 s, a smoke test")
     parser.add_argument(
         "--profile", action="store_true", help="run the ticks under cProfile and print the top"
@@ -611,7 +481,7 @@ def latency_settings(url: str, redis_url: str, tick_ms: int | None) -> Settings:
 
 
 def measure(settings: Settings, size: Sizes, seed: int, profiler: cProfile.Profile | None) -> Run:
-    migrate(settings, progress=log)
+    migrate(settings, progress=support.log)
     configure_logging(settings)
     with bootstrap(settings) as container:
         return run(container, size, seed, profiler)
@@ -622,18 +492,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     size = sizes(quick=args.quick)
     profiler = cProfile.Profile() if args.profile else None
     try:
-        with throwaway_postgres(args.admin_url) as url, private_redis() as redis_url:
+        with (
+            support.throwaway_postgres(args.admin_url) as url,
+            support.private_redis() as redis_url,
+        ):
             settings = latency_settings(url, redis_url, args.tick_ms)
-            store = versions(url, redis_url)
-            before = load_average()
-            log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
+            store = support.versions(url, redis_url)
+            before = support.load_average()
+            support.log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
             result = measure(settings, size, args.seed, profiler)
     except KeyboardInterrupt:
-        log("interrupted; redis-server was stopped and the database dropped")
+        support.log("interrupted; redis-server was stopped and the database dropped")
         return 130
     rows = figures(result)
     print(describe(settings, size))
-    print(format_table(rows))
+    print(support.format_table(rows, COLUMNS))
     top = profile_top(profiler, PROFILE_TOP) if profiler is not None else []
     if top:
         print(f"\nprofile of the ticks in the window (top {PROFILE_TOP} by cumulative time)")

@@ -1,0 +1,221 @@
+"""What the benchmark scripts share: services, progress lines, tables and JSON results.
+
+The scripts load this file by its path, after removing their folder from ``sys.path``
+(``bench/queue.py`` would shadow the standard library's ``queue``), so every import
+here is an ordinary one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import psycopg
+import redis
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping, Sequence
+
+    from _typeshed import DataclassInstance
+
+DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+REDIS_START_TIMEOUT = 10.0
+
+# (column name, format of its cells) for format_table
+Columns = tuple[tuple[str, str], ...]
+
+
+def log(message: str) -> None:
+    """A progress line on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not happen within {timeout:g}s")
+        time.sleep(poll)
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+def argument_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A parser described by the first line of ``doc``, with ``--admin-url``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument(
+        "--admin-url",
+        default=DEFAULT_ADMIN_URL,
+        help=f"PostgreSQL URL allowed to create and drop databases (default {DEFAULT_ADMIN_URL})",
+    )
+    return parser
+
+
+# ---- PostgreSQL -------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def throwaway_postgres(admin_url: str) -> Iterator[str]:
+    """A new database, created and dropped through ``admin_url``; yields its URL."""
+    name = f"jobledger_bench_{uuid.uuid4().hex[:10]}"
+    base, _, _ = admin_url.rpartition("/")
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        log(f"created database {name}")
+        try:
+            yield f"{base}/{name}"
+        finally:
+            drop = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
+            admin.execute(drop.format(sql.Identifier(name)))
+            log(f"dropped database {name}")
+
+
+def postgres_version(url: str) -> str:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return f"PostgreSQL {row[0] if row else '?'}"
+
+
+def versions(url: str, redis_url: str) -> str:
+    """The PostgreSQL and Redis server versions, for the log and the JSON."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        info = client.info("server")
+    finally:
+        client.close()
+    return f"{postgres_version(url)}, Redis {info.get('redis_version', '?')}"
+
+
+# ---- a private redis-server -------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for_ping(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + REDIS_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {process.returncode}")
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        try:
+            if client.ping():
+                return
+        except redis.ConnectionError:
+            time.sleep(0.05)
+        finally:
+            client.close()
+    raise RuntimeError(f"redis-server did not answer PING within {REDIS_START_TIMEOUT:g}s")
+
+
+def start_redis(binary: str, folder: str, port: int) -> subprocess.Popen[bytes]:
+    args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
+    args += ["--bind", "127.0.0.1", "--dir", folder, "--logfile", f"{folder}/redis.log"]
+    # Its own session: Ctrl-C reaches the script, which then stops the server.
+    return subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
+        args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server of our own on a free loopback port, persistence off; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (it must be on PATH)")
+    with tempfile.TemporaryDirectory(prefix="jobledger-bench-redis-") as folder:
+        port = free_port()
+        process = start_redis(binary, folder, port)
+        try:
+            url = f"redis://127.0.0.1:{port}/0"
+            wait_for_ping(url, process)
+            log(f"started redis-server on port {port} (pid {process.pid})")
+            yield url
+        finally:
+            stop(process)
+            log("stopped redis-server")
+
+
+# ---- output -----------------------------------------------------------------------------
+
+
+def show(value: object) -> str:
+    """A cell: ``-`` for None, yes/no, floats with two decimals."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def format_table(
+    rows: Sequence[DataclassInstance],
+    columns: Columns,
+    show: Callable[[object], str] = show,
+) -> str:
+    """A header, a rule, and one line per dataclass row; trailing blanks removed."""
+    header = " ".join(fmt.format(name) for name, fmt in columns).rstrip()
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        values = asdict(row)
+        cells = [fmt.format(show(values[name])) for name, fmt in columns]
+        lines.append(" ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def recorded_at() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def machine() -> dict[str, object]:
+    """The ``cpus`` and ``python`` keys of a result."""
+    return {"cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def load_average() -> list[float]:
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def write_json(stem: str, document: Mapping[str, object]) -> Path:
+    """Write ``results/<stem>.json``; returns its path."""
+    path = RESULTS_DIR / f"{stem}.json"
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    return path
