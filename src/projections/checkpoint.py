@@ -113,11 +113,6 @@ class Checkpoint:
             if empty:
                 yield position, []
 
-    def snapshot(self) -> Iterator[tuple[int, list[QueueItem]]]:
-        """Batches of open executions, each with the position they all belong to."""
-        for position, chunk in self.entries():
-            yield position, [decode_item(entry[7]) for entry in chunk]
-
     def load(self, execution_id: UUID) -> QueueItem | None:
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(
