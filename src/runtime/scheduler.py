@@ -35,6 +35,7 @@ from jobledger.runtime.writer import GroupCommitWriter
 log = structlog.get_logger(__name__)
 
 Now = Callable[[], datetime]
+INDEX_RESOLUTION = timedelta(milliseconds=1)
 
 
 def utc_now() -> datetime:
@@ -256,22 +257,24 @@ class SchedulerService(Background):
         next_recovery = 0.0
         while not self._stopping.is_set():
             report = TickReport(acted=False)
+            tick_now = self._now()
             try:
                 self.scheduler.leadership.tick()
-                report = self.scheduler.tick(self._now())
+                report = self.scheduler.tick(tick_now)
                 if time.monotonic() >= next_recovery:
                     self.scheduler.recover(self._now())
                     self.scheduler.observe(self._now())
                     next_recovery = time.monotonic() + config.recover_interval
             except Exception as error:  # the loop outlives any one failure
                 log.exception("scheduler.tick_failed", error=str(error))
-            self._stopping.wait(self._pause(config.tick_interval, report))
+            self._stopping.wait(self._pause(config.tick_interval, report, tick_now))
 
-    def _pause(self, longest: float, report: TickReport) -> float:
+    def _pause(self, longest: float, report: TickReport, tick_now: datetime) -> float:
         """Sleep until the next fire is due, but never longer than a tick: the index may
         learn of new or changed jobs at any time. A standby waits a whole tick, and so
-        does a leader whose tick did nothing while an entry is overdue: an entry it
-        cannot act on must not make it spin."""
+        does a leader whose tick did nothing although an entry was already due when it
+        looked: an entry it cannot act on must not make it spin. (One that fell due
+        after it looked is simply next.)"""
         if not report.acted:
             return longest
         try:
@@ -280,7 +283,9 @@ class SchedulerService(Background):
             return longest
         if due is None:
             return longest
-        wait = (due - self._now()).total_seconds()
-        if wait <= 0 and report.jobs == 0:
+        # The index keeps milliseconds: an entry only counts as stuck once it was due a
+        # whole millisecond before the tick looked.
+        if due < tick_now - INDEX_RESOLUTION and report.jobs == 0:
             return longest
+        wait = (due - self._now()).total_seconds()
         return min(max(wait, 0.0), longest)
