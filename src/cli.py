@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,12 @@ from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.dead_letters import (
+    DeadLetterFilter,
+    attempt_history,
+    dead_letters,
+    requeue_dead_letters,
+)
 from jobledger.runtime.errors import RuntimeLayerError, SettingsError
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.progress import ProgressBar
@@ -54,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--with-projector", action="store_true", help="also run the projector in this process"
     )
+    dlq = commands.add_parser("dlq", help="dead letters: list, show, requeue")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    listing = dlq_commands.add_parser("list", help="list dead letters")
+    requeue = dlq_commands.add_parser("requeue", help="give dead letters a new attempt budget")
+    for sub in (listing, requeue):
+        sub.add_argument("--queue", help="only this queue")
+        sub.add_argument("--handler", help="only this handler, e.g. http.webhook")
+    requeue.add_argument("--error-contains", help="only those whose last error has this text")
+    requeue.add_argument("--by", required=True, help="who requeues (recorded in the event)")
+    requeue.add_argument("--reason", required=True, help="why (recorded in the event)")
+    requeue.add_argument("--dry-run", action="store_true", help="only count what would be requeued")
+    show = dlq_commands.add_parser("show", help="every event of one execution")
+    show.add_argument("execution_id", type=uuid.UUID, help="the execution id")
     schedule = commands.add_parser("schedule", help="check a schedule before saving it")
     schedule_commands = schedule.add_subparsers(
         dest="schedule_command", required=True, metavar="ACTION"
@@ -108,6 +128,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "projector": lambda: _run_projector(container),
         "scheduler": lambda: _run_scheduler(container, with_projector=args.with_projector),
         "worker": lambda: _run_worker(container, with_projector=args.with_projector),
+        "dlq": lambda: _dead_letters(args, container),
         "queue": lambda: (
             _rebuild_queue(container, full=args.full)
             if args.queue_command == "rebuild"
@@ -115,6 +136,41 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         ),
     }
     return runners[args.command]()
+
+
+def _dead_letters(args: argparse.Namespace, container: Container) -> int:
+    if args.dlq_command == "show":
+        for entry in attempt_history(container.ledger, args.execution_id):
+            print(json.dumps(entry, default=str, sort_keys=True))
+        return 0
+    # The queue lists dead letters; make sure it has every event of the log first.
+    projection = container.projector().queue
+    while projection.step():
+        pass
+    selection = DeadLetterFilter(queue=args.queue, handler=args.handler)
+    items = list(dead_letters(container.queue, selection))
+    if args.dlq_command == "list":
+        for item in items:
+            died = f"{item.at:%Y-%m-%d %H:%M:%S}"
+            print(f"{item.execution_id}  {item.queue}  attempts {item.attempt}  {died}")
+        print(f"{len(items)} dead letter(s)")
+        return 0
+    report = requeue_dead_letters(
+        container.ledger,
+        container.writer,
+        [i.execution_id for i in items],
+        by=args.by,
+        reason=args.reason,
+        at=datetime.now(tz=UTC),
+        error_contains=args.error_contains,
+        dry_run=args.dry_run,
+    )
+    verb = "would requeue" if report.dry_run else "requeued"
+    print(
+        f"{verb} {report.matched if report.dry_run else report.requeued} of {report.matched}"
+        f" matching dead letter(s); {report.refused} refused"
+    )
+    return 0
 
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:

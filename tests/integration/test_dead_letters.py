@@ -1,0 +1,124 @@
+"""Dead-letter operations on PostgreSQL and Redis: list, inspect, requeue many."""
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.domain.policies import RetryPolicy
+from jobledger.projections.queue import QueueState
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.dead_letters import (
+    DeadLetterFilter,
+    attempt_history,
+    dead_letters,
+    requeue_dead_letters,
+)
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import migrate
+
+AT = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
+    settings = load_settings(
+        {}, database_url=postgres_url, redis_url=redis_server, redis_prefix=uuid.uuid4().hex[:8]
+    )
+    with bootstrap(settings) as built:
+        yield built
+
+
+def dead(container: Container, handler: str, error: str) -> Execution:
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler=handler, retry=RetryPolicy(max_retries=0)),
+        ready_at=AT,
+        trigger=Trigger.ADHOC,
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=AT + timedelta(1))
+    execution.fail(lease_id=lease_id, error=error, at=AT)
+    container.ledger.save_all(execution)
+    return execution
+
+
+def project(container: Container) -> None:
+    projection = container.projector().queue
+    while projection.step():
+        pass
+
+
+def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
+    """If dead letters are requeued by filter, then a dry run only counts them, the real
+    run gives each a new budget recorded with who and why, and a second run refuses."""
+    webhooks = [dead(container, "http.webhook", "HTTP 503") for _ in range(4)]
+    webhooks.append(dead(container, "http.webhook", "timed out"))
+    others = [dead(container, "test.fail", "boom") for _ in range(2)]
+    project(container)
+    listed = list(dead_letters(container.queue, DeadLetterFilter(handler="http.webhook")))
+    assert {i.execution_id for i in listed} == {e.id for e in webhooks}
+    ids = [i.execution_id for i in listed]
+
+    def requeue(*, dry_run: bool = False) -> tuple[int, int, int]:
+        report = requeue_dead_letters(
+            container.ledger,
+            container.writer,
+            ids,
+            by="alice",
+            reason="endpoint fixed",
+            at=AT,
+            error_contains="503",
+            dry_run=dry_run,
+        )
+        return report.matched, report.requeued, report.refused
+
+    assert requeue(dry_run=True) == (4, 0, 0)
+    assert all(
+        container.ledger.get_execution(i).status is ExecutionStatus.DEAD_LETTERED for i in ids
+    )
+    assert requeue() == (4, 4, 0)
+    project(container)
+    states = {i.execution_id: i.state for i in container.queue.items("default")}
+    assert [states[e.id] for e in webhooks[:4]] == [QueueState.PENDING] * 4
+    assert states[webhooks[4].id] is QueueState.DEAD  # "timed out" did not match
+    assert {states[e.id] for e in others} == {QueueState.DEAD}
+    history = attempt_history(container.ledger, webhooks[0].id)
+    assert [h["event"] for h in history] == ["Enqueued", "Leased", "DeadLettered", "Requeued"]
+    assert (history[-1]["by"], history[-1]["reason"]) == ("alice", "endpoint fixed")
+    assert history[2]["error"] == "HTTP 503"
+    assert requeue()[2] == 4  # no longer dead-lettered: refused, nothing written
+
+
+def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
+    """If dead letters exist, then `dlq list` shows them, `dlq requeue --dry-run` only
+    counts, `dlq requeue` requeues with who and why, and `dlq show` prints the history."""
+    settings = load_settings({}, data_dir=str(tmp_path))
+    migrate(settings, progress=lambda _: None)
+    with bootstrap(settings) as container:
+        executions = [dead(container, "test.fail", "boom") for _ in range(3)]
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+            [sys.executable, "-m", "jobledger.cli", "--data-dir", str(tmp_path), "dlq", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    listed = cli("list", "--handler", "test.fail")
+    assert listed.returncode == 0, listed.stderr
+    assert "3 dead letter(s)" in listed.stdout
+    dry = cli("requeue", "--by", "bob", "--reason", "retry all", "--dry-run")
+    assert "would requeue 3 of 3" in dry.stdout
+    done = cli("requeue", "--by", "bob", "--reason", "retry all")
+    assert "requeued 3 of 3" in done.stdout
+    shown = cli("show", str(executions[0].id))
+    assert '"event": "Requeued"' in shown.stdout
+    assert '"by": "bob"' in shown.stdout
