@@ -118,6 +118,7 @@ class Container:
                     commands=shell_commands(settings.shell_commands),
                     timeout=settings.shell_timeout_seconds,
                 ),
+                queue=self.queue,
             ),
             worker_id=name,
             config=config,

@@ -5,9 +5,12 @@ import json
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
+from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.errors import SettingsError
 from jobledger.runtime.handlers.base import Handler
 from jobledger.runtime.handlers.builtin import BUILTIN
+from jobledger.runtime.handlers.cleanup import NAME as CLEANUP
+from jobledger.runtime.handlers.cleanup import make_cleanup_handler
 from jobledger.runtime.handlers.shell import NAME as SHELL
 from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
 from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
@@ -32,12 +35,15 @@ def load_registry(
     *,
     webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
     shell: ShellSettings | None = None,
+    queue: QueueBackend | None = None,
 ) -> HandlerRegistry:
     """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated)."""
     handlers: dict[str, Handler] = dict(BUILTIN)
     handlers[WEBHOOK] = make_webhook_handler(webhook)
     # Without an allowlist the shell handler still exists, and refuses with a clear error.
     handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))
+    if queue is not None:
+        handlers[CLEANUP] = make_cleanup_handler(queue)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = point.load()
     for pair in filter(None, (p.strip() for p in dotted.split(","))):
