@@ -14,7 +14,7 @@ from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Database
-from jobledger.projections.log import read_page
+from jobledger.projections.queue_projection import LogReader
 
 POSITION = "job-schedule"
 JOB_TOPICS = tuple(
@@ -57,22 +57,18 @@ class JobIndex:
     """Reads and follows the job schedule table."""
 
     def __init__(self, ledger: Ledger, database: Database, *, page_size: int = 2000) -> None:
-        self._ledger = ledger
+        self._reader = LogReader(ledger, page_size, topics=JOB_TOPICS)
         self._database = database
-        self._page_size = page_size
 
     def catch_up(self) -> int:
         """Apply every job event not yet in the index; returns how many were applied."""
         applied = 0
         while True:
             position = self.position()
-            page = read_page(
-                self._ledger.recorder, position, limit=self._page_size, topics=JOB_TOPICS
-            )
-            if page.position == position:
+            events, new_position = self._reader.page(position)
+            if new_position == position:
                 return applied
-            events = [self._ledger.mapper.to_domain_event(n) for n in page.notifications]
-            self._commit(events, page.position)
+            self._commit(events, new_position)
             applied += len(events)
 
     def due(self, now: datetime, *, limit: int) -> list[UUID]:

@@ -10,7 +10,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, TypeAlias
 from uuid import UUID
 
 import psycopg
@@ -18,7 +18,6 @@ import structlog
 from eventsourcing.persistence import (
     ApplicationRecorder,
     InterfaceError,
-    Notification,
     OperationalError,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder
@@ -29,49 +28,6 @@ from psycopg.sql import SQL, Composed, Identifier
 from jobledger.projections.background import Background
 
 log = structlog.get_logger(__name__)
-
-
-class Page(Protocol):
-    """What a follower hands on: notifications, and the position they bring the reader to."""
-
-    notifications: Sequence[Notification]
-    position: int
-
-
-class LogPage:
-    __slots__ = ("notifications", "position")
-
-    def __init__(self, notifications: Sequence[Notification], position: int) -> None:
-        self.notifications = notifications
-        self.position = position
-
-
-def read_page(
-    recorder: ApplicationRecorder,
-    after: int,
-    *,
-    limit: int,
-    topics: Sequence[str] = (),
-    stop: int | None = None,
-) -> LogPage:
-    """The next notifications after ``after`` (of ``topics`` only, if given).
-
-    With a topic filter the position still moves past the other events: up to the last
-    notification id that existed when the read began, if the page was not full. Ids
-    commit in order (the recorder locks the table), so nothing below that id can still
-    appear.
-    """
-    head = recorder.max_notification_id() or 0
-    if stop is not None:
-        head = min(head, stop)
-    if head <= after:
-        return LogPage((), after)
-    notifications = recorder.select_notifications(
-        start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
-    )
-    if len(notifications) < limit:
-        return LogPage(notifications, head)
-    return LogPage(notifications, notifications[-1].id)
 
 
 # (notification id, originator id, originator version, topic, state): one stored event
@@ -95,7 +51,13 @@ def read_rows(
     topics: Sequence[str] = (),
     stop: int | None = None,
 ) -> RowPage:
-    """``read_page`` as rows: the same events and the same position."""
+    """The next events after ``after`` (of ``topics`` only, if given), as rows.
+
+    With a topic filter the position still moves past the other events: up to the last
+    notification id that existed when the read began, if the page was not full. Ids
+    commit in order (the recorder locks the table), so nothing below that id can still
+    appear.
+    """
     head = recorder.max_notification_id() or 0
     if stop is not None:
         head = min(head, stop)

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -58,11 +58,15 @@ class RebuildReport:
 
 
 class LogReader:
-    """Execution events of the ledger's log, and the history of one execution."""
+    """Events of the ledger's log (execution events unless told other topics), and the
+    history of one execution."""
 
-    def __init__(self, ledger: Ledger, page_size: int = 2000) -> None:
+    def __init__(
+        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = _TOPICS
+    ) -> None:
         self.ledger = ledger
         self.page_size = page_size
+        self.topics = tuple(topics)
         mapper = ledger.mapper
         self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
             mapper.decode_event
@@ -78,9 +82,10 @@ class LogReader:
         return list(self.events(page.rows)), page.position
 
     def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
-        """The next page of execution events as stored rows (``events`` decodes them)."""
+        """The next page of events as stored rows (``events`` decodes them)."""
         recorder = self.ledger.recorder
-        return read_rows(recorder, after, limit=limit or self.page_size, topics=_TOPICS, stop=stop)
+        limit = limit or self.page_size
+        return read_rows(recorder, after, limit=limit, topics=self.topics, stop=stop)
 
     def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
         """The domain events of ``rows``, one at a time (a replay never holds a page)."""
