@@ -28,7 +28,8 @@ def call(handler: Handler, ctx: HandlerContext) -> dict[str, Any]:
     return asyncio.run(run())
 
 
-def finished_long_ago(queue: MemoryQueue, clock: list[datetime]) -> None:
+def finish(queue: MemoryQueue, clock: list[datetime], *, ago: timedelta) -> None:
+    """An execution enqueued and finished ``ago``: it leaves a tombstone dated then."""
     item = QueueItem(
         execution_id=uuid.uuid4(),
         queue="default",
@@ -39,7 +40,7 @@ def finished_long_ago(queue: MemoryQueue, clock: list[datetime]) -> None:
         attempt=1,
     )
     queue.apply([QueueChange.put(item)], epoch="e")
-    clock[0] = NOW - timedelta(hours=48)
+    clock[0] = NOW - ago
     removal = QueueChange(execution_id=item.execution_id, queue="default", version=2, item=None)
     queue.apply([removal], epoch="e")
     clock[0] = NOW
@@ -51,21 +52,8 @@ def test_cleanup_prunes_old_tombstones_only() -> None:
     clock = [NOW]
     queue = MemoryQueue(clock=lambda: clock[0])
     queue.reset(QueueMeta(store_id="s", epoch="e", position=0))
-    finished_long_ago(queue, clock)
-    recent = QueueItem(
-        execution_id=uuid.uuid4(),
-        queue="default",
-        priority=5,
-        version=1,
-        state=QueueState.PENDING,
-        at=NOW,
-        attempt=1,
-    )
-    queue.apply([QueueChange.put(recent)], epoch="e")
-    queue.apply(
-        [QueueChange(execution_id=recent.execution_id, queue="default", version=2, item=None)],
-        epoch="e",
-    )
+    finish(queue, clock, ago=timedelta(hours=48))
+    finish(queue, clock, ago=timedelta(0))
     handler = make_cleanup_handler(queue)
     result = call(handler, context(retention_hours=24))
     assert result["tombstones_pruned"] == {"default": 1}
