@@ -23,6 +23,7 @@ from jobledger.runtime.dead_letters import (
     DeadLetterFilter,
     attempt_history,
     dead_letters,
+    discard_dead_letters,
     requeue_dead_letters,
 )
 from jobledger.runtime.errors import RuntimeLayerError, SettingsError
@@ -61,19 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument(
         "--with-projector", action="store_true", help="also run the projector in this process"
     )
-    dlq = commands.add_parser("dlq", help="dead letters: list, show, requeue")
-    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
-    listing = dlq_commands.add_parser("list", help="list dead letters")
-    requeue = dlq_commands.add_parser("requeue", help="give dead letters a new attempt budget")
-    for sub in (listing, requeue):
-        sub.add_argument("--queue", help="only this queue")
-        sub.add_argument("--handler", help="only this handler, e.g. http.webhook")
-    requeue.add_argument("--error-contains", help="only those whose last error has this text")
-    requeue.add_argument("--by", required=True, help="who requeues (recorded in the event)")
-    requeue.add_argument("--reason", required=True, help="why (recorded in the event)")
-    requeue.add_argument("--dry-run", action="store_true", help="only count what would be requeued")
-    show = dlq_commands.add_parser("show", help="every event of one execution")
-    show.add_argument("execution_id", type=uuid.UUID, help="the execution id")
+    _add_dead_letter_commands(commands)
     schedule = commands.add_parser("schedule", help="check a schedule before saving it")
     schedule_commands = schedule.add_subparsers(
         dest="schedule_command", required=True, metavar="ACTION"
@@ -91,6 +80,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     return parser
+
+
+def _add_dead_letter_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    dlq = commands.add_parser("dlq", help="dead letters: list, show, requeue, discard")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
+    listing = dlq_commands.add_parser("list", help="list dead letters")
+    requeue = dlq_commands.add_parser("requeue", help="give dead letters a new attempt budget")
+    discard = dlq_commands.add_parser("discard", help="give up on dead letters for good")
+    for sub in (listing, requeue, discard):
+        sub.add_argument("--queue", help="only this queue")
+        sub.add_argument("--handler", help="only this handler, e.g. http.webhook")
+    for sub, verb in ((requeue, "requeued"), (discard, "discarded")):
+        sub.add_argument("--id", dest="ids", type=uuid.UUID, action="append", help="only this one")
+        sub.add_argument("--error-contains", help="only those whose last error has this text")
+        sub.add_argument("--by", required=True, help="who acts (recorded in the event)")
+        sub.add_argument("--reason", required=True, help="why (recorded in the event)")
+        sub.add_argument("--dry-run", action="store_true", help=f"only count what would be {verb}")
+    show = dlq_commands.add_parser("show", help="every event of one execution")
+    show.add_argument("execution_id", type=uuid.UUID, help="the execution id")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -155,21 +163,24 @@ def _dead_letters(args: argparse.Namespace, container: Container) -> int:
             print(f"{item.execution_id}  {item.queue}  attempts {item.attempt}  {died}")
         print(f"{len(items)} dead letter(s)")
         return 0
-    report = requeue_dead_letters(
-        container.ledger,
-        container.writer,
-        [i.execution_id for i in items],
-        by=args.by,
-        reason=args.reason,
-        at=datetime.now(tz=UTC),
-        error_contains=args.error_contains,
-        dry_run=args.dry_run,
-    )
-    verb = "would requeue" if report.dry_run else "requeued"
-    print(
-        f"{verb} {report.matched if report.dry_run else report.requeued} of {report.matched}"
-        f" matching dead letter(s); {report.refused} refused"
-    )
+    ids = [i.execution_id for i in items]
+    if args.ids:
+        wanted = set(args.ids)
+        ids = [i for i in ids if i in wanted]
+    options: dict[str, Any] = {
+        "by": args.by,
+        "reason": args.reason,
+        "error_contains": args.error_contains,
+        "dry_run": args.dry_run,
+    }
+    ledger, writer = container.ledger, container.writer
+    if args.dlq_command == "requeue":
+        report = requeue_dead_letters(ledger, writer, ids, at=datetime.now(tz=UTC), **options)
+    else:
+        report = discard_dead_letters(ledger, writer, ids, **options)
+    verb = f"would {args.dlq_command}" if report.dry_run else args.dlq_command.rstrip("e") + "ed"
+    done = report.matched if report.dry_run else report.changed
+    print(f"{verb} {done} of {report.matched} matching dead letter(s); {report.refused} refused")
     return 0
 
 

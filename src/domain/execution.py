@@ -20,6 +20,7 @@ class ExecutionStatus(enum.StrEnum):
     COMPLETED = "completed"
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"
+    DISCARDED = "discarded"
 
 
 class Trigger(enum.StrEnum):
@@ -31,7 +32,12 @@ class Trigger(enum.StrEnum):
 
 
 TERMINAL = frozenset(
-    {ExecutionStatus.COMPLETED, ExecutionStatus.DEAD_LETTERED, ExecutionStatus.CANCELLED}
+    {
+        ExecutionStatus.COMPLETED,
+        ExecutionStatus.DEAD_LETTERED,
+        ExecutionStatus.CANCELLED,
+        ExecutionStatus.DISCARDED,
+    }
 )
 LEASE_EXPIRED_ERROR = "lease expired before the worker reported an outcome"
 
@@ -113,6 +119,11 @@ class Execution(Aggregate):
 
     class Cancelled(Aggregate.Event):
         TOPIC = "jobledger:ExecutionCancelled"
+        by: str
+        reason: str
+
+    class Discarded(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionDiscarded"
         by: str
         reason: str
 
@@ -214,6 +225,11 @@ class Execution(Aggregate):
         """Give a dead-lettered execution a fresh attempt budget."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="requeue")
         self._requeued(by=by, reason=reason, ready_at=at)
+
+    def discard(self, *, by: str, reason: str) -> None:
+        """Give up on a dead-lettered execution for good; its history stays in the log."""
+        self._check_status(ExecutionStatus.DEAD_LETTERED, action="discard")
+        self._discarded(by=by, reason=reason)
 
     def cancel(self, *, by: str, reason: str) -> None:
         self._check_not_terminal(action="cancel")
@@ -332,6 +348,11 @@ class Execution(Aggregate):
         del by, reason
         self.status = ExecutionStatus.CANCELLED
         self._clear_lease()
+
+    @event(Discarded)
+    def _discarded(self, *, by: str, reason: str) -> None:
+        del by, reason
+        self.status = ExecutionStatus.DISCARDED
 
     def _clear_lease(self) -> None:
         self.lease_id = None

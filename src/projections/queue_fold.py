@@ -38,6 +38,7 @@ EXECUTION_TOPICS = frozenset(
         "Deferred",
         "Requeued",
         "Cancelled",
+        "Discarded",
     )
 )
 
@@ -62,7 +63,7 @@ def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None
                 "attempt": domain_event.attempt,
                 "lease_id": domain_event.lease_id,
             }
-        case Execution.Completed() | Execution.Cancelled():
+        case Execution.Completed() | Execution.Cancelled() | Execution.Discarded():
             return None
         case Execution.Retried():
             update |= _pending(domain_event.ready_at, domain_event.next_attempt)

@@ -1,17 +1,18 @@
-"""Dead-letter operations: list, inspect and requeue (one or many, with a dry run).
+"""Dead-letter operations: list, inspect, requeue or discard (one or many, with a dry run).
 
 The queue lists what is dead-lettered (it is a projection of the log); every change is
 a command on the Execution aggregate, recorded as an event with who did it and why,
 and saved through the group-commit writer in batches.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from jobledger.domain.errors import ConflictError, DomainError
+from jobledger.domain.execution import Execution
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.queue import QueueBackend, QueueItem, QueueState, decode_spec
 from jobledger.runtime.writer import GroupCommitWriter
@@ -27,9 +28,11 @@ class DeadLetterFilter:
 
 
 @dataclass(frozen=True)
-class RequeueReport:
+class DeadLetterReport:
+    """What an operation on many dead letters did: ``changed`` requeued or discarded."""
+
     matched: int
-    requeued: int
+    changed: int
     refused: int
     dry_run: bool
 
@@ -74,27 +77,56 @@ def requeue_dead_letters(
     at: datetime,
     error_contains: str | None = None,
     dry_run: bool = False,
-) -> RequeueReport:
+) -> DeadLetterReport:
     """Give each dead letter a fresh attempt budget; a dry run only counts."""
+    selected = _select(ledger, ids, error_contains)
+    if dry_run:
+        return DeadLetterReport(len(selected), 0, 0, dry_run=True)
+    return _apply(writer, selected, lambda e: e.requeue(by=by, reason=reason, at=at))
+
+
+def discard_dead_letters(
+    ledger: Ledger,
+    writer: GroupCommitWriter,
+    ids: list[UUID],
+    *,
+    by: str,
+    reason: str,
+    error_contains: str | None = None,
+    dry_run: bool = False,
+) -> DeadLetterReport:
+    """Give up on each dead letter for good (the log keeps its history); a dry run only
+    counts."""
+    selected = _select(ledger, ids, error_contains)
+    if dry_run:
+        return DeadLetterReport(len(selected), 0, 0, dry_run=True)
+    return _apply(writer, selected, lambda e: e.discard(by=by, reason=reason))
+
+
+def _select(ledger: Ledger, ids: list[UUID], error_contains: str | None) -> list[Execution]:
     executions = [ledger.get_execution(i) for i in ids]
     if error_contains:
         executions = [e for e in executions if error_contains in (e.last_error or "")]
-    if dry_run:
-        return RequeueReport(len(executions), 0, 0, dry_run=True)
+    return executions
+
+
+def _apply(
+    writer: GroupCommitWriter, executions: list[Execution], command: Callable[[Execution], None]
+) -> DeadLetterReport:
     futures = []
     refused = 0
     for execution in executions:
         try:
-            execution.requeue(by=by, reason=reason, at=at)
+            command(execution)
         except DomainError:
             refused += 1  # no longer dead-lettered: someone else acted on it
             continue
         futures.append(writer.submit(execution))
-    requeued = 0
+    changed = 0
     for future in futures:
         try:
             future.result()
-            requeued += 1
+            changed += 1
         except ConflictError:
             refused += 1
-    return RequeueReport(len(executions), requeued, refused, dry_run=False)
+    return DeadLetterReport(len(executions), changed, refused, dry_run=False)

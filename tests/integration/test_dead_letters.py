@@ -18,6 +18,7 @@ from jobledger.runtime.dead_letters import (
     DeadLetterFilter,
     attempt_history,
     dead_letters,
+    discard_dead_letters,
     requeue_dead_letters,
 )
 from jobledger.runtime.settings import load_settings
@@ -76,7 +77,7 @@ def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
             error_contains="503",
             dry_run=dry_run,
         )
-        return report.matched, report.requeued, report.refused
+        return report.matched, report.changed, report.refused
 
     assert requeue(dry_run=True) == (4, 0, 0)
     assert all(
@@ -95,9 +96,50 @@ def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
     assert requeue()[2] == 4  # no longer dead-lettered: refused, nothing written
 
 
+def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
+    container: Container,
+) -> None:
+    """If dead letters are discarded, then a dry run only counts, the real run leaves the
+    queue without them and the log with a Discarded event naming who and why; a discarded
+    execution can be neither requeued nor discarded again."""
+    doomed = [dead(container, "test.fail", "poison") for _ in range(3)]
+    kept = dead(container, "test.fail", "flaky")
+    project(container)
+    ids = [e.id for e in [*doomed, kept]]
+
+    def discard(*, dry_run: bool = False) -> tuple[int, int, int]:
+        report = discard_dead_letters(
+            container.ledger,
+            container.writer,
+            ids,
+            by="bob",
+            reason="obsolete",
+            error_contains="poison",
+            dry_run=dry_run,
+        )
+        return report.matched, report.changed, report.refused
+
+    assert discard(dry_run=True) == (3, 0, 0)
+    assert discard() == (3, 3, 0)
+    project(container)
+    remaining = [i.execution_id for i in dead_letters(container.queue, DeadLetterFilter())]
+    assert remaining == [kept.id]
+    assert container.queue.depths("default", now=AT).dead == 1
+    history = attempt_history(container.ledger, doomed[0].id)
+    assert [h["event"] for h in history][-1] == "Discarded"
+    assert (history[-1]["by"], history[-1]["reason"]) == ("bob", "obsolete")
+    assert container.ledger.get_execution(doomed[0].id).status is ExecutionStatus.DISCARDED
+    assert discard() == (3, 0, 3)
+    requeued = requeue_dead_letters(
+        container.ledger, container.writer, [doomed[0].id], by="x", reason="y", at=AT
+    )
+    assert (requeued.changed, requeued.refused) == (0, 1)
+
+
 def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     """If dead letters exist, then `dlq list` shows them, `dlq requeue --dry-run` only
-    counts, `dlq requeue` requeues with who and why, and `dlq show` prints the history."""
+    counts, `dlq requeue` requeues with who and why, `dlq show` prints the history and
+    `dlq discard --id` gives up on exactly the one named."""
     settings = load_settings({}, data_dir=str(tmp_path))
     migrate(settings, progress=lambda _: None)
     with bootstrap(settings) as container:
@@ -122,3 +164,11 @@ def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     shown = cli("show", str(executions[0].id))
     assert '"event": "Requeued"' in shown.stdout
     assert '"by": "bob"' in shown.stdout
+    with bootstrap(settings) as container:
+        later = [dead(container, "test.fail", "boom") for _ in range(3)]
+    one = str(later[0].id)
+    dry_discard = cli("discard", "--id", one, "--by", "bob", "--reason", "gone", "--dry-run")
+    assert "would discard 1 of 1" in dry_discard.stdout, dry_discard.stderr
+    discarded = cli("discard", "--id", one, "--by", "bob", "--reason", "gone")
+    assert "discarded 1 of 1" in discarded.stdout
+    assert "2 dead letter(s)" in cli("list").stdout

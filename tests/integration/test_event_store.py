@@ -11,7 +11,7 @@ from eventsourcing.domain import DomainEventProtocol
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
-from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
@@ -67,14 +67,28 @@ def every_event_type() -> list[DomainEventProtocol[uuid.UUID]]:
     fired.lease(worker_id="w2", lease_id=lease_4, lease_expires_at=AT)
     fired.complete(lease_id=lease_4, duration=timedelta(seconds=1.5), result={"status": 200})
     triggered.cancel(by="carol", reason="not needed")
-    return [*job.collect_events(), *fired.collect_events(), *triggered.collect_events()]
+    dropped = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.fail", retry=RetryPolicy(max_retries=0)),
+        ready_at=AT,
+        trigger=Trigger.ADHOC,
+    )
+    lease_5 = uuid.uuid4()
+    dropped.lease(worker_id="w3", lease_id=lease_5, lease_expires_at=AT)
+    dropped.fail(lease_id=lease_5, error="poison", at=AT)
+    dropped.discard(by="erin", reason="obsolete report")
+    return [
+        *job.collect_events(),
+        *fired.collect_events(),
+        *triggered.collect_events(),
+        *dropped.collect_events(),
+    ]
 
 
 def test_every_event_type_round_trips_with_its_types(ledger: Ledger) -> None:
     """If every event type is saved and read back, then values and their types are equal."""
     events = every_event_type()
     names = {type(e).__name__ for e in events}
-    assert len(names) == 17
+    assert len(names) == 18
     ledger.save(*events)
     for original in events:
         stored = list(ledger.history(original.originator_id))[original.originator_version - 1]

@@ -151,6 +151,25 @@ def test_requeue_only_from_the_dead_letter_queue() -> None:
         execution.requeue(by="a", reason="b", at=T0)
 
 
+def test_a_discarded_dead_letter_is_final() -> None:
+    """If a dead letter is discarded, then it is terminal: no requeue, no lease, no cancel,
+    and discarding anything that is not dead-lettered is refused."""
+    execution = make_execution(max_retries=0)
+    with pytest.raises(InvalidTransitionError, match="discard"):
+        execution.discard(by="a", reason="b")
+    execution.fail(lease_id=lease(execution), error="x", at=T0)
+    execution.discard(by="alice", reason="obsolete")
+    assert execution.status is ExecutionStatus.DISCARDED
+    for refused in (
+        lambda: execution.requeue(by="a", reason="b", at=T0),
+        lambda: execution.discard(by="a", reason="b"),
+        lambda: execution.cancel(by="a", reason="b"),
+        lambda: lease(execution),
+    ):
+        with pytest.raises(InvalidTransitionError):
+            refused()
+
+
 def test_execution_ids_are_deterministic() -> None:
     """If two schedulers fire the same occurrence, then they derive the same execution id."""
     job_id = uuid.uuid4()
@@ -223,6 +242,10 @@ class ExecutionMachine(RuleBasedStateMachine):
         self._apply(lambda: self.execution.cancel(by="op", reason="r"))
 
     @rule()
+    def discard(self) -> None:
+        self._apply(lambda: self.execution.discard(by="op", reason="r"))
+
+    @rule()
     def requeue(self) -> None:
         self._apply(lambda: self.execution.requeue(by="op", reason="r", at=T0))
 
@@ -239,9 +262,10 @@ class ExecutionMachine(RuleBasedStateMachine):
     def terminal_states_are_final(self) -> None:
         status = self.execution.status
         if self.terminal_seen is not None and self.terminal_seen is not status:
-            # The only way out of a terminal state is a requeue from the dead-letter queue.
+            # The only ways out of a terminal state lead from the dead-letter queue: a
+            # requeue, or a discard (which is final).
             assert self.terminal_seen is ExecutionStatus.DEAD_LETTERED
-            assert status is ExecutionStatus.PENDING
+            assert status in {ExecutionStatus.PENDING, ExecutionStatus.DISCARDED}
         self.terminal_seen = status if status in TERMINAL else None
 
     @invariant()
