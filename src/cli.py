@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import redis
 
+from jobledger.api.server import ensure_admin, serve
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
 from jobledger.projections.queue_projection import verify_queue
@@ -79,10 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="replay the whole log, not the open executions"
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
+    _add_projection_commands(commands)
     return parser
 
 
+def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    projections = commands.add_parser("projections", help="the read models of the API")
+    actions = projections.add_subparsers(
+        dest="projections_command", required=True, metavar="ACTION"
+    )
+    actions.add_parser("rebuild", help="empty the read models and replay the whole log")
+
+
 def _add_dead_letter_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    api = commands.add_parser("api", help="serve the REST API until stopped")
+    api.add_argument(
+        "--with-projector", action="store_true", help="also run the projector in this process"
+    )
     dlq = commands.add_parser("dlq", help="dead letters: list, show, requeue, discard")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True, metavar="ACTION")
     listing = dlq_commands.add_parser("list", help="list dead letters")
@@ -134,6 +149,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
     runners: dict[str, Callable[[], int]] = {
         "status": lambda: _print_json(container.ledger.describe()),
         "projector": lambda: _run_projector(container),
+        "api": lambda: _run_api(container, with_projector=args.with_projector),
         "scheduler": lambda: _run_scheduler(container, with_projector=args.with_projector),
         "worker": lambda: _run_worker(container, with_projector=args.with_projector),
         "dlq": lambda: _dead_letters(args, container),
@@ -142,6 +158,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             if args.queue_command == "rebuild"
             else _verify_queue(container)
         ),
+        "projections": lambda: _rebuild_read_models(container),
     }
     return runners[args.command]()
 
@@ -196,6 +213,15 @@ def _rebuild_queue(container: Container, *, full: bool) -> int:
     return 0
 
 
+def _rebuild_read_models(container: Container) -> int:
+    bar = ProgressBar("rebuilding read models")
+    started = time.monotonic()
+    events = container.read_models().rebuild(progress=bar)
+    bar.finish()
+    print(f"read models rebuilt: {events:,} events replayed in {time.monotonic() - started:.1f} s")
+    return 0
+
+
 def _verify_queue(container: Container) -> int:
     differences = verify_queue(container.reader(), container.queue)
     for line in differences:
@@ -220,6 +246,22 @@ def _run_projector(container: Container) -> int:
     projector.start()
     stop.wait()
     projector.stop()
+    return 0
+
+
+def _run_api(container: Container, *, with_projector: bool) -> int:
+    password = ensure_admin(container)
+    if password is not None:
+        name = container.settings.admin_username
+        print(f"jobledger: created the admin {name!r} with the dev password {password!r}")
+    projector = container.projector() if with_projector else None
+    if projector is not None:
+        projector.start()
+    try:
+        serve(container)
+    finally:
+        if projector is not None:
+            projector.stop()
     return 0
 
 

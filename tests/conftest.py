@@ -1,5 +1,6 @@
 """Shared fixtures: every test session makes its own databases and removes them."""
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -56,20 +57,33 @@ def postgres_template() -> Iterator[str]:
             _drop(admin, name)
 
 
-@pytest.fixture
-def postgres_url(postgres_template: str) -> Iterator[str]:
-    """A fresh, migrated database for one test."""
+@contextlib.contextmanager
+def _database_copy(template: str) -> Iterator[str]:
     name = f"jobledger_t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
         admin.execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(postgres_template)
+                sql.Identifier(name), sql.Identifier(template)
             )
         )
         try:
             yield _url_for(name)
         finally:
             _drop(admin, name)
+
+
+@pytest.fixture
+def postgres_url(postgres_template: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    with _database_copy(postgres_template) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_postgres_url(postgres_template: str) -> Iterator[str]:
+    """A fresh, migrated database shared by the tests of one module."""
+    with _database_copy(postgres_template) as url:
+        yield url
 
 
 @pytest.fixture

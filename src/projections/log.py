@@ -183,11 +183,15 @@ class Follower(Background):
         *,
         poll_interval: float = 0.5,
         max_backoff: float = 5.0,
+        coalesce: float = 0.0,
     ) -> None:
         self.name = name
         self._step = step
         self._wakeup = wakeup
         self._poll_interval = poll_interval
+        # After a wake-up, let more events arrive before reading: under load a page of
+        # many events costs about what a page of one does (a query and a transaction).
+        self._coalesce = coalesce
         self._max_backoff = max_backoff
         self.failures = 0
         super().__init__(name)
@@ -207,8 +211,8 @@ class Follower(Background):
                 backoff = min(backoff * 2, self._max_backoff)
                 continue
             backoff = 0.1
-            if not busy:
-                self._wakeup.wait(self._poll_interval)
+            if not busy and self._wakeup.wait(self._poll_interval) and self._coalesce:
+                self._stopping.wait(self._coalesce)
 
 
 def monotonic_ms() -> float:

@@ -15,10 +15,12 @@ from jobledger.projections.job_index import JobIndex
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.read_models import ReadModels
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
+from jobledger.runtime.accounts import Accounts, AccountSettings
 from jobledger.runtime.breakers import Breakers, BreakerSettings
-from jobledger.runtime.handlers.registry import load_registry, shell_commands
+from jobledger.runtime.handlers.registry import HandlerRegistry, load_registry, shell_commands
 from jobledger.runtime.handlers.shell import ShellSettings
 from jobledger.runtime.handlers.webhook import WebhookSettings
 from jobledger.runtime.leader import (
@@ -26,6 +28,7 @@ from jobledger.runtime.leader import (
     LeaderTiming,
     LocalLeadership,
     RedisLeadership,
+    current_leader,
 )
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
@@ -102,29 +105,54 @@ class Container:
             slots=settings.worker_slots,
             lease_ttl=timedelta(seconds=settings.worker_lease_ttl_seconds),
             grace=settings.worker_grace_seconds,
+            # Deferred runs come back when the breaker may let a probe through.
+            defer_when_open=timedelta(seconds=settings.breaker_reset_seconds),
         )
         name = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         return Worker(
             self.ledger,
             self.writer,
             self.queue,
-            load_registry(
-                settings.handlers,
-                webhook=WebhookSettings(
-                    allow=tuple(a.strip() for a in settings.webhook_allow.split(",") if a.strip()),
-                    timeout=settings.webhook_timeout_seconds,
-                ),
-                shell=ShellSettings(
-                    commands=shell_commands(settings.shell_commands),
-                    timeout=settings.shell_timeout_seconds,
-                ),
-                queue=self.queue,
-            ),
+            self.handlers(),
             worker_id=name,
             config=config,
             breakers=self.breakers(),
             presence=self.presence,
         )
+
+    def handlers(self) -> HandlerRegistry:
+        """Built-in handlers, entry points and the configured dotted paths."""
+        settings = self.settings
+        return load_registry(
+            settings.handlers,
+            webhook=WebhookSettings(
+                allow=tuple(a.strip() for a in settings.webhook_allow.split(",") if a.strip()),
+                timeout=settings.webhook_timeout_seconds,
+            ),
+            shell=ShellSettings(
+                commands=shell_commands(settings.shell_commands),
+                timeout=settings.shell_timeout_seconds,
+            ),
+            queue=self.queue,
+            read_models=self.database,
+        )
+
+    def head(self) -> int:
+        """The position of the newest event in the log (0 when it is empty)."""
+        return self.ledger.recorder.max_notification_id() or 0
+
+    def ping(self) -> str:
+        """Raise if the queue backend cannot be reached; else name it."""
+        if self._redis is None:
+            return "memory"
+        self._redis.ping()
+        return "redis"
+
+    def leader_status(self) -> tuple[str | None, int]:
+        """(the leading scheduler's token or None, the leader epoch)."""
+        if self._redis is None:
+            return ("embedded", 0)
+        return current_leader(self._redis, Keys(self.settings.redis_prefix))
 
     def breakers(self) -> Breakers:
         settings = self.settings
@@ -136,10 +164,18 @@ class Container:
             ),
         )
 
+    def read_models(self) -> ReadModels:
+        """The read models on this container's database (queries, lag, rebuilds)."""
+        return ReadModels(self.ledger, self.database, page_size=self.settings.projection_page_size)
+
     def projector(self) -> Projector:
         return build_projector(
             self.settings, self.ledger, self.queue, self.checkpoint, self.store_id
         )
+
+    def accounts(self) -> Accounts:
+        """Users, sessions and API tokens, in the event store's database."""
+        return Accounts(self.database, AccountSettings.from_settings(self.settings))
 
     def close(self) -> None:
         self.writer.close()

@@ -10,6 +10,7 @@ is open, executions of that handler are deferred, not failed: no attempt is spen
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,51 @@ class BreakerSettings:
     fail_max: int = 3
     reset_timeout: float = 30.0
     success_threshold: int = 1
+    # How stale a worker's view of a breaker opened elsewhere may be.
+    refresh: float = 0.5
+
+
+class _SharedStorage(pybreaker.CircuitRedisStorage):
+    """Redis storage that reads the shared state at most every ``refresh`` seconds and
+    skips resetting a failure counter it reset itself moments ago.
+
+    Without this, every call of a healthy handler costs two Redis round trips on the
+    worker's event loop (read the state, reset the counter). A breaker opened by
+    another worker is seen within ``refresh`` seconds; a failure counted by another
+    worker in that window is not reset by a success here, which only makes the
+    breaker a little quicker to open.
+    """
+
+    def __init__(self, state: str, client: redis.Redis, *, namespace: str, refresh: float) -> None:
+        super().__init__(state, client, namespace=namespace)
+        self._refresh = refresh
+        self._state_cache: tuple[str, float] | None = None
+        self._zero_until = 0.0
+
+    @property
+    def state(self) -> str:
+        now = time.monotonic()
+        if self._state_cache is not None and now < self._state_cache[1]:
+            return self._state_cache[0]
+        state: str = super().state
+        self._state_cache = (state, now + self._refresh)
+        return state
+
+    @state.setter
+    def state(self, state: str) -> None:
+        pybreaker.CircuitRedisStorage.state.fset(self, state)  # type: ignore[attr-defined]
+        self._state_cache = (str(state), time.monotonic() + self._refresh)
+
+    def increment_counter(self) -> None:
+        self._zero_until = 0.0
+        super().increment_counter()
+
+    def reset_counter(self) -> None:
+        now = time.monotonic()
+        if now < self._zero_until:
+            return
+        super().reset_counter()
+        self._zero_until = now + self._refresh
 
 
 class Breakers:
@@ -69,8 +115,11 @@ class Breakers:
         if self._client is None:
             storage = pybreaker.CircuitMemoryStorage(pybreaker.STATE_CLOSED)
         else:
-            storage = pybreaker.CircuitRedisStorage(
-                pybreaker.STATE_CLOSED, self._client, namespace=self._keys.breaker(handler)
+            storage = _SharedStorage(
+                pybreaker.STATE_CLOSED,
+                self._client,
+                namespace=self._keys.breaker(handler),
+                refresh=self._settings.refresh,
             )
         return pybreaker.CircuitBreaker(
             fail_max=self._settings.fail_max,

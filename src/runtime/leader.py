@@ -157,3 +157,11 @@ class RedisLeadership:
 def _script(client: redis.Redis, name: str) -> redis.commands.core.Script:
     source = resources.files("jobledger.runtime").joinpath(f"lua/{name}.lua")
     return client.register_script(source.read_text(encoding="utf-8"))
+
+
+def current_leader(client: redis.Redis, keys: Keys) -> tuple[str | None, int]:
+    """(the token of the scheduler that holds the lock, or None; the latest epoch)."""
+    token, epoch = client.mget([keys.leader, keys.leader_epoch])
+    if isinstance(token, bytes):
+        token = token.decode()
+    return (token or None, int(epoch or 0))

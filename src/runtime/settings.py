@@ -7,12 +7,18 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_RULE, username_problem
 from jobledger.runtime.errors import SettingsError
 
 PREFIX = "JOBLEDGER_"
 MAX_WRITER_BATCH = 10_000
 MAX_WRITER_DELAY_MS = 10_000
 _SECRET_FIELDS = frozenset({"database_url", "redis_url"})
+_SECRET_VALUES = frozenset({"admin_password"})
+# DESIGN names the first admin's variables without the prefix; the prefixed ones win.
+_FALLBACKS = {"admin_username": "ADMIN_USERNAME", "admin_password": "ADMIN_PASSWORD"}
+MAX_SESSION_HOURS = 30 * 24
+MINUTES_PER_DAY = 24 * 60
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -28,6 +34,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     writer_max_delay_ms: float = 5.0
     projection_page_size: int = 2000
     projection_poll_ms: float = 500.0
+    projection_batch_ms: float = 20.0
     leader_ttl_ms: int = 3000
     leader_renew_ms: int = 1000
     leader_poll_ms: int = 500
@@ -49,6 +56,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_port: int = 0
     log_level: str = "info"
     log_format: str = "console"
+    mode: str = "production"
+    admin_username: str = "admin"
+    admin_password: str = ""
+    session_idle_minutes: float = 30.0
+    session_absolute_hours: float = 12.0
+    login_max_failures: int = 5
+    login_window_minutes: float = 15.0
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    api_max_body_bytes: int = 1_048_576
+    secure_cookies: str = "auto"
+    ready_max_lag: int = 10_000
 
     @property
     def uses_postgres(self) -> bool:
@@ -61,10 +80,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return Path(self.data_dir) / "events.sqlite3"
 
     def masked(self) -> dict[str, Any]:
-        """The effective settings with secrets in URLs replaced by ``***``."""
+        """The effective settings with secrets (in URLs, or whole values) as ``***``."""
         shown = msgspec.structs.asdict(self)
         for name in _SECRET_FIELDS:
             shown[name] = mask_url(shown[name])
+        for name in _SECRET_VALUES:
+            shown[name] = "***" if shown[name] else ""
         return shown
 
 
@@ -78,11 +99,7 @@ def mask_url(url: str) -> str:
 
 def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -> Settings:
     """Settings from the environment, then overrides (CLI flags) on top."""
-    values: dict[str, Any] = {}
-    for name in Settings.__struct_fields__:
-        variable = PREFIX + name.upper()
-        if variable in environ:
-            values[name] = environ[variable]
+    values = _from_environ(environ)
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         settings = msgspec.convert(values, Settings, strict=False)
@@ -90,6 +107,18 @@ def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -
         raise SettingsError(_explain(error)) from None
     _check(settings)
     return settings
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in Settings.__struct_fields__:
+        variable = PREFIX + name.upper()
+        fallback = _FALLBACKS.get(name)
+        if variable in environ:
+            values[name] = environ[variable]
+        elif fallback is not None and fallback in environ:
+            values[name] = environ[fallback]
+    return values
 
 
 def _explain(error: msgspec.ValidationError) -> str:
@@ -112,6 +141,11 @@ def _check(settings: Settings) -> None:
     for field, valid, fix in _RULES:
         if not valid(getattr(settings, field)):
             raise SettingsError(f"{PREFIX}{field.upper()}: {fix}")
+    if settings.api_max_body_bytes < settings.max_payload_bytes:
+        raise SettingsError(
+            f"{PREFIX}API_MAX_BODY_BYTES: a job's payload travels in the request body; use "
+            f"at least {PREFIX}MAX_PAYLOAD_BYTES ({settings.max_payload_bytes})"
+        )
 
 
 # (field, test, how to fix) for every setting with a bounded range.
@@ -120,6 +154,7 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("writer_max_delay_ms", lambda v: 0 <= v <= MAX_WRITER_DELAY_MS, "use 0 to 10000 ms"),
     ("projection_page_size", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 events"),
     ("projection_poll_ms", lambda v: v > 0, "use a positive number of milliseconds"),
+    ("projection_batch_ms", lambda v: 0 <= v <= 1000, "use 0 to 1000 milliseconds"),  # noqa: PLR2004
     ("database_pool_size", lambda v: v >= 1, "use 1 or more"),
     ("leader_ttl_ms", lambda v: v >= 100, "use 100 ms or more (default 3000)"),  # noqa: PLR2004
     ("leader_poll_ms", lambda v: v >= 10, "use 10 ms or more (default 500)"),  # noqa: PLR2004
@@ -144,6 +179,39 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     # Two fires of a 5-field cron are at least a minute apart anyway.
     ("min_interval_seconds", lambda v: v >= 60, "use 60 or more"),  # noqa: PLR2004
     ("redis_prefix", lambda v: bool(v) and "{" not in v, "use a short name without braces"),
+    ("mode", lambda v: v in {"dev", "production"}, "use dev or production"),
+    ("admin_username", lambda v: username_problem(v) is None, f"use {USERNAME_RULE}"),
+    (
+        "admin_password",
+        # A secret read from a file often keeps its line break; that would be part of it.
+        lambda v: len(v) <= MAX_PASSWORD_LENGTH and v == v.strip(),
+        f"use at most {MAX_PASSWORD_LENGTH} characters, without spaces or line breaks around it",
+    ),
+    (
+        "session_idle_minutes",
+        lambda v: 0 < v <= MINUTES_PER_DAY,
+        "use more than 0 and at most 1440 minutes (default 30)",
+    ),
+    (
+        "session_absolute_hours",
+        lambda v: 0 < v <= MAX_SESSION_HOURS,
+        "use more than 0 and at most 720 hours (default 12)",
+    ),
+    ("login_max_failures", lambda v: 1 <= v <= 1000, "use 1 to 1000 failures (default 5)"),  # noqa: PLR2004
+    (
+        "login_window_minutes",
+        lambda v: 0 < v <= MINUTES_PER_DAY,
+        "use more than 0 and at most 1440 minutes (default 15)",
+    ),
+    ("api_host", lambda v: bool(v) and not any(c.isspace() for c in v), "use a host or address"),
+    ("api_port", lambda v: 1 <= v <= 65535, "use a TCP port, 1 to 65535"),  # noqa: PLR2004
+    (
+        "api_max_body_bytes",
+        lambda v: 1024 <= v <= 100 * 1024 * 1024,  # noqa: PLR2004
+        "use 1024 to 104857600 bytes (default 1048576)",
+    ),
+    ("secure_cookies", lambda v: v in {"auto", "always", "never"}, "use auto, always or never"),
+    ("ready_max_lag", lambda v: v >= 0, "use 0 or more events"),
 ]
 
 

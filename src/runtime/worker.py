@@ -21,11 +21,12 @@ from typing import Any
 
 import structlog
 
-from jobledger.domain.errors import ConflictError, DomainError, StaleLeaseError
+from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
 from jobledger.domain.execution import Execution
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
+from jobledger.projections.streams import load_many
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry
@@ -85,6 +86,13 @@ class Worker:
     running: dict[uuid.UUID, _Running] = field(default_factory=dict)
     breakers: Breakers | None = None
     presence: Presence | None = None
+    # Set when a running execution ends, so a full worker leases again at once instead
+    # of after a poll interval (which would cap throughput at slots / idle_poll).
+    _slot_freed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Completed leases to acknowledge in the queue; sent with the next lease call, so a
+    # completion costs no thread hop of its own. The projection removes the entry when
+    # it reads ExecutionCompleted anyway: the ack only makes that immediate.
+    _acks: list[Lease] = field(default_factory=list)
 
     def report_presence(self) -> None:
         if self.presence is None:
@@ -107,8 +115,12 @@ class Worker:
         log.info("worker.started", worker_id=self.worker_id, slots=self.config.slots)
         try:
             while not stop.is_set():
-                started = await self._fill_slots()
-                if not started:
+                self._slot_freed.clear()
+                if await self._fill_slots():
+                    continue
+                if len(self.running) >= self.config.slots:
+                    await _wait(stop, self.config.idle_poll, also=self._slot_freed)
+                else:
                     await _wait(stop, self.config.idle_poll)
             await self._shut_down()
         finally:
@@ -131,6 +143,7 @@ class Worker:
         return len(recorded)
 
     def _lease(self, free: int) -> list[Lease]:
+        self._send_acks()
         leases: list[Lease] = []
         for name in self.config.queues:
             wanted = free - len(leases)
@@ -144,9 +157,10 @@ class Worker:
 
     def _record_leases(self, leases: list[Lease]) -> list[_Running]:
         """One batched save for every lease; a lease the log refuses goes back."""
+        executions = load_many(self.ledger, Execution, [lease.execution_id for lease in leases])
         prepared: list[tuple[_Running, Any]] = []
         for lease in leases:
-            running = self._prepare(lease)
+            running = self._prepare(lease, executions.get(lease.execution_id))
             if running is not None:
                 prepared.append((running, self.writer.submit(running.execution)))
         recorded: list[_Running] = []
@@ -160,9 +174,10 @@ class Worker:
         self.stats.leased += len(recorded)
         return recorded
 
-    def _prepare(self, lease: Lease) -> _Running | None:
-        execution = self.ledger.get_execution(lease.execution_id)
+    def _prepare(self, lease: Lease, execution: Execution | None) -> _Running | None:
         try:
+            if execution is None:
+                raise NotFoundError(f"no execution with id {lease.execution_id}")
             execution.lease(
                 worker_id=self.worker_id, lease_id=lease.lease_id, lease_expires_at=lease.deadline
             )
@@ -213,6 +228,7 @@ class Worker:
             await self._report(running, "complete", duration=duration, result=result)
         finally:
             self.running.pop(execution.id, None)
+            self._slot_freed.set()
 
     def _breaker(self, handler: str) -> contextlib.AbstractContextManager[None]:
         if self.breakers is None:
@@ -237,7 +253,7 @@ class Worker:
                 continue
             self._count(outcome)
             if outcome == "complete":
-                await asyncio.to_thread(self._ack, running.lease)
+                self._acks.append(running.lease)
             return
         self.stats.stale_reports += 1
         log.warning("worker.stale_report", execution_id=str(running.execution.id), outcome=outcome)
@@ -257,8 +273,11 @@ class Worker:
             error = str(details["error"])[:MAX_ERROR_LENGTH]
             execution.fail(lease_id=lease_id, error=error, at=self.now(), rand=random.random())  # noqa: S311 (jitter)
 
-    def _ack(self, lease: Lease) -> None:
-        self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
+    def _send_acks(self) -> None:
+        # Swap first: the event loop may append while this thread sends.
+        acks, self._acks = self._acks, []
+        for lease in acks:
+            self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
 
     def _count(self, outcome: str) -> None:
         if outcome == "complete":
@@ -275,6 +294,7 @@ class Worker:
         tasks = [r.task for r in self.running.values() if r.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self.config.grace)
+        await asyncio.to_thread(self._send_acks)
         for running in list(self.running.values()):
             running.context.cancelled.set()
             if running.task is not None:
@@ -324,8 +344,13 @@ class _Heartbeat(Background):
                 log.warning("worker.lease_lost", execution_id=str(lease.execution_id))
 
 
-async def _wait(stop: asyncio.Event, seconds: float) -> None:
+async def _wait(stop: asyncio.Event, seconds: float, also: asyncio.Event | None = None) -> None:
+    """Until ``stop`` (or ``also``) is set, or ``seconds`` pass."""
+    waiters = [asyncio.ensure_future(stop.wait())]
+    if also is not None:
+        waiters.append(asyncio.ensure_future(also.wait()))
     try:
-        await asyncio.wait_for(stop.wait(), timeout=seconds)
-    except TimeoutError:
-        return
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()

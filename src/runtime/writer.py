@@ -185,7 +185,7 @@ class GroupCommitWriter:
 
     def _save(self, items: Sequence[_Item]) -> None:
         events = [e for item in items for e in item.events]
-        self._ledger.save(*events)
+        self._ledger.save_events(events)
         self.stats.batches += 1
         self.stats.items += len(items)
         self.stats.events += len(events)

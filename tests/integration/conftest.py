@@ -1,19 +1,34 @@
-"""Redis fixtures: a private, throwaway redis-server per test session.
+"""Integration fixtures: a private redis-server, and workers as real processes.
 
-The server listens on a free loopback port with persistence off, so the tests never
-touch a Redis the machine runs for itself.
+The redis-server listens on a free loopback port with persistence off, so the tests
+never touch a Redis the machine runs for itself. The ``harness`` fixture runs a ledger
+with its projector and scheduler in this process and starts ``jobledger worker``
+subprocesses on it.
 """
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.policies import RetryPolicy
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
+from jobledger.runtime.settings import load_settings
 
 _START_TIMEOUT = 10.0
 
@@ -86,3 +101,146 @@ def redis_client(redis_server: str) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+class WorkerProcess:
+    """A `jobledger worker` subprocess whose log goes to a file (a pipe could fill up)."""
+
+    def __init__(self, command: list[str], environ: dict[str, str]) -> None:
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(  # noqa: S603 (our own entry point)
+            command, env=environ, stdout=subprocess.DEVNULL, stderr=self.log
+        )
+        self._text: str | None = None
+
+    def send_signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def terminate_and_wait(self, timeout: float) -> int:
+        self.process.terminate()
+        return self.process.wait(timeout)
+
+    def stop(self) -> str:
+        """Stop the worker if it runs; returns its log, the same text on every call."""
+        if self._text is not None:
+            return self._text
+        process = self.process
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+            process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self.log.seek(0)
+        self._text = self.log.read().decode()
+        self.log.close()
+        return self._text
+
+
+class Harness:
+    """A ledger on PostgreSQL and Redis with its projector and scheduler running here,
+    and the worker subprocesses started on it."""
+
+    def __init__(self, container: Container) -> None:
+        self.container = container
+        self.workers: list[WorkerProcess] = []
+
+    def start_worker(self, **settings: str) -> WorkerProcess:
+        """A worker on this ledger; ``settings`` become ``JOBLEDGER_<NAME>`` variables."""
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+        environ |= {
+            "JOBLEDGER_DATABASE_URL": self.container.settings.database_url,
+            "JOBLEDGER_REDIS_URL": self.container.settings.redis_url,
+            "JOBLEDGER_REDIS_PREFIX": self.container.settings.redis_prefix,
+            "JOBLEDGER_LOG_FORMAT": "json",
+        }
+        environ |= {f"JOBLEDGER_{k.upper()}": v for k, v in settings.items()}
+        worker = WorkerProcess([sys.executable, "-m", "jobledger.cli", "worker"], environ)
+        self.workers.append(worker)
+        return worker
+
+    def run(
+        self,
+        handler: str,
+        *,
+        retries: int = 3,
+        ready_at: datetime | None = None,
+        **payload: Any,
+    ) -> Execution:
+        """An ad-hoc execution of ``handler``, ready now unless ``ready_at`` says later."""
+        spec = ExecutionSpec(
+            handler=handler,
+            payload=payload,
+            retry=RetryPolicy(
+                max_retries=retries,
+                initial_backoff=timedelta(milliseconds=500),
+                max_backoff=timedelta(seconds=5),
+                jitter=False,
+            ),
+            timeout=timedelta(seconds=30),
+        )
+        at = ready_at or datetime.now(tz=UTC)
+        return self.container.ledger.run_adhoc(spec, key=uuid.uuid4().hex, at=at)
+
+    def execution(self, execution_id: uuid.UUID) -> Execution:
+        return self.container.ledger.get_execution(execution_id)
+
+    def status(self, execution_id: uuid.UUID) -> ExecutionStatus:
+        return self.execution(execution_id).status
+
+    def events(self, execution_id: uuid.UUID) -> list[Any]:
+        return list(self.container.ledger.history(execution_id))
+
+    def wait_for_all(
+        self, executions: Iterable[Execution], status: ExecutionStatus, timeout: float
+    ) -> None:
+        """Wait until every execution has ``status``; an execution is read again only
+        until it gets there, so a long list costs little to poll."""
+        waiting = [e.id for e in executions]
+
+        def arrived() -> bool:
+            waiting[:] = [i for i in waiting if self.status(i) is not status]
+            return not waiting
+
+        self.wait_for(arrived, timeout)
+
+    @staticmethod
+    def wait_for(condition: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                pytest.fail(f"not within {timeout} s")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
+    settings = load_settings(
+        {},
+        database_url=postgres_url,
+        redis_url=redis_server,
+        redis_prefix=f"w{uuid.uuid4().hex[:8]}",
+        projection_poll_ms="100",
+        leader_ttl_ms="1000",
+        leader_renew_ms="300",
+        leader_poll_ms="100",
+    )
+    with bootstrap(settings) as built:
+        projector = built.projector()
+        projector.start()
+        service = SchedulerService(built.scheduler(config=SchedulerConfig(recover_interval=0.2)))
+        service.start()
+        running = Harness(built)
+        try:
+            yield running
+        finally:
+            for worker in running.workers:
+                worker.stop()
+            service.stop()
+            projector.stop()

@@ -2,15 +2,26 @@
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from eventsourcing.domain import CanCreateTimestamp
 
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.domain.ledger import Ledger
+from jobledger.domain.policies import RetryPolicy
+from jobledger.projections.database import Database
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueueState
+from jobledger.projections.read_models import ReadModels
+from jobledger.projections.read_queries import list_attempts, list_executions, status_counts
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
+from jobledger.runtime.settings import Settings
+from jobledger.runtime.store import projection_database
 
 NOW = datetime.now(tz=UTC)
 
@@ -67,3 +78,52 @@ def test_cleanup_refuses_a_bad_retention() -> None:
     handler = make_cleanup_handler(queue)
     with pytest.raises(HandlerError, match="retention_hours"):
         call(handler, context(retention_hours="soon"))
+
+
+@pytest.fixture
+def database(store_settings: Settings) -> Iterator[Database]:
+    database = projection_database(store_settings)
+    yield database
+    database.close()
+
+
+def run(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, *, at: datetime, end: str) -> uuid.UUID:
+    """An execution whose events all happen at ``at``, ending as ``end`` says."""
+    with monkeypatch.context() as patch:
+        patch.setattr(CanCreateTimestamp, "create_timestamp", staticmethod(lambda: at))
+        spec = ExecutionSpec(handler="test.echo", retry=RetryPolicy(max_retries=0))
+        execution = Execution.enqueue(spec=spec, ready_at=at, trigger=Trigger.ADHOC)
+        lease_id = uuid.uuid4()
+        if end != "pending":
+            execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=at)
+        if end == "completed":
+            execution.complete(lease_id=lease_id, duration=timedelta(seconds=1), result={})
+        elif end == "dead":
+            execution.fail(lease_id=lease_id, error="boom", at=at)
+        elif end == "cancelled":
+            execution.cancel(by="ops", reason="not needed")
+        ledger.save_all(execution)
+    return execution.id
+
+
+def test_cleanup_prunes_old_finished_executions_from_the_read_models(
+    ledger: Ledger, database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If executions were completed or cancelled before the retention, then their rows
+    and attempts leave the read models; dead letters, open and newer executions stay,
+    and the log keeps every event."""
+    old = NOW - timedelta(hours=48)
+    pruned = [run(ledger, monkeypatch, at=old, end=end) for end in ("completed", "cancelled")]
+    kept = [run(ledger, monkeypatch, at=old, end=end) for end in ("dead", "pending")]
+    kept.append(run(ledger, monkeypatch, at=NOW, end="completed"))
+    ReadModels(ledger, database).rebuild()
+    events = ledger.recorder.max_notification_id()
+    handler = make_cleanup_handler(MemoryQueue(), database)
+    assert call(handler, context(retention_hours=24))["executions_pruned"] == 2
+    assert {row.id for row in list_executions(database).items} == set(kept)
+    assert list_attempts(database, pruned[0]) == []
+    counts = status_counts(database)["executions"]
+    assert (counts["completed"], counts["cancelled"], counts["dead_lettered"]) == (1, 0, 1)
+    assert ledger.get_execution(pruned[0]).status is ExecutionStatus.COMPLETED
+    assert ledger.recorder.max_notification_id() == events
+    assert call(handler, context(retention_hours=24))["executions_pruned"] == 0

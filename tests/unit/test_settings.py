@@ -46,6 +46,27 @@ def test_variables_are_read_and_flags_win() -> None:
         ({"JOBLEDGER_DATABASE_URL": "mysql://x/y"}, "JOBLEDGER_DATABASE_URL"),
         ({"JOBLEDGER_REDIS_URL": "http://x"}, "JOBLEDGER_REDIS_URL"),
         ({"JOBLEDGER_MIN_INTERVAL_SECONDS": "1"}, "JOBLEDGER_MIN_INTERVAL_SECONDS"),
+        ({"JOBLEDGER_MODE": "staging"}, "JOBLEDGER_MODE: use dev or production"),
+        ({"JOBLEDGER_ADMIN_USERNAME": "a b"}, "JOBLEDGER_ADMIN_USERNAME: use 3 to 64"),
+        ({"JOBLEDGER_ADMIN_PASSWORD": "pw\n"}, "JOBLEDGER_ADMIN_PASSWORD: .* line breaks"),
+        ({"JOBLEDGER_ADMIN_PASSWORD": "p" * 1025}, "JOBLEDGER_ADMIN_PASSWORD: use at most"),
+        ({"JOBLEDGER_SESSION_IDLE_MINUTES": "0"}, "JOBLEDGER_SESSION_IDLE_MINUTES"),
+        ({"JOBLEDGER_SESSION_IDLE_MINUTES": "1441"}, "JOBLEDGER_SESSION_IDLE_MINUTES"),
+        ({"JOBLEDGER_SESSION_ABSOLUTE_HOURS": "-1"}, "JOBLEDGER_SESSION_ABSOLUTE_HOURS"),
+        ({"JOBLEDGER_SESSION_ABSOLUTE_HOURS": "721"}, "JOBLEDGER_SESSION_ABSOLUTE_HOURS"),
+        ({"JOBLEDGER_LOGIN_MAX_FAILURES": "0"}, "JOBLEDGER_LOGIN_MAX_FAILURES: use 1 to"),
+        ({"JOBLEDGER_LOGIN_MAX_FAILURES": "five"}, "JOBLEDGER_LOGIN_MAX_FAILURES"),
+        ({"JOBLEDGER_LOGIN_WINDOW_MINUTES": "0"}, "JOBLEDGER_LOGIN_WINDOW_MINUTES"),
+        ({"JOBLEDGER_API_HOST": ""}, "JOBLEDGER_API_HOST: use a host"),
+        ({"JOBLEDGER_API_HOST": "local host"}, "JOBLEDGER_API_HOST: use a host"),
+        ({"JOBLEDGER_API_PORT": "0"}, "JOBLEDGER_API_PORT: use a TCP port"),
+        ({"JOBLEDGER_API_PORT": "65536"}, "JOBLEDGER_API_PORT: use a TCP port"),
+        ({"JOBLEDGER_API_MAX_BODY_BYTES": "100"}, "JOBLEDGER_API_MAX_BODY_BYTES: use 1024"),
+        (
+            {"JOBLEDGER_API_MAX_BODY_BYTES": "2048"},
+            "JOBLEDGER_API_MAX_BODY_BYTES: .* at least JOBLEDGER_MAX_PAYLOAD_BYTES",
+        ),
+        ({"JOBLEDGER_SECURE_COOKIES": "yes"}, "JOBLEDGER_SECURE_COOKIES: use auto, always"),
     ],
 )
 def test_bad_settings_name_the_variable(environ: dict[str, str], names: str) -> None:
@@ -77,3 +98,39 @@ def test_secrets_never_reach_the_log(capsys: pytest.CaptureFixture[str]) -> None
     assert "pw1" not in line
     assert "t0k" not in line
     assert '"user": "ann"' in line
+
+
+def test_api_and_account_defaults() -> None:
+    """If nothing is set, then the API listens on loopback in production mode, with the
+    documented session and throttle defaults and no admin password."""
+    settings = load_settings({})
+    assert (settings.mode, settings.api_host, settings.api_port) == (
+        "production",
+        "127.0.0.1",
+        8000,
+    )
+    assert (settings.admin_username, settings.admin_password) == ("admin", "")
+    assert (settings.session_idle_minutes, settings.session_absolute_hours) == (30, 12)
+    assert (settings.login_max_failures, settings.login_window_minutes) == (5, 15)
+    assert (settings.api_max_body_bytes, settings.secure_cookies) == (1_048_576, "auto")
+
+
+def test_the_admin_variables_fall_back_to_the_unprefixed_names() -> None:
+    """If ADMIN_USERNAME and ADMIN_PASSWORD are set, then they are used, unless the
+    JOBLEDGER_ variables are set too, which win."""
+    plain = {"ADMIN_USERNAME": "root", "ADMIN_PASSWORD": "plain password"}
+    settings = load_settings(plain)
+    assert (settings.admin_username, settings.admin_password) == ("root", "plain password")
+    prefixed = {**plain, "JOBLEDGER_ADMIN_USERNAME": "boss", "JOBLEDGER_ADMIN_PASSWORD": "pfx"}
+    settings = load_settings(prefixed)
+    assert (settings.admin_username, settings.admin_password) == ("boss", "pfx")
+    assert load_settings(plain, admin_username="flag").admin_username == "flag"
+
+
+def test_the_admin_password_is_masked() -> None:
+    """If the admin password is set, then the printed settings show *** instead; if it is
+    empty, they show that it is empty."""
+    shown = load_settings({"JOBLEDGER_ADMIN_PASSWORD": "hunter2 hunter2"}).masked()
+    assert shown["admin_password"] == "***"
+    assert "hunter2" not in str(shown)
+    assert load_settings({}).masked()["admin_password"] == ""

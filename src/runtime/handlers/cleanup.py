@@ -1,30 +1,44 @@
 """``system.cleanup``: forget what only served finished executions. The log is never
 touched: it is the history."""
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
+from jobledger.projections.read_models import prune_finished
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 
 NAME = "system.cleanup"
 DEFAULT_RETENTION_HOURS = 24.0
 
 
-def make_cleanup_handler(queue: QueueBackend) -> Handler:
+def make_cleanup_handler(queue: QueueBackend, read_models: Database | None = None) -> Handler:
     async def cleanup(ctx: HandlerContext) -> dict[str, Any]:
-        """Prunes the queue's tombstones of executions finished before the retention
-        (``payload["retention_hours"]``, default 24): they only guard against a late
-        redelivery, which cannot come that late."""
-        try:
-            hours = float(ctx.payload.get("retention_hours", DEFAULT_RETENTION_HOURS))
-        except (TypeError, ValueError):
-            raise HandlerError(f"{NAME}: retention_hours must be a number of hours") from None
-        if hours < 1:
-            raise HandlerError(f"{NAME}: retention_hours must be 1 or more")
-        before = datetime.now(tz=UTC) - timedelta(hours=hours)
+        """Prunes, for executions finished before the retention (``payload
+        ["retention_hours"]``, default 24): the queue's tombstones (they only guard
+        against a late redelivery, which cannot come that late) and, given the read
+        models' database, the completed, cancelled and discarded executions there with
+        their attempts (dead letters stay until requeued or discarded)."""
+        before = datetime.now(tz=UTC) - timedelta(hours=_retention_hours(ctx.payload))
         pruned = {name: queue.prune_tombstones(name, before=before) for name in queue.queues()}
-        ctx.log.info("handler.cleanup", execution_id=str(ctx.execution_id), pruned=pruned)
-        return {"tombstones_pruned": pruned, "before": before.isoformat()}
+        summary: dict[str, Any] = {"tombstones_pruned": pruned, "before": before.isoformat()}
+        if read_models is not None:
+            # A blocking database call: off the event loop, which runs other attempts.
+            executions = await asyncio.to_thread(prune_finished, read_models, before=before)
+            summary["executions_pruned"] = executions
+        ctx.log.info("handler.cleanup", execution_id=str(ctx.execution_id), **summary)
+        return summary
 
     return cleanup
+
+
+def _retention_hours(payload: dict[str, Any]) -> float:
+    try:
+        hours = float(payload.get("retention_hours", DEFAULT_RETENTION_HOURS))
+    except (TypeError, ValueError):
+        raise HandlerError(f"{NAME}: retention_hours must be a number of hours") from None
+    if hours < 1:
+        raise HandlerError(f"{NAME}: retention_hours must be 1 or more")
+    return hours

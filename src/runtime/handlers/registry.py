@@ -5,6 +5,7 @@ import json
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 
+from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.errors import SettingsError
 from jobledger.runtime.handlers.base import Handler
@@ -36,6 +37,7 @@ def load_registry(
     webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
     shell: ShellSettings | None = None,
     queue: QueueBackend | None = None,
+    read_models: Database | None = None,
 ) -> HandlerRegistry:
     """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated)."""
     handlers: dict[str, Handler] = dict(BUILTIN)
@@ -43,7 +45,7 @@ def load_registry(
     # Without an allowlist the shell handler still exists, and refuses with a clear error.
     handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))
     if queue is not None:
-        handlers[CLEANUP] = make_cleanup_handler(queue)
+        handlers[CLEANUP] = make_cleanup_handler(queue, read_models)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = point.load()
     for pair in filter(None, (p.strip() for p in dotted.split(","))):

@@ -1,0 +1,64 @@
+"""The Litestar application: REST v1 under /api/v1, OpenAPI at /schema."""
+
+from collections.abc import Callable
+from datetime import datetime
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.middleware.base import DefineMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.types import ControllerRouterHandler
+
+from jobledger.api.auth import AuthController, TokenController, UserController
+from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
+from jobledger.api.executions import DeadLetterController, ExecutionController
+from jobledger.api.jobs import JobController
+from jobledger.api.schedules import preview_schedule
+from jobledger.api.schemas import strict_bodies
+from jobledger.api.security import PUBLIC, SCHEMA_PATH, AuthMiddleware, role_guard
+from jobledger.api.state import ApiState, utc_now
+from jobledger.api.system import SystemController, health, metrics, ready
+from jobledger.runtime.bootstrap import Container
+
+ROUTES: list[ControllerRouterHandler] = [
+    AuthController,
+    TokenController,
+    UserController,
+    JobController,
+    ExecutionController,
+    DeadLetterController,
+    SystemController,
+    preview_schedule,
+    health,
+    ready,
+    metrics,
+]
+
+
+def create_app(container: Container, *, now: Callable[[], datetime] = utc_now) -> Litestar:
+    """The app over ``container``; ``now`` is the clock every route reads."""
+    state = ApiState(
+        container=container,
+        accounts=container.accounts(),
+        handler_names=frozenset(container.handlers().names()),
+        now=now,
+    )
+    auth = DefineMiddleware(
+        AuthMiddleware, exclude_from_auth_key=PUBLIC, exclude=[f"^{SCHEMA_PATH}"]
+    )
+    app = Litestar(
+        route_handlers=ROUTES,
+        middleware=[auth],
+        guards=[role_guard],
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        openapi_config=OpenAPIConfig(
+            title="jobledger", version="1", path=SCHEMA_PATH, description=__doc__
+        ),
+        request_max_body_size=container.settings.api_max_body_bytes,
+        state=State({"api": state}),
+        logging_config=None,
+        debug=False,
+    )
+    document_errors(app)
+    document_closed_bodies(app, {kind.__name__ for kind in strict_bodies()})
+    return app

@@ -1,0 +1,59 @@
+"""Parameters and checks that several route modules share."""
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from litestar import Request
+from litestar.params import HeaderParameter, QueryParameter
+
+from jobledger.api.errors import ApiError
+from jobledger.api.schemas import NO_NUL
+from jobledger.api.security import api_state
+from jobledger.api.state import ApiState
+from jobledger.domain.errors import InvalidDefinitionError
+
+Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
+Offset = Annotated[int, QueryParameter(ge=0, le=10_000_000, description="rows to skip")]
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Idempotency-Key",
+        min_length=1,
+        max_length=200,
+        pattern=NO_NUL,
+        required=False,
+        description="repeat a request with the same key to get the first result again",
+    ),
+]
+Filter = Annotated[str | None, QueryParameter(max_length=200, pattern=NO_NUL)]
+Since = Annotated[datetime | None, QueryParameter(description="from this time (ISO 8601)")]
+Until = Annotated[datetime | None, QueryParameter(description="up to this time (ISO 8601)")]
+
+
+def state_of(request: Request[Any, Any, Any]) -> ApiState:
+    return api_state(request)
+
+
+def key_or_new(key: str | None) -> str:
+    return key if key is not None else uuid.uuid4().hex
+
+
+def check_handler(state: ApiState, handler: str) -> None:
+    """A handler no worker knows would only fail into the DLQ later: refuse it now."""
+    if handler not in state.handler_names:
+        known = ", ".join(sorted(state.handler_names))
+        raise InvalidDefinitionError(
+            "handler", f"{handler!r} is not a registered handler", f"use one of: {known}"
+        )
+
+
+def aware(name: str, value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ApiError(
+            400,
+            f"{name}: {value.isoformat()} has no UTC offset",
+            field=name,
+            fix="add an offset, e.g. 2026-11-29T10:00:00Z",
+        )
+    return value

@@ -1,0 +1,233 @@
+"""One JSON error shape for every refusal, and the map from errors to HTTP statuses.
+
+Every error body is ``{"error": {"status", "code", "message", "field"?, "fix"?}}``. A
+user's mistake gets a 4xx and a message that names the problem (and the fix where
+there is one); anything else gets a 500 with no internals and is logged.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import structlog
+from litestar import Litestar, MediaType, Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Schema
+from litestar.status_codes import (
+    HTTP_400_BAD_REQUEST,
+    HTTP_401_UNAUTHORIZED,
+    HTTP_403_FORBIDDEN,
+    HTTP_404_NOT_FOUND,
+    HTTP_409_CONFLICT,
+    HTTP_422_UNPROCESSABLE_ENTITY,
+    HTTP_429_TOO_MANY_REQUESTS,
+    HTTP_500_INTERNAL_SERVER_ERROR,
+)
+
+from jobledger.domain.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    DomainError,
+    InvalidDefinitionError,
+    InvalidTransitionError,
+    JobNotActiveError,
+    NotFoundError,
+)
+from jobledger.runtime import accounts
+
+log = structlog.get_logger(__name__)
+
+_CODES = {
+    HTTP_400_BAD_REQUEST: "bad_request",
+    HTTP_401_UNAUTHORIZED: "unauthenticated",
+    HTTP_403_FORBIDDEN: "forbidden",
+    HTTP_404_NOT_FOUND: "not_found",
+    405: "method_not_allowed",
+    HTTP_409_CONFLICT: "conflict",
+    413: "body_too_large",
+    HTTP_422_UNPROCESSABLE_ENTITY: "invalid",
+    HTTP_429_TOO_MANY_REQUESTS: "too_many_requests",
+    HTTP_500_INTERNAL_SERVER_ERROR: "internal_error",
+    503: "unavailable",
+}
+
+
+class ErrorDetail(msgspec.Struct, omit_defaults=True):
+    status: int
+    code: str
+    message: str
+    field: str | None = None
+    fix: str | None = None
+
+
+class ErrorBody(msgspec.Struct):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """A refusal decided in the API layer itself (a bad query value, a missing header)."""
+
+    def __init__(
+        self, status: int, message: str, *, field: str | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+        self.fix = fix
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    field: str | None = None,
+    fix: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[ErrorBody]:
+    detail = ErrorDetail(status, _CODES.get(status, "error"), message, field, fix)
+    return Response(
+        ErrorBody(detail), status_code=status, media_type=MediaType.JSON, headers=headers
+    )
+
+
+def _api_error(_: Request[Any, Any, Any], error: ApiError) -> Response[ErrorBody]:
+    return error_response(error.status, error.message, field=error.field, fix=error.fix)
+
+
+# The domain names its own fields; the API's bodies spell a few of them differently.
+_API_FIELDS = {
+    "schedule.expression": "schedule.cron",
+    "timeout": "timeout_seconds",
+    "retry.initial_backoff": "retry.initial_backoff_seconds",
+    "retry.max_backoff": "retry.max_backoff_seconds",
+}
+
+
+def _invalid_definition(
+    _: Request[Any, Any, Any], error: InvalidDefinitionError
+) -> Response[ErrorBody]:
+    field = _API_FIELDS.get(error.field, error.field)
+    return error_response(
+        HTTP_422_UNPROCESSABLE_ENTITY, f"{field}: {error.problem}", field=field, fix=error.fix
+    )
+
+
+_DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
+    (NotFoundError, HTTP_404_NOT_FOUND),
+    (AlreadyExistsError, HTTP_409_CONFLICT),
+    (ConflictError, HTTP_409_CONFLICT),
+    (InvalidTransitionError, HTTP_409_CONFLICT),
+    (JobNotActiveError, HTTP_409_CONFLICT),
+)
+
+
+def _domain_error(_: Request[Any, Any, Any], error: DomainError) -> Response[ErrorBody]:
+    status = next(
+        (code for kind, code in _DOMAIN_STATUS if isinstance(error, kind)), HTTP_400_BAD_REQUEST
+    )
+    return error_response(status, str(error))
+
+
+_ACCOUNT_STATUS: tuple[tuple[type[accounts.AccountError], int], ...] = (
+    (accounts.InvalidCredentialsError, HTTP_401_UNAUTHORIZED),
+    (accounts.AccountNotFoundError, HTTP_404_NOT_FOUND),
+    (accounts.AccountExistsError, HTTP_409_CONFLICT),
+    (accounts.LastAdminError, HTTP_409_CONFLICT),
+    (accounts.RoleTooHighError, HTTP_403_FORBIDDEN),
+)
+
+
+def _account_error(_: Request[Any, Any, Any], error: accounts.AccountError) -> Response[ErrorBody]:
+    if isinstance(error, accounts.LoginThrottledError):
+        seconds = max(1, int(error.retry_after.total_seconds()))
+        return error_response(
+            HTTP_429_TOO_MANY_REQUESTS,
+            str(error),
+            fix=f"wait {seconds} s before trying again",
+            headers={"Retry-After": str(seconds)},
+        )
+    status = next(
+        (code for kind, code in _ACCOUNT_STATUS if isinstance(error, kind)),
+        HTTP_422_UNPROCESSABLE_ENTITY,
+    )
+    return error_response(status, str(error))
+
+
+def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Response[ErrorBody]:
+    """msgspec and parameter errors: name the first offending field."""
+    extra = error.extra if isinstance(error.extra, list) else []
+    first = extra[0] if extra and isinstance(extra[0], dict) else {}
+    message = str(first.get("message") or error.detail)
+    field = first.get("key")
+    if field and field != "body":
+        message = f"{field}: {message}"
+    return error_response(
+        HTTP_400_BAD_REQUEST,
+        message,
+        field=field if field != "body" else None,
+        fix="check the request against the schema at /schema",
+    )
+
+
+def _http(_: Request[Any, Any, Any], error: HTTPException) -> Response[ErrorBody]:
+    headers = dict(error.headers or {})
+    return error_response(error.status_code, str(error.detail), headers=headers or None)
+
+
+def _unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
+    log.error(
+        "api.unhandled_error",
+        path=request.url.path,
+        method=request.method,
+        error=type(error).__name__,
+        exc_info=error,
+    )
+    return error_response(HTTP_500_INTERNAL_SERVER_ERROR, "internal error; see the server log")
+
+
+_DESCRIPTIONS = {
+    HTTP_400_BAD_REQUEST: "The request is malformed: a wrong type, an unknown field, a bad value.",
+    HTTP_401_UNAUTHORIZED: "Not signed in, or the session or token is no longer valid.",
+    HTTP_403_FORBIDDEN: "The role lacks this right, or the CSRF header is missing.",
+    HTTP_404_NOT_FOUND: "Nothing with that id.",
+    HTTP_409_CONFLICT: "The change is not allowed in the current state, or clashed with another.",
+    413: "The request body is larger than the configured limit.",
+    HTTP_422_UNPROCESSABLE_ENTITY: "The definition breaks a rule; the field and the fix are named.",
+    HTTP_429_TOO_MANY_REQUESTS: "Too many failed logins; retry after the given seconds.",
+    503: "A dependency is not ready.",
+}
+ERROR_RESPONSES = {
+    status: ResponseSpec(data_container=ErrorBody, description=text, generate_examples=False)
+    for status, text in _DESCRIPTIONS.items()
+}
+
+
+def document_errors(app: Litestar) -> None:
+    """Every route may answer with the error shape; say so in the OpenAPI document."""
+    for route in app.routes:
+        for handler in getattr(route, "route_handlers", ()):
+            if isinstance(handler, HTTPRouteHandler):
+                handler.responses = {**ERROR_RESPONSES, **(handler.responses or {})}
+
+
+def document_closed_bodies(app: Litestar, closed: set[str]) -> None:
+    """Request bodies refuse unknown fields; the generated document does not say so by
+    itself, so clients (and schema-driven tests) would send extras and expect them kept."""
+    components = app.openapi_schema.components
+    for name, schema in (components.schemas or {}).items():
+        if name in closed and isinstance(schema, Schema):
+            schema.additional_properties = False
+
+
+EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = {
+    ApiError: _api_error,
+    InvalidDefinitionError: _invalid_definition,
+    DomainError: _domain_error,
+    accounts.AccountError: _account_error,
+    ValidationException: _validation,
+    HTTPException: _http,
+    Exception: _unexpected,
+}

@@ -1,0 +1,43 @@
+"""Schedule previews: the next fire times of a schedule, before or after it is saved."""
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from litestar import Request, post
+from litestar.params import JSONBody
+from litestar.status_codes import HTTP_200_OK
+
+from jobledger.api.common import state_of
+from jobledger.api.schemas import Fire, PreviewIn, PreviewOut, to_schedule
+from jobledger.api.security import VIEWER
+from jobledger.domain.schedules import CronSchedule, Schedule, fires_between, validate_schedule
+
+# Far enough for any cron to reach its count (a yearly one needs count years).
+_HORIZON = timedelta(days=366 * 100)
+
+
+def preview_fires(schedule: Schedule, *, after: datetime, count: int) -> PreviewOut:
+    zone_name = schedule.timezone if isinstance(schedule, CronSchedule) else "UTC"
+    zone = ZoneInfo(zone_name)
+    fires = fires_between(schedule, after, after + _HORIZON, limit=count)
+    return PreviewOut(
+        timezone=zone_name, fires=[Fire(at, at.astimezone(zone).isoformat()) for at in fires]
+    )
+
+
+@post(
+    "/api/v1/schedules/preview",
+    opt=VIEWER,
+    sync_to_thread=True,
+    status_code=HTTP_200_OK,
+    tags=["jobs"],
+)
+def preview_schedule(request: Request[Any, Any, Any], data: JSONBody[PreviewIn]) -> PreviewOut:
+    """The next fires of a schedule with the DST policy applied; refuses what the job
+    definition would refuse, naming the field."""
+    state = state_of(request)
+    schedule = to_schedule(data.schedule)
+    validate_schedule(schedule, min_interval=state.container.ledger.limits.min_interval)
+    after = data.after or state.now()
+    return preview_fires(schedule, after=after, count=data.count)

@@ -1,0 +1,132 @@
+"""Who is asking, and may they: sessions, API tokens, CSRF and role guards.
+
+Deny by default: every route declares the role it needs in ``opt["role"]`` or is
+marked ``opt["public"]``; a route with neither is refused for everyone, so a new route
+cannot ship unguarded by omission. Cookie sessions must echo their CSRF token in the
+``X-CSRF-Token`` header on unsafe methods; Bearer tokens are not sent by browsers on
+their own, so they need none.
+"""
+
+import hmac
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+from litestar.connection import ASGIConnection
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.handlers.base import BaseRouteHandler
+from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+
+from jobledger.api.state import ApiState
+from jobledger.runtime.accounts import Principal, Role
+
+SESSION_COOKIE = "jl_session"
+CSRF_HEADER = "X-CSRF-Token"
+PUBLIC = "public"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The OpenAPI document and its viewers: public, so clients can be generated from it.
+SCHEMA_PATH = "/schema"
+
+
+@dataclass(frozen=True)
+class SessionAuth:
+    """What a cookie session carries besides the principal."""
+
+    token: str
+    csrf_token: str
+
+
+def api_state(connection: ASGIConnection[Any, Any, Any, Any]) -> ApiState:
+    state: ApiState = connection.app.state["api"]
+    return state
+
+
+class AuthMiddleware(AbstractAuthenticationMiddleware):
+    """Resolves a Bearer token or a session cookie into a Principal; refuses others."""
+
+    async def authenticate_request(
+        self, connection: ASGIConnection[Any, Any, Any, Any]
+    ) -> AuthenticationResult:
+        state = api_state(connection)
+        bearer = _bearer(connection.headers.get("authorization"))
+        if bearer is not None:
+            principal = await anyio.to_thread.run_sync(_resolve_token, state, bearer)
+            if principal is None:
+                raise NotAuthorizedException("the API token is unknown, expired or revoked")
+            return AuthenticationResult(user=principal, auth=None)
+        token = connection.cookies.get(SESSION_COOKIE)
+        if token:
+            resolved = await anyio.to_thread.run_sync(_resolve_session, state, token)
+            if resolved is not None:
+                principal, csrf = resolved
+                _check_csrf(connection, csrf)
+                return AuthenticationResult(user=principal, auth=SessionAuth(token, csrf))
+            raise NotAuthorizedException("the session has expired; sign in again")
+        raise NotAuthorizedException(
+            "sign in first: POST /api/v1/auth/login, or send 'Authorization: Bearer <token>'"
+        )
+
+
+def _bearer(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise NotAuthorizedException("use 'Authorization: Bearer <token>'")
+    return value.strip()
+
+
+def _resolve_token(state: ApiState, token: str) -> Principal | None:
+    return state.accounts.resolve_token(token, now=state.now())
+
+
+def _resolve_session(state: ApiState, token: str) -> tuple[Principal, str] | None:
+    return state.accounts.resolve_session(token, now=state.now())
+
+
+def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], expected: str) -> None:
+    if connection.scope.get("method", "GET") in SAFE_METHODS:
+        return
+    sent = connection.headers.get(CSRF_HEADER.lower(), "")
+    if not hmac.compare_digest(sent.encode(), expected.encode()):
+        raise PermissionDeniedException(
+            f"missing or wrong {CSRF_HEADER} header; send the csrf_token from "
+            "GET /api/v1/auth/me with every change"
+        )
+
+
+def role_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], route_handler: BaseRouteHandler
+) -> None:
+    """The app-wide guard: the route's declared role, or refuse."""
+    if route_handler.opt.get(PUBLIC) or _is_schema(connection.scope.get("path", "")):
+        return
+    needed = route_handler.opt.get("role")
+    if not isinstance(needed, Role):
+        raise PermissionDeniedException("this route declares no role, so it is closed")
+    principal = connection.user
+    if not isinstance(principal, Principal) or not principal.role.includes(needed):
+        raise PermissionDeniedException(f"this needs the {needed} role")
+
+
+def _is_schema(path: str) -> bool:
+    return path == SCHEMA_PATH or path.startswith(SCHEMA_PATH + "/")
+
+
+def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+    principal = connection.user
+    if not isinstance(principal, Principal):
+        raise NotAuthorizedException("sign in first")
+    return principal
+
+
+def actor(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
+    """Who to record in an event: the user, and the token when it was one."""
+    principal = principal_of(connection)
+    return principal.user.username
+
+
+VIEWER: dict[str, Any] = {"role": Role.VIEWER}
+OPERATOR: dict[str, Any] = {"role": Role.OPERATOR}
+ADMIN: dict[str, Any] = {"role": Role.ADMIN}
+OPEN: dict[str, Any] = {PUBLIC: True}

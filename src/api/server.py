@@ -1,0 +1,57 @@
+"""`jobledger api`: the app behind uvicorn, with the admin account ensured first."""
+
+from types import FrameType
+
+import structlog
+import uvicorn
+
+from jobledger.api.app import create_app
+from jobledger.api.state import utc_now
+from jobledger.runtime.bootstrap import Container
+
+log = structlog.get_logger(__name__)
+
+DEV_ADMIN_PASSWORD = "jobledger-dev-admin"  # noqa: S105 (printed on purpose, dev mode only)
+
+
+def ensure_admin(container: Container) -> str | None:
+    """Create the first admin if there is none; in dev mode, return the password to print
+    when the default was used."""
+    settings = container.settings
+    dev = settings.mode == "dev"
+    password = settings.admin_password or (DEV_ADMIN_PASSWORD if dev else None)
+    user, created = container.accounts().ensure_admin(
+        settings.admin_username, password, production=not dev, now=utc_now()
+    )
+    if created:
+        log.info("api.admin_created", username=user.username)
+    if created and dev and not settings.admin_password:
+        return DEV_ADMIN_PASSWORD
+    return None
+
+
+def serve(container: Container) -> None:
+    """Run until SIGINT or SIGTERM (uvicorn handles both and drains requests)."""
+    settings = container.settings
+    app = create_app(container)
+    config = uvicorn.Config(
+        app,
+        host=settings.api_host,
+        port=settings.api_port,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        lifespan="on",
+    )
+    log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
+    _Server(config).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that a SIGTERM or SIGINT after the graceful shutdown ends the
+    process with status 0 (uvicorn re-raises the signal, which reads as a crash to a
+    supervisor)."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()

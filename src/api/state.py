@@ -1,0 +1,50 @@
+"""What the API's routes share: the container's services, the clock, background tasks."""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from jobledger.projections.database import Database
+from jobledger.runtime.accounts import Accounts
+from jobledger.runtime.bootstrap import Container
+
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+@dataclass
+class TaskStatus:
+    """A long admin operation (a queue rebuild) that the dashboard polls."""
+
+    name: str
+    state: str = "idle"  # idle | running | done | failed
+    done: int = 0
+    total: int = 0
+    message: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass
+class ApiState:
+    container: Container
+    accounts: Accounts
+    handler_names: frozenset[str]
+    now: Callable[[], datetime] = utc_now
+    rebuild: TaskStatus = field(default_factory=lambda: TaskStatus("queue-rebuild"))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def database(self) -> Database:
+        return self.container.database
+
+    def start_task(self, status: TaskStatus, now: datetime) -> bool:
+        """Mark ``status`` running unless it already runs; False if it did."""
+        with self._lock:
+            if status.state == "running":
+                return False
+            status.state, status.done, status.total, status.message = "running", 0, 0, ""
+            status.started_at, status.finished_at = now, None
+            return True

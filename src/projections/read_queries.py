@@ -1,0 +1,528 @@
+"""Queries on the read models for the REST API and the dashboard.
+
+Every function takes the projection ``Database`` first, reads one consistent snapshot
+and returns msgspec structs; every datetime is zone-aware UTC. Lists are pages: the
+items, the total that matched, and the limit (clamped to 1..``MAX_LIMIT``) and offset
+that were used. A list filtered by status alone (or not at all) takes its total from
+the status counts the projection keeps, so it counts no rows.
+
+The percentiles of ``MinuteStats`` come from the per-minute histograms that the
+projection keeps (``read_models``): each is the nearest-rank percentile of that
+minute's values to within ``RELATIVE_ERROR`` (2 %), and they stay when old executions
+are pruned. Lateness counts in the minute an execution first started, duration (of
+completed attempts) in the minute it completed.
+"""
+
+import math
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from jobledger.domain.execution import ExecutionStatus
+from jobledger.projections.checkpoint import from_ms, to_ms
+from jobledger.projections.database import Cursor, Database
+from jobledger.projections.read_models import (
+    ATTEMPTS,
+    DURATION,
+    EXECUTION_KIND,
+    EXECUTIONS,
+    HISTOGRAMS,
+    JOB_KIND,
+    JOBS,
+    LATENESS,
+    MINUTE_STATS,
+    STATUS_COUNTS,
+    bucket_value,
+    minute_of,
+)
+
+MAX_LIMIT = 1000
+MAX_STATS_MINUTES = 7 * 24 * 60
+JOB_STATUSES = ("active", "paused", "deleted")
+_PERCENTILES = (0.5, 0.95, 0.99)
+
+
+class JobRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    name: str
+    handler: str
+    queue: str
+    priority: int
+    schedule: dict[str, Any]  # kind (cron, once, manual), cron, timezone, run_at
+    status: str  # active, paused, deleted
+    next_fire_at: datetime | None
+    last_fired_at: datetime | None
+    last_execution_id: UUID | None
+    last_status: str | None
+    last_finished_at: datetime | None
+    created_at: datetime
+    created_by: str
+    updated_at: datetime
+    updated_by: str | None
+    version: int
+    definition: dict[str, Any]
+
+
+class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    job_id: UUID | None
+    job_name: str | None
+    handler: str
+    queue: str
+    priority: int
+    trigger: str
+    status: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    enqueued_at: datetime
+    ready_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    last_error: str | None
+    duration_ms: float | None
+    lateness_ms: float | None
+    result: dict[str, Any] | None
+    closed_by: str | None  # who requeued, cancelled or discarded it last
+    closed_reason: str | None
+    version: int
+
+
+class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):
+    execution_id: UUID
+    attempt: int
+    worker_id: str
+    lease_id: UUID | None
+    started_at: datetime
+    finished_at: datetime | None
+    # completed, retried, dead_lettered, lease_expired, deferred, cancelled; None while
+    # the lease is open.
+    outcome: str | None
+    error: str | None
+    duration_ms: float | None
+
+
+class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
+    minute: datetime
+    fired: int  # executions enqueued (scheduled, manual and ad-hoc)
+    completed: int
+    failed: int  # failed attempts: retried plus dead-lettered
+    dead_lettered: int
+    lateness_p50_ms: float | None
+    lateness_p95_ms: float | None
+    lateness_p99_ms: float | None
+    duration_p50_ms: float | None
+    duration_p95_ms: float | None
+    duration_p99_ms: float | None
+
+
+class Page(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[Any]  # JobRow or ExecutionRow, as the function says
+    total: int
+    limit: int
+    offset: int
+
+
+# ---- rows -------------------------------------------------------------------------
+
+
+def _time(ms: int | None) -> datetime | None:
+    return None if ms is None else from_ms(int(ms))
+
+
+def _uuid(text: str | None) -> UUID | None:
+    return None if text is None else UUID(text)
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+_JOB_SELECT = (
+    "SELECT id, name, handler, queue, priority, schedule_kind, cron, timezone, run_at_ms, "  # noqa: S608 (constant names)
+    "status, next_fire_at_ms, last_fired_at_ms, last_execution_id, last_status, "
+    "last_finished_at_ms, created_at_ms, created_by, updated_at_ms, updated_by, version, "
+    f"definition FROM {JOBS}"
+)
+
+
+def _job(row: Sequence[Any]) -> JobRow:
+    (id_, name, handler, queue, priority, kind, cron, timezone, run_at, status) = row[:10]
+    return JobRow(
+        id=UUID(id_),
+        name=name,
+        handler=handler,
+        queue=queue,
+        priority=int(priority),
+        schedule={"kind": kind, "cron": cron, "timezone": timezone, "run_at": _time(run_at)},
+        status=status,
+        next_fire_at=_time(row[10]),
+        last_fired_at=_time(row[11]),
+        last_execution_id=_uuid(row[12]),
+        last_status=row[13],
+        last_finished_at=_time(row[14]),
+        created_at=from_ms(int(row[15])),
+        created_by=row[16],
+        updated_at=from_ms(int(row[17])),
+        updated_by=row[18],
+        version=int(row[19]),
+        definition=msgspec.json.decode(row[20]),
+    )
+
+
+_EXECUTION_SELECT = (
+    "SELECT e.id, e.job_id, j.name, e.handler, e.queue, e.priority, e.trigger, e.status, "  # noqa: S608 (constant names)
+    "e.attempt, e.max_attempts, e.scheduled_for_ms, e.enqueued_at_ms, e.ready_at_ms, "
+    "e.started_at_ms, e.finished_at_ms, e.worker_id, e.last_error, e.duration_ms, "
+    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version "
+    f"FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id"
+)
+
+
+def _execution(row: Sequence[Any]) -> ExecutionRow:
+    return ExecutionRow(
+        id=UUID(row[0]),
+        job_id=_uuid(row[1]),
+        job_name=row[2],
+        handler=row[3],
+        queue=row[4],
+        priority=int(row[5]),
+        trigger=row[6],
+        status=row[7],
+        attempt=int(row[8]),
+        max_attempts=int(row[9]),
+        scheduled_for=_time(row[10]),
+        enqueued_at=from_ms(int(row[11])),
+        ready_at=from_ms(int(row[12])),
+        started_at=_time(row[13]),
+        finished_at=_time(row[14]),
+        worker_id=row[15],
+        last_error=row[16],
+        duration_ms=_float(row[17]),
+        lateness_ms=_float(row[18]),
+        result=None if row[19] is None else msgspec.json.decode(row[19]),
+        closed_by=row[20],
+        closed_reason=row[21],
+        version=int(row[22]),
+    )
+
+
+_ATTEMPT_SELECT = (
+    "SELECT execution_id, attempt, worker_id, lease_id, started_at_ms, finished_at_ms, "  # noqa: S608 (constant names)
+    f"outcome, error, duration_ms FROM {ATTEMPTS} WHERE execution_id = ? ORDER BY seq"
+)
+
+
+def _attempt(row: Sequence[Any]) -> AttemptRow:
+    return AttemptRow(
+        execution_id=UUID(row[0]),
+        attempt=int(row[1]),
+        worker_id=row[2],
+        lease_id=_uuid(row[3]),
+        started_at=from_ms(int(row[4])),
+        finished_at=_time(row[5]),
+        outcome=row[6],
+        error=row[7],
+        duration_ms=_float(row[8]),
+    )
+
+
+# ---- filters and pages ------------------------------------------------------------
+
+
+class _Where:
+    """A WHERE clause built from the filters that were given."""
+
+    def __init__(self, *clauses: str) -> None:
+        self._clauses = list(clauses)
+        self.params: list[Any] = []
+
+    def add(self, clause: str, value: object) -> None:
+        if value is not None:
+            self._clauses.append(clause)
+            self.params.append(value)
+
+    @property
+    def sql(self) -> str:
+        return f" WHERE {' AND '.join(self._clauses)}" if self._clauses else ""
+
+
+def _contains_pattern(text: str) -> str:
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def _page(
+    db: Database,
+    *,
+    select: str,
+    table: str,
+    where: _Where,
+    order: str,
+    convert: Callable[[Sequence[Any]], JobRow | ExecutionRow],
+    limit: int,
+    offset: int,
+    counted: tuple[str, str | None] | None = None,
+) -> Page:
+    """A page and its total. ``counted`` (kind, status or None for all) says that the
+    filters select exactly the rows of that status count, which then is the total."""
+    limit = min(max(limit, 1), MAX_LIMIT)
+    offset = max(offset, 0)
+    with db.transaction(snapshot=True) as cursor:
+        if counted is None:
+            cursor.execute(f"SELECT count(*) FROM {table}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
+        else:
+            _select_counted(cursor, *counted)
+        total = int(cursor.fetchone()[0])
+        cursor.execute(
+            f"{select}{where.sql} ORDER BY {order} LIMIT ? OFFSET ?",
+            [*where.params, limit, offset],
+        )
+        rows = cursor.fetchmany(limit)
+    return Page(items=[convert(row) for row in rows], total=total, limit=limit, offset=offset)
+
+
+def _none(*filters: object) -> bool:
+    return all(f is None for f in filters)
+
+
+def _select_counted(cursor: Cursor, kind: str, status: str | None) -> None:
+    where = _Where()
+    where.add("kind = ?", kind)
+    where.add("status = ?", status)
+    cursor.execute(f"SELECT coalesce(sum(count), 0) FROM {STATUS_COUNTS}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
+
+
+def _all(cursor: Cursor) -> list[Any]:
+    rows: list[Any] = []
+    while batch := cursor.fetchmany(1000):
+        rows.extend(batch)
+    return rows
+
+
+def _fetch_one(db: Database, sql: str, params: Sequence[Any]) -> Sequence[Any] | None:
+    with db.transaction(snapshot=True) as cursor:
+        cursor.execute(sql, params)
+        row: Sequence[Any] | None = cursor.fetchone()
+    return row
+
+
+# ---- jobs -------------------------------------------------------------------------
+
+
+def list_jobs(
+    db: Database,
+    *,
+    status: str | None = None,
+    handler: str | None = None,
+    queue: str | None = None,
+    search: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Page:
+    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case."""
+    where = _Where()
+    where.add("status = ?", status)
+    where.add("handler = ?", handler)
+    where.add("queue = ?", queue)
+    where.add("lower(name) LIKE ? ESCAPE '\\'", _contains_pattern(search) if search else None)
+    return _page(
+        db,
+        select=_JOB_SELECT,
+        table=JOBS,
+        where=where,
+        order="lower(name), name, id",
+        convert=_job,
+        limit=limit,
+        offset=offset,
+        counted=(JOB_KIND, status) if _none(handler, queue, search) else None,
+    )
+
+
+def get_job(db: Database, job_id: UUID) -> JobRow | None:
+    row = _fetch_one(db, f"{_JOB_SELECT} WHERE id = ?", (str(job_id),))
+    return None if row is None else _job(row)
+
+
+# ---- executions -------------------------------------------------------------------
+
+
+def list_executions(
+    db: Database,
+    *,
+    status: str | None = None,
+    job_id: UUID | None = None,
+    queue: str | None = None,
+    handler: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Page:
+    """Executions enqueued in [since, until), newest first."""
+    where = _Where()
+    where.add("e.status = ?", status)
+    where.add("e.job_id = ?", None if job_id is None else str(job_id))
+    where.add("e.queue = ?", queue)
+    where.add("e.handler = ?", handler)
+    where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
+    where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
+    counted = (EXECUTION_KIND, status) if _none(job_id, queue, handler, since, until) else None
+    order = "e.enqueued_at_ms DESC, e.id DESC"
+    return _executions_page(db, where, order=order, limit=limit, offset=offset, counted=counted)
+
+
+def _executions_page(
+    db: Database,
+    where: _Where,
+    *,
+    order: str,
+    limit: int,
+    offset: int,
+    counted: tuple[str, str | None] | None,
+) -> Page:
+    return _page(
+        db,
+        select=_EXECUTION_SELECT,
+        table=f"{EXECUTIONS} e",
+        where=where,
+        order=order,
+        convert=_execution,
+        limit=limit,
+        offset=offset,
+        counted=counted,
+    )
+
+
+def get_execution(db: Database, execution_id: UUID) -> ExecutionRow | None:
+    row = _fetch_one(db, f"{_EXECUTION_SELECT} WHERE e.id = ?", (str(execution_id),))
+    return None if row is None else _execution(row)
+
+
+def list_attempts(db: Database, execution_id: UUID) -> list[AttemptRow]:
+    """Every lease of the execution in order, deferrals included."""
+    with db.transaction(snapshot=True) as cursor:
+        cursor.execute(_ATTEMPT_SELECT, (str(execution_id),))
+        rows = _all(cursor)
+    return [_attempt(row) for row in rows]
+
+
+def list_dead_letters(
+    db: Database,
+    *,
+    queue: str | None = None,
+    handler: str | None = None,
+    job_id: UUID | None = None,
+    error_contains: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> Page:
+    """Dead-lettered executions, the latest to die first. ``error_contains`` matches
+    part of the last error, case and all (as ``jobledger dlq requeue`` does)."""
+    # The status is a literal so that the partial index on dead letters applies.
+    where = _Where("e.status = 'dead_lettered'")
+    where.add("e.queue = ?", queue)
+    where.add("e.handler = ?", handler)
+    where.add("e.job_id = ?", None if job_id is None else str(job_id))
+    # replace() is in both dialects and matches case-sensitively; LIKE differs between them.
+    where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
+    unfiltered = _none(queue, handler, job_id, error_contains or None)
+    counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
+    order = "e.finished_at_ms DESC, e.id DESC"
+    return _executions_page(db, where, order=order, limit=limit, offset=offset, counted=counted)
+
+
+# ---- statistics -------------------------------------------------------------------
+
+
+def minute_stats(db: Database, *, since: datetime, until: datetime) -> list[MinuteStats]:
+    """One entry per minute from the minute of ``since`` up to ``until`` (exclusive),
+    zeros where nothing happened. Raises ValueError past ``MAX_STATS_MINUTES``."""
+    start, end = minute_of(to_ms(since)), to_ms(until)
+    minutes = range(start, end, 60_000)
+    if len(minutes) > MAX_STATS_MINUTES:
+        raise ValueError(f"ask for at most {MAX_STATS_MINUTES} minutes (7 days) at a time")
+    if not minutes:
+        return []
+    with db.transaction(snapshot=True) as cursor:
+        counters = _counters(cursor, start, end)
+        histograms = _histograms(cursor, start, end)
+    return [_minute(minute, counters.get(minute), histograms.get(minute, {})) for minute in minutes]
+
+
+def _counters(cursor: Cursor, start: int, end: int) -> dict[int, tuple[int, ...]]:
+    cursor.execute(
+        f"SELECT minute_ms, fired, completed, failed, dead_lettered FROM {MINUTE_STATS} "  # noqa: S608 (constant names)
+        "WHERE minute_ms >= ? AND minute_ms < ?",
+        (start, end),
+    )
+    return {int(row[0]): tuple(int(v) for v in row[1:]) for row in _all(cursor)}
+
+
+def _histograms(
+    cursor: Cursor, start: int, end: int
+) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """{minute: {metric: [(bucket, count), ...] in bucket order}}."""
+    cursor.execute(
+        f"SELECT minute_ms, metric, bucket, count FROM {HISTOGRAMS} "  # noqa: S608 (constant names)
+        "WHERE minute_ms >= ? AND minute_ms < ? ORDER BY minute_ms, metric, bucket",
+        (start, end),
+    )
+    found: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for minute, metric, bucket, count in _all(cursor):
+        found.setdefault(int(minute), {}).setdefault(metric, []).append((int(bucket), int(count)))
+    return found
+
+
+def _percentiles(buckets: list[tuple[int, int]]) -> list[float | None]:
+    total = sum(count for _bucket, count in buckets)
+    if not total:
+        return [None] * len(_PERCENTILES)
+    values: list[float | None] = []
+    for share in _PERCENTILES:
+        rank = max(1, math.ceil(share * total))
+        seen = 0
+        for bucket, count in buckets:
+            seen += count
+            if seen >= rank:
+                values.append(bucket_value(bucket))
+                break
+    return values
+
+
+def _minute(
+    minute: int, counters: tuple[int, ...] | None, histograms: dict[str, list[tuple[int, int]]]
+) -> MinuteStats:
+    fired, completed, failed, dead = counters or (0, 0, 0, 0)
+    lateness = _percentiles(histograms.get(LATENESS, []))
+    duration = _percentiles(histograms.get(DURATION, []))
+    return MinuteStats(
+        minute=from_ms(minute),
+        fired=fired,
+        completed=completed,
+        failed=failed,
+        dead_lettered=dead,
+        lateness_p50_ms=lateness[0],
+        lateness_p95_ms=lateness[1],
+        lateness_p99_ms=lateness[2],
+        duration_p50_ms=duration[0],
+        duration_p95_ms=duration[1],
+        duration_p99_ms=duration[2],
+    )
+
+
+def status_counts(db: Database) -> dict[str, dict[str, int]]:
+    """{"jobs": {status: n}, "executions": {status: n}}, every status listed."""
+    counts = {
+        JOB_KIND: dict.fromkeys(JOB_STATUSES, 0),
+        EXECUTION_KIND: dict.fromkeys((s.value for s in ExecutionStatus), 0),
+    }
+    with db.transaction(snapshot=True) as cursor:
+        cursor.execute(f"SELECT kind, status, count FROM {STATUS_COUNTS}")  # noqa: S608 (constant names)
+        for kind, status, count in _all(cursor):
+            counts.setdefault(kind, {})[status] = int(count)
+    return counts

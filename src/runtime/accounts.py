@@ -1,0 +1,677 @@
+"""Accounts for the REST API: users, server-side sessions, API tokens, login throttling.
+
+Accounts are plain tables beside the event log, not events (ADR 13). Every method that
+depends on the time takes ``now``; nothing here reads the clock. Passwords and tokens are
+never logged: log lines name the username and the client address only.
+"""
+
+import enum
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Self
+from uuid import UUID, uuid4
+
+import argon2
+import msgspec
+import psycopg
+import structlog
+
+from jobledger.projections.database import Cursor, Database
+from jobledger.runtime import credentials
+from jobledger.runtime.errors import RuntimeLayerError
+from jobledger.runtime.settings import PREFIX, Settings
+
+log = structlog.get_logger(__name__)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+# Writing last_seen_at on every request would turn every read into a write. The slack
+# only ever ends an idle session early (it is judged by an older time), never late.
+TOUCH_EVERY = timedelta(minutes=1)
+MAX_TOKEN_NAME = 100
+
+
+class AccountError(RuntimeLayerError):
+    """The account operation was refused."""
+
+
+class AccountExistsError(AccountError):
+    """An account with this username exists already; choose another username."""
+
+
+class AccountNotFoundError(AccountError):
+    """There is no such account."""
+
+
+class TokenNotFoundError(AccountNotFoundError):
+    """There is no such API token."""
+
+
+class InvalidUsernameError(AccountError):
+    """The username is not allowed; use 3 to 64 characters: a-z, 0-9, dot, underscore
+    or hyphen."""
+
+
+class InvalidPasswordError(AccountError):
+    """The password is too weak; use at least 12 characters."""
+
+
+class InvalidCredentialsError(AccountError):
+    """Unknown username or wrong password."""
+
+
+class LoginThrottledError(AccountError):
+    """Too many failed logins; wait before trying again."""
+
+    def __init__(self, retry_after: timedelta) -> None:
+        self.retry_after = retry_after
+        seconds = -(-retry_after // timedelta(seconds=1))
+        super().__init__(f"too many failed logins; try again in {seconds} s")
+
+
+class LastAdminError(AccountError):
+    """This is the last enabled admin; make another user an admin first."""
+
+
+class RoleTooHighError(AccountError):
+    """An API token's role may not exceed its user's role; choose the user's role or a
+    lower one."""
+
+
+class InvalidTokenSpecError(AccountError):
+    """An API token needs a name of 1 to 100 characters, and an expiry (if any) in the
+    future."""
+
+
+class WeakAdminPasswordError(AccountError):
+    """The first admin cannot be created: set JOBLEDGER_ADMIN_PASSWORD to a strong
+    password."""
+
+
+class Role(enum.StrEnum):
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    def includes(self, other: "Role") -> bool:
+        """Whether this role may do all that ``other`` may: admin ⊇ operator ⊇ viewer."""
+        order = list(Role)
+        return order.index(self) >= order.index(Role(other))
+
+
+class User(msgspec.Struct, frozen=True):
+    id: UUID
+    username: str
+    role: Role
+    disabled: bool
+    created_at: datetime
+
+
+class Principal(msgspec.Struct, frozen=True):
+    """Who makes a request: ``role`` is the effective one (a token's, at most its user's)."""
+
+    user: User
+    role: Role
+    via: str
+
+
+class SessionTicket(msgspec.Struct, frozen=True):
+    """A new session: ``token`` is shown once (the cookie); only its hash is stored."""
+
+    token: str
+    csrf_token: str
+    expires_at: datetime
+
+
+class ApiToken(msgspec.Struct, frozen=True):
+    id: UUID
+    name: str
+    role: Role
+    user_id: UUID
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+class AccountSettings(msgspec.Struct, frozen=True, kw_only=True):
+    session_idle: timedelta = timedelta(minutes=30)
+    session_absolute: timedelta = timedelta(hours=12)
+    throttle_max_failures: int = 5
+    throttle_window: timedelta = timedelta(minutes=15)
+    min_password_length: int = 12
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        return cls(
+            session_idle=timedelta(minutes=settings.session_idle_minutes),
+            session_absolute=timedelta(hours=settings.session_absolute_hours),
+            throttle_max_failures=settings.login_max_failures,
+            throttle_window=timedelta(minutes=settings.login_window_minutes),
+        )
+
+
+def validate_username(username: str) -> str:
+    """The username as stored (lower-case); InvalidUsernameError names the rule."""
+    problem = credentials.username_problem(username)
+    if problem is not None:
+        raise InvalidUsernameError(f"username refused: {problem}")
+    return username.lower()
+
+
+def validate_password(password: str, *, username: str, min_length: int) -> None:
+    """InvalidPasswordError naming the broken rule and how to meet it."""
+    problem = credentials.password_problem(password, username=username, min_length=min_length)
+    if problem is not None:
+        raise InvalidPasswordError(f"password refused: {problem}")
+
+
+def _ms(moment: datetime) -> int:
+    # Integer arithmetic: a float timestamp can be off by a millisecond. A naive
+    # datetime raises here instead of being read as local time.
+    return (moment - _EPOCH) // _MS
+
+
+def _at(ms: int) -> datetime:
+    return _EPOCH + ms * _MS
+
+
+def _at_or_none(ms: int | None) -> datetime | None:
+    return None if ms is None else _at(ms)
+
+
+def _capped(role: Role, ceiling: Role) -> Role:
+    return role if ceiling.includes(role) else ceiling
+
+
+# Every query that reads a user starts with these five columns, in this order (_user).
+_SELECT_USER = "SELECT u.id, u.username, u.role, u.disabled, u.created_at FROM jobledger_users u"
+_SELECT_TOKENS = (
+    "SELECT id, name, role, user_id, created_at, expires_at, revoked_at, last_used_at "
+    "FROM jobledger_api_tokens"
+)
+_INSERT_SESSION = (
+    "INSERT INTO jobledger_sessions "
+    "(id, user_id, csrf_token, created_at, last_seen_at, expires_at) "
+    "SELECT ?, id, ?, ?, ?, ? FROM jobledger_users "
+    # Still the password that was verified, and still enabled: a password change or a
+    # disable that committed during the verification wins.
+    "WHERE id = ? AND password_hash = ? AND NOT disabled"
+)
+_SESSION_OF = (
+    "SELECT u.id, u.username, u.role, u.disabled, u.created_at, "
+    "s.csrf_token, s.last_seen_at, s.expires_at "
+    "FROM jobledger_sessions s JOIN jobledger_users u ON u.id = s.user_id WHERE s.id = ?"
+)
+_API_KEY_OF = (
+    "SELECT u.id, u.username, u.role, u.disabled, u.created_at, "
+    "t.role, t.expires_at, t.revoked_at, t.last_used_at "
+    "FROM jobledger_api_tokens t JOIN jobledger_users u ON u.id = t.user_id "
+    "WHERE t.token_hash = ?"
+)
+_LOGIN_USER = (
+    "SELECT u.id, u.username, u.role, u.disabled, u.created_at, u.password_hash "
+    "FROM jobledger_users u WHERE u.username = ?"
+)
+# Rate-limited by the caller; the condition keeps the time from moving back if two
+# requests race.
+_TOUCH_SESSION = "UPDATE jobledger_sessions SET last_seen_at = ? WHERE id = ? AND last_seen_at < ?"
+_TOUCH_API_KEY = (
+    "UPDATE jobledger_api_tokens SET last_used_at = ? "
+    "WHERE token_hash = ? AND (last_used_at IS NULL OR last_used_at < ?)"
+)
+# Compare-and-set: a password changed meanwhile is not overwritten by the old one's rehash.
+_REHASH = "UPDATE jobledger_users SET password_hash = ? WHERE id = ? AND password_hash = ?"
+# The max-th most recent failure inside the window: while it exists, the bucket is full,
+# and it leaves the window exactly when one more attempt is allowed.
+_NTH_FAILURE = (
+    "SELECT at_ms FROM jobledger_login_failures WHERE key = ? AND at_ms > ? "
+    "ORDER BY at_ms DESC LIMIT 1 OFFSET ?"
+)
+
+
+def _user(row: Sequence[Any]) -> User:
+    return User(
+        id=UUID(row[0]),
+        username=row[1],
+        role=Role(row[2]),
+        disabled=bool(row[3]),
+        created_at=_at(row[4]),
+    )
+
+
+def _token(row: Sequence[Any]) -> ApiToken:
+    return ApiToken(
+        id=UUID(row[0]),
+        name=row[1],
+        role=Role(row[2]),
+        user_id=UUID(row[3]),
+        created_at=_at(row[4]),
+        expires_at=_at_or_none(row[5]),
+        revoked_at=_at_or_none(row[6]),
+        last_used_at=_at_or_none(row[7]),
+    )
+
+
+def _fetch_user(cursor: Cursor, user_id: UUID) -> User | None:
+    row = cursor.execute(f"{_SELECT_USER} WHERE u.id = ?", (str(user_id),)).fetchone()
+    return None if row is None else _user(row)
+
+
+def _guard_last_admin(cursor: Cursor, user_id: UUID) -> None:
+    """LastAdminError unless an enabled admin other than ``user_id`` remains."""
+    # Lock the enabled admins' rows first (PostgreSQL; SQLite serialises writers anyway):
+    # otherwise two admins demoting each other would each count the other and both win.
+    cursor.execute("UPDATE jobledger_users SET role = role WHERE role = 'admin' AND NOT disabled")
+    sql = "SELECT count(*) FROM jobledger_users WHERE role = 'admin' AND NOT disabled AND id <> ?"
+    if cursor.execute(sql, (str(user_id),)).fetchone()[0] == 0:
+        raise LastAdminError
+
+
+def _removes_admin(user: User, *, role: Role | None, disabled: bool | None) -> bool:
+    if user.role is not Role.ADMIN or user.disabled:
+        return False
+    return disabled is True or (role is not None and role is not Role.ADMIN)
+
+
+def _end_sessions(cursor: Cursor, user_id: UUID) -> None:
+    cursor.execute("DELETE FROM jobledger_sessions WHERE user_id = ?", (str(user_id),))
+
+
+def _revoke_tokens(cursor: Cursor, user_id: UUID, at: int) -> None:
+    cursor.execute(
+        "UPDATE jobledger_api_tokens SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL",
+        (at, str(user_id)),
+    )
+
+
+def _apply_changes(
+    cursor: Cursor,
+    user: User,
+    *,
+    role: Role | None,
+    disabled: bool | None,
+    password_hash: str | None,
+    at: int,
+) -> None:
+    uid = str(user.id)
+    if role is not None:
+        cursor.execute("UPDATE jobledger_users SET role = ? WHERE id = ?", (role.value, uid))
+    if disabled is not None:
+        cursor.execute("UPDATE jobledger_users SET disabled = ? WHERE id = ?", (disabled, uid))
+    if password_hash is not None:
+        cursor.execute(
+            "UPDATE jobledger_users SET password_hash = ?, password_changed_at = ? WHERE id = ?",
+            (password_hash, at, uid),
+        )
+    # A new password or a disabled account ends the sessions that the old state opened.
+    if disabled or password_hash is not None:
+        _end_sessions(cursor, user.id)
+    if disabled:
+        _revoke_tokens(cursor, user.id, at)
+    cursor.execute("UPDATE jobledger_users SET updated_at = ? WHERE id = ?", (at, uid))
+
+
+def _check_token_spec(name: str, expires_at: datetime | None, now: datetime) -> None:
+    if not 1 <= len(name) <= MAX_TOKEN_NAME:
+        raise InvalidTokenSpecError(
+            f"an API token needs a name of 1 to {MAX_TOKEN_NAME} characters, e.g. 'deploy-bot'"
+        )
+    if expires_at is not None and expires_at <= now:
+        raise InvalidTokenSpecError(
+            "an API token's expiry must be in the future; leave it out for a token that "
+            "lasts until revoked"
+        )
+
+
+def _throttle_keys(username: str, address: str) -> list[str]:
+    # The username bucket exists for unknown names too, so throttling tells nothing about
+    # which accounts exist. No address would put every such client in one bucket.
+    keys = [f"user:{username[:100]}"]
+    if address:
+        keys.append(f"addr:{address}")
+    return keys
+
+
+class Accounts:
+    """Users, sessions and API tokens in the event store's database."""
+
+    def __init__(
+        self,
+        database: Database,
+        settings: AccountSettings,
+        hasher: argon2.PasswordHasher | None = None,
+    ) -> None:
+        self._database = database
+        self._settings = settings
+        self._passwords = credentials.PasswordHashing(hasher)
+
+    # Users
+
+    def create_user(self, username: str, password: str, role: Role, *, now: datetime) -> User:
+        """A new, enabled user; AccountExistsError if the name is taken in any case."""
+        name = validate_username(username)
+        validate_password(password, username=name, min_length=self._settings.min_password_length)
+        return self._insert_user(name, password, Role(role), now=now)
+
+    def _insert_user(self, name: str, password: str, role: Role, *, now: datetime) -> User:
+        at = _ms(now)
+        user = User(id=uuid4(), username=name, role=role, disabled=False, created_at=_at(at))
+        row = (str(user.id), name, self._passwords.hash(password), role.value, False, at, at, at)
+        try:
+            with self._database.transaction() as cursor:
+                cursor.execute(
+                    "INSERT INTO jobledger_users (id, username, password_hash, role, disabled, "
+                    "created_at, updated_at, password_changed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                )
+        except (sqlite3.IntegrityError, psycopg.IntegrityError):
+            raise AccountExistsError from None
+        log.info("accounts.user_created", username=name, role=role.value)
+        return user
+
+    def get_user(self, user_id: UUID) -> User | None:
+        with self._database.transaction(snapshot=True) as cursor:
+            return _fetch_user(cursor, user_id)
+
+    def _require_user(self, user_id: UUID) -> User:
+        user = self.get_user(user_id)
+        if user is None:
+            raise AccountNotFoundError
+        return user
+
+    def list_users(self) -> list[User]:
+        with self._database.transaction(snapshot=True) as cursor:
+            batches = list(cursor.stream(f"{_SELECT_USER} ORDER BY u.username"))
+        return [_user(row) for batch in batches for row in batch]
+
+    def update_user(
+        self,
+        user_id: UUID,
+        *,
+        role: Role | None = None,
+        disabled: bool | None = None,
+        password: str | None = None,
+        now: datetime,
+    ) -> User:
+        """Change a user. A new password ends the user's sessions (its API tokens stay);
+        disabling ends the sessions and revokes the tokens (re-enabling restores neither).
+        LastAdminError if it would leave no enabled admin."""
+        role = None if role is None else Role(role)
+        new_hash = self._checked_hash(user_id, password)
+        with self._database.transaction() as cursor:
+            user = _fetch_user(cursor, user_id)
+            if user is None:
+                raise AccountNotFoundError
+            if _removes_admin(user, role=role, disabled=disabled):
+                _guard_last_admin(cursor, user.id)
+            _apply_changes(
+                cursor, user, role=role, disabled=disabled, password_hash=new_hash, at=_ms(now)
+            )
+        updated = msgspec.structs.replace(
+            user,
+            role=user.role if role is None else role,
+            disabled=user.disabled if disabled is None else disabled,
+        )
+        log.info("accounts.user_updated", username=updated.username, role=updated.role.value)
+        return updated
+
+    def _checked_hash(self, user_id: UUID, password: str | None) -> str | None:
+        # Hashed before the transaction: argon2 is slow on purpose, locks should not be.
+        if password is None:
+            return None
+        user = self._require_user(user_id)
+        min_length = self._settings.min_password_length
+        validate_password(password, username=user.username, min_length=min_length)
+        return self._passwords.hash(password)
+
+    def delete_user(self, user_id: UUID) -> None:
+        """Delete a user with its sessions and tokens; LastAdminError for the last admin."""
+        uid = str(user_id)
+        with self._database.transaction() as cursor:
+            user = _fetch_user(cursor, user_id)
+            if user is None:
+                raise AccountNotFoundError
+            if user.role is Role.ADMIN and not user.disabled:
+                _guard_last_admin(cursor, user.id)
+            _end_sessions(cursor, user.id)
+            cursor.execute("DELETE FROM jobledger_api_tokens WHERE user_id = ?", (uid,))
+            cursor.execute("DELETE FROM jobledger_users WHERE id = ?", (uid,))
+        log.info("accounts.user_deleted", username=user.username)
+
+    def ensure_admin(
+        self, username: str, password: str | None, *, production: bool, now: datetime
+    ) -> tuple[User, bool]:
+        """The first admin, created if no enabled admin exists: ``(user, created)``.
+
+        The password is only needed to create it. It must be set in any mode; in
+        production it must also meet the password rules (WeakAdminPasswordError).
+        """
+        name = validate_username(username)
+        existing = self._an_admin(name)
+        if existing is not None:
+            return existing, False
+        checked = self._admin_password(name, password, production=production)
+        try:
+            return self._insert_user(name, checked, Role.ADMIN, now=now), True
+        except AccountExistsError:
+            return self._admin_created_meanwhile(name), False
+
+    def _an_admin(self, name: str) -> User | None:
+        """An enabled admin: the one called ``name`` if it is one, else the oldest."""
+        sql = (
+            f"{_SELECT_USER} WHERE u.role = 'admin' AND NOT u.disabled "
+            "ORDER BY CASE WHEN u.username = ? THEN 0 ELSE 1 END, u.created_at, u.id LIMIT 1"
+        )
+        with self._database.transaction(snapshot=True) as cursor:
+            row = cursor.execute(sql, (name,)).fetchone()
+        return None if row is None else _user(row)
+
+    def _admin_password(self, name: str, password: str | None, *, production: bool) -> str:
+        variable = f"{PREFIX}ADMIN_PASSWORD"
+        min_length = self._settings.min_password_length
+        if not password:
+            raise WeakAdminPasswordError(
+                f"no admin exists yet and {variable} is not set; set {variable} (or "
+                f"ADMIN_PASSWORD) to the first admin's password, {min_length} characters or more"
+            )
+        problem = credentials.password_problem(password, username=name, min_length=min_length)
+        if production and problem is not None:
+            raise WeakAdminPasswordError(
+                f"{variable} is too weak for production: {problem}; "
+                f"change {variable}, or use {PREFIX}MODE=dev on a development machine"
+            )
+        return password
+
+    def _admin_created_meanwhile(self, name: str) -> User:
+        # Another process may have created the admin between the check and the insert.
+        admin = self._an_admin(name)
+        if admin is None:
+            raise AccountExistsError(
+                f"user {name!r} exists but is not an enabled admin, and no admin exists; "
+                f"set {PREFIX}ADMIN_USERNAME to another name"
+            )
+        return admin
+
+    # Login and sessions
+
+    def login(
+        self, username: str, password: str, *, address: str, now: datetime
+    ) -> tuple[User, SessionTicket]:
+        """A new session. InvalidCredentialsError is the same for an unknown user, a
+        wrong password and a disabled account; LoginThrottledError comes before any
+        password check."""
+        name = username.lower()
+        keys = _throttle_keys(name, address)
+        with self._database.transaction(snapshot=True) as cursor:
+            retry_after = self._retry_after(cursor, keys, now)
+            row = cursor.execute(_LOGIN_USER, (name,)).fetchone()
+        if retry_after is not None:
+            log.warning("accounts.login_throttled", username=name, address=address)
+            raise LoginThrottledError(retry_after)
+        stored = None if row is None else str(row[5])
+        verified = self._passwords.verify(stored, password)
+        if not verified or stored is None or row[3]:
+            self._record_failure(keys, now)
+            log.warning("accounts.login_failed", username=name, address=address)
+            raise InvalidCredentialsError
+        user = _user(row)
+        ticket = self._open_session(user, stored, password, keys[0], now)
+        log.info("accounts.login", username=name, address=address)
+        return user, ticket
+
+    def _retry_after(self, cursor: Cursor, keys: list[str], now: datetime) -> timedelta | None:
+        window = self._settings.throttle_window // _MS
+        at = _ms(now)
+        params = [(key, at - window, self._settings.throttle_max_failures - 1) for key in keys]
+        rows = [cursor.execute(_NTH_FAILURE, p).fetchone() for p in params]
+        waits = [row[0] + window - at for row in rows if row is not None]
+        return max(waits) * _MS if waits else None
+
+    def _record_failure(self, keys: list[str], now: datetime) -> None:
+        at = _ms(now)
+        cutoff = at - self._settings.throttle_window // _MS
+        with self._database.transaction() as cursor:
+            cursor.executemany(
+                "INSERT INTO jobledger_login_failures (key, at_ms) VALUES (?, ?)",
+                [(key, at) for key in keys],
+            )
+            cursor.execute("DELETE FROM jobledger_login_failures WHERE at_ms <= ?", (cutoff,))
+
+    def _open_session(
+        self, user: User, stored: str, password: str, user_key: str, now: datetime
+    ) -> SessionTicket:
+        at = _ms(now)
+        expires = at + self._settings.session_absolute // _MS
+        ticket = SessionTicket(
+            token=credentials.new_secret(),
+            csrf_token=credentials.new_secret(),
+            expires_at=_at(expires),
+        )
+        session = (credentials.token_digest(ticket.token), ticket.csrf_token, at, at, expires)
+        rehashed = self._passwords.rehashed(stored, password)
+        with self._database.transaction() as cursor:
+            if cursor.execute(_INSERT_SESSION, (*session, str(user.id), stored)).rowcount != 1:
+                raise InvalidCredentialsError
+            # Only the account's bucket: a success must not clear its address's failures,
+            # or one known password would buy unlimited guesses at other accounts.
+            cursor.execute("DELETE FROM jobledger_login_failures WHERE key = ?", (user_key,))
+            cursor.execute("DELETE FROM jobledger_sessions WHERE expires_at <= ?", (at,))
+            if rehashed is not None:
+                cursor.execute(_REHASH, (rehashed, str(user.id), stored))
+        return ticket
+
+    def resolve_session(self, token: str, *, now: datetime) -> tuple[Principal, str] | None:
+        """``(principal, csrf_token)`` of a live session; None if unknown or expired
+        (idle or absolute), and an expired session is deleted."""
+        digest = credentials.token_digest(token)
+        with self._database.transaction(snapshot=True) as cursor:
+            row = cursor.execute(_SESSION_OF, (digest,)).fetchone()
+        if row is None:
+            return None
+        user, csrf_token, last_seen, expires = _user(row), row[5], row[6], row[7]
+        at = _ms(now)
+        idle = self._settings.session_idle // _MS
+        if user.disabled or at >= expires or at - last_seen >= idle:
+            self._delete_session(digest)
+            return None
+        if at - last_seen >= TOUCH_EVERY // _MS:
+            self._touch(_TOUCH_SESSION, digest, at)
+        return Principal(user=user, role=user.role, via="session"), csrf_token
+
+    def _touch(self, sql: str, digest: str, at: int) -> None:
+        with self._database.transaction() as cursor:
+            cursor.execute(sql, (at, digest, at))
+
+    def logout(self, token: str) -> None:
+        self._delete_session(credentials.token_digest(token))
+
+    def _delete_session(self, digest: str) -> None:
+        with self._database.transaction() as cursor:
+            cursor.execute("DELETE FROM jobledger_sessions WHERE id = ?", (digest,))
+
+    # API tokens
+
+    def create_token(
+        self,
+        user_id: UUID,
+        name: str,
+        role: Role,
+        *,
+        expires_at: datetime | None,
+        now: datetime,
+    ) -> tuple[ApiToken, str]:
+        """A new token and its plaintext, which is shown once and never stored."""
+        role, name = Role(role), name.strip()
+        _check_token_spec(name, expires_at, now)
+        user = self._require_user(user_id)
+        if not user.role.includes(role):
+            raise RoleTooHighError(
+                f"the user is {user.role}; a token may have that role or a lower one, not {role}"
+            )
+        plaintext = credentials.new_api_token()
+        token = ApiToken(
+            id=uuid4(),
+            name=name,
+            role=role,
+            user_id=user.id,
+            created_at=_at(_ms(now)),
+            expires_at=None if expires_at is None else _at(_ms(expires_at)),
+            revoked_at=None,
+            last_used_at=None,
+        )
+        self._insert_token(token, credentials.token_digest(plaintext))
+        log.info("accounts.token_created", username=user.username, name=name, role=role.value)
+        return token, plaintext
+
+    def _insert_token(self, token: ApiToken, digest: str) -> None:
+        expires = None if token.expires_at is None else _ms(token.expires_at)
+        row = (str(token.id), token.name, digest, str(token.user_id), token.role.value)
+        with self._database.transaction() as cursor:
+            cursor.execute(
+                "INSERT INTO jobledger_api_tokens (id, name, token_hash, user_id, role, "
+                "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*row, _ms(token.created_at), expires),
+            )
+
+    def resolve_token(self, plaintext: str, *, now: datetime) -> Principal | None:
+        """The principal of a live token; None if unknown, revoked, expired or its user
+        is disabled. Its role is capped at the user's current role."""
+        if not plaintext.startswith(credentials.API_TOKEN_PREFIX):
+            return None
+        digest = credentials.token_digest(plaintext)
+        with self._database.transaction(snapshot=True) as cursor:
+            row = cursor.execute(_API_KEY_OF, (digest,)).fetchone()
+        if row is None:
+            return None
+        user, role = _user(row), Role(row[5])
+        expires, revoked, last_used = row[6], row[7], row[8]
+        at = _ms(now)
+        if user.disabled or revoked is not None or (expires is not None and at >= expires):
+            return None
+        if last_used is None or at - last_used >= TOUCH_EVERY // _MS:
+            self._touch(_TOUCH_API_KEY, digest, at)
+        return Principal(user=user, role=_capped(role, user.role), via="token")
+
+    def list_tokens(self, user_id: UUID | None = None) -> list[ApiToken]:
+        sql, params = _SELECT_TOKENS, tuple[str, ...]()
+        if user_id is not None:
+            sql, params = f"{sql} WHERE user_id = ?", (str(user_id),)
+        with self._database.transaction(snapshot=True) as cursor:
+            batches = list(cursor.stream(f"{sql} ORDER BY created_at, id", params))
+        return [_token(row) for batch in batches for row in batch]
+
+    def revoke_token(self, token_id: UUID, *, now: datetime) -> None:
+        """Revoke a token (again: no change); TokenNotFoundError if there is none."""
+        tid = str(token_id)
+        with self._database.transaction() as cursor:
+            found = cursor.execute("SELECT 1 FROM jobledger_api_tokens WHERE id = ?", (tid,))
+            if found.fetchone() is None:
+                raise TokenNotFoundError
+            cursor.execute(
+                "UPDATE jobledger_api_tokens SET revoked_at = ? "
+                "WHERE id = ? AND revoked_at IS NULL",
+                (_ms(now), tid),
+            )
+        log.info("accounts.token_revoked", id=tid)

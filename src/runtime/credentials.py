@@ -1,0 +1,87 @@
+"""What a valid username and password are, and how secrets are made and kept.
+
+People choose passwords, and people choose guessable ones, so passwords are kept as
+argon2id hashes: slow and memory-hard on purpose. Session and API tokens are 256 random
+bits that nobody can guess, so a fast sha256 is enough to keep the database from holding
+a usable token, and it lets every request find its row through an index.
+"""
+
+import hashlib
+import re
+import secrets
+
+import argon2
+
+USERNAME_RULE = "3 to 64 characters: a-z, 0-9, dot, underscore or hyphen"
+MAX_PASSWORD_LENGTH = 1024
+MIN_DISTINCT_CHARACTERS = 5
+API_TOKEN_PREFIX = "jl_"  # noqa: S105 (a public prefix, not a secret)
+# re.ASCII: a letter that only lower-cases to ASCII (the Kelvin sign) is not allowed in.
+_USERNAME = re.compile(r"[a-z0-9._-]{3,64}", re.ASCII | re.IGNORECASE)
+
+
+def username_problem(username: str) -> str | None:
+    """What is wrong with a username (as typed; it is stored lower-case), or None."""
+    if _USERNAME.fullmatch(username) is None:
+        return f"a username has {USERNAME_RULE}"
+    return None
+
+
+def password_problem(password: str, *, username: str, min_length: int) -> str | None:
+    """Which password rule is broken and how to meet it, or None."""
+    if len(password) < min_length:
+        return (
+            f"it has {len(password)} characters; use at least {min_length} "
+            "(a few unrelated words are long and easy to remember)"
+        )
+    if len(password) > MAX_PASSWORD_LENGTH:
+        return f"use at most {MAX_PASSWORD_LENGTH} characters"
+    if len(set(password)) < MIN_DISTINCT_CHARACTERS:
+        return f"use at least {MIN_DISTINCT_CHARACTERS} different characters"
+    if username and username.lower() in password.lower():
+        return "it contains the username; choose one that does not"
+    return None
+
+
+def new_secret() -> str:
+    """256 random bits, URL-safe: session tokens and CSRF tokens."""
+    return secrets.token_urlsafe(32)
+
+
+def new_api_token() -> str:
+    # The prefix lets secret scanners and people recognise a leaked jobledger token.
+    return API_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def token_digest(token: str) -> str:
+    """How a random token is stored and looked up: its sha256, hex."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class PasswordHashing:
+    """argon2id hashes, and a verify that costs the same whether or not the user exists."""
+
+    def __init__(self, hasher: argon2.PasswordHasher | None = None) -> None:
+        self._hasher = hasher or argon2.PasswordHasher()
+        if self._hasher.type is not argon2.Type.ID:
+            raise ValueError("passwords are hashed with argon2id; pass a hasher of that type")
+        # Made up front, so the first unknown username is not slower than the next ones.
+        self._dummy = self._hasher.hash(new_secret())
+
+    def hash(self, password: str) -> str:
+        return self._hasher.hash(password)
+
+    def verify(self, stored: str | None, password: str) -> bool:
+        """Whether ``password`` matches ``stored``; None (no such user) checks a dummy
+        hash instead, so the answer takes as long as for a wrong password."""
+        try:
+            self._hasher.verify(stored or self._dummy, password)
+        except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
+            return False
+        return stored is not None
+
+    def rehashed(self, stored: str, password: str) -> str | None:
+        """A new hash when the stored one uses weaker parameters than the hasher's."""
+        if self._hasher.check_needs_rehash(stored):
+            return self._hasher.hash(password)
+        return None

@@ -1,0 +1,132 @@
+"""A real HTTP server for API tests: the Litestar app under uvicorn on a free port,
+over PostgreSQL and a private Redis, with one user and one API token per role."""
+
+import contextlib
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Self
+
+import httpx
+import pytest
+import uvicorn
+from litestar import Litestar
+
+from jobledger.api.app import create_app
+from jobledger.runtime.accounts import Role
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.settings import load_settings
+
+PASSWORD = "correct horse battery staple"
+
+
+class LiveServer:
+    """uvicorn serving ``app`` from a thread, on a socket bound before it starts."""
+
+    def __init__(self, app: Litestar) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        host, port = self._socket.getsockname()
+        self.url = f"http://{host}:{port}"
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                pytest.fail("the API server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
+
+
+@dataclass
+class Api:
+    """The running API, its container, and a Bearer-token client per role."""
+
+    url: str
+    container: Container
+    tokens: dict[Role, str]
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    def client(self, role: Role | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role else {}
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        self.clients.append(client)
+        return client
+
+    def session(self, username: str, password: str = PASSWORD) -> httpx.Client:
+        """A browser-like client: signed in with a cookie, sending its CSRF token."""
+        client = httpx.Client(base_url=self.url, timeout=30)
+        self.clients.append(client)
+        response = client.post(
+            "/api/v1/auth/login", json={"username": username, "password": password}
+        )
+        assert response.status_code == 200, response.text
+        client.headers["X-CSRF-Token"] = response.json()["csrf_token"]
+        return client
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = 15) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                pytest.fail(f"not within {timeout} s")
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def serve_api(database_url: str, redis_url: str) -> Iterator[Api]:
+    """The API over a migrated database, with its projector running."""
+    settings = load_settings(
+        {},
+        database_url=database_url,
+        redis_url=redis_url,
+        redis_prefix=f"a{uuid.uuid4().hex[:8]}",
+        projection_poll_ms="50",
+    )
+    with bootstrap(settings) as container:
+        accounts = container.accounts()
+        now = datetime.now(tz=UTC)
+        tokens = {}
+        for role in Role:
+            user = accounts.create_user(str(role), PASSWORD, role, now=now)
+            _, secret = accounts.create_token(
+                user.id, f"{role} token", role, expires_at=None, now=now
+            )
+            tokens[role] = secret
+        projector = container.projector()
+        projector.start()
+        try:
+            with LiveServer(create_app(container)) as server:
+                api = Api(server.url, container, tokens)
+                yield api
+                for client in api.clients:
+                    client.close()
+        finally:
+            projector.stop()
+
+
+@pytest.fixture
+def api(postgres_url: str, redis_server: str) -> Iterator[Api]:
+    with serve_api(postgres_url, redis_server) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def module_api(module_postgres_url: str, redis_server: str) -> Iterator[Api]:
+    """One API for a whole module (the schema-driven tests make many requests)."""
+    with serve_api(module_postgres_url, redis_server) as served:
+        yield served

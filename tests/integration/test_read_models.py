@@ -1,0 +1,740 @@
+"""The read models: a fold of the log kept in SQL, equal to a rebuild, and queried by the
+API. Every test runs on SQLite and on PostgreSQL."""
+
+import contextlib
+import functools
+import os
+import random
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from eventsourcing.domain import CanCreateTimestamp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.errors import DomainError
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.ledger import Ledger
+from jobledger.domain.policies import MisfirePolicy, RetryPolicy
+from jobledger.domain.schedules import (
+    CronSchedule,
+    ManualSchedule,
+    MissedFires,
+    OneShotSchedule,
+    Schedule,
+)
+from jobledger.projections import read_queries as rq
+from jobledger.projections.database import Database
+from jobledger.projections.read_models import (
+    ATTEMPTS,
+    EXECUTIONS,
+    HISTOGRAMS,
+    JOBS,
+    MINUTE_STATS,
+    POSITION,
+    STATUS_COUNTS,
+    ReadModels,
+)
+from jobledger.runtime.settings import Settings, load_settings
+from jobledger.runtime.store import migrate, open_ledger, projection_database
+
+T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+_ORDER = {
+    JOBS: "id",
+    EXECUTIONS: "id",
+    ATTEMPTS: "execution_id, seq",
+    MINUTE_STATS: "minute_ms",
+    HISTOGRAMS: "minute_ms, metric, bucket",
+    STATUS_COUNTS: "kind, status",
+}
+
+
+class Clock:
+    """The time every new event gets (eventsourcing asks ``create_timestamp``)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def at(self, moment: datetime) -> None:
+        self.now = moment
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock(T0)
+    monkeypatch.setattr(CanCreateTimestamp, "create_timestamp", staticmethod(clock))
+    return clock
+
+
+@pytest.fixture
+def database(store_settings: Settings) -> Iterator[Database]:
+    database = projection_database(store_settings)
+    yield database
+    database.close()
+
+
+class Story:
+    """Commands on the ledger at the clock's time; the clock moves a second per command
+    unless a command says when it happens."""
+
+    def __init__(self, ledger: Ledger, clock: Clock) -> None:
+        self.ledger = ledger
+        self.clock = clock
+
+    def tick(self, at: datetime | None = None) -> datetime:
+        self.clock.at(at or self.clock.now + timedelta(seconds=1))
+        return self.clock.now
+
+    def schedule(self, name: str, schedule: Schedule = ManualSchedule(), **spec: Any) -> uuid.UUID:
+        definition = JobDefinition(name=name, spec=_spec(**spec), schedule=schedule)
+        return self.ledger.schedule_job(definition, at=self.tick(), by="alice").id
+
+    def update(self, job_id: uuid.UUID, name: str, **spec: Any) -> None:
+        old = self.ledger.get_job(job_id).definition
+        definition = JobDefinition(name=name, spec=_spec(**spec), schedule=old.schedule)
+        self.ledger.update_job(job_id, definition, at=self.tick(), by="bob")
+
+    def fire(self, job_id: uuid.UUID, *, late: timedelta = timedelta(seconds=2)) -> uuid.UUID:
+        job = self.ledger.get_job(job_id)
+        assert job.next_fire_at is not None
+        due = job.next_fire_at
+        execution = job.fire(scheduled_for=due, leader_epoch=1, at=self.tick(due + late))
+        self.ledger.save_all(job, execution)
+        return execution.id
+
+    def miss(self, job_id: uuid.UUID, count: int) -> None:
+        job = self.ledger.get_job(job_id)
+        assert job.next_fire_at is not None
+        last = job.next_fire_at + timedelta(minutes=count - 1)
+        self.tick(last + timedelta(seconds=1))
+        missed = MissedFires(first=job.next_fire_at, last=last, count=count)
+        job.record_missed_fires(missed, policy=MisfirePolicy.SKIP)
+        self.ledger.save_all(job)
+
+    def trigger(self, job_id: uuid.UUID, key: str) -> uuid.UUID:
+        return self.ledger.trigger_job(job_id, key=key, at=self.tick(), by="carol").id
+
+    def adhoc(self, key: str, at: datetime | None = None, **spec: Any) -> uuid.UUID:
+        return self.ledger.run_adhoc(_spec(**spec), key=key, at=self.tick(at)).id
+
+    def act(
+        self, execution_id: uuid.UUID, command: Callable[[Execution], None], at: datetime | None
+    ) -> None:
+        execution = self.ledger.get_execution(execution_id)
+        self.tick(at)
+        command(execution)
+        self.ledger.save_all(execution)
+
+    def lease(
+        self, execution_id: uuid.UUID, worker: str = "w1", at: datetime | None = None
+    ) -> None:
+        def lease(e: Execution) -> None:
+            e.lease(worker_id=worker, lease_id=uuid.uuid4(), lease_expires_at=self.clock.now)
+
+        self.act(execution_id, lease, at)
+
+    def complete(self, execution_id: uuid.UUID, ms: float, at: datetime | None = None) -> None:
+        def complete(e: Execution) -> None:
+            duration = timedelta(milliseconds=ms)
+            e.complete(lease_id=_lease(e), duration=duration, result={"ms": ms})
+
+        self.act(execution_id, complete, at)
+
+    def fail(self, execution_id: uuid.UUID, error: str, at: datetime | None = None) -> None:
+        def fail(e: Execution) -> None:
+            e.fail(lease_id=_lease(e), error=error, at=self.clock.now)
+
+        self.act(execution_id, fail, at)
+
+    def expire(self, execution_id: uuid.UUID) -> None:
+        def expire(e: Execution) -> None:
+            e.expire_lease(lease_id=_lease(e), at=self.clock.now)
+
+        self.act(execution_id, expire, None)
+
+    def defer(self, execution_id: uuid.UUID) -> None:
+        def defer(e: Execution) -> None:
+            e.defer(lease_id=_lease(e), reason="circuit open", ready_at=self.clock.now)
+
+        self.act(execution_id, defer, None)
+
+    def requeue(self, execution_id: uuid.UUID) -> None:
+        self.act(
+            execution_id, lambda e: e.requeue(by="dave", reason="fixed", at=self.clock.now), None
+        )
+
+    def cancel(self, execution_id: uuid.UUID) -> None:
+        self.act(execution_id, lambda e: e.cancel(by="erin", reason="not needed"), None)
+
+    def discard(self, execution_id: uuid.UUID) -> None:
+        self.act(execution_id, lambda e: e.discard(by="frank", reason="endpoint gone"), None)
+
+
+def _lease(execution: Execution) -> uuid.UUID:
+    """The current lease; without one, a made-up lease that the execution refuses as stale."""
+    return execution.lease_id or uuid.uuid4()
+
+
+def _spec(
+    handler: str = "test.echo", queue: str = "default", priority: int = 5, retries: int = 3
+) -> ExecutionSpec:
+    retry = RetryPolicy(max_retries=retries, jitter=False)
+    return ExecutionSpec(handler=handler, queue=queue, priority=priority, retry=retry)
+
+
+# ---- a varied log -----------------------------------------------------------------
+
+
+def cron_job_runs(story: Story) -> dict[str, uuid.UUID]:
+    """A cron job: one run completes; the next dead-letters and is discarded."""
+    job = story.schedule("alpha", CronSchedule("*/5 * * * *"), retries=1)
+    done = story.fire(job)
+    story.lease(done)
+    story.complete(done, 12.5)
+    dead = story.fire(job)
+    story.lease(dead)
+    story.fail(dead, "HTTP 503")
+    story.lease(dead, worker="w2")
+    story.fail(dead, "HTTP 502")
+    story.discard(dead)
+    return {"alpha": job, "alpha_done": done, "alpha_dead": dead}
+
+
+def job_lifecycle(story: Story) -> dict[str, uuid.UUID]:
+    """Updated, paused, resumed; a run deferred, then expired, then completed; a
+    manual run cancelled before it started."""
+    job = story.schedule("beta", CronSchedule("0 * * * *", "Europe/Berlin"), handler="http.webhook")
+    story.update(job, "beta v2", handler="http.webhook", queue="hooks", priority=8)
+    story.ledger.pause_job(job, by="bob", reason="maintenance")
+    story.ledger.resume_job(job, at=story.tick(), by="bob")
+    run = story.fire(job)
+    story.lease(run)
+    story.defer(run)
+    story.lease(run)
+    story.expire(run)
+    story.lease(run, worker="w3")
+    story.complete(run, 250)
+    manual = story.trigger(job, "manual-1")
+    story.cancel(manual)
+    return {"beta": job, "beta_run": run, "beta_manual": manual}
+
+
+def one_shot_requeued(story: Story) -> dict[str, uuid.UUID]:
+    """A one-shot job whose run dies of a lease expiry, is requeued and completes."""
+    job = story.schedule(
+        "gamma", OneShotSchedule(story.clock.now + timedelta(minutes=7)), retries=0
+    )
+    run = story.fire(job)
+    story.lease(run)
+    story.expire(run)
+    story.requeue(run)
+    story.lease(run)
+    story.complete(run, 3)
+    return {"gamma": job, "gamma_run": run}
+
+
+def manual_job_deleted(story: Story) -> dict[str, uuid.UUID]:
+    """A manual job whose run is cancelled while it runs; then the job is deleted; a
+    cron job that missed fires."""
+    job = story.schedule("delta", handler="shell.command")
+    run = story.trigger(job, "manual-2")
+    story.lease(run)
+    story.cancel(run)
+    story.ledger.delete_job(job, by="alice")
+    missing = story.schedule("epsilon", CronSchedule("* * * * *"))
+    story.miss(missing, 3)
+    return {"delta": job, "delta_run": run, "epsilon": missing}
+
+
+def adhoc_runs(story: Story) -> dict[str, uuid.UUID]:
+    """Runs that belong to no job: one waits, one completes."""
+    waiting = story.adhoc("wait-1", queue="bulk")
+    done = story.adhoc("done-1", queue="bulk")
+    story.lease(done)
+    story.complete(done, 1.25)
+    return {"adhoc_waiting": waiting, "adhoc_done": done}
+
+
+SCENARIOS = (cron_job_runs, job_lifecycle, one_shot_requeued, manual_job_deleted, adhoc_runs)
+
+
+def set_position(database: Database, position: int) -> None:
+    with database.transaction() as cursor:
+        cursor.execute(
+            "UPDATE jobledger_positions SET position = ? WHERE name = ?", (position, POSITION)
+        )
+
+
+def project_randomly(models: ReadModels, database: Database, rng: random.Random) -> None:
+    """Step in pages of random sizes; now and then move the position back, so that
+    pages are applied again."""
+    while True:
+        models._reader.page_size = rng.randint(1, 6)
+        if rng.random() < 0.2:
+            set_position(database, rng.randint(0, models.position()))
+        if not models.step():
+            return
+
+
+def dump(database: Database) -> dict[str, list[tuple[Any, ...]]]:
+    tables: dict[str, list[tuple[Any, ...]]] = {}
+    with database.transaction(snapshot=True) as cursor:
+        for table, order in _ORDER.items():
+            cursor.execute(f"SELECT * FROM {table} ORDER BY {order}")  # noqa: S608 (constants)
+            tables[table] = [tuple(row) for row in cursor.fetchmany(100_000)]
+    return tables
+
+
+def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
+    for row in rq.list_executions(database, limit=1000).items:
+        execution = ledger.get_execution(row.id)
+        assert (row.status, row.version) == (execution.status.value, execution.version)
+        assert row.last_error == execution.last_error
+    for job_row in rq.list_jobs(database, limit=1000).items:
+        job = ledger.get_job(job_row.id)
+        status = "deleted" if job.deleted else "paused" if job.paused else "active"
+        assert (job_row.status, job_row.version) == (status, job.version)
+        assert job_row.next_fire_at == job.next_fire_at
+    counted = rq.status_counts(database)
+    for kind, table in (("jobs", JOBS), ("executions", EXECUTIONS)):
+        with database.transaction(snapshot=True) as cursor:
+            cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY status")  # noqa: S608 (constants)
+            actual = dict(cursor.fetchmany(10))
+        assert {s: n for s, n in counted[kind].items() if n} == actual
+
+
+def test_incremental_projection_equals_a_rebuild(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If the log is projected while it grows, in pages of random sizes and with pages
+    applied again, then every table equals a rebuild from the whole log, and every row
+    agrees with its aggregate."""
+    story = Story(ledger, clock)
+    models = ReadModels(ledger, database)
+    rng = random.Random(7)
+    for scenario in SCENARIOS:
+        scenario(story)
+        project_randomly(models, database, rng)
+    assert models.lag() == 0
+    incremental = dump(database)
+    assert all(incremental.values())
+    assert_rows_match_aggregates(ledger, database)
+    events = models.rebuild()
+    assert events == ledger.recorder.max_notification_id()
+    assert dump(database) == incremental
+
+
+def test_attempts_and_closing_are_recorded(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If executions are leased, deferred, expired, requeued, cancelled and discarded,
+    then each lease is an attempt row with its outcome, and who closed an execution and
+    why is on its row."""
+    story = Story(ledger, clock)
+    ids = {k: v for scenario in SCENARIOS for k, v in scenario(story).items()}
+    ReadModels(ledger, database).rebuild()
+
+    def outcomes(key: str) -> list[tuple[int, str | None]]:
+        return [(a.attempt, a.outcome) for a in rq.list_attempts(database, ids[key])]
+
+    assert outcomes("alpha_dead") == [(1, "retried"), (2, "dead_lettered")]
+    assert outcomes("beta_run") == [(1, "deferred"), (1, "lease_expired"), (2, "completed")]
+    assert outcomes("gamma_run") == [(1, "lease_expired"), (2, "completed")]
+    assert outcomes("delta_run") == [(1, "cancelled")]
+    assert outcomes("beta_manual") == []
+    dead = rq.get_execution(database, ids["alpha_dead"])
+    assert dead is not None
+    assert (dead.status, dead.closed_by, dead.closed_reason) == (
+        "discarded",
+        "frank",
+        "endpoint gone",
+    )
+    assert (dead.last_error, dead.attempt, dead.max_attempts) == ("HTTP 502", 2, 2)
+    requeued = rq.get_execution(database, ids["gamma_run"])
+    assert requeued is not None
+    assert (requeued.status, requeued.closed_by, requeued.result) == (
+        "completed",
+        "dave",
+        {"ms": 3},
+    )
+    assert (requeued.lateness_ms, requeued.duration_ms) == (3000.0, 3.0)
+    beta = rq.get_job(database, ids["beta"])
+    assert beta is not None
+    assert (beta.name, beta.queue, beta.priority, beta.updated_by) == ("beta v2", "hooks", 8, "bob")
+    assert beta.schedule == {
+        "kind": "cron",
+        "cron": "0 * * * *",
+        "timezone": "Europe/Berlin",
+        "run_at": None,
+    }
+    assert (beta.last_execution_id, beta.last_status) == (ids["beta_manual"], "cancelled")
+    assert beta.definition["spec"]["queue"] == "hooks"
+
+
+def test_two_followers_at_once_apply_each_event_once(
+    store_settings: Settings, ledger: Ledger, clock: Clock
+) -> None:
+    """If two followers with their own connections step at the same time, then the
+    tables (counters included) equal a rebuild: no page was applied twice."""
+    story = Story(ledger, clock)
+    for scenario in SCENARIOS:
+        scenario(story)
+    databases = [projection_database(store_settings) for _ in range(2)]
+    try:
+        followers = [ReadModels(ledger, db, page_size=3) for db in databases]
+        threads = [threading.Thread(target=functools.partial(_drain, m)) for m in followers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        together = dump(databases[0])
+        followers[0].rebuild()
+        assert dump(databases[0]) == together
+    finally:
+        for db in databases:
+            db.close()
+
+
+def _drain(models: ReadModels) -> None:
+    while models.step():
+        pass
+
+
+def test_rebuild_reports_progress_to_the_head(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If the read models are rebuilt, then progress ends at (head, head) and the lag
+    is zero."""
+    story = Story(ledger, clock)
+    adhoc_runs(story)
+    calls: list[tuple[int, int]] = []
+    models = ReadModels(ledger, database)
+    assert models.lag() == ledger.recorder.max_notification_id()
+    models.rebuild(progress=lambda done, total: calls.append((done, total)))
+    head = ledger.recorder.max_notification_id()
+    assert calls[-1] == (head, head)
+    assert models.position() == head
+    assert models.lag() == 0
+
+
+# ---- random histories ---------------------------------------------------------------
+
+# Leases come up more often, so that histories get past their first attempt.
+_ACTIONS: tuple[str, ...] = (
+    "lease",
+    "lease",
+    "lease",
+    "complete",
+    "fail",
+    "fail",
+    "expire",
+    "defer",
+    "requeue",
+)
+_ACTIONS += ("cancel", "discard")
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_any_history_projects_like_its_rebuild(
+    ledger: Ledger, database: Database, clock: Clock, data: st.DataObject
+) -> None:
+    """If any sequence of execution commands is recorded and projected in random pages
+    (some applied twice), then the tables equal a rebuild and agree with the log."""
+    story = Story(ledger, clock)
+    count = data.draw(st.integers(1, 3), label="executions")
+    retries = data.draw(st.integers(0, 2), label="retries")
+    ids = [story.adhoc(uuid.uuid4().hex, retries=retries) for _ in range(count)]
+    for index, action in data.draw(
+        st.lists(st.tuples(st.integers(0, count - 1), st.sampled_from(_ACTIONS)), max_size=30),
+        label="commands",
+    ):
+        _attempt(story, ids[index], action)
+    models = ReadModels(ledger, database)
+    project_randomly(models, database, random.Random(data.draw(st.integers(0, 2**32))))
+    incremental = dump(database)
+    assert_rows_match_aggregates(ledger, database)
+    models.rebuild()
+    assert dump(database) == incremental
+
+
+def _attempt(story: Story, execution_id: uuid.UUID, action: str) -> None:
+    """Run the command if the execution allows it (a refused command emits nothing)."""
+    commands: dict[str, Callable[[uuid.UUID], None]] = {
+        "lease": story.lease,
+        "complete": lambda i: story.complete(i, 5),
+        "fail": lambda i: story.fail(i, "boom"),
+        "expire": story.expire,
+        "defer": story.defer,
+        "requeue": story.requeue,
+        "cancel": story.cancel,
+        "discard": story.discard,
+    }
+    with contextlib.suppress(DomainError):
+        commands[action](execution_id)
+
+
+# ---- queries on known data ------------------------------------------------------------
+
+
+def known_data(story: Story) -> dict[str, uuid.UUID]:
+    """Four jobs and eight executions, at known times (see each query test)."""
+    ids = {
+        "alpha": story.schedule("alpha", CronSchedule("*/5 * * * *"), retries=0),
+        "beta": story.schedule("beta", handler="http.webhook", queue="hooks"),
+        "gamma": story.schedule("Gamma backup", queue="hooks"),
+        "delta": story.schedule("delta", handler="shell.command"),
+    }
+    story.ledger.pause_job(ids["beta"], by="bob")
+    story.ledger.delete_job(ids["gamma"], by="bob")
+    ids |= _first_minute(story, ids["alpha"])
+    ids |= _second_minute(story, ids["delta"])
+    return ids
+
+
+def _first_minute(story: Story, alpha: uuid.UUID) -> dict[str, uuid.UUID]:
+    """12:00: four runs complete; lateness 100..400 ms, durations 10..40 ms."""
+    ids = {"alpha_run": story.fire(alpha, late=timedelta(0))}
+    for n in (2, 3, 4):
+        ids[f"e{n}"] = story.adhoc(f"e{n}", at=T0 + timedelta(seconds=n))
+    for n, key in enumerate(["alpha_run", "e2", "e3", "e4"], start=1):
+        enqueued = T0 + timedelta(seconds=0 if n == 1 else n)
+        started = enqueued + timedelta(milliseconds=100 * n)
+        story.lease(ids[key], at=started)
+        story.complete(ids[key], 10 * n, at=started + timedelta(milliseconds=10 * n))
+    return ids
+
+
+def _second_minute(story: Story, delta: uuid.UUID) -> dict[str, uuid.UUID]:
+    """12:01: two dead letters (one after a retry), one pending manual run, one running."""
+    minute = T0 + timedelta(minutes=1)
+    e5 = story.adhoc("e5", at=minute, handler="http.webhook", queue="hooks", retries=1)
+    story.lease(e5, at=minute)
+    story.fail(e5, "HTTP 503 Service Unavailable", at=minute + timedelta(seconds=1))
+    story.lease(e5, at=minute + timedelta(seconds=10))
+    story.fail(e5, "HTTP 503 again", at=minute + timedelta(seconds=11))
+    e6 = story.adhoc("e6", at=minute + timedelta(seconds=20), handler="test.fail", retries=0)
+    story.lease(e6, at=minute + timedelta(seconds=20, milliseconds=500))
+    story.fail(e6, "boom", at=minute + timedelta(seconds=21))
+    story.tick(minute + timedelta(seconds=29))
+    e7 = story.trigger(delta, "e7")
+    e8 = story.adhoc("e8", at=minute + timedelta(seconds=40), handler="http.webhook", queue="hooks")
+    story.lease(e8, at=minute + timedelta(seconds=40, milliseconds=250))
+    return {"e5": e5, "e6": e6, "e7": e7, "e8": e8}
+
+
+@pytest.fixture
+def known(ledger: Ledger, database: Database, clock: Clock) -> dict[str, uuid.UUID]:
+    clock.at(T0 - timedelta(minutes=2))
+    ids = known_data(Story(ledger, clock))
+    project_randomly(ReadModels(ledger, database), database, random.Random(1))
+    return ids
+
+
+def _names(page: rq.Page) -> list[str]:
+    return [item.name for item in page.items]
+
+
+def test_jobs_filter_search_and_page(database: Database, known: dict[str, uuid.UUID]) -> None:
+    """If jobs are listed with filters, a search or a page, then they come by name
+    (ignoring case), with the total that matched."""
+    everything = rq.list_jobs(database)
+    assert (_names(everything), everything.total) == (["alpha", "beta", "delta", "Gamma backup"], 4)
+    assert _names(rq.list_jobs(database, status="active")) == ["alpha", "delta"]
+    assert _names(rq.list_jobs(database, handler="http.webhook")) == ["beta"]
+    assert _names(rq.list_jobs(database, queue="hooks")) == ["beta", "Gamma backup"]
+    assert _names(rq.list_jobs(database, search="GAM")) == ["Gamma backup"]
+    assert _names(rq.list_jobs(database, search="a_p")) == []  # _ is no wildcard
+    page = rq.list_jobs(database, limit=2, offset=1)
+    assert (_names(page), page.total, page.limit, page.offset) == (["beta", "delta"], 4, 2, 1)
+    alpha = rq.get_job(database, known["alpha"])
+    assert alpha is not None
+    assert (alpha.last_execution_id, alpha.last_status) == (known["alpha_run"], "completed")
+    assert alpha.last_fired_at == T0
+    assert alpha.next_fire_at == T0 + timedelta(minutes=5)
+    assert alpha.created_at.tzinfo is UTC
+    assert rq.get_job(database, uuid.uuid4()) is None
+
+
+def test_executions_newest_first_with_filters(
+    database: Database, known: dict[str, uuid.UUID]
+) -> None:
+    """If executions are listed, then the newest come first, and every filter and page
+    narrows them with the right total."""
+
+    def ids(page: rq.Page) -> list[uuid.UUID]:
+        return [item.id for item in page.items]
+
+    newest = ["e8", "e7", "e6", "e5", "e4", "e3", "e2", "alpha_run"]
+    everything = rq.list_executions(database)
+    assert (ids(everything), everything.total) == ([known[k] for k in newest], 8)
+    assert rq.list_executions(database, status="completed").total == 4
+    assert ids(rq.list_executions(database, queue="hooks")) == [known["e8"], known["e5"]]
+    assert ids(rq.list_executions(database, handler="shell.command")) == [known["e7"]]
+    assert ids(rq.list_executions(database, job_id=known["alpha"])) == [known["alpha_run"]]
+    window = rq.list_executions(
+        database, since=T0 + timedelta(minutes=1), until=T0 + timedelta(seconds=89)
+    )
+    assert ids(window) == [known["e6"], known["e5"]]
+    page = rq.list_executions(database, limit=3, offset=2)
+    assert (ids(page), page.total) == ([known[k] for k in ("e6", "e5", "e4")], 8)
+    alpha_run = rq.get_execution(database, known["alpha_run"])
+    assert alpha_run is not None
+    assert (alpha_run.job_name, alpha_run.trigger, alpha_run.lateness_ms) == (
+        "alpha",
+        "schedule",
+        100.0,
+    )
+    running = rq.get_execution(database, known["e8"])
+    assert running is not None
+    assert (running.status, running.worker_id, running.job_name) == ("running", "w1", None)
+    assert rq.get_execution(database, uuid.uuid4()) is None
+
+
+def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uuid.UUID]) -> None:
+    """If dead letters are listed, then the latest to die come first, the filters
+    (error text matched case and all) narrow them, and each attempt is listed."""
+
+    def ids(**filters: Any) -> list[uuid.UUID]:
+        return [item.id for item in rq.list_dead_letters(database, **filters).items]
+
+    assert ids() == [known["e6"], known["e5"]]
+    assert ids(queue="hooks") == [known["e5"]]
+    assert ids(handler="test.fail") == [known["e6"]]
+    assert ids(error_contains="503") == [known["e5"]]
+    assert ids(error_contains="boom") == [known["e6"]]
+    assert ids(error_contains="BOOM") == []
+    assert ids(job_id=known["alpha"]) == []
+    assert rq.list_dead_letters(database, limit=1).total == 2
+    attempts = rq.list_attempts(database, known["e5"])
+    assert [(a.attempt, a.outcome, a.error) for a in attempts] == [
+        (1, "retried", "HTTP 503 Service Unavailable"),
+        (2, "dead_lettered", "HTTP 503 again"),
+    ]
+    first = attempts[0]
+    assert (first.worker_id, first.duration_ms) == ("w1", 1000.0)
+    assert first.started_at == T0 + timedelta(minutes=1)
+    assert first.finished_at == T0 + timedelta(minutes=1, seconds=1)
+
+
+def test_minute_stats_count_and_rank(database: Database, known: dict[str, uuid.UUID]) -> None:
+    """If minutes are asked for, then each has its counts and its lateness and duration
+    percentiles (within 2 %), and a quiet minute has zeros."""
+    del known
+    stats = rq.minute_stats(
+        database, since=T0 + timedelta(seconds=30), until=T0 + timedelta(minutes=3)
+    )
+    assert [s.minute for s in stats] == [T0 + timedelta(minutes=m) for m in range(3)]
+    first, second, quiet = stats
+    assert (first.fired, first.completed, first.failed, first.dead_lettered) == (4, 4, 0, 0)
+    lateness = (first.lateness_p50_ms, first.lateness_p95_ms, first.lateness_p99_ms)
+    assert lateness == pytest.approx((200, 400, 400), rel=0.02)
+    duration = (first.duration_p50_ms, first.duration_p95_ms, first.duration_p99_ms)
+    assert duration == pytest.approx((20, 40, 40), rel=0.02)
+    assert (second.fired, second.completed, second.failed, second.dead_lettered) == (4, 0, 3, 2)
+    lateness = (second.lateness_p50_ms, second.lateness_p95_ms, second.lateness_p99_ms)
+    assert lateness == pytest.approx((250, 500, 500), rel=0.02)
+    assert second.duration_p50_ms is None
+    assert (quiet.fired, quiet.completed, quiet.lateness_p99_ms) == (0, 0, None)
+    assert rq.minute_stats(database, since=T0, until=T0) == []
+    with pytest.raises(ValueError, match="7 days"):
+        rq.minute_stats(database, since=T0, until=T0 + timedelta(days=8))
+
+
+def test_status_counts_list_every_status(database: Database, known: dict[str, uuid.UUID]) -> None:
+    """If the counts are asked for, then every status of jobs and executions is there."""
+    del known
+    assert rq.status_counts(database) == {
+        "jobs": {"active": 2, "paused": 1, "deleted": 1},
+        "executions": {
+            "pending": 1,
+            "running": 1,
+            "completed": 4,
+            "dead_lettered": 2,
+            "cancelled": 0,
+            "discarded": 0,
+        },
+    }
+
+
+# ---- the command ----------------------------------------------------------------------
+
+
+def test_projections_rebuild_command_on_the_embedded_store(tmp_path: Path) -> None:
+    """If `jobledger projections rebuild` runs on the embedded store, then it replays
+    every event into the read models and says how many."""
+    settings = load_settings({}, data_dir=str(tmp_path))
+    migrate(settings, progress=lambda _: None)
+    ledger = open_ledger(settings)
+    try:
+        for n in range(3):
+            ledger.run_adhoc(_spec(), key=f"run-{n}", at=datetime.now(UTC))
+        events = ledger.recorder.max_notification_id()
+    finally:
+        ledger.close()
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    result = subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+        [
+            sys.executable,
+            "-m",
+            "jobledger.cli",
+            "--data-dir",
+            str(tmp_path),
+            "projections",
+            "rebuild",
+        ],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"read models rebuilt: {events} events replayed in" in result.stdout
+    database = projection_database(settings)
+    try:
+        page = rq.list_executions(database)
+        assert page.total == 3
+        assert {item.trigger for item in page.items} == {Trigger.ADHOC.value}
+    finally:
+        database.close()
+
+
+def test_a_nul_character_in_an_error_does_not_stop_the_projection(
+    ledger: Ledger, database: Database
+) -> None:
+    """If a handler's error text or an operator's reason holds a NUL character, then the
+    execution is still projected, with the character replaced."""
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.fail", retry=RetryPolicy(max_retries=0)),
+        ready_at=datetime.now(tz=UTC),
+        trigger=Trigger.ADHOC,
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(tz=UTC))
+    execution.fail(lease_id=lease_id, error="bad\x00byte", at=datetime.now(tz=UTC))
+    execution.discard(by="op\x00", reason="why\x00")
+    ledger.save_all(execution)
+    _drain(ReadModels(ledger, database))
+    row = rq.get_execution(database, execution.id)
+    assert row is not None
+    assert (row.last_error, row.closed_by, row.closed_reason) == (
+        "bad\ufffdbyte",
+        "op\ufffd",
+        "why\ufffd",
+    )

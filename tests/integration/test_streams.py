@@ -1,0 +1,40 @@
+"""Loading many aggregates in one go, on SQLite and PostgreSQL."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.job import Job
+from jobledger.domain.ledger import Ledger
+from jobledger.projections.streams import load_many
+
+AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_load_many_equals_loading_each(ledger: Ledger) -> None:
+    """If several executions (with histories of different lengths), a job and an unknown
+    id are loaded together, then each execution comes back in the state a single load
+    gives, and the job and the unknown id are left out."""
+    executions = []
+    for events in range(1, 5):
+        execution = Execution.enqueue(
+            spec=ExecutionSpec(handler="test.echo"), ready_at=AT, trigger=Trigger.ADHOC
+        )
+        for _ in range(events - 1):
+            lease_id = uuid.uuid4()
+            execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=AT + timedelta(1))
+            execution.defer(lease_id=lease_id, reason="circuit open", ready_at=AT)
+        executions.append(execution)
+    job = Job.schedule(
+        JobDefinition(name="job", spec=ExecutionSpec(handler="test.echo")), at=AT, by="me"
+    )
+    ledger.save_all(*executions, job)
+    wanted = [e.id for e in executions] + [job.id, uuid.uuid4()]
+    loaded = load_many(ledger, Execution, wanted)
+    assert set(loaded) == {e.id for e in executions}
+    for execution in executions:
+        single = ledger.get_execution(execution.id)
+        assert loaded[execution.id].version == single.version == execution.version
+        assert vars(loaded[execution.id]) == vars(single)
+    assert load_many(ledger, Execution, []) == {}

@@ -1,0 +1,157 @@
+"""Account rules without I/O: usernames, passwords, roles, secrets, settings."""
+
+from datetime import timedelta
+
+import argon2
+import pytest
+
+from jobledger.runtime import credentials
+from jobledger.runtime.accounts import (
+    AccountSettings,
+    InvalidPasswordError,
+    InvalidUsernameError,
+    LoginThrottledError,
+    Role,
+    validate_password,
+    validate_username,
+)
+from jobledger.runtime.settings import load_settings
+
+CHEAP = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+@pytest.mark.parametrize("name", ["abc", "alice", "ops.bot-1_x", "a" * 64, "0.0"])
+def test_valid_usernames_are_kept(name: str) -> None:
+    """If a username has 3 to 64 of a-z, 0-9, dot, underscore, hyphen, then it is valid."""
+    assert validate_username(name) == name
+
+
+def test_usernames_are_stored_lower_case() -> None:
+    """If a username has capitals, then it is stored lower-case (unique in any case)."""
+    assert validate_username("Alice.OPS") == "alice.ops"
+
+
+@pytest.mark.parametrize(
+    "name", ["ab", "a" * 65, "al ice", "al@ice", "ålice", "\u212aate", "alice\n", ""]
+)
+def test_invalid_usernames_name_the_rule(name: str) -> None:
+    """If a username is too short, too long or has other characters, then the error
+    states the rule."""
+    with pytest.raises(InvalidUsernameError, match="3 to 64 characters: a-z, 0-9"):
+        validate_username(name)
+
+
+@pytest.mark.parametrize(
+    ("password", "rule"),
+    [
+        ("short-pw", "it has 8 characters; use at least 12"),
+        ("x" * 1025, "at most 1024 characters"),
+        ("abababababababab", "at least 5 different characters"),
+        ("my-alice-password", "contains the username"),
+        ("My-ALICE-Password", "contains the username"),
+    ],
+)
+def test_weak_passwords_name_the_rule_and_the_fix(password: str, rule: str) -> None:
+    """If a password breaks a rule, then the error names that rule and how to meet it."""
+    with pytest.raises(InvalidPasswordError, match=rule):
+        validate_password(password, username="alice", min_length=12)
+
+
+@pytest.mark.parametrize("password", ["correct horse battery", "x7#Lq9!mZ2$w", "é" * 6 + "ünïcødé"])
+def test_strong_passwords_pass(password: str) -> None:
+    """If a password is long enough and varied, then it is accepted."""
+    validate_password(password, username="alice", min_length=12)
+
+
+def test_the_minimum_length_is_a_setting() -> None:
+    """If the minimum length is raised, then a password under it is refused."""
+    with pytest.raises(InvalidPasswordError, match="use at least 20"):
+        validate_password("correct horse battery"[:19], username="bob", min_length=20)
+
+
+@pytest.mark.parametrize(
+    ("role", "other", "expected"),
+    [
+        (Role.ADMIN, Role.ADMIN, True),
+        (Role.ADMIN, Role.OPERATOR, True),
+        (Role.ADMIN, Role.VIEWER, True),
+        (Role.OPERATOR, Role.ADMIN, False),
+        (Role.OPERATOR, Role.OPERATOR, True),
+        (Role.OPERATOR, Role.VIEWER, True),
+        (Role.VIEWER, Role.ADMIN, False),
+        (Role.VIEWER, Role.OPERATOR, False),
+        (Role.VIEWER, Role.VIEWER, True),
+    ],
+)
+def test_roles_include_the_lower_ones(role: Role, other: Role, expected: bool) -> None:
+    """If a role is at or above another (admin ⊇ operator ⊇ viewer), then it includes it."""
+    assert role.includes(other) is expected
+
+
+def test_secrets_are_random_and_stored_as_sha256() -> None:
+    """If tokens are made, then they are unique, API tokens carry the jl_ prefix, and the
+    stored form is the 64-hex sha256, not the token."""
+    tokens = {credentials.new_api_token() for _ in range(100)}
+    assert len(tokens) == 100
+    token = tokens.pop()
+    assert token.startswith("jl_")
+    assert len(token) == 3 + 43
+    digest = credentials.token_digest(token)
+    assert len(digest) == 64
+    assert token not in digest
+    assert digest == credentials.token_digest(token)
+
+
+def test_password_hashes_are_argon2id_and_verify() -> None:
+    """If a password is hashed, then the hash is argon2id, the password verifies, another
+    does not, and a missing user (no hash) never verifies."""
+    hashing = credentials.PasswordHashing(CHEAP)
+    stored = hashing.hash("correct horse battery")
+    assert stored.startswith("$argon2id$")
+    assert hashing.verify(stored, "correct horse battery")
+    assert not hashing.verify(stored, "wrong horse battery")
+    assert not hashing.verify(None, "correct horse battery")
+    assert not hashing.verify("not a hash", "correct horse battery")
+
+
+def test_only_argon2id_hashers_are_accepted() -> None:
+    """If a hasher of another argon2 type is passed, then it is refused."""
+    with pytest.raises(ValueError, match="argon2id"):
+        credentials.PasswordHashing(argon2.PasswordHasher(type=argon2.Type.I))
+
+
+def test_a_hash_with_weaker_parameters_is_renewed() -> None:
+    """If the stored hash used cheaper parameters than the hasher's, then a new hash is
+    made; with the same parameters, none."""
+    stored = credentials.PasswordHashing(CHEAP).hash("correct horse battery")
+    stronger = argon2.PasswordHasher(time_cost=2, memory_cost=8, parallelism=1)
+    renewed = credentials.PasswordHashing(stronger).rehashed(stored, "correct horse battery")
+    assert renewed is not None
+    assert "t=2" in renewed
+    assert credentials.PasswordHashing(CHEAP).rehashed(stored, "correct horse battery") is None
+
+
+def test_the_throttle_error_rounds_the_wait_up() -> None:
+    """If a login is throttled for 90.2 s, then the message says 91 s and the error keeps
+    the exact wait."""
+    error = LoginThrottledError(timedelta(seconds=90.2))
+    assert "91 s" in str(error)
+    assert error.retry_after == timedelta(seconds=90.2)
+
+
+def test_account_settings_come_from_the_settings() -> None:
+    """If the session and login settings are set, then the account settings follow them."""
+    settings = load_settings(
+        {},
+        session_idle_minutes="10",
+        session_absolute_hours="2",
+        login_max_failures="3",
+        login_window_minutes="5",
+    )
+    assert AccountSettings.from_settings(settings) == AccountSettings(
+        session_idle=timedelta(minutes=10),
+        session_absolute=timedelta(hours=2),
+        throttle_max_failures=3,
+        throttle_window=timedelta(minutes=5),
+    )
+    assert AccountSettings.from_settings(load_settings({})) == AccountSettings()
