@@ -135,8 +135,8 @@ class Worker:
         free = self.config.slots - len(self.running)
         if free <= 0:
             return 0
-        leases = await asyncio.to_thread(self._lease, free)
-        recorded = await asyncio.to_thread(self._record_leases, leases)
+        # One thread hop for the queue call and the batched save.
+        recorded = await asyncio.to_thread(lambda: self._record_leases(self._lease(free)))
         for running in recorded:
             self.running[running.execution.id] = running
             running.task = asyncio.create_task(self._execute(running))
