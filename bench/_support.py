@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,7 @@ import redis
 from psycopg import sql
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from _typeshed import DataclassInstance
 
@@ -219,3 +220,101 @@ def write_json(stem: str, document: Mapping[str, object]) -> Path:
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+# ---- subprocesses and their CPU time ----------------------------------------------------
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM to a process started with ``start_new_session``; after ``timeout``, SIGKILL
+    to its whole group, so that no forked child outlives it."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=timeout)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PROC = Path("/proc")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first)."""
+    try:
+        text = (_PROC / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    return text.rpartition(")")[2].split()
+
+
+def cpu_seconds(pids: Iterable[int]) -> float:
+    """User plus system CPU time of the processes so far (Linux ``/proc``; gone ones add 0)."""
+    total = 0
+    for pid in pids:
+        fields = _stat_fields(pid)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICKS
+
+
+def _all_pids() -> list[int]:
+    if not _PROC.is_dir():
+        return []
+    return [int(entry.name) for entry in _PROC.iterdir() if entry.name.isdigit()]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process descended from it (forked workers, pool children)."""
+    children: dict[int, list[int]] = {}
+    for other in _all_pids():
+        fields = _stat_fields(other)
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(other)  # ppid
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo += children.get(current, [])
+    return tree
+
+
+def pids_named(name: str, *, title: Callable[[str], bool] | None = None) -> list[int]:
+    """Processes whose command name (``/proc/<pid>/comm``) is ``name``, e.g. postgres;
+    with ``title``, only those whose command line passes it (PostgreSQL shows the
+    database and the client of a backend there)."""
+    found = []
+    for pid in _all_pids():
+        folder = _PROC / str(pid)
+        try:
+            if (folder / "comm").read_text(encoding="utf-8").strip() != name:
+                continue
+            line = (folder / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if title is None or title(line):
+            found.append(pid)
+    return found
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU time of the whole machine so far, all cores added (``/proc/stat``)."""
+    try:
+        line = (_PROC / "stat").read_text(encoding="ascii").splitlines()[0]
+    except (FileNotFoundError, IndexError):
+        return 0.0
+    # user nice system idle iowait irq softirq steal: all but idle and iowait are busy
+    values = [int(value) for value in line.split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / _CLOCK_TICKS

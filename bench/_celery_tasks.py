@@ -1,0 +1,42 @@
+"""The Celery side of throughput.py: one no-op task on a Redis broker.
+
+Imported by ``celery -A _celery_tasks worker`` and by the benchmark, from the folder the
+benchmark copies it into; ``BENCH_BROKER_URL`` names the private redis-server and a
+database number of its own. No result backend: completions are counted by
+``_completions.record``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import redis
+
+# Celery ships no type information.
+from celery import Celery  # type: ignore[import-untyped]
+
+if TYPE_CHECKING:
+    from bench import _completions as completions
+else:  # run from the copy folder, where it is a top-level module
+    import _completions as completions
+
+QUEUE = "bench"
+BROKER_URL = os.environ["BENCH_BROKER_URL"]
+
+app = Celery("bench_throughput", broker=BROKER_URL)
+app.conf.update(
+    task_ignore_result=True,
+    # Acknowledged once the task has run, as a jobledger lease ends with the outcome:
+    # a worker that dies mid-task leaves it to be delivered again.
+    task_acks_late=True,
+    task_default_queue=QUEUE,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+_counter = redis.Redis.from_url(BROKER_URL)
+
+
+@app.task(name="bench.noop")  # type: ignore[untyped-decorator]  # Celery is untyped
+def noop() -> None:
+    completions.record(_counter)

@@ -1,0 +1,33 @@
+"""The Dramatiq side of throughput.py: one no-op actor on a Redis broker.
+
+Imported by ``dramatiq _dramatiq_tasks`` (which finds ``broker`` here) and by the
+benchmark, from the folder the benchmark copies it into; ``BENCH_BROKER_URL`` names the
+private redis-server and a database number of its own. No results middleware:
+completions are counted by ``_completions.record``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import dramatiq
+import redis
+from dramatiq.brokers.redis import RedisBroker
+
+if TYPE_CHECKING:
+    from bench import _completions as completions
+else:  # run from the copy folder, where it is a top-level module
+    import _completions as completions
+
+QUEUE = "bench"
+BROKER_URL = os.environ["BENCH_BROKER_URL"]
+
+broker = RedisBroker(url=BROKER_URL)  # type: ignore[no-untyped-call]  # untyped __init__
+dramatiq.set_broker(broker)
+_counter = redis.Redis.from_url(BROKER_URL)
+
+
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+def noop() -> None:
+    completions.record(_counter)
