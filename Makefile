@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .jobledger
 
-.PHONY: setup run check lint typecheck imports test bench clean
+.PHONY: setup browser run check lint typecheck imports test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,19 @@ typecheck: setup
 imports: setup
 	$(BIN)/lint-imports
 
-test: setup
+# The dashboard's browser tests drive Debian's Chromium. Install it, quietly, only when
+# it is missing (apt-get needs root, as in CI); without it those tests skip, or fail
+# when JOBLEDGER_REQUIRE_SERVICES is set.
+CHROMIUM ?= /usr/bin/chromium
+
+browser:
+	@test -x $(CHROMIUM) || { \
+		echo "installing Debian's chromium for the browser tests" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium; } >/dev/null 2>&1 \
+		|| echo "chromium could not be installed: the browser tests cannot run" >&2; }
+
+test: setup browser
 	$(BIN)/pytest
 
 check: lint typecheck imports test

@@ -2,12 +2,21 @@
 
 import contextlib
 import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 import psycopg
 import pytest
+import redis
+import uvicorn
+from litestar import Litestar
 from psycopg import sql
 
 from jobledger.domain.ledger import Ledger
@@ -105,3 +114,105 @@ def ledger(store_settings: Settings) -> Iterator[Ledger]:
     ledger = open_ledger(store_settings)
     yield ledger
     ledger.close()
+
+
+# ---- a private redis-server ------------------------------------------------------
+
+_START_TIMEOUT = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _tail(log: Path) -> str:
+    return log.read_text()[-2000:] if log.exists() else "(no log)"
+
+
+def _wait_for_ping(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"redis-server exited with {process.returncode}: {_tail(log)}")
+        client = redis.Redis.from_url(url, socket_connect_timeout=0.5)
+        try:
+            if client.ping():
+                return
+        except redis.ConnectionError:
+            time.sleep(0.05)
+        finally:
+            client.close()
+    pytest.fail(f"redis-server did not answer PING within {_START_TIMEOUT} s: {_tail(log)}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a private redis-server, started for this session and stopped after."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed"
+        if os.environ.get("JOBLEDGER_REQUIRE_SERVICES"):
+            pytest.fail(f"{message} (JOBLEDGER_REQUIRE_SERVICES is set)")
+        pytest.skip(message)
+    workdir = tmp_path_factory.mktemp("redis")
+    log = workdir / "redis.log"
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
+    args += ["--bind", "127.0.0.1", "--dir", str(workdir), "--logfile", str(log)]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # noqa: S603 (a fixed argument list, no shell)
+    try:
+        _wait_for_ping(url, process, log)
+        yield url
+    finally:
+        _stop(process)
+
+
+# ---- an app served over real HTTP --------------------------------------------------
+
+
+class LiveServer:
+    """uvicorn serving ``app`` from a thread, on a socket bound before it starts."""
+
+    def __init__(self, app: Litestar) -> None:
+        self._socket = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        host, port = self._socket.getsockname()
+        self.url = f"http://{host}:{port}"
+        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                pytest.fail("the API server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+        self._socket.close()
+
+
+@pytest.fixture(scope="session")
+def live_server() -> type[LiveServer]:
+    """Serves an ASGI app over real HTTP from a thread: ``with live_server(app) as s``."""
+    return LiveServer

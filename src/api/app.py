@@ -10,6 +10,7 @@ from litestar.openapi import OpenAPIConfig
 from litestar.types import ControllerRouterHandler
 
 from jobledger.api.auth import AuthController, TokenController, UserController
+from jobledger.api.dashboard import pages
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController
 from jobledger.api.jobs import JobController
@@ -32,6 +33,7 @@ ROUTES: list[ControllerRouterHandler] = [
     health,
     ready,
     metrics,
+    *pages.ROUTES,
 ]
 
 
@@ -56,6 +58,7 @@ def create_app(container: Container, *, now: Callable[[], datetime] = utc_now) -
         ),
         request_max_body_size=container.settings.api_max_body_bytes,
         state=State({"api": state}),
+        template_config=pages.template_config(),
         logging_config=None,
         debug=False,
     )

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from jobledger.projections.database import Database
 from jobledger.runtime.accounts import Accounts
 from jobledger.runtime.bootstrap import Container
+from jobledger.runtime.breakers import Breakers
 
 
 def utc_now() -> datetime:
@@ -35,10 +36,22 @@ class ApiState:
     now: Callable[[], datetime] = utc_now
     rebuild: TaskStatus = field(default_factory=lambda: TaskStatus("queue-rebuild"))
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _breakers: Breakers | None = None
 
     @property
     def database(self) -> Database:
         return self.container.database
+
+    def breaker_states(self) -> dict[str, str]:
+        """Every handler's breaker as the workers share it. Breakers are made on first
+        use, so ask about each handler once; the instances then stay."""
+        with self._lock:
+            if self._breakers is None:
+                self._breakers = self.container.breakers()
+                for name in self.handler_names:
+                    self._breakers.get(name)
+            breakers = self._breakers
+        return dict(sorted(breakers.states().items()))
 
     def start_task(self, status: TaskStatus, now: datetime) -> bool:
         """Mark ``status`` running unless it already runs; False if it did."""

@@ -194,7 +194,7 @@ def system_view(state: ApiState) -> SystemView:
         leader=leader,
         leader_epoch=epoch,
         projection_lag=_lags(state),
-        breakers=container.breakers().states(),
+        breakers=state.breaker_states(),
         minutes=read_queries.minute_stats(
             state.database, since=now - timedelta(hours=1), until=now
         ),

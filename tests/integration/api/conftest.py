@@ -2,55 +2,25 @@
 over PostgreSQL and a private Redis, with one user and one API token per role."""
 
 import contextlib
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Self
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-import uvicorn
-from litestar import Litestar
 
 from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.settings import load_settings
 
+if TYPE_CHECKING:
+    from tests.conftest import LiveServer
+
 PASSWORD = "correct horse battery staple"
-
-
-class LiveServer:
-    """uvicorn serving ``app`` from a thread, on a socket bound before it starts."""
-
-    def __init__(self, app: Litestar) -> None:
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        host, port = self._socket.getsockname()
-        self.url = f"http://{host}:{port}"
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
-        )
-
-    def __enter__(self) -> Self:
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                pytest.fail("the API server did not start")
-            time.sleep(0.01)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._socket.close()
 
 
 @dataclass
@@ -88,7 +58,7 @@ class Api:
 
 
 @contextlib.contextmanager
-def serve_api(database_url: str, redis_url: str) -> Iterator[Api]:
+def serve_api(database_url: str, redis_url: str, live_server: type["LiveServer"]) -> Iterator[Api]:
     """The API over a migrated database, with its projector running."""
     settings = load_settings(
         {},
@@ -110,7 +80,7 @@ def serve_api(database_url: str, redis_url: str) -> Iterator[Api]:
         projector = container.projector()
         projector.start()
         try:
-            with LiveServer(create_app(container)) as server:
+            with live_server(create_app(container)) as server:
                 api = Api(server.url, container, tokens)
                 yield api
                 for client in api.clients:
@@ -120,13 +90,15 @@ def serve_api(database_url: str, redis_url: str) -> Iterator[Api]:
 
 
 @pytest.fixture
-def api(postgres_url: str, redis_server: str) -> Iterator[Api]:
-    with serve_api(postgres_url, redis_server) as served:
+def api(postgres_url: str, redis_server: str, live_server: type["LiveServer"]) -> Iterator[Api]:
+    with serve_api(postgres_url, redis_server, live_server) as served:
         yield served
 
 
 @pytest.fixture(scope="module")
-def module_api(module_postgres_url: str, redis_server: str) -> Iterator[Api]:
+def module_api(
+    module_postgres_url: str, redis_server: str, live_server: type["LiveServer"]
+) -> Iterator[Api]:
     """One API for a whole module (the schema-driven tests make many requests)."""
-    with serve_api(module_postgres_url, redis_server) as served:
+    with serve_api(module_postgres_url, redis_server, live_server) as served:
         yield served

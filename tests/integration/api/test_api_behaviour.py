@@ -271,8 +271,8 @@ def test_wrong_passwords_are_throttled(api: "Api") -> None:
 
 
 def test_health_ready_and_metrics_are_public(api: "Api") -> None:
-    """If anyone asks, then /health, /ready and /metrics answer without a login, and
-    /ready reports each dependency."""
+    """If anyone asks, then /health, /ready and /metrics answer without a login, /ready
+    reports each dependency, and the system view names every handler's breaker."""
     client = api.client()
     assert client.get("/health").json() == {"status": "ok"}
     api.wait_for(lambda: client.get("/ready").status_code == 200)
@@ -280,3 +280,5 @@ def test_health_ready_and_metrics_are_public(api: "Api") -> None:
     assert "jobledger_" in client.get("/metrics").text
     system = api.client(Role.VIEWER).get("/api/v1/metrics/system").json()
     assert {"counts", "queues", "workers", "projection_lag", "minutes"} <= set(system)
+    assert system["breakers"]["test.echo"] == "closed"
+    assert system["breakers"]["http.webhook"] == "closed"

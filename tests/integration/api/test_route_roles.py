@@ -59,6 +59,19 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/health"): PUBLIC,
     ("GET", "/ready"): PUBLIC,
     ("GET", "/metrics"): PUBLIC,
+    ("GET", "/ui/login"): PUBLIC,
+    ("GET", "/ui/static/{file_path:path}"): PUBLIC,
+    ("GET", "/ui"): VIEW,
+    ("GET", "/ui/jobs"): VIEW,
+    ("GET", "/ui/jobs/{job_id:uuid}"): VIEW,
+    ("GET", "/ui/executions"): VIEW,
+    ("GET", "/ui/executions/{execution_id:uuid}"): VIEW,
+    ("GET", "/ui/workers"): VIEW,
+    ("GET", "/ui/dlq"): VIEW,
+    ("GET", "/ui/system"): VIEW,
+    ("GET", "/ui/audit"): VIEW,
+    ("GET", "/ui/jobs/new"): OPERATE,
+    ("GET", "/ui/jobs/{job_id:uuid}/edit"): OPERATE,
 }
 # Routes whose success changes what later requests see; they run last, once per role.
 _LAST = {("POST", "/api/v1/admin/queue/rebuild")}

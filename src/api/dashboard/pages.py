@@ -1,0 +1,418 @@
+"""The dashboard's page routes under /ui, its templates and its static files.
+
+Every page is a GET that needs a session (or a token) with at least the viewer role;
+pages that only serve a change (the job forms) need the operator role, like the
+changes themselves. The server decides before anything is drawn: a signed-in browser
+gets the page, one without a valid session a 303 to the login page.
+"""
+
+import hashlib
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+import msgspec
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from litestar import Request, Response, Router, get
+from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.params import FromPath, QueryParameter
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Redirect, Template
+from litestar.static_files import create_static_files_router
+from litestar.status_codes import HTTP_303_SEE_OTHER
+from litestar.template.config import TemplateConfig
+from litestar.types import ControllerRouterHandler
+
+from jobledger.api.common import state_of
+from jobledger.api.dashboard import charts, views
+from jobledger.api.dashboard.access import DASHBOARD, EXCEPTION_HANDLERS, safe_next
+from jobledger.api.schedules import preview_fires
+from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, event_out, job_out
+from jobledger.api.security import OPEN, OPERATOR, SESSION_COOKIE, VIEWER, SessionAuth, principal_of
+from jobledger.api.system import audit_page, live_workers, system_view
+from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.schedules import ManualSchedule, Schedule
+from jobledger.projections import read_queries
+from jobledger.projections.read_queries import Page
+from jobledger.runtime.accounts import Role
+
+HERE = Path(__file__).parent
+PAGE_SIZE = 50
+_NEXT_FIRES = 5
+_RECENT = 10
+_AUDIT_WINDOW = 50
+
+Text = Annotated[str | None, QueryParameter(max_length=200, pattern=NO_NUL)]
+PageNumber = Annotated[int, QueryParameter(ge=1, le=100_000, description="page, from 1")]
+# Pages hold a CSRF token and operational data: never cached, never framed.
+_HEADERS = [
+    ResponseHeader(name="Cache-Control", value="no-store"),
+    ResponseHeader(name="X-Frame-Options", value="DENY"),
+    ResponseHeader(name="Referrer-Policy", value="same-origin"),
+    ResponseHeader(
+        name="Content-Security-Policy",
+        value="default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+        "base-uri 'none'; form-action 'self'",
+    ),
+]
+
+
+def _asset_version() -> str:
+    """A hash of the static files: their URLs carry it, so a browser that cached them
+    for an hour still loads the new ones right after an upgrade."""
+    digest = hashlib.sha256()
+    for path in sorted((HERE / "static").iterdir()):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+ASSET_VERSION = _asset_version()
+
+
+def template_config() -> TemplateConfig[JinjaTemplateEngine]:
+    environment = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters.update(views.FILTERS)
+    environment.globals["asset_version"] = ASSET_VERSION
+    return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
+
+
+def render(request: Request[Any, Any, Any], template: str, **context: Any) -> Template:  # noqa: ANN401 (template values)
+    """A page with what every page needs: who is signed in, their rights, the CSRF
+    token for the API calls the page makes, and the clock."""
+    principal = principal_of(request)
+    auth = request.auth
+    return Template(
+        template_name=template,
+        context={
+            "me": principal,
+            "csrf": auth.csrf_token if isinstance(auth, SessionAuth) else "",
+            "can_operate": principal.role.includes(Role.OPERATOR),
+            "is_admin": principal.role.includes(Role.ADMIN),
+            "now": state_of(request).now(),
+            "path": request.url.path,
+            **context,
+        },
+    )
+
+
+def pager(request: Request[Any, Any, Any], page: Page) -> dict[str, Any]:
+    """Links to the previous and next page that keep the other query parameters."""
+    number = page.offset // page.limit + 1
+    last = max(1, -(-page.total // page.limit))
+
+    def link(to: int) -> str:
+        query = {k: v for k, v in request.query_params.items() if k != "page" and v}
+        query["page"] = str(to)
+        return f"{request.url.path}?{urlencode(query)}"
+
+    return {
+        "number": number,
+        "last": last,
+        "total": page.total,
+        "prev": link(number - 1) if number > 1 else None,
+        "next": link(number + 1) if number < last else None,
+    }
+
+
+def _offset(page: int) -> int:
+    return (page - 1) * PAGE_SIZE
+
+
+# ---- sign-in ---------------------------------------------------------------------------
+
+
+@get("/login", opt=OPEN, sync_to_thread=True, name="ui-login")
+def login(
+    request: Request[Any, Any, Any],
+    target: Annotated[str | None, QueryParameter(name="next", max_length=2000)] = None,
+    expired: Annotated[str | None, QueryParameter(max_length=10)] = None,
+) -> Response[Any]:
+    """The sign-in form; a browser that is signed in already goes straight on."""
+    state = state_of(request)
+    destination = safe_next(target)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie and state.accounts.resolve_session(cookie, now=state.now()) is not None:
+        return Redirect(destination, status_code=HTTP_303_SEE_OTHER)
+    return Template(
+        template_name="login.html",
+        context={"next": destination, "expired": bool(expired and cookie is not None)},
+    )
+
+
+# ---- overview ----------------------------------------------------------------------------
+
+
+@get("/", opt=VIEWER, sync_to_thread=True, name="ui-overview")
+def overview(request: Request[Any, Any, Any]) -> Template:
+    view = system_view(state_of(request))
+    return render(
+        request,
+        "overview.html",
+        view=view,
+        cards=views.cards(view),
+        charts=charts.overview_charts(view.minutes),
+    )
+
+
+# ---- jobs --------------------------------------------------------------------------------
+
+
+@get("/jobs", opt=VIEWER, sync_to_thread=True, name="ui-jobs")
+def jobs(
+    request: Request[Any, Any, Any],
+    *,
+    status: Text = None,
+    handler: Text = None,
+    queue: Text = None,
+    search: Text = None,
+    page: PageNumber = 1,
+) -> Template:
+    state = state_of(request)
+    found = read_queries.list_jobs(
+        state.database,
+        status=status or None,
+        handler=handler or None,
+        queue=queue or None,
+        search=search or None,
+        limit=PAGE_SIZE,
+        offset=_offset(page),
+    )
+    filters = {"status": status, "handler": handler, "queue": queue, "search": search}
+    return render(
+        request,
+        "jobs.html",
+        jobs=found.items,
+        pager=pager(request, found),
+        filters={k: v or "" for k, v in filters.items()},
+        statuses=read_queries.JOB_STATUSES,
+        handlers=sorted(state.handler_names),
+    )
+
+
+@get("/jobs/new", opt=OPERATOR, sync_to_thread=False, name="ui-job-new")
+def new_job(request: Request[Any, Any, Any]) -> Template:
+    blank = JobIn(name="", handler="test.echo", schedule=CronIn(cron="0 * * * *"))
+    return _job_form(request, blank, job_id=None)
+
+
+@get("/jobs/{job_id:uuid}/edit", opt=OPERATOR, sync_to_thread=True, name="ui-job-edit")
+def edit_job(request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> Template:
+    job = state_of(request).container.ledger.get_job(job_id)
+    return _job_form(request, job_out(job).definition, job_id=job_id)
+
+
+def _job_form(request: Request[Any, Any, Any], definition: JobIn, job_id: UUID | None) -> Template:
+    return render(
+        request,
+        "job_form.html",
+        job_id=job_id,
+        form=msgspec.to_builtins(definition),
+        **views.form_choices(state_of(request).handler_names),
+    )
+
+
+@get("/jobs/{job_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-job")
+def job_detail(request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> Template:
+    state = state_of(request)
+    ledger = state.container.ledger
+    domain_job = ledger.get_job(job_id)
+    job = job_out(domain_job)
+    events = [event_out(e) for e in ledger.history(job_id)]
+    return render(
+        request,
+        "job.html",
+        job=job,
+        definition=msgspec.to_builtins(job.definition),
+        fires=_next_fires(
+            domain_job.definition.schedule, state.now(), active=job.status == "active"
+        ),
+        executions=read_queries.list_executions(state.database, job_id=job_id, limit=_RECENT),
+        timeline=views.timeline(events),
+        event_count=len(events),
+        versions=views.versions(events),
+    )
+
+
+def _next_fires(schedule: Schedule, now: datetime, *, active: bool) -> list[Fire]:
+    if not active or isinstance(schedule, ManualSchedule):
+        return []
+    return preview_fires(schedule, after=now, count=_NEXT_FIRES).fires
+
+
+# ---- executions --------------------------------------------------------------------------
+
+
+@get("/executions", opt=VIEWER, sync_to_thread=True, name="ui-executions")
+def executions(
+    request: Request[Any, Any, Any],
+    *,
+    status: Text = None,
+    job_id: Text = None,
+    handler: Text = None,
+    queue: Text = None,
+    since: Text = None,
+    until: Text = None,
+    page: PageNumber = 1,
+) -> Template:
+    state = state_of(request)
+    filters = {"status": status, "job_id": job_id, "handler": handler, "queue": queue}
+    filters |= {"since": since, "until": until}
+    problems: dict[str, str] = {}
+    query = _execution_query(filters, problems)
+    found = read_queries.list_executions(
+        state.database, **query, limit=PAGE_SIZE, offset=_offset(page)
+    )
+    return render(
+        request,
+        "executions.html",
+        executions=found.items,
+        pager=pager(request, found),
+        filters={k: v or "" for k, v in filters.items()},
+        problems=problems,
+        statuses=[s.value for s in ExecutionStatus],
+        handlers=sorted(state.handler_names),
+    )
+
+
+def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -> dict[str, Any]:
+    """The list's filters; a value that does not parse is reported and left out."""
+    query: dict[str, Any] = {k: filters[k] or None for k in ("status", "handler", "queue")}
+    parsers = {"job_id": views.parse_uuid, "since": views.parse_time, "until": views.parse_time}
+    for name, parse in parsers.items():
+        try:
+            query[name] = parse(filters[name])
+        except ValueError:
+            problems[name] = f"{filters[name]!r} is not a valid {name.replace('_', ' ')}"
+            query[name] = None
+    return query
+
+
+@get("/executions/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-execution")
+def execution_detail(request: Request[Any, Any, Any], execution_id: FromPath[UUID]) -> Template:
+    state = state_of(request)
+    ledger = state.container.ledger
+    events = [event_out(e) for e in ledger.history(execution_id)]
+    row = read_queries.get_execution(state.database, execution_id)
+    if row is None and not events:
+        ledger.get_execution(execution_id)  # the 404 page for an unknown id
+    return render(
+        request,
+        "execution.html",
+        execution_id=execution_id,
+        execution=row,
+        attempts=read_queries.list_attempts(state.database, execution_id) if row else [],
+        timeline=views.timeline(events),
+        event_count=len(events),
+    )
+
+
+# ---- workers, dead letters, system, audit ----------------------------------------------
+
+
+@get("/workers", opt=VIEWER, sync_to_thread=True, name="ui-workers")
+def workers(request: Request[Any, Any, Any]) -> Template:
+    live = live_workers(state_of(request))
+    return render(request, "workers.html", workers=sorted(live, key=lambda w: w.worker_id))
+
+
+@get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")
+def dead_letters(
+    request: Request[Any, Any, Any],
+    *,
+    queue: Text = None,
+    handler: Text = None,
+    error_contains: Text = None,
+    page: PageNumber = 1,
+) -> Template:
+    state = state_of(request)
+    found = read_queries.list_dead_letters(
+        state.database,
+        queue=queue or None,
+        handler=handler or None,
+        error_contains=error_contains or None,
+        limit=PAGE_SIZE,
+        offset=_offset(page),
+    )
+    filters = {"queue": queue, "handler": handler, "error_contains": error_contains}
+    return render(
+        request,
+        "dlq.html",
+        dead=found.items,
+        pager=pager(request, found),
+        filters={k: v or "" for k, v in filters.items()},
+        handlers=sorted(state.handler_names),
+    )
+
+
+@get("/system", opt=VIEWER, sync_to_thread=True, name="ui-system")
+def system(request: Request[Any, Any, Any]) -> Template:
+    state = state_of(request)
+    return render(
+        request,
+        "system.html",
+        view=system_view(state),
+        breakers=state.breaker_states(),
+        rebuild=state.rebuild,
+    )
+
+
+@get("/audit", opt=VIEWER, sync_to_thread=True, name="ui-audit")
+def audit(
+    request: Request[Any, Any, Any],
+    *,
+    after: Annotated[int | None, QueryParameter(ge=0, description="log position")] = None,
+    types: Annotated[str | None, QueryParameter(max_length=2000, pattern=NO_NUL)] = None,
+) -> Template:
+    state = state_of(request)
+    head = state.container.head()
+    start = max(0, head - _AUDIT_WINDOW) if after is None else after
+    wanted = frozenset(t.strip() for t in (types or "").split(",") if t.strip())
+    found = audit_page(state, after=start, types=wanted, since=None, until=None, limit=100)
+    return render(
+        request,
+        "audit.html",
+        events=[(e, views.cause_of(e)) for e in found.items],
+        types=types or "",
+        earlier=max(0, start - _AUDIT_WINDOW) if start > 0 else None,
+        later=found.next_after if found.next_after < head else None,
+        head=head,
+    )
+
+
+PAGES = Router(
+    path=DASHBOARD,
+    route_handlers=[
+        login,
+        overview,
+        jobs,
+        new_job,
+        edit_job,
+        job_detail,
+        executions,
+        execution_detail,
+        workers,
+        dead_letters,
+        system,
+        audit,
+    ],
+    exception_handlers=EXCEPTION_HANDLERS,
+    response_headers=_HEADERS,
+    include_in_schema=False,
+)
+STATIC = create_static_files_router(
+    path=f"{DASHBOARD}/static",
+    directories=[HERE / "static"],
+    opt=OPEN,
+    name="ui-static",
+    include_in_schema=False,
+    cache_control=CacheControlHeader(max_age=3600),
+)
+ROUTES: list[ControllerRouterHandler] = [PAGES, STATIC]

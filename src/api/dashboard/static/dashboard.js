@@ -1,0 +1,693 @@
+// jobledger dashboard: what a server-rendered page cannot do by itself. Every change is
+// a call of the JSON API with the session cookie and the page's CSRF token; the server
+// checks the role again, so hiding a button is a convenience, never the guard.
+// Handlers are delegated from the document, so content swapped in by a refresh works
+// without binding anything again.
+"use strict";
+
+(() => {
+  const LOGIN = "/ui/login";
+  const FLASH_KEY = "jobledger-flash";
+  const loadedAt = Date.now();
+
+  const csrf = () => document.querySelector('meta[name="csrf-token"]')?.content || "";
+  const byId = (id) => document.getElementById(id);
+  const named = (form, name) => form.elements.namedItem(name);
+
+  function toLogin() {
+    const here = location.pathname + location.search;
+    location.assign(`${LOGIN}?next=${encodeURIComponent(here)}&expired=1`);
+  }
+
+  // ---- the JSON API ------------------------------------------------------------------
+
+  async function api(method, url, body) {
+    const headers = { Accept: "application/json", "X-CSRF-Token": csrf() };
+    const init = { method, headers, credentials: "same-origin" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(url, init);
+    } catch {
+      return { ok: false, status: 0, error: { message: "The server cannot be reached; try again." } };
+    }
+    if (response.status === 401 && !url.endsWith("/auth/login")) {
+      toLogin(); // the session ended: never leave the person on a page that cannot work
+      return new Promise(() => {});
+    }
+    const data = await response.json().catch(() => null);
+    const error = data?.error || { message: `The server answered ${response.status}.` };
+    return { ok: response.ok, status: response.status, data, error };
+  }
+
+  async function busy(button, work) {
+    if (button) {
+      button.disabled = true;
+      button.setAttribute("aria-busy", "true");
+    }
+    try {
+      return await work();
+    } finally {
+      if (button) {
+        button.disabled = false;
+        button.removeAttribute("aria-busy");
+      }
+    }
+  }
+
+  // ---- messages and confirmation -----------------------------------------------------
+
+  function flash(message, bad = false, link = null) {
+    const box = byId("flash");
+    if (!box) return;
+    const line = document.createElement("p");
+    line.textContent = message;
+    if (bad) {
+      line.className = "bad";
+      line.setAttribute("role", "alert");
+    }
+    if (link) {
+      const anchor = document.createElement("a");
+      anchor.href = link.href;
+      anchor.textContent = link.text;
+      line.append(" ", anchor);
+    }
+    box.replaceChildren(line);
+    clearTimeout(flash.timer);
+    flash.timer = setTimeout(() => line.remove(), bad ? 20000 : 10000);
+  }
+
+  function flashAfterNavigation(message) {
+    sessionStorage.setItem(FLASH_KEY, message);
+  }
+
+  function confirmDialog(text, okLabel, danger = true) {
+    const dialog = byId("confirm");
+    if (!dialog?.showModal) return Promise.resolve(window.confirm(text));
+    byId("confirm-text").textContent = text;
+    byId("confirm-ok").textContent = okLabel || "Confirm";
+    byId("confirm-ok").className = danger ? "danger" : "";
+    dialog.returnValue = "";
+    const opener = document.activeElement;
+    dialog.showModal();
+    dialog.querySelector('button[value="cancel"]').focus(); // the safe choice has the focus
+    return new Promise((resolve) => {
+      dialog.addEventListener(
+        "close",
+        () => {
+          if (opener?.isConnected) opener.focus();
+          resolve(dialog.returnValue === "ok");
+        },
+        { once: true },
+      );
+    });
+  }
+
+  // ---- fetching the page again -------------------------------------------------------
+
+  async function fetchPage(url) {
+    let response;
+    try {
+      response = await fetch(url, { headers: { Accept: "text/html" }, credentials: "same-origin" });
+    } catch {
+      return null;
+    }
+    if (response.redirected && new URL(response.url).pathname === LOGIN) {
+      location.assign(response.url);
+      return null;
+    }
+    if (!response.ok) return null;
+    return new DOMParser().parseFromString(await response.text(), "text/html");
+  }
+
+  // The lists read the read models, which follow the log a moment behind a change:
+  // fetch again (for up to 3 s) until the page shows what ``isFresh`` waits for.
+  async function softReload(isFresh = () => true) {
+    let page = await fetchPage(location.href);
+    for (let round = 0; page && !isFresh(page) && round < 10; round += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      page = await fetchPage(location.href);
+    }
+    const fresh = page?.getElementById("main");
+    const main = byId("main");
+    if (fresh && main) {
+      main.replaceChildren(...fresh.childNodes);
+      enhance(main);
+      if (!main.contains(document.activeElement)) main.focus(); // the pressed button is gone
+    }
+  }
+
+  // Regions marked data-refresh="ms" are replaced by the same region of a fresh copy
+  // of the page; not while the person is using one (focus inside, a dialog open).
+  const refreshedAt = new Map();
+  let refreshing = false;
+
+  async function refreshTick() {
+    if (refreshing || document.hidden || document.querySelector("dialog[open]")) return;
+    const now = Date.now();
+    const due = [...document.querySelectorAll("[data-refresh][id]")].filter(
+      (region) => now - (refreshedAt.get(region.id) ?? loadedAt) >= Number(region.dataset.refresh),
+    );
+    if (!due.length) return;
+    refreshing = true;
+    try {
+      const page = await fetchPage(location.href);
+      for (const region of due) {
+        refreshedAt.set(region.id, Date.now());
+        const live = byId(region.id);
+        const fresh = page?.getElementById(region.id);
+        if (!live || !fresh || live.contains(document.activeElement)) continue;
+        live.replaceWith(fresh);
+        enhance(fresh);
+      }
+    } finally {
+      refreshing = false;
+    }
+  }
+
+  // ---- action buttons (pause, resume, trigger, delete, cancel) -----------------------
+
+  // A changed job shows its new version; a triggered run shows in the job's runs.
+  function showsChange(data) {
+    if (data.id && data.version) {
+      return (page) =>
+        [...page.querySelectorAll(`[data-job="${data.id}"][data-version]`)].every(
+          (element) => Number(element.dataset.version) >= data.version,
+        );
+    }
+    if (data.id && data.status) {
+      return (page) =>
+        !page.getElementById("job-executions") || Boolean(page.querySelector(`[data-execution="${data.id}"]`));
+    }
+    return () => true;
+  }
+
+  const goneFrom = (ids) => (page) => ids.every((id) => !page.querySelector(`#dlq tr[data-execution="${id}"]`));
+
+  async function runAction(button) {
+    const { confirm, method, action, body, done } = button.dataset;
+    if (confirm && !(await confirmDialog(confirm, button.textContent.trim()))) return;
+    const result = await busy(button, () =>
+      api(method || "POST", action, body ? JSON.parse(body) : undefined),
+    );
+    if (!result.ok) {
+      flash(result.error.message, true);
+      return;
+    }
+    await softReload(showsChange(result.data || {}));
+    const execution = action.endsWith("/trigger") ? result.data?.id : null;
+    flash(done || "Done.", false, execution && { href: `/ui/executions/${execution}`, text: "See the execution" });
+  }
+
+  // ---- sign in and out ---------------------------------------------------------------
+
+  async function signIn(form) {
+    const error = byId("login-error");
+    error.hidden = true;
+    const body = { username: named(form, "username").value.trim(), password: named(form, "password").value };
+    if (!body.username || !body.password) {
+      error.textContent = "Enter your username and your password.";
+      error.hidden = false;
+      return;
+    }
+    const submit = form.querySelector('button[type="submit"]');
+    const result = await busy(submit, () => api("POST", "/api/v1/auth/login", body));
+    if (result.ok) {
+      location.assign(form.dataset.next || "/ui");
+      return;
+    }
+    error.textContent = result.error.message + (result.error.fix ? ` (${result.error.fix})` : "");
+    error.hidden = false;
+    named(form, "password").select();
+  }
+
+  async function signOut() {
+    await api("POST", "/api/v1/auth/logout");
+    location.assign(LOGIN);
+  }
+
+  // ---- the job form: field errors and the live preview -------------------------------
+
+  class FieldError extends Error {
+    constructor(field, message) {
+      super(message);
+      this.field = field;
+    }
+  }
+
+  function fieldBox(form, field) {
+    let name = (field || "").replace(/^\$\.?/, "");
+    while (name) {
+      const box = form.querySelector(`[data-field="${CSS.escape(name)}"]`);
+      if (box) return box;
+      name = name.includes(".") ? name.slice(0, name.lastIndexOf(".")) : "";
+    }
+    return null;
+  }
+
+  function setFieldError(box, message, focus = false) {
+    const slot = box.querySelector(".field-error");
+    if (!slot) return;
+    slot.textContent = message;
+    slot.hidden = !message;
+    const control = box.querySelector("input, select, textarea");
+    if (!control) return;
+    if (message) control.setAttribute("aria-invalid", "true");
+    else control.removeAttribute("aria-invalid");
+    if (message && focus) control.focus();
+  }
+
+  function clearErrors(form, prefix = "") {
+    for (const box of form.querySelectorAll("[data-field]")) {
+      if (box.dataset.field.startsWith(prefix)) setFieldError(box, "");
+    }
+    if (!prefix) byId("form-error").hidden = true;
+  }
+
+  // The API names the field it refuses; the message goes next to that field, or above
+  // the form when no field of the form matches.
+  function showError(form, error, focus) {
+    const field = (error.field || "").replace(/^\$\.?/, "");
+    let message = error.message || "Refused.";
+    if (field && message.startsWith(`${field}: `)) message = message.slice(field.length + 2);
+    if (error.fix && !error.fix.includes("/schema")) {
+      message = `${message.replace(/\.?$/, ".")} Fix: ${error.fix.replace(/\.?$/, ".")}`;
+    }
+    const box = field ? fieldBox(form, field) : null;
+    if (box) {
+      setFieldError(box, message, focus);
+      return;
+    }
+    const top = byId("form-error");
+    top.textContent = error.fix ? `${error.message.replace(/\.?$/, ".")} Fix: ${error.fix}` : error.message;
+    top.hidden = false;
+    if (focus) top.scrollIntoView({ block: "center" });
+  }
+
+  const kindOf = (form) => form.querySelector('input[name="schedule.kind"]:checked')?.value || "manual";
+
+  function scheduleOf(form) {
+    const kind = kindOf(form);
+    if (kind === "cron") {
+      return {
+        kind,
+        cron: named(form, "schedule.cron").value.trim(),
+        timezone: named(form, "schedule.timezone").value.trim() || "UTC",
+      };
+    }
+    if (kind === "once") {
+      const local = named(form, "schedule.run_at").value;
+      if (!local) throw new FieldError("schedule.run_at", "Pick a date and a time.");
+      return { kind, run_at: new Date(local).toISOString() };
+    }
+    return { kind: "manual" };
+  }
+
+  function numberOf(form, name) {
+    const text = named(form, name).value.trim();
+    if (text === "" || !Number.isFinite(Number(text))) throw new FieldError(name, "Enter a number.");
+    return Number(text);
+  }
+
+  function payloadOf(form) {
+    let payload;
+    try {
+      payload = JSON.parse(named(form, "payload").value.trim() || "{}");
+    } catch (error) {
+      throw new FieldError("payload", `This is not valid JSON: ${error.message}`);
+    }
+    if (payload === null || typeof payload !== "object" || Array.isArray(payload)) {
+      throw new FieldError("payload", 'Write a JSON object, e.g. {"report": "sales"}.');
+    }
+    return payload;
+  }
+
+  function jobBody(form) {
+    return {
+      name: named(form, "name").value.trim(),
+      description: named(form, "description").value,
+      handler: named(form, "handler").value,
+      payload: payloadOf(form),
+      queue: named(form, "queue").value.trim(),
+      priority: numberOf(form, "priority"),
+      timeout_seconds: numberOf(form, "timeout_seconds"),
+      retry: {
+        max_retries: numberOf(form, "retry.max_retries"),
+        initial_backoff_seconds: numberOf(form, "retry.initial_backoff_seconds"),
+        max_backoff_seconds: numberOf(form, "retry.max_backoff_seconds"),
+        jitter: named(form, "retry.jitter").checked,
+      },
+      schedule: scheduleOf(form),
+      misfire: named(form, "misfire").value,
+      catch_up_cap: numberOf(form, "catch_up_cap"),
+      overlap: named(form, "overlap").value,
+    };
+  }
+
+  async function submitJob(form) {
+    clearErrors(form);
+    let body;
+    try {
+      body = jobBody(form);
+    } catch (error) {
+      if (!(error instanceof FieldError)) throw error;
+      setFieldError(fieldBox(form, error.field), error.message, true);
+      return;
+    }
+    const submit = form.querySelector('button[type="submit"]');
+    const result = await busy(submit, () => api(form.dataset.method, form.dataset.url, body));
+    if (result.ok) {
+      flashAfterNavigation(`Saved the job ${result.data.definition.name}.`);
+      location.assign(`/ui/jobs/${result.data.id}`);
+      return;
+    }
+    showError(form, result.error, true);
+  }
+
+  let previewTimer = null;
+  let previewRound = 0;
+
+  function schedulePreview(form, delay = 350) {
+    byId("preview")?.classList.add("stale"); // fires of the old text stay visible, greyed
+    clearTimeout(previewTimer);
+    previewTimer = setTimeout(() => preview(form), delay);
+  }
+
+  function showKind(form) {
+    for (const part of form.querySelectorAll("[data-kind]")) part.hidden = part.dataset.kind !== kindOf(form);
+    schedulePreview(form, 0);
+  }
+
+  const utcText = (iso) => `${new Date(iso).toISOString().slice(0, 19).replace("T", " ")} UTC`;
+  const readable = (iso) => iso.replace("T", " ").replace(/(\.\d+)?(Z|[+-]\d\d:\d\d)$/, " $2");
+
+  function fireItem(fire) {
+    const item = document.createElement("li");
+    item.textContent = readable(fire.local);
+    if (!/(Z|\+00:00)$/.test(fire.local)) {
+      const utc = document.createElement("span");
+      utc.className = "muted";
+      utc.textContent = ` (${readable(fire.at).replace(/ (Z|\+00:00)$/, "")} UTC)`;
+      item.append(utc);
+    }
+    return item;
+  }
+
+  async function preview(form) {
+    const round = ++previewRound;
+    const list = byId("preview-list");
+    const note = byId("preview-note");
+    let schedule;
+    try {
+      schedule = scheduleOf(form);
+    } catch (error) {
+      byId("preview").classList.remove("stale");
+      list.replaceChildren();
+      note.textContent = error.message;
+      return;
+    }
+    if (schedule.kind === "manual") {
+      byId("preview").classList.remove("stale");
+      clearErrors(form, "schedule");
+      list.replaceChildren();
+      note.textContent = "Runs only when triggered.";
+      return;
+    }
+    const result = await api("POST", "/api/v1/schedules/preview", { schedule, count: 5 });
+    if (round !== previewRound) return; // an answer to an older keystroke
+    byId("preview").classList.remove("stale");
+    clearErrors(form, "schedule");
+    if (!result.ok) {
+      list.replaceChildren();
+      note.textContent = "No preview until the schedule is valid.";
+      showError(form, result.error, false);
+      return;
+    }
+    const fires = result.data.fires;
+    note.textContent = fires.length ? `The next ${fires.length} in ${result.data.timezone}:` : "It never fires.";
+    list.replaceChildren(...fires.map(fireItem));
+  }
+
+  // ---- the job through time ----------------------------------------------------------
+
+  function fact(list, term, value) {
+    const dt = document.createElement("dt");
+    dt.textContent = term;
+    const dd = document.createElement("dd");
+    dd.textContent = value;
+    list.append(dt, dd);
+  }
+
+  function scheduleText(schedule) {
+    if (schedule.kind === "cron") return `${schedule.cron} in ${schedule.timezone}`;
+    if (schedule.kind === "once") return `once at ${schedule.run_at}`;
+    return "manual (only when triggered)";
+  }
+
+  function jobFacts(job) {
+    const d = job.definition;
+    const list = document.createElement("dl");
+    list.className = "facts";
+    fact(list, "Status", job.status);
+    fact(list, "Name", d.name);
+    fact(list, "Schedule", scheduleText(d.schedule));
+    fact(list, "Handler", d.handler);
+    fact(list, "Queue", `${d.queue}, priority ${d.priority}`);
+    fact(list, "Retries", String(d.retry.max_retries));
+    fact(list, "Timeout", `${d.timeout_seconds} s`);
+    fact(list, "Payload", JSON.stringify(d.payload));
+    fact(list, "Next fire", job.next_fire_at ? utcText(job.next_fire_at) : "none");
+    return list;
+  }
+
+  async function showAsOf(section, asOf, caption) {
+    const panel = section.querySelector("#as-of");
+    const result = await api("GET", `/api/v1/jobs/${section.dataset.job}?as_of=${encodeURIComponent(asOf)}`);
+    const heading = document.createElement("h3");
+    if (!result.ok) {
+      heading.textContent = result.error.message;
+      panel.replaceChildren(heading);
+      return;
+    }
+    heading.textContent = `As it was at ${caption} (version ${result.data.version})`;
+    panel.replaceChildren(heading, jobFacts(result.data));
+  }
+
+  let sliderTimer = null;
+
+  function slide(slider) {
+    const section = slider.closest("[data-versions]");
+    const version = Number(slider.value);
+    const entry = JSON.parse(section.dataset.versions).find((v) => v.version === version);
+    const caption = entry ? `${utcText(entry.at)}, after ${entry.type} by ${entry.by}` : `version ${version}`;
+    byId("as-of-label").textContent = `version ${version}: ${caption}`;
+    clearTimeout(sliderTimer);
+    sliderTimer = setTimeout(() => showAsOf(section, String(version), caption), 150);
+  }
+
+  function showMoment(button) {
+    const section = button.closest("[data-versions]");
+    const local = byId("as-of-time").value;
+    if (!local) {
+      byId("as-of-time").focus();
+      return;
+    }
+    const moment = new Date(local);
+    showAsOf(section, moment.toISOString(), moment.toLocaleString());
+  }
+
+  // ---- dead letters ------------------------------------------------------------------
+
+  const picked = () => [...document.querySelectorAll("input.pick:checked")].map((box) => box.value);
+  const reason = () => byId("dlq-reason")?.value.trim() || "";
+
+  function updateSelection() {
+    const button = byId("requeue-selected");
+    if (!button) return;
+    const count = picked().length;
+    button.disabled = count === 0;
+    button.textContent = count ? `Requeue ${count} selected` : "Requeue selected";
+  }
+
+  async function requeueSelected(button) {
+    const ids = picked();
+    const noun = ids.length === 1 ? "dead letter" : "dead letters";
+    if (!ids.length || !(await confirmDialog(`Requeue ${ids.length} ${noun}? Each gets a new attempt budget.`, "Requeue", false))) return;
+    let changed = 0;
+    const refused = [];
+    await busy(button, async () => {
+      for (const id of ids) {
+        const result = await api("POST", `/api/v1/dlq/${id}/requeue`, { reason: reason() });
+        if (result.ok) changed += 1;
+        else refused.push(result.error.message);
+      }
+    });
+    await softReload(goneFrom(ids));
+    flash(`Requeued ${changed} of ${ids.length}.${refused.length ? ` Refused: ${refused.join("; ")}` : ""}`, refused.length > 0);
+  }
+
+  async function requeueMatching(button) {
+    const filter = JSON.parse(byId("dlq-bulk").dataset.filter);
+    const body = { ...filter, reason: reason() };
+    const dry = await busy(button, () => api("POST", "/api/v1/dlq/requeue", { ...body, dry_run: true }));
+    if (!dry.ok) return flash(dry.error.message, true);
+    const matched = dry.data.matched;
+    if (!matched) return flash("No dead letter matches the filter.");
+    const noun = matched === 1 ? "dead letter matches" : "dead letters match";
+    if (!(await confirmDialog(`${matched} ${noun} the filter. Requeue ${matched === 1 ? "it" : "all of them"}?`, `Requeue ${matched}`, false))) return;
+    const shown = [...document.querySelectorAll("#dlq tr[data-execution]")].map((row) => row.dataset.execution);
+    const result = await busy(button, () => api("POST", "/api/v1/dlq/requeue", body));
+    if (!result.ok) return flash(result.error.message, true);
+    await softReload(goneFrom(shown));
+    const refused = result.data.refused ? ` (${result.data.refused} no longer dead-lettered)` : "";
+    flash(`Requeued ${result.data.changed} of ${result.data.matched}${refused}.`);
+  }
+
+  async function requeueOne(button) {
+    const result = await busy(button, () => api("POST", `/api/v1/dlq/${button.dataset.requeue}/requeue`, { reason: reason() }));
+    if (!result.ok) return flash(result.error.message, true);
+    await softReload(goneFrom([button.dataset.requeue]));
+    flash("Requeued 1 dead letter.", false, { href: `/ui/executions/${button.dataset.requeue}`, text: "See the execution" });
+  }
+
+  async function discardOne(button) {
+    if (!(await confirmDialog("Discard this dead letter for good? It will not run again; the log keeps its history.", "Discard"))) return;
+    const url = `/api/v1/dlq/${button.dataset.discard}?reason=${encodeURIComponent(reason())}`;
+    const result = await busy(button, () => api("DELETE", url));
+    if (!result.ok) return flash(result.error.message, true);
+    await softReload(goneFrom([button.dataset.discard]));
+    flash("Discarded 1 dead letter.");
+  }
+
+  // ---- queue maintenance (admin) -----------------------------------------------------
+
+  async function verifyQueue(button) {
+    const out = byId("verify-result");
+    out.textContent = "Comparing the queue with the log…";
+    const result = await busy(button, () => api("GET", "/api/v1/admin/queue/verify"));
+    if (!result.ok) {
+      out.textContent = result.error.message;
+      return;
+    }
+    const { ok, differences } = result.data;
+    const line = document.createElement("p");
+    line.textContent = ok ? "The queue matches the log." : `${differences.length} differences:`;
+    const list = document.createElement("ul");
+    list.replaceChildren(
+      ...differences.slice(0, 50).map((text) => Object.assign(document.createElement("li"), { textContent: text })),
+    );
+    out.replaceChildren(line, list);
+  }
+
+  function showRebuild(status) {
+    const box = byId("rebuild-progress");
+    if (!box) return;
+    box.hidden = false;
+    const bar = byId("rebuild-bar");
+    bar.max = Math.max(status.total, 1);
+    bar.value = status.done;
+    const counted = status.total ? `: ${status.done} of ${status.total}` : "";
+    byId("rebuild-text").textContent = `${status.state}${counted}${status.message ? `; ${status.message}` : ""}`;
+  }
+
+  async function pollRebuild() {
+    for (;;) {
+      const result = await api("GET", "/api/v1/admin/queue/rebuild");
+      if (!result.ok) return flash(result.error.message, true);
+      showRebuild(result.data);
+      if (result.data.state !== "running") return result.data;
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+
+  async function rebuildQueue(button) {
+    const full = byId("rebuild-full").checked;
+    const source = full ? "the whole log" : "the open-executions checkpoint";
+    if (!(await confirmDialog(`Rebuild the queue from ${source}? Workers keep running.`, "Rebuild"))) return;
+    const started = await api("POST", `/api/v1/admin/queue/rebuild?full=${full}`);
+    if (!started.ok) return flash(started.error.message, true);
+    const status = await busy(button, pollRebuild);
+    if (status) flash(`Queue rebuild ${status.state}.`, status.state === "failed");
+  }
+
+  // ---- wiring ------------------------------------------------------------------------
+
+  const CLICKS = [
+    ["button[data-action]", runAction],
+    ["[data-logout]", signOut],
+    ["#as-of-show", showMoment],
+    ["#requeue-selected", requeueSelected],
+    ["#requeue-matching", requeueMatching],
+    ["button[data-requeue]", requeueOne],
+    ["button[data-discard]", discardOne],
+    ["#verify-queue", verifyQueue],
+    ["#rebuild-queue", rebuildQueue],
+  ];
+
+  document.addEventListener("click", (event) => {
+    for (const [selector, handle] of CLICKS) {
+      const target = event.target.closest(selector);
+      if (target) {
+        event.preventDefault();
+        handle(target);
+        return;
+      }
+    }
+  });
+
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (form.id === "login") {
+      event.preventDefault();
+      signIn(form);
+    } else if (form.id === "job-form") {
+      event.preventDefault();
+      submitJob(form);
+    }
+  });
+
+  document.addEventListener("input", (event) => {
+    const target = event.target;
+    if (target.id === "as-of-version") slide(target);
+    const form = target.closest("#job-form");
+    if (form && target.name?.startsWith("schedule.") && target.name !== "schedule.kind") schedulePreview(form);
+  });
+
+  document.addEventListener("change", (event) => {
+    const target = event.target;
+    if (target.name === "schedule.kind") showKind(target.form);
+    if (target.id === "select-all") {
+      for (const box of document.querySelectorAll("input.pick")) box.checked = target.checked;
+    }
+    if (target.matches("input.pick, #select-all")) updateSelection();
+  });
+
+  function localInput(date) {
+    const pad = (n) => String(n).padStart(2, "0");
+    return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+  }
+
+  // What a fresh page or region needs once: local times in pickers, a first preview.
+  function enhance(root) {
+    for (const input of root.querySelectorAll("input[data-utc]")) {
+      if (input.dataset.utc) input.value = localInput(new Date(input.dataset.utc));
+    }
+    const form = root.querySelector("#job-form");
+    if (form) schedulePreview(form, 0);
+    if (root.querySelector('#rebuild-queue[data-status="running"]')) pollRebuild();
+    updateSelection();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const pending = sessionStorage.getItem(FLASH_KEY);
+    if (pending) {
+      sessionStorage.removeItem(FLASH_KEY);
+      flash(pending);
+    }
+    enhance(document);
+    setInterval(refreshTick, 500);
+  });
+})();

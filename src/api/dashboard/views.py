@@ -1,0 +1,271 @@
+"""What the pages show, computed from the API's state: cards, timelines, form choices."""
+
+import zoneinfo
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+from uuid import UUID
+
+import msgspec
+from markupsafe import Markup, escape
+
+from jobledger.api.schemas import EventOut
+from jobledger.api.system import SystemView
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
+
+# A job that fires every minute has tens of thousands of events in a month; the page
+# shows the newest ones and says how many it left out.
+TIMELINE_LIMIT = 200
+_SUMMARY_CHARS = 160
+# Fields that the timeline shows elsewhere (who, the execution link) or that say
+# nothing to a person (idempotency keys).
+_QUIET = frozenset({"by", "definition", "spec", "result", "execution_id", "key", "trigger_key"})
+
+
+@dataclass(frozen=True)
+class Card:
+    key: str
+    label: str
+    value: str
+    detail: str
+    href: str | None = None
+    alert: bool = False
+
+
+def cards(view: SystemView) -> list[Card]:
+    jobs = view.counts.get("jobs", {})
+    executions = view.counts.get("executions", {})
+    ready = sum(q.depths.ready for q in view.queues)
+    delayed = sum(q.depths.delayed for q in view.queues)
+    dead = executions.get("dead_lettered", 0)
+    lag = view.projection_lag
+    return [
+        Card(
+            "jobs",
+            "Jobs",
+            str(jobs.get("active", 0) + jobs.get("paused", 0)),
+            f"{jobs.get('active', 0)} active, {jobs.get('paused', 0)} paused",
+            "/ui/jobs",
+        ),
+        Card(
+            "running",
+            "Running",
+            str(executions.get("running", 0)),
+            f"{view.slots_in_use} slots in use",
+            "/ui/executions?status=running",
+        ),
+        Card(
+            "queued",
+            "Queued",
+            str(ready),
+            f"ready, {_count(len(view.queues), 'queue')}",
+            "/ui/system",
+        ),
+        Card("delayed", "Delayed", str(delayed), "waiting for their time or a retry", "/ui/system"),
+        Card("dead", "Dead-lettered", str(dead), "wait for an operator", "/ui/dlq", alert=dead > 0),
+        Card("workers", "Workers", str(view.workers), "live now", "/ui/workers"),
+        Card("leader", "Leader", view.leader or "none", f"epoch {view.leader_epoch}", "/ui/system"),
+        Card(
+            "lag",
+            "Projection lag",
+            str(max(lag.values(), default=0)),
+            ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in sorted(lag.items())),
+            "/ui/system",
+            alert=max(lag.values(), default=0) > 1000,  # noqa: PLR2004 (a visible backlog)
+        ),
+    ]
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+# ---- event timelines -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Entry:
+    event: EventOut
+    cause: str
+    summary: str
+    execution_id: str | None
+
+
+def cause_of(event: EventOut) -> str:
+    """Who or what made the event happen."""
+    data = event.data
+    if data.get("by"):
+        return str(data["by"])
+    if "leader_epoch" in data:
+        return f"scheduler (leader epoch {data['leader_epoch']})"
+    if data.get("worker_id"):
+        return f"worker {data['worker_id']}"
+    if event.type in {"JobFiresMissed", "ExecutionLeaseExpired"}:
+        return "scheduler"
+    if event.type == "ExecutionEnqueued":
+        return f"{data.get('trigger', 'system')} trigger"
+    return "worker" if event.type.startswith("Execution") else "system"
+
+
+def _short(value: Any) -> str:  # noqa: ANN401 (any event field)
+    text = value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def _differences(
+    before: Mapping[str, Any], after: Mapping[str, Any], prefix: str = ""
+) -> list[str]:
+    """Dotted names of the fields that differ, one level into nested objects."""
+    names: list[str] = []
+    for key in sorted(after.keys() | before.keys()):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if not prefix and isinstance(old, dict) and isinstance(new, dict):
+            names.extend(_differences(old, new, f"{key}."))
+        else:
+            names.append(prefix + key)
+    return names
+
+
+def _changed(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> str:
+    if before is None:
+        return ""
+    return "changed: " + (", ".join(_differences(before, after)) or "nothing")
+
+
+def summary_of(event: EventOut, previous: Mapping[str, Any] | None) -> str:
+    data = event.data
+    parts = [_changed(previous, data["definition"])] if "definition" in data else []
+    parts += [
+        f"{k.replace('_', ' ')}: {_short(v)}"
+        for k, v in data.items()
+        if k not in _QUIET and v is not None
+    ]
+    if isinstance(data.get("result"), dict):
+        parts.append(f"result: {_short(data['result'])}")
+    return "; ".join(p for p in parts if p)
+
+
+def timeline(events: Sequence[EventOut]) -> list[Entry]:
+    """The newest ``TIMELINE_LIMIT`` events first, each with its cause and summary."""
+    entries: list[Entry] = []
+    definition: Mapping[str, Any] | None = None
+    for event in events:
+        entries.append(
+            Entry(event, cause_of(event), summary_of(event, definition), _execution(event))
+        )
+        definition = event.data.get("definition", definition)
+    return entries[::-1][:TIMELINE_LIMIT]
+
+
+def _execution(event: EventOut) -> str | None:
+    value = event.data.get("execution_id")
+    return str(value) if value else None
+
+
+def versions(events: Sequence[EventOut]) -> list[dict[str, Any]]:
+    """The job's versions for the history slider: number, time and what made it."""
+    return [
+        {"version": e.version, "at": e.timestamp.isoformat(), "type": e.type, "by": cause_of(e)}
+        for e in events
+    ]
+
+
+# ---- forms ---------------------------------------------------------------------------
+
+
+@cache
+def timezones() -> tuple[str, ...]:
+    return tuple(sorted(zoneinfo.available_timezones()))
+
+
+def form_choices(handlers: Iterable[str]) -> dict[str, Any]:
+    return {
+        "handlers": sorted(handlers),
+        "timezones": timezones(),
+        "misfires": [p.value for p in MisfirePolicy],
+        "overlaps": [p.value for p in OverlapPolicy],
+    }
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """A filter time from a form: ISO 8601, read as UTC when it has no offset.
+    Raises ValueError for anything else."""
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_uuid(text: str | None) -> UUID | None:
+    return UUID(text.strip()) if text and text.strip() else None
+
+
+# ---- template filters ----------------------------------------------------------------
+
+
+def when(moment: datetime | None) -> Markup:
+    if moment is None:
+        return Markup("—")
+    moment = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{}</time>').format(
+        moment.isoformat(), f"{moment:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+def duration(milliseconds: float | None) -> str:
+    if milliseconds is None:
+        return "—"
+    if milliseconds < 1000:  # noqa: PLR2004 (a second)
+        return f"{milliseconds:.0f} ms"
+    return f"{milliseconds / 1000:.2f} s"
+
+
+def ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "never"
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 120:  # noqa: PLR2004 (two minutes)
+        return f"{seconds} s ago"
+    return f"{seconds // 60} min ago"
+
+
+def as_json(value: Any) -> str:  # noqa: ANN401 (any JSON value)
+    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+
+
+def schedule_text(schedule: Mapping[str, Any]) -> Markup:
+    kind = schedule.get("kind")
+    if kind == "cron":
+        return Markup("<code>{}</code> in {}").format(
+            schedule.get("cron"), schedule.get("timezone") or "UTC"
+        )
+    if kind == "once":
+        run_at = schedule.get("run_at")
+        moment = datetime.fromisoformat(run_at) if isinstance(run_at, str) else run_at
+        return Markup("once at {}").format(when(moment))
+    return escape("manual (only when triggered)")
+
+
+def local_time(iso: str) -> str:
+    """A fire's local time as people write it: 2026-11-30 02:30:00 +01:00."""
+    moment = datetime.fromisoformat(iso)
+    zone = moment.strftime("%z")
+    return (
+        f"{moment:%Y-%m-%d %H:%M:%S} {zone[:3]}:{zone[3:]}"
+        if zone
+        else f"{moment:%Y-%m-%d %H:%M:%S}"
+    )
+
+
+FILTERS = {
+    "local_time": local_time,
+    "when": when,
+    "duration": duration,
+    "ago": ago,
+    "as_json": as_json,
+    "schedule_text": schedule_text,
+}
