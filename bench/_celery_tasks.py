@@ -12,9 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 import redis
-
-# Celery ships no type information.
-from celery import Celery  # type: ignore[import-untyped]
+from celery import Celery
 
 if TYPE_CHECKING:
     from bench import _completions as completions

@@ -23,11 +23,11 @@ else:  # run from the copy folder, where it is a top-level module
 QUEUE = "bench"
 BROKER_URL = os.environ["BENCH_BROKER_URL"]
 
-broker = RedisBroker(url=BROKER_URL)  # type: ignore[no-untyped-call]  # untyped __init__
+broker = RedisBroker(url=BROKER_URL)
 dramatiq.set_broker(broker)
 _counter = redis.Redis.from_url(BROKER_URL)
 
 
-@dramatiq.actor(queue_name=QUEUE, max_retries=0)
+@dramatiq.actor(queue_name=QUEUE, max_retries=0)  # type: ignore[untyped-decorator]
 def noop() -> None:
     completions.record(_counter)
