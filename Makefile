@@ -18,8 +18,7 @@ setup: $(BIN)/python
 		--config-settings editable_mode=strict -e '.[dev]'
 
 run: setup
-	$(BIN)/jobledger --data-dir $(DATA_DIR) migrate
-	$(BIN)/jobledger --data-dir $(DATA_DIR) status
+	$(BIN)/jobledger --data-dir $(DATA_DIR) dev
 
 lint: setup
 	$(BIN)/ruff check .

@@ -346,7 +346,14 @@ def watch_drain(
         if now_done != done:
             done, last_change = now_done, now
         elif now - last_change > STALL:
-            raise RuntimeError(f"{label}: stuck at {done:,}/{jobs:,} completed for {STALL:g}s")
+            logs = "".join(
+                f"\n-- the end of the log of {processes.log_path(p).stem}:\n"
+                + support.tail(processes.log_path(p), 10)
+                for p in watch
+            )
+            raise RuntimeError(
+                f"{label}: stuck at {done:,}/{jobs:,} completed for {STALL:g}s" + logs
+            )
         if done >= jobs:
             last = cpu_sample(groups)
             support.log(f"{label}: {done:,}/{jobs:,} completed, {now - started:.1f}s")
@@ -1175,7 +1182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if row.other_pct >= BUSY_ELSEWHERE_PCT:
             print(
                 f"warning: during the {row.system} drain with {row.workers} worker(s), other"
-                f" programs used {row.other_pct:g}% of a core: its figures are understated"
+                f" programs or the kernel used {row.other_pct:g}% of a core: its figures may be"
+                " understated"
             )
     table = ratios(outcome.rows)
     print()

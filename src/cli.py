@@ -14,8 +14,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
 import redis
 
+from jobledger.api.devserver import DevOptions, run_dev
 from jobledger.api.server import ensure_admin, serve
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
@@ -28,6 +30,7 @@ from jobledger.runtime.dead_letters import (
     discard_dead_letters,
     requeue_dead_letters,
 )
+from jobledger.runtime.demo import seed_demo_jobs
 from jobledger.runtime.errors import RuntimeLayerError, SettingsError
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.progress import ProgressBar
@@ -55,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="create the event tables and apply migrations")
     commands.add_parser("status", help="show the event store and its position")
     commands.add_parser("config", help="print the effective settings, secrets masked")
+    dev = commands.add_parser(
+        "dev", help="run everything in one process: migrate, projector, scheduler, worker, API"
+    )
+    dev.add_argument("--no-demo", action="store_true", help="do not create the demo jobs")
+    commands.add_parser("seed", help="create the demo jobs (those that do not exist yet)")
     commands.add_parser("projector", help="follow the log into the queue until stopped")
     scheduler = commands.add_parser("scheduler", help="elect a leader and fire due jobs")
     scheduler.add_argument(
@@ -140,6 +148,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _print_json(settings.masked())
     if command == "schedule":
         return _preview(args)
+    if command == "dev":
+        return _run_dev(args, settings)
     with bootstrap(settings) as container:
         return _run_with(args, container)
 
@@ -159,8 +169,30 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             else _verify_queue(container)
         ),
         "projections": lambda: _rebuild_read_models(container),
+        "seed": lambda: _seed(container),
     }
     return runners[args.command]()
+
+
+def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
+    settings = msgspec.structs.replace(settings, mode="dev")
+    migrate(settings)
+    with bootstrap(settings) as container:
+        run_dev(container, _say, DevOptions(demo=not args.no_demo))
+    return 0
+
+
+def _say(line: str) -> None:
+    # Flushed at once: whoever started the process may be waiting for the URL on a pipe.
+    print(line, flush=True)
+
+
+def _seed(container: Container) -> int:
+    results = seed_demo_jobs(container.ledger, at=datetime.now(tz=UTC), by="jobledger seed")
+    for result in results:
+        reason = f": {result.reason}" if result.reason else ""
+        print(f"{result.outcome} {result.name!r} ({result.job_id}){reason}")
+    return 0
 
 
 def _dead_letters(args: argparse.Namespace, container: Container) -> int:
@@ -242,6 +274,8 @@ def _stop_on_signals() -> threading.Event:
 
 def _run_projector(container: Container) -> int:
     stop = _stop_on_signals()
+    if container.settings.metrics_port:
+        container.metrics.serve(container.settings.metrics_port)
     projector = container.projector()
     projector.start()
     stop.wait()
@@ -279,6 +313,8 @@ def _run_scheduler(container: Container, *, with_projector: bool) -> int:
 
 
 def _run_worker(container: Container, *, with_projector: bool) -> int:
+    if container.settings.metrics_port:
+        container.metrics.serve(container.settings.metrics_port)
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()

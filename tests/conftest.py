@@ -5,10 +5,11 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -216,3 +217,41 @@ class LiveServer:
 def live_server() -> type[LiveServer]:
     """Serves an ASGI app over real HTTP from a thread: ``with live_server(app) as s``."""
     return LiveServer
+
+
+# ---- the command as a child process ----------------------------------------------
+
+
+class JobledgerCli:
+    """Runs `python -m jobledger.cli` as a child process, with none of this machine's
+    jobledger settings leaking in from the environment."""
+
+    command = (sys.executable, "-m", "jobledger.cli")
+
+    @staticmethod
+    def environment(**settings: str) -> dict[str, str]:
+        """This environment without jobledger settings, plus ``settings`` (by field name)."""
+        environ = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("JOBLEDGER_") and k not in {"ADMIN_USERNAME", "ADMIN_PASSWORD"}
+        }
+        return environ | {f"JOBLEDGER_{k.upper()}": v for k, v in settings.items()}
+
+    def run(
+        self, *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run to the end; ``env`` adds variables to the clean environment."""
+        return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+            [*self.command, *args],
+            env=self.environment() | dict(env or {}),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def jobledger_cli() -> JobledgerCli:
+    return JobledgerCli()

@@ -14,6 +14,7 @@ from jobledger.api.dashboard import pages
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController
 from jobledger.api.jobs import JobController
+from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.schedules import preview_schedule
 from jobledger.api.schemas import strict_bodies
 from jobledger.api.security import PUBLIC, SCHEMA_PATH, AuthMiddleware, role_guard
@@ -48,9 +49,10 @@ def create_app(container: Container, *, now: Callable[[], datetime] = utc_now) -
     auth = DefineMiddleware(
         AuthMiddleware, exclude_from_auth_key=PUBLIC, exclude=[f"^{SCHEMA_PATH}"]
     )
+    counting = DefineMiddleware(MetricsMiddleware, metrics=container.metrics)
     app = Litestar(
         route_handlers=ROUTES,
-        middleware=[auth],
+        middleware=[counting, auth],
         guards=[role_guard],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(

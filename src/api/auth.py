@@ -22,7 +22,13 @@ from jobledger.api.security import (
     principal_of,
 )
 from jobledger.api.state import ApiState
-from jobledger.runtime.accounts import ApiToken, Role, User
+from jobledger.runtime.accounts import (
+    ApiToken,
+    InvalidCredentialsError,
+    LoginThrottledError,
+    Role,
+    User,
+)
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]
 Password = Annotated[str, msgspec.Meta(max_length=1024, pattern=NO_NUL)]
@@ -91,7 +97,14 @@ class AuthController(Controller):
         if old:
             state.accounts.logout(old)  # rotate: never keep a session id across a sign-in
         address = request.client.host if request.client else "unknown"
-        user, ticket = state.accounts.login(data.username, data.password, address=address, now=now)
+        try:
+            user, ticket = state.accounts.login(
+                data.username, data.password, address=address, now=now
+            )
+        except (InvalidCredentialsError, LoginThrottledError) as error:
+            reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
+            state.container.metrics.login_failures.labels(reason=reason).inc()
+            raise
         max_age = max(1, int((ticket.expires_at - now).total_seconds()))
         body = Me(user, user.role, "session", ticket.csrf_token, ticket.expires_at)
         return Response(body, cookies=[_cookie(state, request, ticket.token, max_age)])

@@ -118,6 +118,7 @@ class Container:
             config=config,
             breakers=self.breakers(),
             presence=self.presence,
+            metrics=self.metrics,
         )
 
     def handlers(self) -> HandlerRegistry:
@@ -170,7 +171,12 @@ class Container:
 
     def projector(self) -> Projector:
         return build_projector(
-            self.settings, self.ledger, self.queue, self.checkpoint, self.store_id
+            self.settings,
+            self.ledger,
+            self.queue,
+            self.checkpoint,
+            self.store_id,
+            metrics=self.metrics,
         )
 
     def accounts(self) -> Accounts:
@@ -193,10 +199,12 @@ class Container:
 
 def bootstrap(settings: Settings) -> Container:
     ledger = open_ledger(settings)
+    metrics = Metrics()
     writer = GroupCommitWriter(
         ledger,
         max_batch=settings.writer_max_batch,
         max_delay=settings.writer_max_delay_ms / 1000,
+        metrics=metrics,
     )
     client = redis.Redis.from_url(settings.redis_url) if settings.redis_url else None
     queue: QueueBackend
@@ -213,7 +221,7 @@ def bootstrap(settings: Settings) -> Container:
         queue=queue,
         checkpoint=Checkpoint(database),
         store_id=read_store_id(settings),
-        metrics=Metrics(),
+        metrics=metrics,
         database=database,
         presence=(
             RedisPresence(client, Keys(settings.redis_prefix))

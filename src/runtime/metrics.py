@@ -16,6 +16,14 @@ def _registry() -> CollectorRegistry:
     return CollectorRegistry(auto_describe=True)
 
 
+# Seconds, from a fast save or request to a slow handler run.
+_LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_DURATION = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900)
+_BATCH = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
+# The breaker gauge's values, by pybreaker state name.
+BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
+
+
 @dataclass
 class Metrics:
     registry: CollectorRegistry = field(default_factory=_registry)
@@ -55,6 +63,111 @@ class Metrics:
             "Events in the log that the queue projection has not applied yet.",
             registry=r,
         )
+        self._writer(r)
+        self._worker(r)
+        self._projector(r)
+        self._api(r)
+
+    def _writer(self, r: CollectorRegistry) -> None:
+        self.events_appended = Counter(
+            "jobledger_events_appended_total", "Events saved to the log.", ["type"], registry=r
+        )
+        self.append_latency = Histogram(
+            "jobledger_append_latency_seconds",
+            "Time of one transaction of the group-commit writer.",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.append_batch = Histogram(
+            "jobledger_append_batch_events",
+            "Events per transaction of the group-commit writer.",
+            buckets=_BATCH,
+            registry=r,
+        )
+
+    def _worker(self, r: CollectorRegistry) -> None:
+        self.leases = Counter("jobledger_leases_total", "Executions leased.", registry=r)
+        self.stale_reports = Counter(
+            "jobledger_stale_reports_total",
+            "Outcomes rejected because the worker had lost the lease.",
+            registry=r,
+        )
+        self.completions = Counter(
+            "jobledger_completions_total",
+            "Attempts ended, by handler and outcome (completed, retried, dead_lettered, "
+            "deferred, handed_back).",
+            ["handler", "outcome"],
+            registry=r,
+        )
+        self.execution_duration = Histogram(
+            "jobledger_execution_duration_seconds",
+            "How long a handler ran, by handler.",
+            ["handler"],
+            buckets=_DURATION,
+            registry=r,
+        )
+        self.schedule_to_start = Histogram(
+            "jobledger_schedule_to_start_seconds",
+            "From when an execution was due to its lease.",
+            buckets=_DURATION,
+            registry=r,
+        )
+        self.retries = Counter(
+            "jobledger_retries_total", "Failed attempts with another one scheduled.", registry=r
+        )
+        self.dead_letters = Counter(
+            "jobledger_dead_letters_total", "Executions that ran out of attempts.", registry=r
+        )
+        self.deferrals = Counter(
+            "jobledger_deferrals_total", "Runs put off because a breaker was open.", registry=r
+        )
+        self.breaker_state = Gauge(
+            "jobledger_breaker_state",
+            "Circuit breaker per handler: 0 closed, 1 half-open, 2 open.",
+            ["handler"],
+            registry=r,
+        )
+        self.slots_in_use = Gauge(
+            "jobledger_worker_slots_in_use", "Executions running in this worker.", registry=r
+        )
+
+    def _projector(self, r: CollectorRegistry) -> None:
+        self.follower_position = Gauge(
+            "jobledger_projection_position",
+            "The log position a follower has applied, by follower.",
+            ["follower"],
+            registry=r,
+        )
+        self.follower_lag = Gauge(
+            "jobledger_projection_follower_lag_events",
+            "Events in the log a follower has not applied yet, by follower.",
+            ["follower"],
+            registry=r,
+        )
+        self.rebuilds = Counter(
+            "jobledger_queue_rebuilds_total", "Rebuilds of the queue projection.", registry=r
+        )
+
+    def _api(self, r: CollectorRegistry) -> None:
+        self.http_requests = Counter(
+            "jobledger_http_requests_total",
+            "HTTP requests, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_latency = Histogram(
+            "jobledger_http_request_duration_seconds",
+            "HTTP request time, by method, route template and status.",
+            ["method", "route", "status"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.login_failures = Counter(
+            "jobledger_login_failures_total",
+            "Sign-ins refused, by reason (credentials, throttled).",
+            ["reason"],
+            registry=r,
+        )
 
     def observe_queue(self, queue: QueueBackend, *, now: datetime, head: int) -> None:
         """Refresh the queue gauges (called by the scheduler's metrics loop)."""
@@ -65,6 +178,11 @@ class Metrics:
         meta = queue.read_meta()
         self.projection_lag.set(max(head - (meta.position if meta else 0), 0))
 
+    def observe_breakers(self, states: dict[str, str]) -> None:
+        """Set the breaker gauge from ``Breakers.states()``."""
+        for handler, state in states.items():
+            self.breaker_state.labels(handler=handler).set(BREAKER_STATES.get(state, 0))
+
     def serve(self, port: int) -> None:
-        """Expose /metrics on ``port`` (scheduler and worker processes)."""
+        """Expose /metrics on ``port`` (scheduler, worker and projector processes)."""
         start_http_server(port, addr="127.0.0.1", registry=self.registry)

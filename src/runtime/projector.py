@@ -3,18 +3,21 @@ supervision."""
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import structlog
 
 from jobledger.domain.ledger import Ledger
+from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.log import Follower, PostgresListener, Wakeup
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import CheckpointProjection, QueueProjection
 from jobledger.projections.read_models import ReadModels
+from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import projection_database
 
@@ -47,6 +50,59 @@ class _OpenedOnUse:
                 self._database = None
 
 
+class _Gauges(Background):
+    """Refreshes the projector's gauges from a thread of its own: each follower's
+    position and lag, queue rebuilds, and the queue depths."""
+
+    interval = 1.0
+
+    def __init__(
+        self, metrics: Metrics, ledger: Ledger, backend: QueueBackend, positions: "_Positions"
+    ) -> None:
+        self._metrics = metrics
+        self._ledger = ledger
+        self._backend = backend
+        self._positions = positions
+        self._rebuilds = 0
+        super().__init__("projector-metrics")
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self.interval):
+            try:
+                self.observe()
+            except Exception as error:  # noqa: BLE001 (a lost database must not end the gauges)
+                log.warning("projector.metrics_failed", error=str(error))
+
+    def observe(self) -> None:
+        metrics = self._metrics
+        head = self._ledger.recorder.max_notification_id() or 0
+        for name, position in self._positions.read().items():
+            metrics.follower_position.labels(follower=name).set(position)
+            metrics.follower_lag.labels(follower=name).set(max(head - position, 0))
+        rebuilds = self._positions.queue.rebuilds
+        # The projection counts in a plain int (projections know no Prometheus).
+        metrics.rebuilds.inc(rebuilds - self._rebuilds)
+        self._rebuilds = rebuilds
+        metrics.observe_queue(self._backend, now=datetime.now(tz=UTC), head=head)
+
+
+@dataclass
+class _Positions:
+    """Where each follower is in the log, by follower name."""
+
+    queue: QueueProjection
+    checkpoint: CheckpointProjection
+    read_models: ReadModels
+
+    def read(self) -> dict[str, int]:
+        sources: dict[str, Callable[[], int]] = {
+            "queue-projection": lambda: self.queue.position,
+            "checkpoint-projection": lambda: self.checkpoint.position or 0,
+            "read-models": self.read_models.position,
+        }
+        return {name: source() for name, source in sources.items()}
+
+
 @dataclass
 class Projector:
     """The queue projection, the checkpoint projection and the read models, each in its
@@ -59,15 +115,20 @@ class Projector:
     wakeups: list[Wakeup] = field(default_factory=list)
     read_models: ReadModels | None = None
     database: Database | None = None  # closed on stop: the projector opened it
+    gauges: _Gauges | None = None
 
     def start(self) -> None:
         if self.listener is not None:
             self.listener.start()
         for follower in self.followers:
             follower.start()
+        if self.gauges is not None:
+            self.gauges.start()
         log.info("projector.started", followers=[f.name for f in self.followers])
 
     def stop(self) -> None:
+        if self.gauges is not None:
+            self.gauges.stop()
         for follower in self.followers:
             follower.stop()
         if self.listener is not None:
@@ -83,6 +144,8 @@ def build_projector(
     backend: QueueBackend,
     checkpoint: Checkpoint,
     store_id: str,
+    *,
+    metrics: Metrics | None = None,
 ) -> Projector:
     page = settings.projection_page_size
     poll = settings.projection_poll_ms / 1000
@@ -109,6 +172,10 @@ def build_projector(
     listener = None
     if settings.uses_postgres:
         listener = PostgresListener(settings.database_url, "jobledger_events", wakeups)
+    gauges = None
+    if metrics is not None:
+        positions = _Positions(queue, checkpoint_projection, read_models)
+        gauges = _Gauges(metrics, ledger, backend, positions)
     return Projector(
-        queue, checkpoint_projection, followers, listener, wakeups, read_models, database
+        queue, checkpoint_projection, followers, listener, wakeups, read_models, database, gauges
     )

@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
-from jobledger.domain.execution import Execution
+from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
@@ -30,6 +30,7 @@ from jobledger.projections.streams import load_many
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry
+from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
@@ -86,6 +87,7 @@ class Worker:
     running: dict[uuid.UUID, _Running] = field(default_factory=dict)
     breakers: Breakers | None = None
     presence: Presence | None = None
+    metrics: Metrics = field(default_factory=Metrics)
     # Set when a running execution ends, so a full worker leases again at once instead
     # of after a poll interval (which would cap throughput at slots / idle_poll).
     _slot_freed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -140,6 +142,7 @@ class Worker:
         for running in recorded:
             self.running[running.execution.id] = running
             running.task = asyncio.create_task(self._execute(running))
+        self.metrics.slots_in_use.set(len(self.running))
         return len(recorded)
 
     def _lease(self, free: int) -> list[Lease]:
@@ -172,7 +175,16 @@ class Worker:
                 continue
             recorded.append(running)
         self.stats.leased += len(recorded)
+        self._count_leases(recorded)
         return recorded
+
+    def _count_leases(self, recorded: list[_Running]) -> None:
+        self.metrics.leases.inc(len(recorded))
+        now = self.now()
+        for running in recorded:
+            # ready_at is when it became due: the occurrence, or a back-off's or deferral's end.
+            waited = (now - running.execution.ready_at).total_seconds()
+            self.metrics.schedule_to_start.observe(max(waited, 0.0))
 
     def _prepare(self, lease: Lease, execution: Execution | None) -> _Running | None:
         try:
@@ -213,7 +225,11 @@ class Worker:
                 )
                 return
             with self._breaker(execution.spec.handler):
-                result = await asyncio.wait_for(handler(context), timeout=timeout)
+                try:
+                    result = await asyncio.wait_for(handler(context), timeout=timeout)
+                finally:
+                    # Inside the breaker: a run the open breaker refused took no time.
+                    self._observe_duration(execution.spec.handler, started)
         except CircuitOpenError as error:
             await self._report(running, "defer", error=str(error))
         except TimeoutError:
@@ -228,7 +244,11 @@ class Worker:
             await self._report(running, "complete", duration=duration, result=result)
         finally:
             self.running.pop(execution.id, None)
+            self.metrics.slots_in_use.set(len(self.running))
             self._slot_freed.set()
+
+    def _observe_duration(self, handler: str, started: float) -> None:
+        self.metrics.execution_duration.labels(handler=handler).observe(time.monotonic() - started)
 
     def _breaker(self, handler: str) -> contextlib.AbstractContextManager[None]:
         if self.breakers is None:
@@ -251,11 +271,12 @@ class Worker:
                 break
             except ConflictError:
                 continue
-            self._count(outcome)
+            self._count(outcome, execution)
             if outcome == "complete":
                 self._acks.append(running.lease)
             return
         self.stats.stale_reports += 1
+        self.metrics.stale_reports.inc()
         log.warning("worker.stale_report", execution_id=str(running.execution.id), outcome=outcome)
 
     def _apply(
@@ -279,13 +300,21 @@ class Worker:
         for lease in acks:
             self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: str, execution: Execution) -> None:
+        metrics = self.metrics
         if outcome == "complete":
             self.stats.completed += 1
+            label = "completed"
         elif outcome == "defer":
             self.stats.deferred += 1
+            metrics.deferrals.inc()
+            label = "deferred"
         else:
             self.stats.failed += 1
+            dead = execution.status is ExecutionStatus.DEAD_LETTERED
+            (metrics.dead_letters if dead else metrics.retries).inc()
+            label = "dead_lettered" if dead else "retried"
+        metrics.completions.labels(handler=execution.spec.handler, outcome=label).inc()
 
     # ---- shutdown -------------------------------------------------------------------
 
@@ -314,7 +343,9 @@ class Worker:
         # Back in the queue now, not when the projection gets to the event.
         await asyncio.to_thread(self._give_back, lease)
         self.stats.handed_back += 1
+        self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
+        self.metrics.slots_in_use.set(len(self.running))
 
 
 class _Heartbeat(Background):
@@ -332,6 +363,9 @@ class _Heartbeat(Background):
     def beat(self) -> None:
         worker = self._worker
         worker.report_presence()
+        if worker.breakers is not None:
+            # Here, off the event loop: a shared breaker's state is read from Redis.
+            worker.metrics.observe_breakers(worker.breakers.states())
         deadline = worker.now() + worker.config.lease_ttl
         for running in list(worker.running.values()):
             lease = running.lease

@@ -11,6 +11,7 @@ event whose predecessor was rejected.
 """
 
 import asyncio
+import collections
 import queue
 import threading
 import time
@@ -27,6 +28,7 @@ from eventsourcing.persistence import IntegrityError
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.ledger import Ledger
 from jobledger.runtime.errors import WriterClosedError
+from jobledger.runtime.metrics import Metrics
 
 log = structlog.get_logger(__name__)
 
@@ -58,8 +60,16 @@ class WriterStats:
 class GroupCommitWriter:
     """Batches saves of aggregates into shared transactions."""
 
-    def __init__(self, ledger: Ledger, *, max_batch: int = 100, max_delay: float = 0.005) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        max_batch: int = 100,
+        max_delay: float = 0.005,
+        metrics: Metrics | None = None,
+    ) -> None:
         self._ledger = ledger
+        self._metrics = metrics
         self._max_batch = max_batch
         self._max_delay = max_delay
         # Items, or a marker: _STOP ends the writer, _FLUSH ends the batch being gathered.
@@ -185,10 +195,21 @@ class GroupCommitWriter:
 
     def _save(self, items: Sequence[_Item]) -> None:
         events = [e for item in items for e in item.events]
+        started = time.perf_counter()
         self._ledger.save_events(events)
         self.stats.batches += 1
         self.stats.items += len(items)
         self.stats.events += len(events)
+        if self._metrics is not None:
+            self._record(self._metrics, events, time.perf_counter() - started)
+
+    @staticmethod
+    def _record(metrics: Metrics, events: list[DomainEventProtocol[UUID]], seconds: float) -> None:
+        metrics.append_latency.observe(seconds)
+        metrics.append_batch.observe(len(events))
+        # Counted in C, then one counter update per event type in the batch.
+        for kind, count in collections.Counter(map(type, events)).items():
+            metrics.events_appended.labels(type=kind.__qualname__).inc(count)
 
     def _fail_if_dependent(self, item: _Item, failed_ids: set[UUID]) -> bool:
         clash = item.originator_ids & failed_ids

@@ -1,41 +1,33 @@
 """The `jobledger` command: runs as a real process, errors in one clear line."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    environ.update(env or {})
-    return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
-        [sys.executable, "-m", "jobledger.cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=60,
-        check=False,
-    )
+if TYPE_CHECKING:
+    from tests.conftest import JobledgerCli
 
 
-def test_migrate_then_status_on_the_embedded_store(tmp_path: Path) -> None:
+def test_migrate_then_status_on_the_embedded_store(
+    tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
     """If a fresh data folder is migrated, then status reports an empty SQLite log."""
-    migrated = run("--data-dir", str(tmp_path), "migrate")
+    migrated = jobledger_cli.run("--data-dir", str(tmp_path), "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert "applied 0001_store_identity.sql" in migrated.stdout
-    status = run("--data-dir", str(tmp_path), "status")
+    status = jobledger_cli.run("--data-dir", str(tmp_path), "status")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["persistence"] == "eventsourcing.sqlite"
     assert (tmp_path / "events.sqlite3").exists()
 
 
-def test_status_before_migrate_says_what_to_do(tmp_path: Path) -> None:
+def test_status_before_migrate_says_what_to_do(
+    tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
     """If the store was never migrated, then status says to run migrate, in one line."""
-    result = run("--data-dir", str(tmp_path), "status")
+    result = jobledger_cli.run("--data-dir", str(tmp_path), "status")
     assert result.returncode == 2
     assert "jobledger migrate" in result.stderr
     assert "Traceback" not in result.stderr
@@ -50,27 +42,31 @@ def test_status_before_migrate_says_what_to_do(tmp_path: Path) -> None:
         ({"JOBLEDGER_WRITER_MAX_BATCH": "lots"}, "JOBLEDGER_WRITER_MAX_BATCH"),
     ],
 )
-def test_bad_settings_fail_in_one_line(env: dict[str, str], named: str) -> None:
+def test_bad_settings_fail_in_one_line(
+    env: dict[str, str], named: str, jobledger_cli: "JobledgerCli"
+) -> None:
     """If a setting is bad, then the command exits 2 with one line naming it."""
-    result = run("migrate", env=env)
+    result = jobledger_cli.run("migrate", env=env)
     assert result.returncode == 2
     assert named in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_config_masks_secrets() -> None:
+def test_config_masks_secrets(jobledger_cli: "JobledgerCli") -> None:
     """If the database URL has a password, then config prints it masked."""
-    result = run("config", env={"JOBLEDGER_DATABASE_URL": "postgresql://u:hunter2@h/db"})
+    result = jobledger_cli.run(
+        "config", env={"JOBLEDGER_DATABASE_URL": "postgresql://u:hunter2@h/db"}
+    )
     assert result.returncode == 0
     assert "hunter2" not in result.stdout
     assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"
 
 
-def test_schedule_preview_applies_the_dst_policy() -> None:
+def test_schedule_preview_applies_the_dst_policy(jobledger_cli: "JobledgerCli") -> None:
     """If a 02:30 New York cron is previewed across spring-forward, then that day's fire
     is shown at the jump, 03:00 EDT."""
-    result = run(
+    result = jobledger_cli.run(
         "schedule",
         "preview",
         "30 2 * * *",
@@ -98,19 +94,23 @@ def test_schedule_preview_applies_the_dst_policy() -> None:
         (["0 0 * * *", "--from", "yesterday"], "--from"),
     ],
 )
-def test_schedule_preview_rejects_bad_input_in_one_line(args: list[str], named: str) -> None:
+def test_schedule_preview_rejects_bad_input_in_one_line(
+    args: list[str], named: str, jobledger_cli: "JobledgerCli"
+) -> None:
     """If the cron, zone or start is bad, then preview exits 2 with one line naming it."""
-    result = run("schedule", "preview", *args)
+    result = jobledger_cli.run("schedule", "preview", *args)
     assert result.returncode == 2
     assert named in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_a_bad_shell_allowlist_stops_the_worker_in_one_line(tmp_path: Path) -> None:
+def test_a_bad_shell_allowlist_stops_the_worker_in_one_line(
+    tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
     """If JOBLEDGER_SHELL_COMMANDS is not JSON, then the worker refuses to start with one
     line naming the setting."""
-    assert run("--data-dir", str(tmp_path), "migrate").returncode == 0
-    result = run(
+    assert jobledger_cli.run("--data-dir", str(tmp_path), "migrate").returncode == 0
+    result = jobledger_cli.run(
         "--data-dir", str(tmp_path), "worker", env={"JOBLEDGER_SHELL_COMMANDS": "greet=echo"}
     )
     assert result.returncode == 2

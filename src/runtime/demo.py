@@ -1,0 +1,93 @@
+"""Demo jobs for trying jobledger out: one of each built-in test handler, created by key
+so that seeding again finds them instead of adding copies."""
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.errors import DomainError, NotFoundError
+from jobledger.domain.job import job_id_for_key
+from jobledger.domain.ledger import Ledger
+from jobledger.domain.schedules import CronSchedule, ManualSchedule
+
+KEY_PREFIX = "jobledger-demo:"
+
+DEMO_JOBS: tuple[tuple[str, JobDefinition], ...] = (
+    (
+        "echo-every-minute",
+        JobDefinition(
+            name="demo: echo every minute",
+            description="test.echo returns its payload; fires every minute",
+            spec=ExecutionSpec(handler="test.echo", payload={"hello": "world"}),
+            schedule=CronSchedule("* * * * *"),
+        ),
+    ),
+    (
+        "log-every-5-minutes",
+        JobDefinition(
+            name="demo: log every 5 minutes",
+            description="test.log writes its message to the worker's log",
+            spec=ExecutionSpec(handler="test.log", payload={"message": "hello from jobledger"}),
+            schedule=CronSchedule("*/5 * * * *"),
+        ),
+    ),
+    (
+        "delay-hourly",
+        JobDefinition(
+            name="demo: sleep 5 s every hour",
+            description="test.delay sleeps, so a running execution can be watched",
+            spec=ExecutionSpec(handler="test.delay", payload={"seconds": 5}),
+            schedule=CronSchedule("0 * * * *"),
+        ),
+    ),
+    (
+        "echo-manual",
+        JobDefinition(
+            name="demo: run me by hand",
+            description="never fires on its own: trigger it from the dashboard",
+            spec=ExecutionSpec(handler="test.echo", payload={"triggered": "by hand"}),
+            schedule=ManualSchedule(),
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """What seeding did with one demo job: ``created``, ``found`` or ``skipped``."""
+
+    key: str
+    name: str
+    job_id: uuid.UUID
+    outcome: str
+    reason: str = ""
+
+
+def demo_job_ids() -> list[uuid.UUID]:
+    return [job_id_for_key(KEY_PREFIX + key) for key, _ in DEMO_JOBS]
+
+
+def seed_demo_jobs(ledger: Ledger, *, at: datetime, by: str) -> list[SeedResult]:
+    """Create every demo job that does not exist yet. A job that exists under its key
+    is left alone, even when it was edited or deleted since: seeding never undoes what
+    a user did. One the settings refuse (e.g. a larger minimum interval) is skipped."""
+    return [_seed(ledger, key, definition, at=at, by=by) for key, definition in DEMO_JOBS]
+
+
+def _seed(
+    ledger: Ledger, key: str, definition: JobDefinition, *, at: datetime, by: str
+) -> SeedResult:
+    full_key = KEY_PREFIX + key
+    job_id = job_id_for_key(full_key)
+    try:
+        ledger.get_job(job_id)
+    except NotFoundError:
+        pass
+    else:
+        return SeedResult(key, definition.name, job_id, "found")
+    try:
+        job = ledger.schedule_job(definition, at=at, by=by, key=full_key)
+    except DomainError as error:
+        return SeedResult(key, definition.name, job_id, "skipped", str(error))
+    return SeedResult(key, definition.name, job.id, "created")
