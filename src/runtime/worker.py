@@ -166,6 +166,9 @@ class Worker:
             running = self._prepare(lease, executions.get(lease.execution_id))
             if running is not None:
                 prepared.append((running, self.writer.submit(running.execution)))
+        if prepared:
+            # The whole batch is in: save it now rather than after the writer's delay.
+            self.writer.flush()
         recorded: list[_Running] = []
         for running, future in prepared:
             try:

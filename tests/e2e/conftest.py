@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from tests.conftest import LiveServer
 
 PASSWORD = "correct horse battery staple"
+# Assertions wait for the page; a CI machine running other work may be slow to get there.
+expect.set_options(timeout=15_000)
+
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 CHROMIUM = os.environ.get("JOBLEDGER_CHROMIUM", "/usr/bin/chromium")
 
