@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .jobledger
 
-.PHONY: setup browser run check lint typecheck imports test bench clean
+.PHONY: setup browser compose run check lint typecheck imports test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,16 @@ browser:
 			--no-install-recommends chromium; } >/dev/null 2>&1 \
 		|| echo "chromium could not be installed: the browser tests cannot run" >&2; }
 
-test: setup browser
+# The deployment test validates docker-compose.yml with `docker compose config` (or the
+# standalone docker-compose where the docker client has no compose plugin).
+compose:
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { \
+		echo "installing Debian's docker-compose for the deployment test" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends docker-compose; } >/dev/null 2>&1 \
+		|| echo "docker-compose could not be installed: the compose test cannot run" >&2; }
+
+test: setup browser compose
 	$(BIN)/pytest
 
 check: lint typecheck imports test

@@ -275,7 +275,7 @@ def _stop_on_signals() -> threading.Event:
 def _run_projector(container: Container) -> int:
     stop = _stop_on_signals()
     if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port)
+        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
     projector = container.projector()
     projector.start()
     stop.wait()
@@ -302,7 +302,7 @@ def _run_api(container: Container, *, with_projector: bool) -> int:
 def _run_scheduler(container: Container, *, with_projector: bool) -> int:
     stop = _stop_on_signals()
     if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port)
+        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()
@@ -314,7 +314,7 @@ def _run_scheduler(container: Container, *, with_projector: bool) -> int:
 
 def _run_worker(container: Container, *, with_projector: bool) -> int:
     if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port)
+        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()

@@ -183,6 +183,6 @@ class Metrics:
         for handler, state in states.items():
             self.breaker_state.labels(handler=handler).set(BREAKER_STATES.get(state, 0))
 
-    def serve(self, port: int) -> None:
-        """Expose /metrics on ``port`` (scheduler, worker and projector processes)."""
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Expose /metrics on ``host:port`` (scheduler, worker and projector processes)."""
+        start_http_server(port, addr=host, registry=self.registry)

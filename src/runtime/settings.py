@@ -54,6 +54,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     breaker_fail_max: int = 3
     breaker_reset_seconds: float = 30.0
     metrics_port: int = 0
+    metrics_host: str = "127.0.0.1"
     log_level: str = "info"
     log_format: str = "console"
     mode: str = "production"
@@ -169,6 +170,7 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("breaker_reset_seconds", lambda v: v > 0, "use a positive number of seconds"),
     ("worker_queues", lambda v: bool(v.strip(", ")), "name one or more queues, comma-separated"),
     ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
+    ("metrics_host", lambda v: bool(v.strip()), "name an address, e.g. 127.0.0.1 or 0.0.0.0"),
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
     ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
     (

@@ -1,0 +1,537 @@
+"""The deployment files and the production topology.
+
+The Procfile, docker-compose.yml, the Prometheus rules and the Grafana dashboard must
+name real `jobledger` commands and real metrics, and the production roles must work
+together as separate processes on PostgreSQL and Redis, as the Procfile runs them.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from jobledger.cli import build_parser
+from jobledger.runtime.metrics import Metrics
+
+if TYPE_CHECKING:
+    from tests.conftest import JobledgerCli
+
+ROOT = Path(__file__).resolve().parents[2]
+METRIC = re.compile(r"\bjobledger_[a-z0-9_]+\b")
+ADMIN_PASSWORD = "staple-battery-horse-42"
+ROLES = ("api", "scheduler", "worker", "projector")
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+# ---- what the files name -----------------------------------------------------------
+
+
+def exported_names() -> set[str]:
+    """Every sample name the registry can export, with the suffixes Prometheus sees
+    (a counter family ``x`` is scraped as ``x_total``, a histogram as ``x_bucket``...)."""
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "gauge": ("",),
+    }
+    return {
+        family.name + suffix
+        for family in Metrics().registry.collect()
+        for suffix in suffixes[family.type]
+    }
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    choices: dict[str, argparse.ArgumentParser] = action.choices
+    return choices
+
+
+def procfile() -> dict[str, tuple[dict[str, str], list[str]]]:
+    """Each process type: the variables its `env` prefix sets, and the command after it."""
+    entries: dict[str, tuple[dict[str, str], list[str]]] = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, _, command = line.partition(":")
+        words = shlex.split(command)
+        if words[:1] == ["env"]:
+            words = words[1:]
+        environ: dict[str, str] = {}
+        while words and "=" in words[0]:
+            key, _, value = words.pop(0).partition("=")
+            environ[key] = value
+        assert name.strip() not in entries, f"process type {name!r} twice"
+        entries[name.strip()] = (environ, words)
+    return entries
+
+
+def expressions(node: Any) -> Iterator[str]:
+    """Every ``expr`` string anywhere in a JSON document."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "expr" and isinstance(value, str):
+                yield value
+            else:
+                yield from expressions(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from expressions(item)
+
+
+def unknown_metrics(exprs: list[str]) -> dict[str, set[str]]:
+    known = exported_names()
+    found = {e: set(METRIC.findall(e)) for e in exprs}
+    return {e: names - known for e, names in found.items() if not names or names - known}
+
+
+def load_yaml(name: str) -> Any:
+    return yaml.safe_load((ROOT / name).read_text())
+
+
+def test_every_procfile_process_is_a_real_jobledger_role() -> None:
+    """If the Procfile is read as a Procfile runner reads it, then it starts one api, two
+    schedulers, three workers and one projector, each a command the parser accepts, each
+    with a metrics port of its own, and leaves migrate to the release step."""
+    entries = procfile()
+    known = subcommands()
+    roles: list[str] = []
+    for name, (environ, words) in entries.items():
+        assert words[0] == "jobledger", name
+        assert words[1] in known, f"{name}: {words[1]!r} is no jobledger command"
+        build_parser().parse_args(words[1:])
+        assert set(environ) <= {"JOBLEDGER_METRICS_PORT"}, name
+        roles.append(words[1])
+    assert sorted(roles) == sorted(["api", "scheduler", "scheduler", *["worker"] * 3, "projector"])
+    ports = [e["JOBLEDGER_METRICS_PORT"] for e, w in entries.values() if w[1] != "api"]
+    assert len(ports) == len(set(ports)) == 6
+    assert "jobledger migrate" in (ROOT / "Procfile").read_text()
+
+    scraped = {
+        target
+        for job in load_yaml("deploy/prometheus.yml")["scrape_configs"]
+        for static in job["static_configs"]
+        for target in static["targets"]
+    }
+    assert scraped == {"127.0.0.1:8000"} | {f"127.0.0.1:{p}" for p in ports}
+
+
+def test_the_alert_rules_name_only_exported_metrics() -> None:
+    """If the alert rules are loaded, then they hold the expected alerts, each with a
+    summary, and every expression names only metrics that jobledger exports."""
+    document = load_yaml("deploy/prometheus-alerts.yml")
+    rules = {r["alert"]: r for group in document["groups"] for r in group["rules"]}
+    assert set(rules) == {
+        "JobledgerMissedFires",
+        "JobledgerNoLeader",
+        "JobledgerProjectionLagHigh",
+        "JobledgerDeadLetterGrowth",
+        "JobledgerBreakerOpen",
+        "JobledgerStaleReports",
+    }
+    assert all(r["annotations"]["summary"] for r in rules.values())
+    assert unknown_metrics([r["expr"] for r in rules.values()]) == {}
+    assert "jobledger_fires_missed_total" in rules["JobledgerMissedFires"]["expr"]
+    assert "sum(jobledger_leader) == 0" in rules["JobledgerNoLeader"]["expr"]
+    assert rules["JobledgerNoLeader"]["for"] == "1m"
+    assert "== 2" in rules["JobledgerBreakerOpen"]["expr"]  # 2 is open
+    assert load_yaml("deploy/prometheus.yml")["rule_files"] == ["prometheus-alerts.yml"]
+
+
+def test_the_grafana_dashboard_charts_only_exported_metrics() -> None:
+    """If the Grafana dashboard is loaded, then every query names only metrics that
+    jobledger exports, and the signals an operator needs each have a chart."""
+    dashboard = json.loads((ROOT / "deploy/grafana-dashboard.json").read_text())
+    exprs = list(expressions(dashboard["panels"]))
+    assert unknown_metrics(exprs) == {}
+    charted = {name for e in exprs for name in METRIC.findall(e)}
+    assert charted >= {
+        "jobledger_fires_total",
+        "jobledger_fire_lateness_seconds_bucket",
+        "jobledger_fires_missed_total",
+        "jobledger_leader",
+        "jobledger_queue_depth",
+        "jobledger_projection_lag_events",
+        "jobledger_completions_total",
+        "jobledger_execution_duration_seconds_bucket",
+        "jobledger_schedule_to_start_seconds_bucket",
+        "jobledger_dead_letters_total",
+        "jobledger_breaker_state",
+        "jobledger_worker_slots_in_use",
+        "jobledger_http_requests_total",
+        "jobledger_http_request_duration_seconds_bucket",
+        "jobledger_events_appended_total",
+    }
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_the_compose_file_runs_every_role_without_a_default_secret() -> None:
+    """If docker-compose.yml is read, then PostgreSQL and Redis have health checks, each
+    role under the `app` profile runs a real jobledger command with the database and
+    Redis URLs, and the passwords come only from the environment."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    services = load_yaml("docker-compose.yml")["services"]
+    assert services["postgres"]["image"] == "postgres:15"
+    assert services["redis"]["image"] == "redis:7"
+    assert "healthcheck" in services["postgres"]
+    assert "healthcheck" in services["redis"]
+    known = subcommands()
+    replicas: dict[str, int] = {}
+    for name in ("migrate", *ROLES):
+        service = services[name]
+        assert service["profiles"] == ["app"], name
+        assert service["command"][0] in known, name
+        assert {"JOBLEDGER_DATABASE_URL", "JOBLEDGER_REDIS_URL"} <= set(service["environment"])
+        replicas[service["command"][0]] = service.get("deploy", {}).get("replicas", 1)
+    assert replicas == {"migrate": 1, "api": 1, "scheduler": 2, "worker": 3, "projector": 1}
+    assert services["migrate"]["restart"] == "no"
+    password = services["api"]["environment"]["JOBLEDGER_ADMIN_PASSWORD"]
+    assert password.startswith("${JOBLEDGER_ADMIN_PASSWORD:?")
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith(
+        "${POSTGRES_PASSWORD:?"
+    )
+    assert ADMIN_PASSWORD not in text
+
+
+def compose_command() -> list[str]:
+    """`docker compose`, or the standalone `docker-compose`; skips (fails where the
+    services are required) when neither is installed."""
+    docker = shutil.which("docker")
+    if docker is not None:
+        probe = subprocess.run(  # noqa: S603 (a fixed argument list)
+            [docker, "compose", "version"], capture_output=True, check=False, timeout=30
+        )
+        if probe.returncode == 0:
+            return [docker, "compose"]
+    standalone = shutil.which("docker-compose")
+    if standalone is not None:
+        return [standalone]
+    message = (
+        "docker is not installed"
+        if docker is None
+        else "docker has no compose plugin, and docker-compose is not installed"
+    )
+    if os.environ.get("JOBLEDGER_REQUIRE_SERVICES"):
+        pytest.fail(f"{message} (JOBLEDGER_REQUIRE_SERVICES is set)")
+    pytest.skip(message)
+
+
+def test_docker_compose_validates_the_compose_file() -> None:
+    """If `docker compose config` checks docker-compose.yml with the passwords set, then
+    it finds no error; without the admin password it refuses, naming the variable."""
+    command = [*compose_command(), "-f", "docker-compose.yml", "--profile", "app", "config", "-q"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    clean.pop("POSTGRES_PASSWORD", None)
+    secrets = {"JOBLEDGER_ADMIN_PASSWORD": ADMIN_PASSWORD, "POSTGRES_PASSWORD": "pg-secret-1"}
+
+    def config(environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: S603 (a fixed argument list)
+            command,
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+
+    valid = config(clean | secrets)
+    assert valid.returncode == 0, valid.stderr
+    refused = config(clean | {"POSTGRES_PASSWORD": "pg-secret-1"})
+    assert refused.returncode != 0
+    assert "JOBLEDGER_ADMIN_PASSWORD" in refused.stderr
+
+
+# ---- the roles as processes --------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def parse(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(0.1)
+
+
+class Role:
+    """One `jobledger <role>` process, its output in a file (a pipe could fill up)."""
+
+    def __init__(self, name: str, args: list[str], environ: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.log_path = logs / f"{name}.log"
+        self._log: IO[bytes] = self.log_path.open("wb")
+        self.process = subprocess.Popen(  # noqa: S603 (our own entry point)
+            [sys.executable, "-m", "jobledger.cli", *args],
+            env=environ,
+            cwd=logs,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        port = environ.get("JOBLEDGER_METRICS_PORT") or environ.get("JOBLEDGER_API_PORT")
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+    def scrape(self) -> Samples:
+        try:
+            return parse(httpx.get(self.metrics_url, timeout=5).text)
+        except httpx.TransportError:
+            return {}
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return -signal.SIGKILL
+        finally:
+            self._log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text()
+
+
+class Deployment:
+    def __init__(self) -> None:
+        self.roles: dict[str, Role] = {}
+        self.api_url = ""
+
+    def of(self, kind: str) -> list[Role]:
+        return [r for n, r in self.roles.items() if n.rstrip("0123456789") == kind]
+
+    def check_alive(self) -> None:
+        for role in self.roles.values():
+            if not role.alive():
+                pytest.fail(f"{role.name} exited with {role.process.returncode}: {role.output()}")
+
+
+@pytest.fixture
+def deployment(
+    postgres_url: str, redis_server: str, tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> Iterator[Deployment]:
+    """api, two schedulers, two workers and a projector, as the Procfile starts them."""
+    shared = {
+        "database_url": postgres_url,
+        "redis_url": redis_server,
+        "redis_prefix": f"d{uuid.uuid4().hex[:8]}",
+        "data_dir": str(tmp_path / "data"),
+        "log_format": "json",
+        "projection_poll_ms": "100",
+    }
+    # The release step, as an operator runs it before starting the processes.
+    release = jobledger_cli.run("migrate", env=jobledger_cli.environment(**shared))
+    assert release.returncode == 0, release.stderr
+    api_port = free_port()
+    running = Deployment()
+    running.api_url = f"http://127.0.0.1:{api_port}"
+    plan = {
+        "api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD},
+        "scheduler1": {"metrics_port": str(free_port())},
+        "scheduler2": {"metrics_port": str(free_port())},
+        "worker1": {"metrics_port": str(free_port())},
+        "worker2": {"metrics_port": str(free_port())},
+        "projector": {"metrics_port": str(free_port())},
+    }
+    try:
+        for name, own in plan.items():
+            environ = jobledger_cli.environment(**shared, **own)
+            role = Role(name, [name.rstrip("12")], environ, tmp_path)
+            running.roles[name] = role
+        yield running
+    finally:
+        for role in running.roles.values():
+            role.stop()
+
+
+@contextlib.contextmanager
+def admin_client(url: str) -> Iterator[httpx.Client]:
+    """A client signed in as the admin the API created from JOBLEDGER_ADMIN_PASSWORD."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        response = client.post(
+            "/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD}
+        )
+        assert response.status_code == 200, response.text
+        client.headers["X-CSRF-Token"] = response.json()["csrf_token"]
+        yield client
+
+
+def wait_until_serving(deployment: Deployment) -> None:
+    def up() -> bool:
+        deployment.check_alive()
+        try:
+            return httpx.get(f"{deployment.api_url}/health", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(up, "the API answers /health", timeout=40)
+    wait_for(lambda: all(r.scrape() for r in deployment.roles.values()), "every /metrics")
+    schedulers = deployment.of("scheduler")
+    wait_for(
+        lambda: sum(total(s.scrape(), "jobledger_leader") for s in schedulers) == 1,
+        "one scheduler leads",
+    )
+
+
+def submit_work(client: httpx.Client) -> tuple[set[str], str]:
+    """Three triggered manual jobs, four ad-hoc runs and a one-shot job due in two
+    seconds: the ids of the seven executions, and the one-shot job's id."""
+    expected: set[str] = set()
+    for n in range(3):
+        job = client.post("/api/v1/jobs", json={"name": f"manual {n}", "handler": "test.echo"})
+        assert job.status_code == 201, job.text
+        fired = client.post(f"/api/v1/jobs/{job.json()['id']}/trigger")
+        assert fired.status_code == 202, fired.text
+        expected.add(fired.json()["id"])
+    for n in range(4):
+        adhoc = client.post(
+            "/api/v1/executions", json={"handler": "test.echo", "payload": {"n": n}}
+        )
+        assert adhoc.status_code == 202, adhoc.text
+        expected.add(adhoc.json()["id"])
+    # A one-shot job, so the leading scheduler has a fire of its own to make.
+    run_at = (datetime.now(tz=UTC) + timedelta(seconds=2)).isoformat()
+    once = client.post(
+        "/api/v1/jobs",
+        json={
+            "name": "once",
+            "handler": "test.echo",
+            "schedule": {"kind": "once", "run_at": run_at},
+        },
+    )
+    assert once.status_code == 201, once.text
+    once_id: str = once.json()["id"]
+    return expected, once_id
+
+
+def check_each_ran_once(
+    deployment: Deployment, client: httpx.Client, expected: set[str], once_id: str
+) -> None:
+    count = len(expected) + 1
+
+    def completed() -> list[dict[str, Any]]:
+        deployment.check_alive()
+        page = client.get("/api/v1/executions", params={"status": "completed", "limit": 100})
+        assert page.status_code == 200, page.text
+        items: list[dict[str, Any]] = page.json()["items"]
+        return items
+
+    wait_for(lambda: len(completed()) >= count, f"{count} completed executions")
+    time.sleep(1)  # a second run of any of them would have shown up by now
+    rows = completed()
+    assert len(rows) == count
+    ids = {row["id"] for row in rows}
+    assert expected <= ids
+    assert [row["job_id"] for row in rows if row["id"] not in expected] == [once_id]
+    assert all(row["attempt"] == 1 for row in rows)
+    for execution_id in ids:
+        events = client.get(f"/api/v1/executions/{execution_id}/events")
+        assert events.status_code == 200, events.text
+        types = [event["type"] for event in events.json()]
+        assert types.count("ExecutionLeased") == 1, types
+        assert types.count("ExecutionCompleted") == 1, types
+
+
+def check_metrics(deployment: Deployment, count: int) -> None:
+    """Each role's /metrics shows its part of ``count`` executions."""
+    workers = deployment.of("worker")
+
+    def worker_total(name: str, **labels: str) -> float:
+        return sum(total(w.scrape(), name, **labels) for w in workers)
+
+    wait_for(
+        lambda: worker_total("jobledger_completions_total", outcome="completed") == count,
+        "the workers' completions",
+    )
+    assert worker_total("jobledger_completions_total") == count
+    assert worker_total("jobledger_leases_total") == count
+
+    schedulers = deployment.of("scheduler")
+    assert sorted(total(s.scrape(), "jobledger_leader") for s in schedulers) == [0, 1]
+    assert sum(total(s.scrape(), "jobledger_fires_total") for s in schedulers) == 1
+
+    api = deployment.roles["api"].scrape()
+    assert total(api, "jobledger_http_requests_total", method="POST", status="201") == 4
+    assert total(api, "jobledger_http_requests_total", method="POST", status="202") == 7
+
+    projector = deployment.roles["projector"]
+
+    def projected() -> bool:
+        positions = [
+            value
+            for (name, _), value in projector.scrape().items()
+            if name == "jobledger_projection_position"
+        ]
+        return len(positions) >= 3 and all(p > 0 for p in positions)
+
+    wait_for(projected, "the projector's follower positions")
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.slow
+def test_the_production_roles_run_every_execution_once_and_report_metrics(
+    deployment: Deployment,
+) -> None:
+    """If the api, two schedulers, two workers and a projector run as separate processes
+    and jobs are triggered, scheduled once and run ad hoc over HTTP, then each execution
+    completes exactly once, every role's /metrics shows its work, exactly one scheduler
+    leads, and SIGTERM stops every process with status 0."""
+    wait_until_serving(deployment)
+    with admin_client(deployment.api_url) as client:
+        expected, once_id = submit_work(client)
+        check_each_ran_once(deployment, client, expected, once_id)
+    check_metrics(deployment, len(expected) + 1)
+
+    codes = {name: role.stop() for name, role in deployment.roles.items()}
+    logs = {name: role.output() for name, role in deployment.roles.items()}
+    assert codes == dict.fromkeys(deployment.roles, 0), logs
+    for name, text in logs.items():
+        assert "Traceback" not in text, f"{name}: {text}"
+        # JOBLEDGER_LOG_FORMAT=json: a log collector must be able to read every line.
+        lines = [line for line in text.splitlines() if line.strip()]
+        assert all(isinstance(json.loads(line), dict) for line in lines), f"{name}: {text}"
