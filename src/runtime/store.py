@@ -215,5 +215,7 @@ def read_store_id(settings: Settings) -> str:
 def projection_database(settings: Settings) -> Database:
     """The database the projection tables live in: the event store's own."""
     if settings.uses_postgres:
-        return PostgresDatabase(settings.database_url)
+        # Sized like the event store's pool: the API's requests, sessions and the
+        # in-process followers all draw on it.
+        return PostgresDatabase(settings.database_url, max_size=settings.database_pool_size)
     return SqliteDatabase(settings.sqlite_path)
