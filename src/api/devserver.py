@@ -8,13 +8,10 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import FrameType
 
 import structlog
-import uvicorn
 
-from jobledger.api.app import create_app
-from jobledger.api.server import DEV_ADMIN_PASSWORD, ensure_admin
+from jobledger.api.server import DEV_ADMIN_PASSWORD, ensure_admin, serve
 from jobledger.api.state import utc_now
 from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.demo import seed_demo_jobs
@@ -44,7 +41,7 @@ def run_dev(container: Container, say: Say, options: DevOptions) -> None:
         if stopped.is_set():
             return
         with _background(container):
-            _serve(container, listener, lambda: _announce(container, say))
+            serve(container, listener=listener, started=lambda: _announce(container, say))
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -153,32 +150,3 @@ class _WorkerThread:
         self._stop = asyncio.Event()
         self._ready.set()
         await self._worker.run(self._stop)
-
-
-def _serve(container: Container, listener: socket.socket, started: Callable[[], None]) -> None:
-    config = uvicorn.Config(
-        create_app(container),
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        lifespan="on",
-    )
-    _DevServer(config, started).run(sockets=[listener])
-
-
-class _DevServer(uvicorn.Server):
-    """uvicorn that reports when it listens, and ends with status 0 on SIGINT or SIGTERM
-    (uvicorn would re-raise the signal after its graceful shutdown)."""
-
-    def __init__(self, config: uvicorn.Config, started: Callable[[], None]) -> None:
-        super().__init__(config)
-        self._on_started = started
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            self._on_started()
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        self._captured_signals.clear()

@@ -1,5 +1,7 @@
 """`jobledger api`: the app behind uvicorn, with the admin account ensured first."""
 
+import socket
+from collections.abc import Callable
 from types import FrameType
 
 import structlog
@@ -30,12 +32,18 @@ def ensure_admin(container: Container) -> str | None:
     return None
 
 
-def serve(container: Container) -> None:
-    """Run until SIGINT or SIGTERM (uvicorn handles both and drains requests)."""
+def serve(
+    container: Container,
+    *,
+    listener: socket.socket | None = None,
+    started: Callable[[], None] | None = None,
+) -> None:
+    """Run until SIGINT or SIGTERM (uvicorn handles both and drains requests): on
+    ``listener`` if given (bound beforehand), else on the configured host and port;
+    ``started`` is called once it listens."""
     settings = container.settings
-    app = create_app(container)
     config = uvicorn.Config(
-        app,
+        create_app(container),
         host=settings.api_host,
         port=settings.api_port,
         log_config=None,
@@ -43,14 +51,24 @@ def serve(container: Container) -> None:
         server_header=False,
         lifespan="on",
     )
-    log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
-    _Server(config).run()
+    if listener is None:
+        log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
+    _Server(config, started).run(sockets=[listener] if listener is not None else None)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn, except that a SIGTERM or SIGINT after the graceful shutdown ends the
-    process with status 0 (uvicorn re-raises the signal, which reads as a crash to a
-    supervisor)."""
+    """uvicorn that reports when it listens, and ends the process with status 0 on a
+    SIGTERM or SIGINT after its graceful shutdown (uvicorn re-raises the signal, which
+    reads as a crash to a supervisor)."""
+
+    def __init__(self, config: uvicorn.Config, started: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_started = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)
