@@ -35,7 +35,7 @@ from jobledger.runtime.errors import RuntimeLayerError, SettingsError
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import PREFIX, Settings, load_settings
+from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import migrate
 
 EXIT_USER_ERROR = 2
@@ -129,13 +129,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     overrides = {name: getattr(args, name) for name in Settings.__struct_fields__}
     try:
         settings = load_settings(os.environ, **overrides)
+        if args.command == "dev":
+            settings = msgspec.structs.replace(settings, mode="dev")
         configure_logging(settings)
         return _run(args, settings)
     except (RuntimeLayerError, DomainError) as error:
         print(f"jobledger: {error}", file=sys.stderr)
     except redis.RedisError as error:
         detail = " ".join(str(error).split())
-        print(f"jobledger: cannot reach Redis (JOBLEDGER_REDIS_URL): {detail}", file=sys.stderr)
+        print(
+            f"jobledger: cannot reach Redis ({PREFIX}REDIS_URL={mask_url(settings.redis_url)}): "
+            f"{detail}; check that redis-server runs at that host and port",
+            file=sys.stderr,
+        )
     return EXIT_USER_ERROR
 
 
@@ -151,7 +157,20 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if command == "dev":
         return _run_dev(args, settings)
     with bootstrap(settings) as container:
+        if command in _ROLES:
+            _preflight(container)
         return _run_with(args, container)
+
+
+# The commands that run until stopped, and seed: they check every setting at start.
+_ROLES = frozenset({"api", "scheduler", "worker", "projector", "seed"})
+
+
+def _preflight(container: Container) -> None:
+    """Fail now, in one line, on what would otherwise fail later: an unreachable Redis,
+    a handler module that does not import."""
+    container.ping()
+    container.handlers()
 
 
 def _run_with(args: argparse.Namespace, container: Container) -> int:
@@ -175,9 +194,9 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
 
 
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
-    settings = msgspec.structs.replace(settings, mode="dev")
     migrate(settings)
     with bootstrap(settings) as container:
+        _preflight(container)
         run_dev(container, _say, DevOptions(demo=not args.no_demo))
     return 0
 

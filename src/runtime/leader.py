@@ -111,7 +111,7 @@ class RedisLeadership:
                 self._try_acquire(now)
         except redis.RedisError as error:
             # Unreachable Redis: keep the deadline; acting stops when it passes.
-            log.warning("leader.redis_error", token=self.token, error=str(error))
+            log.warning("leader.redis_error", scheduler_id=self.token, error=str(error))
             self._next_attempt = now + self._timing.poll
 
     def release(self) -> None:
@@ -131,7 +131,7 @@ class RedisLeadership:
             self._deadline = started + self._timing.ttl
             self._next_attempt = started + self._timing.renew_every
             self.changes += 1
-            log.info("leader.elected", token=self.token, leader_epoch=epoch)
+            log.info("leader.elected", scheduler_id=self.token, leader_epoch=epoch)
         else:
             self._next_attempt = started + self._timing.poll
 
@@ -149,8 +149,13 @@ class RedisLeadership:
         if self._leading:
             self._leading = False
             self.changes += 1
-            log.warning(
-                "leader.stepped_down", token=self.token, leader_epoch=self._epoch, reason=reason
+            # Handing the lock over on shutdown is routine; losing it is worth a warning.
+            level = log.info if reason == "released" else log.warning
+            level(
+                "leader.stepped_down",
+                scheduler_id=self.token,
+                leader_epoch=self._epoch,
+                reason=reason,
             )
 
 

@@ -144,7 +144,9 @@ class Scheduler:
             report.conflicts += 1
             self.stats.conflicts += 1
             self.metrics.fire_conflicts.inc()
-            log.info("scheduler.fire_conflict", job_id=str(job_id))
+            log.info(
+                "scheduler.fire_conflict", job_id=str(job_id), leader_epoch=self.leadership.epoch
+            )
             return
         fired, missed = self._observe(submitted.steps)
         report.fired += fired
@@ -152,7 +154,12 @@ class Scheduler:
         self.stats.fired += fired
         self.stats.missed += missed
         if missed:
-            log.warning("scheduler.fires_missed", job_id=str(job_id), count=missed)
+            log.warning(
+                "scheduler.fires_missed",
+                job_id=str(job_id),
+                count=missed,
+                leader_epoch=self.leadership.epoch,
+            )
 
     def _observe(self, steps: list[Fire | Miss]) -> tuple[int, int]:
         """Count saved steps in the metrics; returns (fired, missed occurrences)."""
@@ -214,10 +221,15 @@ class Scheduler:
     ) -> Future[None] | None:
         execution = self.ledger.get_execution(execution_id)
         if execution.status is ExecutionStatus.RUNNING and execution.lease_id == lease_id:
-            execution.expire_lease(lease_id=lease_id, at=now, rand=random.random())  # noqa: S311 (jitter)
             log.info(
-                "scheduler.lease_expired", execution_id=str(execution_id), lease_id=str(lease_id)
+                "scheduler.lease_expired",
+                execution_id=str(execution_id),
+                job_id=str(execution.job_id) if execution.job_id else None,
+                attempt=execution.lease_attempt,
+                worker_id=execution.worker_id,
+                leader_epoch=self.leadership.epoch,
             )
+            execution.expire_lease(lease_id=lease_id, at=now, rand=random.random())  # noqa: S311 (jitter)
             return self.writer.submit(execution)
         self._repair(backend, queue, execution)
         return None
@@ -232,7 +244,11 @@ class Scheduler:
         if meta is not None:
             backend.apply([change], epoch=meta.epoch, force=True)
             self.stats.queue_repairs += 1
-            log.warning("scheduler.queue_repaired", execution_id=str(execution.id))
+            log.warning(
+                "scheduler.queue_repaired",
+                execution_id=str(execution.id),
+                leader_epoch=self.leadership.epoch,
+            )
 
 
 class SchedulerService(Background):

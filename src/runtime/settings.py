@@ -1,5 +1,7 @@
 """One frozen settings object, read from ``JOBLEDGER_*`` variables and CLI flags."""
 
+import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +58,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_port: int = 0
     metrics_host: str = "127.0.0.1"
     log_level: str = "info"
-    log_format: str = "console"
+    log_format: str = "auto"
     mode: str = "production"
     admin_username: str = "admin"
     admin_password: str = ""
@@ -172,7 +174,7 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
     ("metrics_host", lambda v: bool(v.strip()), "name an address, e.g. 127.0.0.1 or 0.0.0.0"),
     ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
-    ("log_format", lambda v: v in {"console", "json"}, "use console or json"),
+    ("log_format", lambda v: v in {"auto", "console", "json"}, "use auto, console or json"),
     (
         "log_level",
         lambda v: v.lower() in {"debug", "info", "warning", "error"},
@@ -225,5 +227,47 @@ def _check_urls(settings: Settings) -> None:
                 f"{PREFIX}DATABASE_URL: scheme {scheme!r} is not supported; use "
                 "postgresql://user:password@host:5432/dbname or sqlite:///path/to/events.sqlite3"
             )
-    if settings.redis_url and urlsplit(settings.redis_url).scheme not in {"redis", "rediss"}:
-        raise SettingsError(f"{PREFIX}REDIS_URL: use redis://host:6379/0")
+        _check_port(
+            "DATABASE_URL", settings.database_url, "postgresql://user:password@host:5432/db"
+        )
+    if settings.redis_url:
+        parts = urlsplit(settings.redis_url)
+        if parts.scheme not in {"redis", "rediss"}:
+            raise SettingsError(f"{PREFIX}REDIS_URL: use redis://host:6379/0")
+        _check_port("REDIS_URL", settings.redis_url, "redis://host:6379/0")
+        if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+            raise SettingsError(
+                f"{PREFIX}REDIS_URL: the database {parts.path.strip('/')!r} is not a number; "
+                "use redis://host:6379/0"
+            )
+    for entry in (e.strip() for e in settings.webhook_allow.split(",")):
+        if entry and not _allowable(entry):
+            raise SettingsError(
+                f"{PREFIX}WEBHOOK_ALLOW: {entry!r} is neither a host name nor an address or "
+                "network; use e.g. 10.0.0.0/8,192.168.1.20,hooks.internal"
+            )
+
+
+def _check_port(name: str, url: str, example: str) -> None:
+    try:
+        urlsplit(url).port  # noqa: B018 (parsing the port is the check)
+    except ValueError:
+        netloc = mask_url(url).split("://", 1)[-1].split("/", 1)[0]
+        raise SettingsError(
+            f"{PREFIX}{name}: the port in {netloc!r} is not a number from 1 to 65535; "
+            f"use e.g. {example}"
+        ) from None
+
+
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_-]{1,63})*\.?$", re.IGNORECASE
+)
+
+
+def _allowable(entry: str) -> bool:
+    """A host name, an address or a network, as the webhook handler's allow list takes."""
+    try:
+        ipaddress.ip_network(entry.strip("[]"), strict=False)
+    except ValueError:
+        return "/" not in entry and _HOST_NAME.match(entry) is not None
+    return True

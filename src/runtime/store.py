@@ -20,7 +20,7 @@ from jobledger.runtime.errors import (
     StoreNotMigratedError,
     StoreUnavailableError,
 )
-from jobledger.runtime.settings import Settings
+from jobledger.runtime.settings import PREFIX, Settings, mask_url
 
 # Any fixed number; every jobledger process agrees on it.
 _MIGRATE_LOCK_KEY = 0x6A6F626C
@@ -93,9 +93,12 @@ def open_ledger(settings: Settings) -> Ledger:
 
 def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Ledger:
     env = persistence_env(settings, create_table=create_table)
-    if not settings.uses_postgres:
-        settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    if settings.uses_postgres and (problem := _connect_problem(settings.database_url)):
+        # Said at once, instead of after the pool's wait for a first connection.
+        raise _unavailable(settings, problem)
     try:
+        if not settings.uses_postgres:
+            settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
         return Ledger(env, limits)
     except (OperationalError, OSError, psycopg.OperationalError) as error:
         raise _unavailable(settings, error) from None
@@ -106,11 +109,42 @@ def events_table(settings: Settings) -> str:
     return "jobledger_events" if settings.uses_postgres else "stored_events"
 
 
-def _unavailable(settings: Settings, error: Exception) -> StoreUnavailableError:
-    where = "JOBLEDGER_DATABASE_URL" if settings.uses_postgres else str(settings.sqlite_path)
+def _unavailable(settings: Settings, error: Exception | str) -> StoreUnavailableError:
+    if not settings.uses_postgres:
+        detail = _one_line(str(error))
+        return StoreUnavailableError(
+            f"cannot open the event store {settings.sqlite_path}: {detail}; "
+            f"check that {PREFIX}DATA_DIR (or the sqlite:// path) is a folder you may write in"
+        )
+    # A pool only says it got no connection in time; one direct attempt says why.
+    detail = (
+        error if isinstance(error, str) else _connect_problem(settings.database_url)
+    ) or _one_line(str(error))
+    return StoreUnavailableError(
+        f"cannot reach the event store ({PREFIX}DATABASE_URL={mask_url(settings.database_url)}):"
+        f" {detail}; {_fix_for(detail)}"
+    )
+
+
+def _connect_problem(url: str) -> str | None:
+    try:
+        with psycopg.connect(url, connect_timeout=5):
+            return None
+    except psycopg.Error as error:
+        return _one_line(str(error))
+
+
+def _fix_for(detail: str) -> str:
+    if "does not exist" in detail and "database" in detail:
+        return "create that database (createdb NAME), or name an existing one in the URL"
+    if "authentication" in detail or "password" in detail or "role" in detail:
+        return "check the user and password in the URL"
+    return "check that PostgreSQL runs at that host and port, and that it accepts connections"
+
+
+def _one_line(text: str) -> str:
     # Driver messages span lines; a user error is one line.
-    detail = " ".join(str(error).split())
-    return StoreUnavailableError(f"cannot reach the event store ({where}): {detail}")
+    return " ".join(text.split())
 
 
 def migrate(settings: Settings, progress: Progress = print) -> list[str]:
@@ -142,8 +176,12 @@ def _migration_lock(settings: Settings) -> Iterator[None]:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATE_LOCK_KEY,))
         return
     lock_path = Path(f"{settings.sqlite_path}.migrate.lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as handle:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("w")
+    except OSError as error:
+        raise _unavailable(settings, error) from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -35,6 +35,7 @@ from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
+_handler_log = structlog.get_logger("jobledger.handler")
 
 MAX_ERROR_LENGTH = 2000
 
@@ -197,7 +198,12 @@ class Worker:
                 worker_id=self.worker_id, lease_id=lease.lease_id, lease_expires_at=lease.deadline
             )
         except DomainError as error:
-            log.info("worker.lease_refused", execution_id=str(lease.execution_id), error=str(error))
+            log.info(
+                "worker.lease_refused",
+                execution_id=str(lease.execution_id),
+                worker_id=self.worker_id,
+                error=str(error),
+            )
             self._give_back(lease)
             return None
         spec = decode_spec(lease.spec)
@@ -207,6 +213,13 @@ class Worker:
             attempt=execution.lease_attempt,
             lease_deadline=lease.deadline,
             payload=dict(spec.payload),
+            # Every line about this attempt, the handler's own included, names it.
+            log=_handler_log.bind(
+                execution_id=str(execution.id),
+                job_id=str(spec.job_id) if spec.job_id else None,
+                attempt=execution.lease_attempt,
+                worker_id=self.worker_id,
+            ),
         )
         return _Running(execution, lease, context)
 
@@ -275,12 +288,13 @@ class Worker:
             except ConflictError:
                 continue
             self._count(outcome, execution)
+            _log_outcome(running.context.log, outcome, execution, details)
             if outcome == "complete":
                 self._acks.append(running.lease)
             return
         self.stats.stale_reports += 1
         self.metrics.stale_reports.inc()
-        log.warning("worker.stale_report", execution_id=str(running.execution.id), outcome=outcome)
+        running.context.log.warning("worker.stale_report", outcome=outcome)
 
     def _apply(
         self, execution: Execution, lease: Lease, outcome: str, details: dict[str, Any]
@@ -341,7 +355,7 @@ class Worker:
             )
             await self.writer.save_async(execution)
         except (DomainError, ConflictError) as error:
-            log.warning("worker.hand_back_failed", execution_id=str(execution.id), error=str(error))
+            running.context.log.warning("worker.hand_back_failed", error=str(error))
             return
         # Back in the queue now, not when the projection gets to the event.
         await asyncio.to_thread(self._give_back, lease)
@@ -349,6 +363,27 @@ class Worker:
         self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
         self.metrics.slots_in_use.set(len(self.running))
+
+
+def _log_outcome(
+    logger: Any,  # noqa: ANN401 (a structlog bound logger)
+    outcome: str,
+    execution: Execution,
+    details: dict[str, Any],
+) -> None:
+    """One line per recorded outcome; a completion only at debug, as there are many."""
+    handler = execution.spec.handler
+    if outcome == "complete":
+        logger.debug("worker.execution_completed", handler=handler)
+    elif outcome == "defer":
+        logger.info("worker.execution_deferred", handler=handler, reason=details["error"])
+    elif execution.status is ExecutionStatus.DEAD_LETTERED:
+        logger.error("worker.execution_dead_lettered", handler=handler, error=details["error"])
+    else:
+        retry_at = execution.ready_at.isoformat()
+        logger.warning(
+            "worker.execution_failed", handler=handler, error=details["error"], retry_at=retry_at
+        )
 
 
 class _Heartbeat(Background):
@@ -378,7 +413,7 @@ class _Heartbeat(Background):
             if not held and not running.lost:
                 running.lost = True
                 running.context.cancelled.set()
-                log.warning("worker.lease_lost", execution_id=str(lease.execution_id))
+                running.context.log.warning("worker.lease_lost")
 
 
 async def _wait(stop: asyncio.Event, seconds: float, also: asyncio.Event | None = None) -> None:

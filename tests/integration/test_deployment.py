@@ -214,6 +214,36 @@ def test_the_compose_file_runs_every_role_without_a_default_secret() -> None:
     assert ADMIN_PASSWORD not in text
 
 
+def test_prometheus_under_compose_scrapes_every_role() -> None:
+    """If the compose file's `metrics` profile is read, then every scheduler, worker and
+    projector serves metrics on the compose network at one port, and the Prometheus it
+    starts scrapes each of those services and the API there and loads the alert rules."""
+    services = load_yaml("docker-compose.yml")["services"]
+    ports: set[int] = set()
+    for name in ("scheduler", "worker", "projector"):
+        environment = services[name]["environment"]
+        assert environment["JOBLEDGER_METRICS_HOST"] == "0.0.0.0"  # noqa: S104 (in a container)
+        ports.add(int(environment["JOBLEDGER_METRICS_PORT"]))
+    assert len(ports) == 1
+    prometheus = services["prometheus"]
+    assert prometheus["profiles"] == ["metrics"]
+    mounted = {v.split(":")[0].removeprefix("./"): v.split(":")[1] for v in prometheus["volumes"]}
+    assert all((ROOT / source).is_file() for source in mounted)
+    config = load_yaml("deploy/prometheus-compose.yml")
+    assert mounted["deploy/prometheus-compose.yml"] == "/etc/prometheus/prometheus.yml"
+    assert mounted["deploy/prometheus-alerts.yml"].endswith("/" + config["rule_files"][0])
+    targets: dict[str, int] = {}
+    for job in config["scrape_configs"]:
+        for dns in job.get("dns_sd_configs", []):
+            targets |= dict.fromkeys(dns["names"], dns["port"])
+        for static in job.get("static_configs", []):
+            targets |= {t.split(":")[0]: int(t.split(":")[1]) for t in static["targets"]}
+    api_port = services["api"]["healthcheck"]["test"][-1].split("127.0.0.1:")[1].split("/")[0]
+    (port,) = ports
+    roles = {"scheduler": port, "worker": port, "projector": port}
+    assert targets == roles | {"api": int(api_port)}
+
+
 def compose_command() -> list[str]:
     """`docker compose`, or the standalone `docker-compose`; skips (fails where the
     services are required) when neither is installed."""

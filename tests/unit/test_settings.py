@@ -67,6 +67,15 @@ def test_variables_are_read_and_flags_win() -> None:
             "JOBLEDGER_API_MAX_BODY_BYTES: .* at least JOBLEDGER_MAX_PAYLOAD_BYTES",
         ),
         ({"JOBLEDGER_SECURE_COOKIES": "yes"}, "JOBLEDGER_SECURE_COOKIES: use auto, always"),
+        ({"JOBLEDGER_LOG_FORMAT": "xml"}, "JOBLEDGER_LOG_FORMAT: use auto, console or json"),
+        (
+            {"JOBLEDGER_DATABASE_URL": "postgresql://u:pw@db:54x2/app"},
+            r"JOBLEDGER_DATABASE_URL: the port in 'u:\*\*\*@db:54x2' is not a number",
+        ),
+        ({"JOBLEDGER_REDIS_URL": "redis://cache:70000/0"}, "JOBLEDGER_REDIS_URL: the port"),
+        ({"JOBLEDGER_REDIS_URL": "redis://cache/zero"}, "JOBLEDGER_REDIS_URL: the database"),
+        ({"JOBLEDGER_WEBHOOK_ALLOW": "10.0.0.0/8,256.1.1.1/8"}, "JOBLEDGER_WEBHOOK_ALLOW: '256"),
+        ({"JOBLEDGER_WEBHOOK_ALLOW": "https://hooks.internal"}, "JOBLEDGER_WEBHOOK_ALLOW"),
     ],
 )
 def test_bad_settings_name_the_variable(environ: dict[str, str], names: str) -> None:
@@ -134,3 +143,49 @@ def test_the_admin_password_is_masked() -> None:
     assert shown["admin_password"] == "***"
     assert "hunter2" not in str(shown)
     assert load_settings({}).masked()["admin_password"] == ""
+
+
+def test_the_webhook_allowlist_takes_names_addresses_and_networks() -> None:
+    """If the allowlist holds host names, addresses and networks, then it is accepted."""
+    entries = "10.0.0.0/8, hooks.internal,192.168.1.20,::1,[fe80::1],fd00::/8,svc_a.local."
+    assert load_settings({"JOBLEDGER_WEBHOOK_ALLOW": entries}).webhook_allow == entries
+
+
+@pytest.mark.parametrize(
+    ("mode", "log_format", "json_lines"),
+    [
+        ("production", "auto", True),
+        ("dev", "auto", False),
+        ("dev", "json", True),
+        ("production", "console", False),
+    ],
+)
+def test_logs_are_json_in_production_unless_told(
+    mode: str, log_format: str, json_lines: bool
+) -> None:
+    """If the format is left at auto, then production writes JSON and dev readable
+    lines; an explicit format wins over the mode."""
+    from jobledger.runtime.logging import uses_json  # noqa: PLC0415 (beside its test)
+
+    settings = load_settings({"JOBLEDGER_MODE": mode, "JOBLEDGER_LOG_FORMAT": log_format})
+    assert uses_json(settings) is json_lines
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("connect postgresql://app:pw1@db/x failed", "connect postgresql://app:***@db/x failed"),
+        ("redis://:pw2@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("header Authorization: Bearer abc.def-1", "header Authorization: Bearer ***"),
+        ("Basic QWxhZGRpbjpvcGVu here", "Basic *** here"),
+        ("a basic check of the Bearer flow", "a basic check of the Bearer flow"),
+        ("postgresql://app@db/x has no password", "postgresql://app@db/x has no password"),
+        ("no secret at all", "no secret at all"),
+    ],
+)
+def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
+    """If a logged value holds a password in a URL or an Authorization credential,
+    then only that part is replaced by ***."""
+    from jobledger.runtime.logging import redact_text  # noqa: PLC0415 (beside its test)
+
+    assert redact_text(text) == shown

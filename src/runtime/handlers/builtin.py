@@ -25,7 +25,7 @@ async def delay(ctx: HandlerContext) -> dict[str, Any]:
 async def log_message(ctx: HandlerContext) -> dict[str, Any]:
     """Writes ``payload["message"]`` to the log."""
     message = str(ctx.payload.get("message", ""))
-    ctx.log.info("handler.log", execution_id=str(ctx.execution_id), message=message)
+    ctx.log.info("handler.log", message=message)
     return {"logged": message}
 
 
@@ -36,7 +36,7 @@ async def fail(ctx: HandlerContext) -> dict[str, Any]:
 
 async def crash(ctx: HandlerContext) -> dict[str, Any]:
     """Kills the worker process outright, as a poison job would."""
-    ctx.log.warning("handler.crash", execution_id=str(ctx.execution_id))
+    ctx.log.warning("handler.crash")
     os._exit(int(ctx.payload.get("exit_code", 70)))
 
 

@@ -28,7 +28,7 @@ def make_cleanup_handler(queue: QueueBackend, read_models: Database | None = Non
             # A blocking database call: off the event loop, which runs other attempts.
             executions = await asyncio.to_thread(prune_finished, read_models, before=before)
             summary["executions_pruned"] = executions
-        ctx.log.info("handler.cleanup", execution_id=str(ctx.execution_id), **summary)
+        ctx.log.info("handler.cleanup", **summary)
         return summary
 
     return cleanup

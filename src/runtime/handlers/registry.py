@@ -56,13 +56,23 @@ def load_registry(
 
 def _import(name: str, path: str) -> Handler:
     module_name, _, attribute = path.partition(":")
+    if not (name and module_name and attribute):
+        raise SettingsError(
+            f"JOBLEDGER_HANDLERS: {f'{name}={path}'.strip('=')!r} is not "
+            "name=package.module:function; separate several with commas"
+        )
     try:
         handler: Handler = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError, ValueError) as error:
         raise SettingsError(
             f"JOBLEDGER_HANDLERS: cannot load handler {name!r} from {path!r} ({error}); "
-            "use name=package.module:function"
+            "check that the module is installed and defines that function"
         ) from None
+    if not callable(handler):
+        raise SettingsError(
+            f"JOBLEDGER_HANDLERS: {path!r} is not a function; name an async function "
+            "that takes a HandlerContext"
+        )
     return handler
 
 

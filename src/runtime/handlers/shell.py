@@ -159,7 +159,6 @@ def make_shell_handler(settings: ShellSettings) -> Handler:
         if stopped:
             ctx.log.warning(
                 "handler.shell.killed",
-                execution_id=str(ctx.execution_id),
                 command=name,
                 reason=stopped,
                 elapsed_ms=elapsed_ms,
@@ -243,7 +242,6 @@ def _finish(
     truncated = out.truncated or err.truncated
     ctx.log.info(
         "handler.shell.finished",
-        execution_id=str(ctx.execution_id),
         command=name,
         exit_code=returncode,
         elapsed_ms=elapsed_ms,

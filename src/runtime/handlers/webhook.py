@@ -309,7 +309,6 @@ async def _deliver(
                     )
             ctx.log.info(
                 "handler.webhook.redirected",
-                execution_id=str(ctx.execution_id),
                 status=response.status_code,
                 host=hop[0].host,
             )
@@ -328,7 +327,6 @@ async def _vetted(ctx: HandlerContext, url: httpx.URL, allow: tuple[str, ...]) -
     except HandlerError as error:
         ctx.log.warning(
             "handler.webhook.refused",
-            execution_id=str(ctx.execution_id),
             host=url.host,
             reason=str(error),
         )
@@ -426,7 +424,6 @@ def _finish(
         )
     ctx.log.info(
         "handler.webhook.delivered",
-        execution_id=str(ctx.execution_id),
         host=url.host,
         status=status,
         elapsed_ms=elapsed_ms,

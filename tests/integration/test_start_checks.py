@@ -1,0 +1,122 @@
+"""Bad settings stop every production role at start, in one line that names the
+setting and the fix, before anything is written; run as real processes."""
+
+from typing import TYPE_CHECKING
+
+import psycopg
+import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import JobledgerCli
+
+# A port nothing listens on: connecting is refused at once.
+CLOSED = "127.0.0.1:1"
+STRONG_PASSWORD = "correct horse battery staple"
+
+# (role, settings that break it, what the line must name, what it must advise)
+CASES = [
+    (
+        "worker",
+        {"database_url": f"postgresql://app:topsecret@{CLOSED}/jobledger"},
+        "JOBLEDGER_DATABASE_URL=postgresql://app:***@127.0.0.1:1/jobledger",
+        "check that PostgreSQL runs",
+    ),
+    (
+        "scheduler",
+        {"database_url": "{postgres}_missing"},
+        'database "',
+        "createdb",
+    ),
+    (
+        "projector",
+        {"database_url": "postgresql://app@db:fivefour/jobledger"},
+        "JOBLEDGER_DATABASE_URL: the port in 'app@db:fivefour'",
+        "use e.g. postgresql://",
+    ),
+    (
+        "api",
+        {"database_url": "mysql://db/jobledger"},
+        "JOBLEDGER_DATABASE_URL: scheme 'mysql' is not supported",
+        "use postgresql://",
+    ),
+    (
+        "scheduler",
+        {"redis_url": f"redis://{CLOSED}/0"},
+        "cannot reach Redis (JOBLEDGER_REDIS_URL=redis://127.0.0.1:1/0)",
+        "check that redis-server runs",
+    ),
+    (
+        "worker",
+        {"redis_url": "redis://cache:six/0"},
+        "JOBLEDGER_REDIS_URL: the port in 'cache:six'",
+        "redis://host:6379/0",
+    ),
+    (
+        "worker",
+        {"handlers": "report=acme_jobs.reports:send"},
+        "JOBLEDGER_HANDLERS: cannot load handler 'report'",
+        "check that the module is installed",
+    ),
+    (
+        # The first start of the API would create the admin: it must not.
+        "api",
+        {"handlers": "report=acme_jobs.reports:send"},
+        "JOBLEDGER_HANDLERS: cannot load handler 'report'",
+        "check that the module is installed",
+    ),
+    (
+        "projector",
+        {"handlers": "acme_jobs.reports"},
+        "JOBLEDGER_HANDLERS: 'acme_jobs.reports' is not name=package.module:function",
+        "separate several with commas",
+    ),
+    (
+        "worker",
+        {"webhook_allow": "10.0.0.0/33"},
+        "JOBLEDGER_WEBHOOK_ALLOW: '10.0.0.0/33'",
+        "use e.g. 10.0.0.0/8",
+    ),
+    ("scheduler", {"leader_ttl_ms": "soon"}, "JOBLEDGER_LEADER_TTL_MS", "set it to a valid value"),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    CASES,
+    ids=[f"{role}-{next(iter(bad))}-{n}" for n, (role, bad, _, _) in enumerate(CASES)],
+)
+def test_a_bad_setting_stops_the_role_in_one_line(
+    case: tuple[str, dict[str, str], str, str],
+    postgres_url: str,
+    redis_server: str,
+    jobledger_cli: "JobledgerCli",
+) -> None:
+    """If one setting is bad and the others good, then the role exits 2 at once with a
+    single line naming the setting (secrets masked) and the fix, and writes nothing."""
+    role, bad, named, fix = case
+    settings = {
+        "database_url": postgres_url,
+        "redis_url": redis_server,
+        "admin_password": STRONG_PASSWORD,
+        "api_port": "1",  # never reached: it must fail before it listens
+    }
+    settings |= {k: v.replace("{postgres}", postgres_url) for k, v in bad.items()}
+    result = jobledger_cli.run(role, env=jobledger_cli.environment(**settings), timeout=30)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("jobledger: ")
+    assert named in lines[0]
+    assert fix in lines[0]
+    assert "topsecret" not in result.stderr
+    assert _written(postgres_url) == (0, 0)
+
+
+def _written(url: str) -> tuple[int, int]:
+    """(events in the log, user accounts)."""
+    with psycopg.connect(url) as conn:
+        events = conn.execute("SELECT count(*) FROM jobledger_events").fetchone()
+        users = conn.execute("SELECT count(*) FROM jobledger_users").fetchone()
+    assert events is not None
+    assert users is not None
+    return (int(events[0]), int(users[0]))
