@@ -18,7 +18,7 @@ from jobledger.api.security import ADMIN, OPEN, VIEWER
 from jobledger.api.state import ApiState, TaskStatus
 from jobledger.projections import read_queries
 from jobledger.projections.queue import Depths
-from jobledger.projections.queue_projection import verify_queue
+from jobledger.projections.queue_projection import LogReader, verify_queue
 from jobledger.runtime.presence import WorkerInfo
 
 log = structlog.get_logger(__name__)
@@ -210,7 +210,8 @@ def audit_page(
     until: datetime | None,
     limit: int,
 ) -> EventPage:
-    reader = state.container.reader()
+    # Every topic: operators' job changes as well as the executions' lifecycles.
+    reader = LogReader(state.container.ledger, topics=())
     head = reader.head()
     items: list[EventOut] = []
     position = after

@@ -10,7 +10,7 @@ from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
-from jobledger.domain.schedules import MissedFires, next_fire_after
+from jobledger.domain.schedules import MissedFires, first_fire, next_fire_after
 
 # Namespace for job ids derived from a client key, so a retried create is idempotent.
 JOB_NAMESPACE = uuid.UUID("0f7c1c53-8a52-4c5e-a8e3-3b8f9f1d6a41")
@@ -119,7 +119,7 @@ class Job(Aggregate):
         return cls(
             definition=definition,
             key=key,
-            next_fire_at=next_fire_after(definition.schedule, at),
+            next_fire_at=first_fire(definition.schedule, at),
             by=by,
         )
 
@@ -133,7 +133,11 @@ class Job(Aggregate):
     ) -> None:
         self._check_not_deleted("update")
         definition.check(limits)
-        next_fire = None if self.paused else next_fire_after(definition.schedule, at)
+        next_fire = (
+            None
+            if self.paused
+            else first_fire(definition.schedule, at, last=self.last_scheduled_for)
+        )
         self._updated(definition=definition, next_fire_at=next_fire, by=by)
 
     def pause(self, *, by: str, reason: str = "") -> None:

@@ -149,6 +149,18 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
             assert_never(schedule)
 
 
+def first_fire(
+    schedule: Schedule, at: datetime, *, last: datetime | None = None
+) -> datetime | None:
+    """The next fire of a schedule saved at ``at``, after the occurrence ``last`` (the
+    newest the job fired or missed). A one-shot whose time has passed but that never
+    ran is due at once, as a late occurrence; every other fire lies after ``at``."""
+    if isinstance(schedule, OneShotSchedule):
+        run_at = _one_shot_instant(schedule)
+        return run_at if last is None or run_at > _as_utc("last", last) else None
+    return next_fire_after(schedule, at)
+
+
 def fires_between(
     schedule: Schedule, after: datetime, until: datetime, *, limit: int
 ) -> list[datetime]:

@@ -2,7 +2,8 @@
 
 import os
 import socket
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Self
 
@@ -54,6 +55,8 @@ class Container:
     database: Database
     presence: Presence
     _redis: redis.Redis | None = None
+    _local_breakers: Breakers | None = None
+    _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self) -> LogReader:
         return LogReader(self.ledger, self.settings.projection_page_size)
@@ -156,14 +159,23 @@ class Container:
         return current_leader(self._redis, Keys(self.settings.redis_prefix))
 
     def breakers(self) -> Breakers:
-        settings = self.settings
-        return Breakers(
-            self._redis,
-            Keys(settings.redis_prefix),
-            BreakerSettings(
-                fail_max=settings.breaker_fail_max, reset_timeout=settings.breaker_reset_seconds
-            ),
-        )
+        """The handlers' circuit breakers. Without Redis their state lives in memory, so
+        every part of the process (the worker, the API's system view) gets the same."""
+        with self._breakers_lock:
+            if self._redis is None and self._local_breakers is not None:
+                return self._local_breakers
+            settings = self.settings
+            breakers = Breakers(
+                self._redis,
+                Keys(settings.redis_prefix),
+                BreakerSettings(
+                    fail_max=settings.breaker_fail_max,
+                    reset_timeout=settings.breaker_reset_seconds,
+                ),
+            )
+            if self._redis is None:
+                self._local_breakers = breakers
+            return breakers
 
     def read_models(self) -> ReadModels:
         """The read models on this container's database (queries, lag, rebuilds)."""

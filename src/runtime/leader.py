@@ -34,6 +34,11 @@ class Leadership(Protocol):
     @property
     def epoch(self) -> int: ...
 
+    @property
+    def changes(self) -> int:
+        """How often leadership was gained or lost so far."""
+        ...
+
     def tick(self) -> None: ...
 
     def is_leader(self) -> bool: ...
@@ -45,6 +50,7 @@ class LocalLeadership:
     """The embedded mode: one process, always the leader."""
 
     epoch = 1
+    changes = 0
 
     def tick(self) -> None:
         return None

@@ -103,6 +103,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.metrics = metrics or Metrics()
         self._reader = LogReader(ledger)
+        self._changes_counted = 0
 
     # ---- firing ---------------------------------------------------------------------
 
@@ -188,6 +189,9 @@ class Scheduler:
         """The metrics loop: leader state, queue depths and projection lag."""
         leading = self.leadership.is_leader()
         self.metrics.leader.set(1 if leading else 0)
+        changes = self.leadership.changes
+        self.metrics.leader_changes.inc(changes - self._changes_counted)
+        self._changes_counted = changes
         if leading and self.queue is not None:
             head = self.ledger.recorder.max_notification_id() or 0
             self.metrics.observe_queue(self.queue, now=now, head=head)

@@ -7,8 +7,10 @@ import pytest
 import redis
 
 from jobledger.projections.redis_keys import Keys
+from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.breakers import Breakers, BreakerSettings
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerCancelledError
+from jobledger.runtime.settings import load_settings
 
 
 async def failing() -> None:
@@ -93,3 +95,13 @@ def test_stopping_on_request_is_not_a_failure(redis_server: str) -> None:
         assert breakers.states()["test.delay"] == "closed"
     finally:
         client.close()
+
+
+def test_without_redis_the_whole_process_shares_one_set_of_breakers(sqlite_url: str) -> None:
+    """If jobledger runs embedded (no Redis), then the breakers the worker trips are the
+    ones the API's system view reads: the container hands out one instance."""
+    settings = load_settings({}, database_url=sqlite_url, breaker_fail_max="2")
+    with bootstrap(settings) as container:
+        worker_side, api_side = container.breakers(), container.breakers()
+        assert [call(worker_side, "test.fail") for _ in range(2)] == ["failed", "failed"]
+        assert api_side.states()["test.fail"] == "open"

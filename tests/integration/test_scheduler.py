@@ -16,12 +16,12 @@ from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, RetryPolicy
-from jobledger.domain.schedules import CronSchedule
+from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.projections.queue import QueueState
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.leader import LeaderTiming, RedisLeadership
-from jobledger.runtime.scheduler import SchedulerConfig
+from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import load_settings
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -33,6 +33,7 @@ class ForcedLeadership:
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
+        self.changes = 0
 
     def tick(self) -> None:
         return None
@@ -218,7 +219,7 @@ def test_leadership_moves_on_when_the_leader_stops_renewing(redis_server: str) -
 
 def test_only_the_elected_scheduler_fires(containers: list[Container]) -> None:
     """If two schedulers run with real election, then only the leader fires, and the
-    other does nothing."""
+    other does nothing; the leader's metrics count its election and its release."""
     for _ in range(5):
         cron_job(containers[0], "* * * * *")
     schedulers = [c.scheduler() for c in containers]
@@ -234,7 +235,17 @@ def test_only_the_elected_scheduler_fires(containers: list[Container]) -> None:
         per_job[job_id] += 1
     assert set(per_job.values()) == {1}
     for scheduler in schedulers:
+        scheduler.observe(T0)
         scheduler.leadership.release()
+        scheduler.observe(T0)
+    changes = [leader_changes(s) for s in schedulers]
+    assert sorted(changes) == [0.0, 2.0]  # the leader was elected, then released the lock
+
+
+def leader_changes(scheduler: Scheduler) -> float:
+    value = scheduler.metrics.registry.get_sample_value("jobledger_leader_changes_total")
+    assert value is not None
+    return value
 
 
 def adhoc(container: Container, max_retries: int) -> Execution:
@@ -289,3 +300,26 @@ def test_recovery_repairs_a_lease_the_log_never_recorded(containers: list[Contai
     [item] = container.queue.items("default")
     assert item.execution_id == execution.id
     assert item.state is QueueState.PENDING
+
+
+def test_a_one_shot_saved_after_its_time_fires_at_once(containers: list[Container]) -> None:
+    """If a one-shot job is created a few seconds after its run_at, then the next tick
+    fires it for that run_at (late, within the misfire grace); one whose run_at is
+    later waits for it."""
+    container = containers[0]
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    ledger = container.ledger
+
+    def once(run_at: datetime) -> Job:
+        definition = JobDefinition(
+            name=f"once {uuid.uuid4().hex[:6]}",
+            spec=ExecutionSpec(handler="test.echo"),
+            schedule=OneShotSchedule(run_at),
+        )
+        return ledger.schedule_job(definition, at=T0, by="test")
+
+    late, ahead = once(T0 - timedelta(seconds=5)), once(T0 + timedelta(minutes=5))
+    assert scheduler.tick(T0 + timedelta(seconds=1)).fired == 1
+    assert fired(container) == [(late.id, T0 - timedelta(seconds=5))]
+    assert scheduler.tick(T0 + timedelta(minutes=5)).fired == 1
+    assert fired(container)[-1] == (ahead.id, T0 + timedelta(minutes=5))

@@ -88,6 +88,41 @@ def test_one_shot_job_fires_once() -> None:
     assert job.next_fire_at is None
 
 
+def once(run_at: datetime) -> JobDefinition:
+    return JobDefinition(
+        name="once", spec=ExecutionSpec(handler="test.echo"), schedule=OneShotSchedule(run_at)
+    )
+
+
+@pytest.mark.parametrize(
+    ("run_at", "saved_at"),
+    [
+        (AT, AT - timedelta(days=1)),  # ahead: due at run_at
+        (AT, AT),  # now
+        (AT, AT + timedelta(seconds=5)),  # a moment ago, e.g. the client's clock is behind
+        (AT, AT + timedelta(days=2)),  # long ago: the misfire policy decides when it is due
+    ],
+)
+def test_a_one_shot_that_never_ran_is_due_at_its_time(run_at: datetime, saved_at: datetime) -> None:
+    """If a one-shot job is created, then its next fire is its run_at, past or not: an
+    occurrence that never ran is late, not lost."""
+    assert Job.schedule(once(run_at), at=saved_at, by="a").next_fire_at == run_at
+
+
+def test_an_update_never_brings_back_a_one_shot_that_ran() -> None:
+    """If a one-shot job fired and is updated with the same time, then it has no next
+    fire; updated to a later time that has passed, it is due again at that time."""
+    job = Job.schedule(once(AT), at=AT - timedelta(hours=1), by="a")
+    job.fire(scheduled_for=AT, leader_epoch=1, at=AT)
+    job.update(once(AT), at=AT + timedelta(hours=1), by="a")
+    assert job.next_fire_at is None
+    later = AT + timedelta(minutes=30)
+    job.update(once(later), at=AT + timedelta(hours=1), by="a")
+    assert job.next_fire_at == later
+    job.update(once(AT - timedelta(minutes=1)), at=AT + timedelta(hours=1), by="a")
+    assert job.next_fire_at is None
+
+
 def test_manual_jobs_run_only_when_triggered() -> None:
     """If a job has a manual schedule, then it never fires by itself but can be triggered."""
     definition = JobDefinition(

@@ -3,7 +3,7 @@
 import importlib
 import json
 from collections.abc import Mapping
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
@@ -47,11 +47,24 @@ def load_registry(
     if queue is not None:
         handlers[CLEANUP] = make_cleanup_handler(queue, read_models)
     for point in entry_points(group=ENTRY_POINT_GROUP):
-        handlers[point.name] = point.load()
+        handlers[point.name] = _load_entry_point(point)
     for pair in filter(None, (p.strip() for p in dotted.split(","))):
         name, _, path = pair.partition("=")
         handlers[name.strip()] = _import(name.strip(), path.strip())
     return HandlerRegistry(handlers)
+
+
+def _load_entry_point(point: EntryPoint) -> Handler:
+    try:
+        handler: Handler = point.load()
+    except (ImportError, AttributeError, ValueError) as error:
+        package = point.dist.name if point.dist is not None else "its package"
+        raise SettingsError(
+            f"handler {point.name!r} of the {ENTRY_POINT_GROUP!r} entry points "
+            f"({point.value}) does not load ({error}); reinstall or fix {package}, "
+            "or uninstall it"
+        ) from None
+    return handler
 
 
 def _import(name: str, path: str) -> Handler:

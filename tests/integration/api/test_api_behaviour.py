@@ -75,7 +75,8 @@ def test_bad_job_definitions_are_refused_and_write_nothing(api: "Api") -> None:
 
 def test_a_job_keeps_its_history_and_its_past_states(api: "Api") -> None:
     """If a job is created, updated, paused, resumed and triggered, then /events lists
-    each change in order with who did it, and ?as_of returns the job as it was."""
+    each change in order with who did it, the audit log holds those changes beside the
+    executions' events, and ?as_of returns the job as it was."""
     operator = api.client(Role.OPERATOR)
     created = operator.post("/api/v1/jobs", json=CRON_JOB)
     assert created.status_code == 201, created.text
@@ -111,6 +112,13 @@ def test_a_job_keeps_its_history_and_its_past_states(api: "Api") -> None:
     ]
     assert {e["data"]["by"] for e in events} == {"operator"}
     assert events[2]["data"]["reason"] == "audit"
+    audit = viewer.get("/api/v1/audit/events", params={"types": "JobPaused,JobTriggered"})
+    assert [(e["type"], e["data"]["by"]) for e in audit.json()["items"]] == [
+        ("JobPaused", "operator"),
+        ("JobTriggered", "operator"),
+    ]
+    everything = viewer.get("/api/v1/audit/events").json()["items"]
+    assert {"JobScheduled", "ExecutionEnqueued"} <= {e["type"] for e in everything}
     past = viewer.get(f"/api/v1/jobs/{job['id']}", params={"as_of": between.isoformat()})
     assert past.json()["definition"]["schedule"]["cron"] == "30 2 * * *"
     assert viewer.get(f"/api/v1/jobs/{job['id']}", params={"as_of": "1"}).json()["version"] == 1
