@@ -187,6 +187,11 @@ class QueueProjection:
         meta = self.backend.read_meta()
         if meta is None or meta.store_id != self.store_id:
             self.rebuild()
+        elif meta.position > self.reader.head():
+            # The queue has seen events the log no longer holds: the database was
+            # restored from a backup. What it holds is of a lost future; start over.
+            log.warning("queue.ahead_of_log", position=meta.position, head=self.reader.head())
+            self.rebuild()
         else:
             self.epoch, self.position = meta.epoch, meta.position
             self.fold.forget()

@@ -216,3 +216,27 @@ def test_cli_rebuild_and_verify(container: Container) -> None:
     assert run_cli(container, "queue", "rebuild", "--full").returncode == 0
     assert run_cli(container, "queue", "verify").returncode == 0
     assert victim.execution_id in open_ids(container)
+
+
+def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> None:
+    """If the database is restored from a backup older than what Redis has seen, then
+    the next projection start finds the queue ahead of the log and rebuilds it: the
+    executions of the lost future are gone from the queue, the restored ones remain."""
+    kept, _ = mixed_executions(10)
+    save_in_batches(container.ledger, kept)
+    backup_head = container.ledger.recorder.max_notification_id() or 0
+    lost, _ = mixed_executions(10)
+    save_in_batches(container.ledger, lost)
+    projection = container.projector().queue
+    while projection.step():
+        pass
+    assert {e.id for e in lost} & set(open_ids(container))
+    with psycopg.connect(container.settings.database_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM jobledger_events WHERE notification_id > %s", (backup_head,))
+    restarted = container.projector().queue
+    while restarted.step():
+        pass
+    assert restarted.rebuilds == 1
+    assert not {e.id for e in lost} & set(open_ids(container))
+    assert {e.id for e in kept} & set(open_ids(container))
+    assert verify_queue(container.reader(), container.queue) == []
