@@ -3,15 +3,16 @@ so that seeding again finds them instead of adding copies."""
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError, NotFoundError
 from jobledger.domain.job import job_id_for_key
 from jobledger.domain.ledger import Ledger
-from jobledger.domain.schedules import CronSchedule, ManualSchedule
+from jobledger.domain.schedules import CronSchedule, ManualSchedule, OneShotSchedule
 
 KEY_PREFIX = "jobledger-demo:"
+WELCOME_DELAY = timedelta(seconds=3)
 
 DEMO_JOBS: tuple[tuple[str, JobDefinition], ...] = (
     (
@@ -53,6 +54,19 @@ DEMO_JOBS: tuple[tuple[str, JobDefinition], ...] = (
 )
 
 
+WELCOME_KEY = "welcome-once"
+
+
+def welcome_job(at: datetime) -> JobDefinition:
+    """A one-shot due a moment after the first seeding, so a new user sees a run."""
+    return JobDefinition(
+        name="demo: welcome - runs once",
+        description="a one-shot job: ran once, a few seconds after the first start",
+        spec=ExecutionSpec(handler="test.log", payload={"message": "welcome to jobledger"}),
+        schedule=OneShotSchedule(at + WELCOME_DELAY),
+    )
+
+
 @dataclass(frozen=True)
 class SeedResult:
     """What seeding did with one demo job: ``created``, ``found`` or ``skipped``."""
@@ -65,14 +79,17 @@ class SeedResult:
 
 
 def demo_job_ids() -> list[uuid.UUID]:
-    return [job_id_for_key(KEY_PREFIX + key) for key, _ in DEMO_JOBS]
+    """Every demo job's id; the one-shot welcome job is the last."""
+    keys = [key for key, _ in DEMO_JOBS] + [WELCOME_KEY]
+    return [job_id_for_key(KEY_PREFIX + key) for key in keys]
 
 
 def seed_demo_jobs(ledger: Ledger, *, at: datetime, by: str) -> list[SeedResult]:
     """Create every demo job that does not exist yet. A job that exists under its key
     is left alone, even when it was edited or deleted since: seeding never undoes what
     a user did. One the settings refuse (e.g. a larger minimum interval) is skipped."""
-    return [_seed(ledger, key, definition, at=at, by=by) for key, definition in DEMO_JOBS]
+    jobs = (*DEMO_JOBS, (WELCOME_KEY, welcome_job(at)))
+    return [_seed(ledger, key, definition, at=at, by=by) for key, definition in jobs]
 
 
 def _seed(

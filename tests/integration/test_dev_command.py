@@ -1,10 +1,11 @@
 """`jobledger dev` as a real process, and `jobledger seed` on PostgreSQL."""
 
 import re
+import shlex
+import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,13 +15,15 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from jobledger.domain.job import job_id_for_key
 from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.demo import DEMO_JOBS, demo_job_ids
+from jobledger.runtime.demo import KEY_PREFIX, demo_job_ids
 from jobledger.runtime.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
 
+ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 20.0
 URL_LINE = re.compile(r"dashboard at (http://\S+)/ui")
 COMPLETED = "/api/v1/executions?status=completed&limit=200"
@@ -34,17 +37,39 @@ def free_port() -> int:
         return port
 
 
+def readme_command(data_dir: Path) -> list[str]:
+    """What `make run` (the README's first command) runs once set up, with its data
+    folder at ``data_dir``: the last line `make -n` prints, made absolute."""
+    dry_run = subprocess.run(  # noqa: S603 (a fixed argument list)
+        [
+            shutil.which("make") or "make",
+            "-s",
+            "-n",
+            "-C",
+            str(ROOT),
+            "run",
+            f"DATA_DIR={data_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    program, *arguments = shlex.split(dry_run.stdout.strip().splitlines()[-1])
+    assert Path(program).name == "jobledger", dry_run.stdout
+    return [str(ROOT / program), *arguments]
+
+
 class DevProcess:
     """A `jobledger dev` subprocess; its output goes to files (a pipe could fill up)."""
 
     def __init__(self, data_dir: Path, port: int, logs: Path, environ: dict[str, str]) -> None:
         self.stdout = logs / "stdout.txt"
         self.stderr = logs / "stderr.txt"
-        command = [sys.executable, "-m", "jobledger.cli", "--data-dir", str(data_dir)]
-        command += ["--api-port", str(port), "dev"]
+        environ = environ | {"JOBLEDGER_API_PORT": str(port)}
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.process = subprocess.Popen(  # noqa: S603 (our own entry point)
-                command, env=environ, stdout=out, stderr=err, text=True
+            self.process = subprocess.Popen(  # noqa: S603 (the README's command, as make runs it)
+                readme_command(data_dir), cwd=logs, env=environ, stdout=out, stderr=err, text=True
             )
 
     def wait_for_login(self) -> tuple[str, str, str]:
@@ -103,19 +128,21 @@ def poll(client: httpx.Client, path: str, *, until: Any, timeout: float = 15.0) 
 
 
 def job_ids(client: httpx.Client) -> list[str]:
-    page = poll(client, "/api/v1/jobs?limit=200", until=lambda b: b["total"] >= len(DEMO_JOBS))
+    page = poll(client, "/api/v1/jobs?limit=200", until=lambda b: b["total"] >= len(demo_job_ids()))
     return sorted(item["id"] for item in page["items"])
 
 
 def run_first_start(data_dir: Path, logs: Path, environ: dict[str, str]) -> tuple[list[str], str]:
-    """Start, see the demo jobs, run the manual one to completion, stop: (job ids, the
-    completed execution's id)."""
+    """Start, see the demo jobs and the one-shot among them run by itself, run the
+    manual one to completion, stop: (job ids, the triggered execution's id)."""
     with dev_process(data_dir, logs, environ) as dev:
         url, username, password = dev.wait_for_login()
         with signed_in(url, username, password) as client:
             ids = job_ids(client)
             assert ids == sorted(str(i) for i in demo_job_ids())
-            manual = demo_job_ids()[-1]
+            welcome = str(demo_job_ids()[-1])
+            poll(client, COMPLETED, until=lambda b: welcome in {i["job_id"] for i in b["items"]})
+            manual = job_id_for_key(KEY_PREFIX + "echo-manual")
             triggered = client.post(f"/api/v1/jobs/{manual}/trigger")
             assert triggered.status_code == 202, triggered.text
             execution = triggered.json()["id"]
@@ -155,7 +182,7 @@ def test_seed_twice_on_postgres_creates_the_demo_jobs_once(
     demo job, and the second finds them all and writes no event."""
     first = jobledger_cli.run("seed", env={"JOBLEDGER_DATABASE_URL": postgres_url})
     assert first.returncode == 0, first.stderr
-    assert first.stdout.count("created ") == len(DEMO_JOBS), first.stdout
+    assert first.stdout.count("created ") == len(demo_job_ids()), first.stdout
     settings = load_settings({}, database_url=postgres_url)
     with bootstrap(settings) as container:
         head = container.head()
@@ -163,6 +190,6 @@ def test_seed_twice_on_postgres_creates_the_demo_jobs_once(
             assert not container.ledger.get_job(job_id).deleted
     second = jobledger_cli.run("seed", env={"JOBLEDGER_DATABASE_URL": postgres_url})
     assert second.returncode == 0, second.stderr
-    assert second.stdout.count("found ") == len(DEMO_JOBS), second.stdout
+    assert second.stdout.count("found ") == len(demo_job_ids()), second.stdout
     with bootstrap(settings) as container:
         assert container.head() == head
