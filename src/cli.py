@@ -17,8 +17,6 @@ from zoneinfo import ZoneInfo
 import msgspec
 import redis
 
-from jobledger.api.devserver import DevOptions, run_dev
-from jobledger.api.server import ensure_admin, serve
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
 from jobledger.projections.queue_projection import verify_queue
@@ -194,6 +192,10 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
 
 
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
+    # The web stack is imported only by the commands that serve it: it would add about
+    # 10 MB and a second of start-up to every scheduler, worker and projector.
+    from jobledger.api.devserver import DevOptions, run_dev  # noqa: PLC0415
+
     migrate(settings)
     with bootstrap(settings) as container:
         _preflight(container)
@@ -303,6 +305,8 @@ def _run_projector(container: Container) -> int:
 
 
 def _run_api(container: Container, *, with_projector: bool) -> int:
+    from jobledger.api.server import ensure_admin, serve  # noqa: PLC0415 (as in _run_dev)
+
     password = ensure_admin(container)
     if password is not None:
         name = container.settings.admin_username

@@ -6,9 +6,11 @@ bits that nobody can guess, so a fast sha256 is enough to keep the database from
 a usable token, and it lets every request find its row through an index.
 """
 
+import functools
 import hashlib
 import re
 import secrets
+import threading
 
 import argon2
 
@@ -58,24 +60,39 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+# Each argon2id run takes its memory cost (64 MiB by default) for its duration; a burst
+# of logins would otherwise take that many times over. Two at once keep both cores busy.
+_HASHING_AT_ONCE = threading.BoundedSemaphore(2)
+
+
+@functools.cache
+def _dummy_hash(hasher: argon2.PasswordHasher) -> str:
+    return hasher.hash(new_secret())
+
+
 class PasswordHashing:
-    """argon2id hashes, and a verify that costs the same whether or not the user exists."""
+    """argon2id hashes, and a verify that costs the same whether or not the user exists;
+    at most two hash computations run at once in a process."""
 
     def __init__(self, hasher: argon2.PasswordHasher | None = None) -> None:
-        self._hasher = hasher or argon2.PasswordHasher()
+        self._hasher = hasher or _DEFAULT_HASHER
         if self._hasher.type is not argon2.Type.ID:
             raise ValueError("passwords are hashed with argon2id; pass a hasher of that type")
-        # Made up front, so the first unknown username is not slower than the next ones.
-        self._dummy = self._hasher.hash(new_secret())
+        # Made up front (once per hasher), so the first unknown username is not slower
+        # than the next ones.
+        with _HASHING_AT_ONCE:
+            self._dummy = _dummy_hash(self._hasher)
 
     def hash(self, password: str) -> str:
-        return self._hasher.hash(password)
+        with _HASHING_AT_ONCE:
+            return self._hasher.hash(password)
 
     def verify(self, stored: str | None, password: str) -> bool:
         """Whether ``password`` matches ``stored``; None (no such user) checks a dummy
         hash instead, so the answer takes as long as for a wrong password."""
         try:
-            self._hasher.verify(stored or self._dummy, password)
+            with _HASHING_AT_ONCE:
+                self._hasher.verify(stored or self._dummy, password)
         except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
             return False
         return stored is not None
@@ -83,5 +100,8 @@ class PasswordHashing:
     def rehashed(self, stored: str, password: str) -> str | None:
         """A new hash when the stored one uses weaker parameters than the hasher's."""
         if self._hasher.check_needs_rehash(stored):
-            return self._hasher.hash(password)
+            return self.hash(password)
         return None
+
+
+_DEFAULT_HASHER = argon2.PasswordHasher()

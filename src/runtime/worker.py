@@ -71,6 +71,9 @@ class _Running:
     context: HandlerContext
     task: "asyncio.Task[None] | None" = None
     lost: bool = False
+    # Set once the handler has returned: the outcome is being recorded, and the lease
+    # may leave the queue at any moment, so the heartbeat no longer extends it.
+    finished: bool = False
 
 
 @dataclass
@@ -274,6 +277,7 @@ class Worker:
     async def _report(self, running: _Running, outcome: str, **details: Any) -> None:  # noqa: ANN401
         """Record the outcome; on a conflict reload once, so a lost lease is told apart
         from an unrelated change (the aggregate rejects the stale report)."""
+        running.finished = True
         for attempt in range(2):
             execution = (
                 running.execution
@@ -348,6 +352,7 @@ class Worker:
             await self._hand_back(running)
 
     async def _hand_back(self, running: _Running) -> None:
+        running.finished = True
         execution, lease = running.execution, running.lease
         try:
             execution.defer(
@@ -406,11 +411,14 @@ class _Heartbeat(Background):
             worker.metrics.observe_breakers(worker.breakers.states())
         deadline = worker.now() + worker.config.lease_ttl
         for running in list(worker.running.values()):
+            if running.finished:
+                continue
             lease = running.lease
             held = worker.queue.extend(
                 lease.queue, lease.execution_id, lease.lease_id, deadline=deadline
             )
-            if not held and not running.lost:
+            # A run that finished meanwhile may have left the queue already: not lost.
+            if not held and not running.lost and not running.finished:
                 running.lost = True
                 running.context.cancelled.set()
                 running.context.log.warning("worker.lease_lost")

@@ -1,5 +1,8 @@
 """Account rules without I/O: usernames, passwords, roles, secrets, settings."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import argon2
@@ -112,6 +115,37 @@ def test_password_hashes_are_argon2id_and_verify() -> None:
     assert not hashing.verify(stored, "wrong horse battery")
     assert not hashing.verify(None, "correct horse battery")
     assert not hashing.verify("not a hash", "correct horse battery")
+
+
+class _CountingHasher(argon2.PasswordHasher):
+    """A cheap argon2id hasher that notes how many of its calls overlap."""
+
+    def __init__(self) -> None:
+        super().__init__(time_cost=1, memory_cost=8, parallelism=1)
+        self.lock = threading.Lock()
+        self.running = self.most = 0
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.02)
+        try:
+            return super().hash(password, salt=salt)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_at_most_two_hashes_run_at_once() -> None:
+    """If eight threads hash passwords at the same time, then at most two hashes run at
+    once (each one takes argon2's memory cost while it runs), and all eight finish."""
+    hasher = _CountingHasher()
+    hashing = credentials.PasswordHashing(hasher)
+    with ThreadPoolExecutor(8) as pool:
+        hashes = list(pool.map(hashing.hash, [f"password {n}" for n in range(8)]))
+    assert len(set(hashes)) == 8
+    assert hasher.most == 2
 
 
 def test_only_argon2id_hashers_are_accepted() -> None:
