@@ -62,6 +62,7 @@ class WorkerStats:
     deferred: int = 0
     stale_reports: int = 0
     handed_back: int = 0
+    cancelled: int = 0
 
 
 @dataclass
@@ -216,6 +217,7 @@ class Worker:
             attempt=execution.lease_attempt,
             lease_deadline=lease.deadline,
             payload=dict(spec.payload),
+            scheduled_for=execution.scheduled_for,
             # Every line about this attempt, the handler's own included, names it.
             log=_handler_log.bind(
                 execution_id=str(execution.id),
@@ -288,6 +290,9 @@ class Worker:
                 self._apply(execution, running.lease, outcome, details)
                 await self.writer.save_async(execution)
             except StaleLeaseError:
+                if execution.status is ExecutionStatus.CANCELLED:
+                    self._count_cancelled(running, execution)
+                    return
                 break
             except ConflictError:
                 continue
@@ -320,6 +325,12 @@ class Worker:
         acks, self._acks = self._acks, []
         for lease in acks:
             self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
+
+    def _count_cancelled(self, running: _Running, execution: Execution) -> None:
+        """An operator cancelled the run while it ran: its outcome is moot, not stale."""
+        self.stats.cancelled += 1
+        self.metrics.completions.labels(handler=execution.spec.handler, outcome="cancelled").inc()
+        running.context.log.info("worker.execution_cancelled", handler=execution.spec.handler)
 
     def _count(self, outcome: str, execution: Execution) -> None:
         metrics = self.metrics

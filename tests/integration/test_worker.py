@@ -6,9 +6,14 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.errors import NotFoundError
+from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
+from jobledger.domain.schedules import OneShotSchedule
 
 if TYPE_CHECKING:
+    from uuid import UUID
+
     from tests.integration.conftest import Harness, WorkerProcess
 
 
@@ -169,3 +174,58 @@ def test_finished_runs_are_never_reported_as_lost_leases(harness: "Harness") -> 
     text = worker.stop()
     assert "worker.lease_lost" not in text
     assert "worker.stale_report" not in text
+
+
+def test_a_run_cancelled_while_it_runs_is_not_a_stale_report(harness: "Harness") -> None:
+    """If an operator cancels an execution while a worker runs it, then the execution
+    stays cancelled, the handler is told to stop, and the worker logs the run as
+    cancelled instead of counting a stale report."""
+    execution = harness.run("test.delay", seconds=5)
+    worker = harness.start_worker(worker_lease_ttl_seconds="1")
+    harness.wait_for_all([execution], ExecutionStatus.RUNNING, 20)
+    running = harness.execution(execution.id)
+    running.cancel(by="operator", reason="not needed")
+    harness.container.ledger.save(running)
+    started = time.monotonic()
+    text = ""
+    while "worker.execution_cancelled" not in text and time.monotonic() - started < 10:
+        time.sleep(0.1)
+        worker.log.seek(0)
+        text = worker.log.read().decode()
+    assert time.monotonic() - started < 5  # told to stop, not left to sleep its 5 s
+    text = worker.stop()
+    assert "worker.execution_cancelled" in text
+    assert "worker.stale_report" not in text
+    assert harness.status(execution.id) is ExecutionStatus.CANCELLED
+
+
+def test_a_handler_knows_the_occurrence_it_runs_for(harness: "Harness") -> None:
+    """If a one-shot job fires, then its handler sees the occurrence's time in
+    scheduled_for; a triggered run of the same job sees None."""
+    ledger, now = harness.container.ledger, datetime.now(tz=UTC)
+    run_at = (now + timedelta(seconds=1)).replace(microsecond=0)
+    definition = JobDefinition(
+        name="occurrence", spec=ExecutionSpec(handler="test.echo"), schedule=OneShotSchedule(run_at)
+    )
+    job = ledger.schedule_job(definition, at=now, by="test")
+    triggered = ledger.trigger_job(job.id, key="by-hand", at=now, by="test")
+    worker = harness.start_worker()
+    scheduled = occurrence_execution_id(job.id, run_at)
+    harness.wait_for(lambda: _status_or_none(harness, scheduled) is ExecutionStatus.COMPLETED, 20)
+    harness.wait_for_all([triggered], ExecutionStatus.COMPLETED, 20)
+    worker.stop()
+    results = {
+        e.originator_id: e.result
+        for run in (scheduled, triggered.id)
+        for e in harness.events(run)
+        if isinstance(e, Execution.Completed)
+    }
+    assert results[scheduled]["scheduled_for"] == run_at.isoformat()
+    assert results[triggered.id]["scheduled_for"] is None
+
+
+def _status_or_none(harness: "Harness", execution_id: "UUID") -> ExecutionStatus | None:
+    try:
+        return harness.status(execution_id)
+    except NotFoundError:
+        return None

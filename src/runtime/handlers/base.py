@@ -33,6 +33,9 @@ class HandlerContext:
     attempt: int
     lease_deadline: datetime
     payload: dict[str, Any]
+    # The occurrence a scheduled run is for (the period a report covers, say); None for
+    # a triggered or ad-hoc run.
+    scheduled_for: datetime | None = None
     # Set when the execution was cancelled or the lease was lost: stop soon.
     cancelled: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=lambda: structlog.get_logger("jobledger.handler"))

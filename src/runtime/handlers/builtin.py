@@ -9,8 +9,9 @@ DEFAULT_DELAY_SECONDS = 1.0
 
 
 async def echo(ctx: HandlerContext) -> dict[str, Any]:
-    """Returns its payload: the smallest useful job."""
-    return {"echo": ctx.payload}
+    """Returns its payload, and the occurrence it ran for: the smallest useful job."""
+    occurrence = ctx.scheduled_for.isoformat() if ctx.scheduled_for else None
+    return {"echo": ctx.payload, "scheduled_for": occurrence}
 
 
 async def delay(ctx: HandlerContext) -> dict[str, Any]:
