@@ -5,6 +5,7 @@ user's mistake gets a 4xx and a message that names the problem (and the fix wher
 there is one); anything else gets a 500 with no internals and is logged.
 """
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -161,15 +162,18 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
     extra = error.extra if isinstance(error.extra, list) else []
     first = extra[0] if extra and isinstance(extra[0], dict) else {}
     message = str(first.get("message") or error.detail)
-    field = first.get("key")
-    if field and field != "body":
+    # Litestar names the whole body "data" or "body": that names no field a user wrote.
+    field = first.get("key") if first.get("key") not in {"data", "body"} else None
+    fix = "check the request against the schema at /schema"
+    if unknown := _UNKNOWN_FIELD.search(message):
+        field = f"{field}.{unknown[1]}" if field else unknown[1]
+        fix = "remove that field; the fields each request takes are listed at /schema"
+    if field:
         message = f"{field}: {message}"
-    return error_response(
-        HTTP_400_BAD_REQUEST,
-        message,
-        field=field if field != "body" else None,
-        fix="check the request against the schema at /schema",
-    )
+    return error_response(HTTP_400_BAD_REQUEST, message, field=field, fix=fix)
+
+
+_UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 
 
 def _http(_: Request[Any, Any, Any], error: HTTPException) -> Response[ErrorBody]:

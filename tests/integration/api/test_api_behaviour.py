@@ -70,6 +70,10 @@ def test_bad_job_definitions_are_refused_and_write_nothing(api: "Api") -> None:
             response.text,
         )
         assert mentioned in error_of(response)["message"]
+    unknown = error_of(operator.post("/api/v1/jobs", json={**CRON_JOB, "colour": "blue"}))
+    assert (unknown["field"], unknown["fix"].split(";")[0]) == ("colour", "remove that field")
+    nested = {**CRON_JOB, "schedule": {"kind": "manual", "zone": "UTC"}}
+    assert error_of(operator.post("/api/v1/jobs", json=nested))["field"].endswith("zone")
     assert head(api) == before
 
 
