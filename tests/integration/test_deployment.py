@@ -390,7 +390,6 @@ def deployment(
         "redis_url": redis_server,
         "redis_prefix": f"d{uuid.uuid4().hex[:8]}",
         "data_dir": str(tmp_path / "data"),
-        "log_format": "json",
         "projection_poll_ms": "100",
     }
     # The release step, as an operator runs it before starting the processes.
@@ -562,6 +561,6 @@ def test_the_production_roles_run_every_execution_once_and_report_metrics(
     assert codes == dict.fromkeys(deployment.roles, 0), logs
     for name, text in logs.items():
         assert "Traceback" not in text, f"{name}: {text}"
-        # JOBLEDGER_LOG_FORMAT=json: a log collector must be able to read every line.
+        # The default log format in production: a log collector must read every line.
         lines = [line for line in text.splitlines() if line.strip()]
         assert all(isinstance(json.loads(line), dict) for line in lines), f"{name}: {text}"
