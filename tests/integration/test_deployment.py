@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from http import HTTPStatus
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -75,6 +76,8 @@ def procfile() -> dict[str, tuple[dict[str, str], list[str]]]:
             continue
         name, _, command = line.partition(":")
         words = shlex.split(command)
+        if words[:1] == ["exec"]:
+            words = words[1:]
         if words[:1] == ["env"]:
             words = words[1:]
         environ: dict[str, str] = {}
@@ -564,3 +567,78 @@ def test_the_production_roles_run_every_execution_once_and_report_metrics(
         # The default log format in production: a log collector must read every line.
         lines = [line for line in text.splitlines() if line.strip()]
         assert all(isinstance(json.loads(line), dict) for line in lines), f"{name}: {text}"
+
+
+# ---- the Procfile under a Procfile runner ------------------------------------------
+
+
+def procfile_ports() -> dict[str, int]:
+    """The metrics port of each process type that sets one."""
+    return {
+        name: int(environ["JOBLEDGER_METRICS_PORT"])
+        for name, (environ, _) in procfile().items()
+        if "JOBLEDGER_METRICS_PORT" in environ
+    }
+
+
+def busy(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def scrape_ok(url: str) -> Samples | None:
+    try:
+        response = httpx.get(url, timeout=2)
+    except httpx.HTTPError:
+        return None
+    return parse(response.text) if response.status_code == HTTPStatus.OK else None
+
+
+@pytest.mark.slow
+def test_honcho_runs_the_procfile_topology(
+    postgres_url: str, redis_server: str, tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
+    """If `honcho start` runs the Procfile on PostgreSQL and Redis, then the api, two
+    schedulers (one leading), three workers and the projector all come up and serve
+    their metrics on the Procfile's ports, and one Ctrl+C stops all seven with status 0."""
+    ports = procfile_ports()
+    taken = sorted(p for p in ports.values() if busy(p))
+    assert not taken, f"the Procfile's metrics ports {taken} are in use on this machine"
+    api_port = free_port()
+    environ = jobledger_cli.environment(
+        database_url=postgres_url,
+        redis_url=redis_server,
+        redis_prefix=f"h{uuid.uuid4().hex[:8]}",
+        admin_password=ADMIN_PASSWORD,
+        api_port=str(api_port),
+    )
+    environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ.get('PATH', '')}"
+    honcho = shutil.which("honcho", path=environ["PATH"])
+    assert honcho is not None, "honcho is missing: make setup installs it with the dev extra"
+    log_path = tmp_path / "honcho.log"
+    with log_path.open("wb") as log:
+        runner = subprocess.Popen(  # noqa: S603 (a fixed argument list)
+            [honcho, "start", "-f", str(ROOT / "Procfile"), "-d", str(tmp_path)],
+            env=environ,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            urls = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
+            urls["api"] = f"http://127.0.0.1:{api_port}/metrics"
+            wait_for(lambda: all(scrape_ok(url) for url in urls.values()), "every role's metrics")
+            schedulers = [urls["scheduler1"], urls["scheduler2"]]
+            wait_for(
+                lambda: sum(total(scrape_ok(u) or {}, "jobledger_leader") for u in schedulers) == 1,
+                "one leading scheduler",
+            )
+            runner.send_signal(signal.SIGINT)
+            runner.wait(60)
+        finally:
+            if runner.poll() is None:
+                runner.kill()
+                runner.wait()
+    output = log_path.read_text()
+    stopped = re.findall(r"\| (\w+)\.\d+ stopped \(rc=(-?\d+)\)", output)
+    assert sorted(name for name, _ in stopped) == sorted([*ports, "api"]), output
+    assert {code for _, code in stopped} == {"0"}, output
