@@ -1,10 +1,13 @@
 """The Job aggregate: a definition, its schedule, and every fire decision."""
 
 import enum
+import typing
 import uuid
 from datetime import datetime
+from typing import Any
 
-from eventsourcing.domain import Aggregate, event
+import msgspec
+from eventsourcing.domain import Aggregate, Snapshot, event
 
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
@@ -27,10 +30,41 @@ def job_id_for_key(key: str) -> uuid.UUID:
     return uuid.uuid5(JOB_NAMESPACE, key)
 
 
+class JobState(msgspec.Struct, kw_only=True):
+    """A job's attributes as a snapshot holds them, typed so that a stored snapshot
+    decodes back into datetimes and the definition (names as the aggregate has them)."""
+
+    created_on: datetime = msgspec.field(name="_created_on")
+    modified_on: datetime = msgspec.field(name="_modified_on")
+    definition: JobDefinition
+    key: str | None
+    next_fire_at: datetime | None
+    paused: bool
+    deleted: bool
+    last_scheduled_for: datetime | None
+    fired_count: int
+
+    def attributes(self) -> dict[str, Any]:
+        return {f.encode_name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
+
+
 class Job(Aggregate):
     """A job definition and its schedule."""
 
     TOPIC = "jobledger:Job"
+
+    class Snapshot(Snapshot):
+        """The job at one version: a cold load replays only the events after it."""
+
+        TOPIC = "jobledger:JobSnapshot"
+        # Typed for the mapper, which decodes a stored snapshot against these hints.
+        state: JobState  # type: ignore[assignment]
+
+        def mutate(self, _: None) -> "Job":
+            if isinstance(self.state, JobState):
+                # The store hands back the typed state; the base class wants the dict.
+                object.__setattr__(self, "state", self.state.attributes())
+            return typing.cast("Job", super().mutate(_))
 
     class Created(Aggregate.Created):
         # Never emitted (jobs begin with Scheduled); eventsourcing wants every event
@@ -149,7 +183,10 @@ class Job(Aggregate):
         """Resume from ``at``: occurrences that fell while paused are not caught up."""
         self._check_not_deleted("resume")
         if self.paused:
-            self._resumed(by=by, next_fire_at=next_fire_after(self.definition.schedule, at))
+            # Never before an occurrence already fired or missed, even if ``at`` is.
+            last = self.last_scheduled_for
+            start = at if last is None else max(at, last)
+            self._resumed(by=by, next_fire_at=next_fire_after(self.definition.schedule, start))
 
     def delete(self, *, by: str) -> None:
         if not self.deleted:

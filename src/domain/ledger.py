@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
-from eventsourcing.domain import Aggregate, DomainEventProtocol
+from eventsourcing.domain import Aggregate, DomainEventProtocol, MutableOrImmutableAggregate
 from eventsourcing.persistence import IntegrityError, Mapper
 from eventsourcing.utils import Environment
 
@@ -25,10 +25,18 @@ from jobledger.domain.job import Job, job_id_for_key
 A = TypeVar("A", bound=Aggregate)
 
 
+# A job gains an event per fire, without end: a snapshot every this many events keeps
+# the replay of a cold load short however long the job has run (ADR 17).
+JOB_SNAPSHOT_INTERVAL = 200
+
+
 class Ledger(Application[UUID]):
     """The job ledger. Persistence comes from the env the composition root passes in."""
 
     name = "jobledger"
+    snapshotting_intervals: typing.ClassVar[dict[type[MutableOrImmutableAggregate[Any]], int]] = {
+        Job: JOB_SNAPSHOT_INTERVAL
+    }
 
     def __init__(self, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS) -> None:
         self.limits = limits
@@ -36,7 +44,7 @@ class Ledger(Application[UUID]):
 
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         # Only the settings decide: never fall back to os.environ like the base class.
-        return Environment(name, dict(env or {}))
+        return Environment(name, {"IS_SNAPSHOTTING_ENABLED": "y", **(env or {})})
 
     def construct_mapper(self) -> Mapper[UUID]:
         return MsgspecMapper(compressor=self.factory.compressor(), cipher=self.factory.cipher())
@@ -62,6 +70,18 @@ class Ledger(Application[UUID]):
         processing_event: ProcessingEvent[UUID] = ProcessingEvent()
         processing_event.events.extend(events)
         self._notify(self._record(processing_event))
+
+    def snapshot_due(self, events: Sequence[DomainEventProtocol[UUID]]) -> int:
+        """Snapshot each job whose saved ``events`` reached a multiple of the interval
+        (``save`` does this by itself; ``save_events`` callers call this after it).
+        Returns how many were taken."""
+        interval = self.snapshotting_intervals[Job]
+        due = [
+            e for e in events if isinstance(e, Job.Event) and e.originator_version % interval == 0
+        ]
+        for domain_event in due:
+            self.take_snapshot(domain_event.originator_id, version=domain_event.originator_version)
+        return len(due)
 
     # ---- loading --------------------------------------------------------------------
 

@@ -154,10 +154,13 @@ def first_fire(
 ) -> datetime | None:
     """The next fire of a schedule saved at ``at``, after the occurrence ``last`` (the
     newest the job fired or missed). A one-shot whose time has passed but that never
-    ran is due at once, as a late occurrence; every other fire lies after ``at``."""
+    ran is due at once, as a late occurrence; every other fire lies after ``at`` and
+    after ``last``, so no occurrence is planned twice."""
     if isinstance(schedule, OneShotSchedule):
         run_at = _one_shot_instant(schedule)
         return run_at if last is None or run_at > _as_utc("last", last) else None
+    if last is not None:
+        at = max(_as_utc("at", at), _as_utc("last", last))
     return next_fire_after(schedule, at)
 
 

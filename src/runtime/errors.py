@@ -17,7 +17,7 @@ class StoreUnavailableError(RuntimeLayerError):
 
 
 class StoreNotMigratedError(RuntimeLayerError):
-    """The event store has no tables yet; run `jobledger migrate` first."""
+    """The event store lacks tables this release needs; run `jobledger migrate` first."""
 
 
 class WriterClosedError(RuntimeLayerError):

@@ -3,6 +3,7 @@
 import contextlib
 import fcntl
 import sqlite3
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from importlib import resources
@@ -80,6 +81,9 @@ def open_ledger(settings: Settings) -> Ledger:
     ledger = _construct(settings, limits, create_table=False)
     try:
         ledger.recorder.max_notification_id()
+        if ledger.snapshots is not None:
+            # A store migrated by an older release has no snapshot table yet.
+            list(ledger.snapshots.get(uuid.uuid4(), limit=1))
     except ProgrammingError:
         ledger.close()
         raise StoreNotMigratedError from None

@@ -192,6 +192,15 @@ class GroupCommitWriter:
             return
         for item in ready:
             item.future.set_result(None)
+        self._snapshot(ready)
+
+    def _snapshot(self, items: Sequence[_Item]) -> None:
+        # After the callers were answered: a snapshot only speeds up later loads, and
+        # failing to take one changes nothing that was saved.
+        try:
+            self._ledger.snapshot_due([e for item in items for e in item.events])
+        except Exception as error:  # noqa: BLE001 (the next interval takes another)
+            log.warning("writer.snapshot_failed", error=str(error))
 
     def _save(self, items: Sequence[_Item]) -> None:
         events = [e for item in items for e in item.events]

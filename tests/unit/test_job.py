@@ -147,3 +147,17 @@ def test_update_recomputes_the_next_fire_in_the_new_zone() -> None:
     )
     job.update(daily_berlin, at=AT, by="b")
     assert job.next_fire_at == datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+
+
+def test_an_update_or_resume_never_plans_an_occurrence_already_fired() -> None:
+    """If an update or a resume is stamped earlier than the job's last fired occurrence
+    (a clock behind the leader's), then the next fire still lies after that occurrence,
+    so no occurrence is fired twice."""
+    job = Job.schedule(hourly(), at=AT, by="a")
+    fired_at = AT + timedelta(hours=1)
+    job.fire(scheduled_for=fired_at, leader_epoch=1, at=fired_at)
+    job.update(hourly(), at=AT + timedelta(minutes=10), by="a")
+    assert job.next_fire_at == fired_at + timedelta(hours=1)
+    job.pause(by="a")
+    job.resume(at=AT + timedelta(minutes=20), by="a")
+    assert job.next_fire_at == fired_at + timedelta(hours=1)
