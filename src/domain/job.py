@@ -7,7 +7,8 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from eventsourcing.domain import Aggregate, Snapshot, event
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import Snapshot as AggregateSnapshot
 
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
@@ -53,7 +54,7 @@ class Job(Aggregate):
 
     TOPIC = "jobledger:Job"
 
-    class Snapshot(Snapshot):
+    class Snapshot(AggregateSnapshot):
         """The job at one version: a cold load replays only the events after it."""
 
         TOPIC = "jobledger:JobSnapshot"

@@ -3,36 +3,61 @@
 import logging
 import re
 import sys
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import structlog
 
-from jobledger.runtime.settings import Settings
+from jobledger.runtime.settings import Settings, mask_url
 
 _SECRET_KEYS = frozenset({"password", "token", "secret", "authorization", "cookie"})
-# A password inside a URL (postgresql://user:pw@host) or a credential after an auth
-# scheme: an error text from a driver may quote either.
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]+@", re.IGNORECASE)
-# Case-sensitive, as HTTP writes the schemes, so prose like "a basic check" stays.
+# A credential after an auth scheme, case-sensitive as HTTP writes the schemes, so prose
+# like "a basic check" stays. Passwords in URLs are masked by mask_url.
 _AUTH_VALUE = re.compile(r"\b(?P<head>(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
+_MAX_DEPTH = 6
 
 
 def redact_text(text: str) -> str:
     """``text`` with passwords in URLs and Bearer or Basic credentials as ``***``."""
-    if "://" in text:
-        text = _URL_PASSWORD.sub(r"\g<head>***@", text)
-    return _AUTH_VALUE.sub(r"\g<head>***", text)
+    return _AUTH_VALUE.sub(r"\g<head>***", mask_url(text))
+
+
+def redact(value: object, depth: int = 0) -> object:
+    """``value`` with its secrets masked: strings by their text, mappings by their keys
+    too, sequences item by item, exceptions by their message; anything else as is."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if depth >= _MAX_DEPTH:
+        return value
+    if isinstance(value, Mapping):
+        return {
+            key: "***" if _secret_key(key) else redact(item, depth + 1)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [redact(item, depth + 1) for item in value]
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {redact_text(str(value))}"
+    return value
+
+
+def _secret_key(key: object) -> bool:
+    return isinstance(key, str) and any(secret in key.lower() for secret in _SECRET_KEYS)
 
 
 def _redact(
     _logger: object, _method: str, event_dict: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
     for key, value in event_dict.items():
-        if any(secret in key.lower() for secret in _SECRET_KEYS):
-            event_dict[key] = "***"
-        elif isinstance(value, str):
-            event_dict[key] = redact_text(value)
+        if key == "exc_info":
+            continue  # rendered (and then redacted) by the processors after this one
+        event_dict[key] = "***" if _secret_key(key) else redact(value)
     return event_dict
+
+
+def _redact_rendered(_logger: object, _method: str, line: Any) -> str:  # noqa: ANN401 (after the renderer the event is its text)
+    # The readable renderer writes tracebacks itself, after the fields were redacted.
+    return redact_text(line)
 
 
 def uses_json(settings: Settings) -> bool:
@@ -56,7 +81,12 @@ def configure_logging(settings: Settings) -> None:
         rendering = [structlog.processors.format_exc_info, _redact]
         rendering.append(structlog.processors.JSONRenderer())
     else:
-        rendering = [_redact, structlog.dev.ConsoleRenderer(colors=False)]
+        # Plain tracebacks: no local variables (they may hold secrets), and one URL per
+        # line, so the rendered text can be redacted.
+        console = structlog.dev.ConsoleRenderer(
+            colors=False, exception_formatter=structlog.dev.plain_traceback
+        )
+        rendering = [_redact, console, _redact_rendered]
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *stamps, *rendering],
         wrapper_class=structlog.make_filtering_bound_logger(level),

@@ -8,6 +8,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_RULE, username_problem
 from jobledger.runtime.errors import SettingsError
@@ -92,12 +94,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return shown
 
 
-def mask_url(url: str) -> str:
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+# scheme://user:password@ ; the password runs to the last @ before the host, so one
+# with an unencoded # ? or / is masked whole too.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^\s]*@", re.IGNORECASE)
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the password of every URL in it as ``***``."""
+    if "://" not in text:
+        return text
+    return _URL_PASSWORD.sub(r"\g<head>***@", text)
 
 
 def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -> Settings:
@@ -220,6 +226,8 @@ _RULES: list[tuple[str, Callable[[Any], bool], str]] = [
 
 
 def _check_urls(settings: Settings) -> None:
+    # No message quotes a URL's text: a password with an unencoded special character
+    # can land in any part of it.
     if settings.database_url:
         scheme = urlsplit(settings.database_url).scheme
         if scheme not in {"postgresql", "postgres", "sqlite"}:
@@ -227,19 +235,10 @@ def _check_urls(settings: Settings) -> None:
                 f"{PREFIX}DATABASE_URL: scheme {scheme!r} is not supported; use "
                 "postgresql://user:password@host:5432/dbname or sqlite:///path/to/events.sqlite3"
             )
-        _check_port(
-            "DATABASE_URL", settings.database_url, "postgresql://user:password@host:5432/db"
-        )
+        if scheme != "sqlite":
+            _check_postgres_url(settings.database_url)
     if settings.redis_url:
-        parts = urlsplit(settings.redis_url)
-        if parts.scheme not in {"redis", "rediss"}:
-            raise SettingsError(f"{PREFIX}REDIS_URL: use redis://host:6379/0")
-        _check_port("REDIS_URL", settings.redis_url, "redis://host:6379/0")
-        if parts.path.strip("/") and not parts.path.strip("/").isdigit():
-            raise SettingsError(
-                f"{PREFIX}REDIS_URL: the database {parts.path.strip('/')!r} is not a number; "
-                "use redis://host:6379/0"
-            )
+        _check_redis_url(settings.redis_url)
     for entry in (e.strip() for e in settings.webhook_allow.split(",")):
         if entry and not _allowable(entry):
             raise SettingsError(
@@ -248,15 +247,41 @@ def _check_urls(settings: Settings) -> None:
             )
 
 
-def _check_port(name: str, url: str, example: str) -> None:
+_ENCODE_FIX = "percent-encode special characters in the password (# as %23, / as %2F)"
+
+
+def _check_postgres_url(url: str) -> None:
+    """As libpq reads it (several hosts and ports for fail-over included)."""
     try:
-        urlsplit(url).port  # noqa: B018 (parsing the port is the check)
-    except ValueError:
-        netloc = mask_url(url).split("://", 1)[-1].split("/", 1)[0]
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
         raise SettingsError(
-            f"{PREFIX}{name}: the port in {netloc!r} is not a number from 1 to 65535; "
-            f"use e.g. {example}"
+            f"{PREFIX}DATABASE_URL cannot be read as a PostgreSQL URL; use "
+            f"postgresql://user:password@host:5432/dbname and {_ENCODE_FIX}"
         ) from None
+    if not all(_valid_port(port) for port in str(params.get("port") or "").split(",")):
+        raise SettingsError(
+            f"{PREFIX}DATABASE_URL: a port is not a number from 1 to 65535; use "
+            f"postgresql://user:password@host:5432/dbname and {_ENCODE_FIX}"
+        )
+
+
+def _check_redis_url(url: str) -> None:
+    fix = f"use redis://:password@host:6379/0 and {_ENCODE_FIX}"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (reading the port is the check)
+    except ValueError:
+        raise SettingsError(f"{PREFIX}REDIS_URL: the host or port cannot be read; {fix}") from None
+    if parts.scheme not in {"redis", "rediss"}:
+        raise SettingsError(f"{PREFIX}REDIS_URL: the scheme must be redis or rediss; {fix}")
+    database = parts.path.strip("/")
+    if database and not database.isdigit():
+        raise SettingsError(f"{PREFIX}REDIS_URL: the database (after the /) is not a number; {fix}")
+
+
+def _valid_port(port: str) -> bool:
+    return not port or (port.isdigit() and 1 <= int(port) <= 65535)  # noqa: PLR2004
 
 
 _HOST_NAME = re.compile(

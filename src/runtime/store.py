@@ -65,10 +65,11 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
 def _postgres_params(url: str) -> dict[str, str]:
     try:
         return {k: str(v) for k, v in conninfo_to_dict(url).items()}
-    except psycopg.ProgrammingError as error:
+    except psycopg.ProgrammingError:
+        # libpq's message may quote the password: say what to do instead.
         raise SettingsError(
-            f"JOBLEDGER_DATABASE_URL is malformed ({error}); "
-            "use postgresql://user:password@host:5432/dbname"
+            "JOBLEDGER_DATABASE_URL is malformed; use postgresql://user:password@host:5432/dbname"
+            " and percent-encode special characters in the password"
         ) from None
 
 
@@ -147,8 +148,8 @@ def _fix_for(detail: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    # Driver messages span lines; a user error is one line.
-    return " ".join(text.split())
+    # Driver messages span lines (a user error is one line) and may quote the URL.
+    return mask_url(" ".join(text.split()))
 
 
 def migrate(settings: Settings, progress: Progress = print) -> list[str]:
@@ -196,7 +197,7 @@ def _migration_lock(settings: Settings) -> Iterator[None]:
 def _pg_connect(settings: Settings) -> psycopg.Connection[tuple[object, ...]]:
     try:
         return psycopg.connect(settings.database_url, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as error:
+    except psycopg.Error as error:
         raise _unavailable(settings, error) from None
 
 

@@ -73,7 +73,7 @@ class _Running:
     task: "asyncio.Task[None] | None" = None
     lost: bool = False
     # Set once the handler has returned: the outcome is being recorded, and the lease
-    # may leave the queue at any moment, so the heartbeat no longer extends it.
+    # may leave the queue at any moment, so failing to extend it means nothing.
     finished: bool = False
 
 
@@ -389,6 +389,8 @@ def _log_outcome(
 ) -> None:
     """One line per recorded outcome; a completion only at debug, as there are many."""
     handler = execution.spec.handler
+    if "error" in details:
+        details = details | {"error": str(details["error"])[:MAX_ERROR_LENGTH]}
     if outcome == "complete":
         logger.debug("worker.execution_completed", handler=handler)
     elif outcome == "defer":
@@ -422,8 +424,8 @@ class _Heartbeat(Background):
             worker.metrics.observe_breakers(worker.breakers.states())
         deadline = worker.now() + worker.config.lease_ttl
         for running in list(worker.running.values()):
-            if running.finished:
-                continue
+            # A finished run is still extended until its outcome is saved: a slow save
+            # must not let the lease expire under a run that succeeded.
             lease = running.lease
             held = worker.queue.extend(
                 lease.queue, lease.execution_id, lease.lease_id, deadline=deadline

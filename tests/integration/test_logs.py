@@ -54,7 +54,7 @@ def _run_mixed_executions(harness: "Harness") -> dict[str, Any]:
     ledger, now = harness.container.ledger, datetime.now(tz=UTC)
     job = ledger.schedule_job(JobDefinition(name="failing", spec=spec), at=now, by="test")
     failing = ledger.trigger_job(job.id, key="k1", at=now, by="test")
-    logging_run = harness.run("test.log", message="hello")
+    logging_run = harness.run("test.log", message=f"calling with Authorization: Bearer {BEARER}")
     webhook = harness.run(
         "http.webhook",
         retries=0,
@@ -90,6 +90,7 @@ def test_worker_lines_are_json_with_ids_and_no_secrets(harness: "Harness") -> No
     assert "postgresql://app:***@db.internal/app" in last["error"]
     logged = _one(lines, "handler.log", execution_id=str(runs["logging"].id), attempt=1)
     assert logged | attempt_ids | {"job_id": None} == logged
+    assert logged["message"] == "calling with Authorization: Bearer ***"
     _one(lines, "worker.execution_completed", execution_id=str(runs["logging"].id))
     _one(lines, "handler.webhook.refused", execution_id=str(runs["webhook"].id), attempt=1)
     for secret in (DB_PASSWORD, BEARER):

@@ -30,8 +30,8 @@ CASES = [
     (
         "projector",
         {"database_url": "postgresql://app@db:fivefour/jobledger"},
-        "JOBLEDGER_DATABASE_URL: the port in 'app@db:fivefour'",
-        "use e.g. postgresql://",
+        "JOBLEDGER_DATABASE_URL: a port is not a number",
+        "percent-encode special characters in the password",
     ),
     (
         "api",
@@ -48,8 +48,8 @@ CASES = [
     (
         "worker",
         {"redis_url": "redis://cache:six/0"},
-        "JOBLEDGER_REDIS_URL: the port in 'cache:six'",
-        "redis://host:6379/0",
+        "JOBLEDGER_REDIS_URL: the host or port cannot be read",
+        "redis://:password@host:6379/0",
     ),
     (
         "worker",

@@ -1,7 +1,9 @@
 """Loading handlers: built-ins, entry points and dotted paths, with one-line errors."""
 
 import re
+import uuid
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -41,3 +43,22 @@ def test_a_broken_entry_point_is_a_settings_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(registry, "entry_points", lambda **_: [broken])
     with pytest.raises(SettingsError, match=re.escape("handler 'report' of the 'jobledger.")):
         load_registry()
+
+
+@pytest.mark.parametrize(
+    ("source", "named"),
+    [
+        ("async def send(ctx):\n    return (\n", "SyntaxError"),
+        ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    ],
+)
+def test_a_module_that_fails_while_importing_is_a_settings_error(
+    source: str, named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a handler module has a syntax error or raises while it is imported, then
+    loading fails with the one-line settings error naming what went wrong."""
+    module = f"acme_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SettingsError, match=f"cannot load handler 'report'.*{named}"):
+        load_registry(f"report={module}:send")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from jobledger.runtime.errors import SettingsError
-from jobledger.runtime.settings import load_settings
+from jobledger.runtime.settings import Settings, load_settings, mask_url
 from jobledger.runtime.store import persistence_env
 
 
@@ -70,9 +70,14 @@ def test_variables_are_read_and_flags_win() -> None:
         ({"JOBLEDGER_LOG_FORMAT": "xml"}, "JOBLEDGER_LOG_FORMAT: use auto, console or json"),
         (
             {"JOBLEDGER_DATABASE_URL": "postgresql://u:pw@db:54x2/app"},
-            r"JOBLEDGER_DATABASE_URL: the port in 'u:\*\*\*@db:54x2' is not a number",
+            "JOBLEDGER_DATABASE_URL: a port is not a number",
         ),
-        ({"JOBLEDGER_REDIS_URL": "redis://cache:70000/0"}, "JOBLEDGER_REDIS_URL: the port"),
+        (
+            {"JOBLEDGER_DATABASE_URL": "postgresql://u:pw%zz@db/app"},
+            "JOBLEDGER_DATABASE_URL cannot be read .* percent-encode",
+        ),
+        ({"JOBLEDGER_REDIS_URL": "redis://cache:70000/0"}, "JOBLEDGER_REDIS_URL: the host or port"),
+        ({"JOBLEDGER_REDIS_URL": "redis://[::1:6379/0"}, "JOBLEDGER_REDIS_URL: the host or port"),
         ({"JOBLEDGER_REDIS_URL": "redis://cache/zero"}, "JOBLEDGER_REDIS_URL: the database"),
         ({"JOBLEDGER_WEBHOOK_ALLOW": "10.0.0.0/8,256.1.1.1/8"}, "JOBLEDGER_WEBHOOK_ALLOW: '256"),
         ({"JOBLEDGER_WEBHOOK_ALLOW": "https://hooks.internal"}, "JOBLEDGER_WEBHOOK_ALLOW"),
@@ -85,10 +90,13 @@ def test_bad_settings_name_the_variable(environ: dict[str, str], names: str) -> 
 
 
 def test_a_malformed_postgres_url_is_a_settings_error() -> None:
-    """If the database URL cannot be parsed, then the error says how to write one."""
-    settings = load_settings({"JOBLEDGER_DATABASE_URL": "postgresql://a b c/?=&&"})
+    """If the database URL cannot be parsed, then the error says how to write one, both
+    when the settings are read and where the store reads them."""
     with pytest.raises(SettingsError, match="postgresql://user:password@host"):
-        persistence_env(settings)
+        load_settings({"JOBLEDGER_DATABASE_URL": "postgresql://a b c/?=&&"})
+    unchecked = Settings(database_url="postgresql://a b c/?=&&")
+    with pytest.raises(SettingsError, match="postgresql://user:password@host"):
+        persistence_env(unchecked)
 
 
 def test_secrets_never_reach_the_log(capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,3 +197,69 @@ def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
     from jobledger.runtime.logging import redact_text  # noqa: PLC0415 (beside its test)
 
     assert redact_text(text) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:s3cr#t@db:5432/jobs",
+        "postgresql://app:a?bc@db:5432/jobs",
+        "postgresql://app:pw@db1:5432,db2:5433/jobs",  # libpq fail-over hosts
+        "redis://:s3cr%23t@cache:6379/0",
+    ],
+)
+def test_urls_libpq_and_redis_accept_are_accepted(url: str) -> None:
+    """If a URL is one its driver reads (special characters in the password, several
+    PostgreSQL hosts), then the settings take it."""
+    variable = "JOBLEDGER_REDIS_URL" if url.startswith("redis") else "JOBLEDGER_DATABASE_URL"
+    load_settings({variable: url})
+
+
+@pytest.mark.parametrize(
+    ("variable", "url"),
+    [
+        ("JOBLEDGER_DATABASE_URL", "postgresql://app:hunter2@db:5x32/jobs"),
+        ("JOBLEDGER_DATABASE_URL", "postgresql://app:hunter2%zz@db/jobs"),
+        ("JOBLEDGER_REDIS_URL", "redis://:hunter2#x@cache:63x9/0"),
+        ("JOBLEDGER_REDIS_URL", "redis://:12/hunter2@cache:6379/0"),
+    ],
+)
+def test_a_refused_url_is_never_quoted(variable: str, url: str) -> None:
+    """If a URL is refused, then the message names the variable and the fix but quotes
+    no part of the URL, whose password may be anywhere in it."""
+    with pytest.raises(SettingsError, match=variable) as refused:
+        load_settings({variable: url})
+    assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("postgresql://app:s3cr#t@db:5432/jobs", "postgresql://app:***@db:5432/jobs"),
+        ("redis://:a/b@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("postgresql://app@db/jobs", "postgresql://app@db/jobs"),
+    ],
+)
+def test_masking_finds_passwords_with_special_characters(text: str, shown: str) -> None:
+    """If a URL's password holds # ? or /, then masking still hides all of it."""
+    assert mask_url(text) == shown
+
+
+def test_nested_values_and_exceptions_are_redacted() -> None:
+    """If a log field is a mapping, a list or an exception, then secrets inside it are
+    masked too: by key at any depth, and by their text."""
+    from jobledger.runtime.logging import redact  # noqa: PLC0415 (beside its test)
+
+    value = {
+        "headers": {"Authorization": "Bearer abcdefghijkl", "Accept": "*/*"},
+        "urls": ["postgresql://u:pw1@h/db", ("redis://:pw2@h:1/0",)],
+        "error": ConnectionError("cannot reach postgresql://u:pw3@h/db"),
+        "count": 3,
+    }
+    shown = redact(value)
+    assert shown == {
+        "headers": {"Authorization": "***", "Accept": "*/*"},
+        "urls": ["postgresql://u:***@h/db", ["redis://:***@h:1/0"]],
+        "error": "ConnectionError: cannot reach postgresql://u:***@h/db",
+        "count": 3,
+    }

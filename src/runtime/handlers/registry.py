@@ -57,11 +57,12 @@ def load_registry(
 def _load_entry_point(point: EntryPoint) -> Handler:
     try:
         handler: Handler = point.load()
-    except (ImportError, AttributeError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 (any failure to import is the setting's fault)
         package = point.dist.name if point.dist is not None else "its package"
         raise SettingsError(
             f"handler {point.name!r} of the {ENTRY_POINT_GROUP!r} entry points "
-            f"({point.value}) does not load ({error}); reinstall or fix {package}, "
+            f"({point.value}) does not load ({type(error).__name__}: {error}); reinstall or fix "
+            f"{package}, "
             "or uninstall it"
         ) from None
     return handler
@@ -76,9 +77,10 @@ def _import(name: str, path: str) -> Handler:
         )
     try:
         handler: Handler = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError, ValueError) as error:
+    except Exception as error:  # noqa: BLE001 (any failure to import is the setting's fault)
         raise SettingsError(
-            f"JOBLEDGER_HANDLERS: cannot load handler {name!r} from {path!r} ({error}); "
+            f"JOBLEDGER_HANDLERS: cannot load handler {name!r} from {path!r} "
+            f"({type(error).__name__}: {error}); "
             "check that the module is installed and defines that function"
         ) from None
     if not callable(handler):
