@@ -56,6 +56,7 @@ class Container:
     presence: Presence
     _redis: redis.Redis | None = None
     _local_breakers: Breakers | None = None
+    _handlers: HandlerRegistry | None = None
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self) -> LogReader:
@@ -125,7 +126,13 @@ class Container:
         )
 
     def handlers(self) -> HandlerRegistry:
-        """Built-in handlers, entry points and the configured dotted paths."""
+        """Built-in handlers, entry points and the configured dotted paths; loaded once
+        (the start-up check, the worker and the API share it)."""
+        if self._handlers is None:
+            self._handlers = self._load_handlers()
+        return self._handlers
+
+    def _load_handlers(self) -> HandlerRegistry:
         settings = self.settings
         return load_registry(
             settings.handlers,

@@ -280,6 +280,9 @@ class Worker:
         """Record the outcome; on a conflict reload once, so a lost lease is told apart
         from an unrelated change (the aggregate rejects the stale report)."""
         running.finished = True
+        if outcome == "fail":
+            # Stored and logged alike: a handler's error may carry a whole response body.
+            details["error"] = str(details["error"])[:MAX_ERROR_LENGTH]
         for attempt in range(2):
             execution = (
                 running.execution
@@ -317,8 +320,12 @@ class Worker:
             ready_at = self.now() + self.config.defer_when_open
             execution.defer(lease_id=lease_id, reason=details["error"], ready_at=ready_at)
         else:
-            error = str(details["error"])[:MAX_ERROR_LENGTH]
-            execution.fail(lease_id=lease_id, error=error, at=self.now(), rand=random.random())  # noqa: S311 (jitter)
+            execution.fail(
+                lease_id=lease_id,
+                error=details["error"],
+                at=self.now(),
+                rand=random.random(),  # noqa: S311 (jitter)
+            )
 
     def _send_acks(self) -> None:
         # Swap first: the event loop may append while this thread sends.
@@ -389,8 +396,6 @@ def _log_outcome(
 ) -> None:
     """One line per recorded outcome; a completion only at debug, as there are many."""
     handler = execution.spec.handler
-    if "error" in details:
-        details = details | {"error": str(details["error"])[:MAX_ERROR_LENGTH]}
     if outcome == "complete":
         logger.debug("worker.execution_completed", handler=handler)
     elif outcome == "defer":

@@ -180,7 +180,7 @@ class GroupCommitWriter:
         if not ready:
             return
         try:
-            self._save(ready)
+            events = self._save(ready)
         except IntegrityError as error:
             if len(ready) == 1:
                 self._fail_conflict(ready[0], error, failed_ids)
@@ -192,17 +192,18 @@ class GroupCommitWriter:
             return
         for item in ready:
             item.future.set_result(None)
-        self._snapshot(ready)
+        self._snapshot(events)
 
-    def _snapshot(self, items: Sequence[_Item]) -> None:
+    def _snapshot(self, events: list[DomainEventProtocol[UUID]]) -> None:
         # After the callers were answered: a snapshot only speeds up later loads, and
         # failing to take one changes nothing that was saved.
         try:
-            self._ledger.snapshot_due([e for item in items for e in item.events])
+            self._ledger.snapshot_due(events)
         except Exception as error:  # noqa: BLE001 (the next interval takes another)
             log.warning("writer.snapshot_failed", error=str(error))
 
-    def _save(self, items: Sequence[_Item]) -> None:
+    def _save(self, items: Sequence[_Item]) -> list[DomainEventProtocol[UUID]]:
+        """Save ``items`` in one transaction; returns the events saved."""
         events = [e for item in items for e in item.events]
         started = time.perf_counter()
         self._ledger.save_events(events)
@@ -211,6 +212,7 @@ class GroupCommitWriter:
         self.stats.events += len(events)
         if self._metrics is not None:
             self._record(self._metrics, events, time.perf_counter() - started)
+        return events
 
     @staticmethod
     def _record(metrics: Metrics, events: list[DomainEventProtocol[UUID]], seconds: float) -> None:
