@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.json_values import check_json, check_text
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import (
     DEFAULT_MIN_INTERVAL,
@@ -22,6 +23,7 @@ MAX_PAYLOAD_BYTES = 64 * 1024
 MIN_TIMEOUT = timedelta(seconds=1)
 MAX_TIMEOUT = timedelta(hours=24)
 MAX_CATCH_UP_CAP = 1000
+MAX_DESCRIPTION_CHARS = 2000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,199}$")
 _HANDLER = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _QUEUE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -52,7 +54,11 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
         _check_queue(self.queue)
         _check_priority(self.priority)
         _check_timeout(self.timeout)
-        _check_payload(self.payload, limits.max_payload_bytes)
+        if not isinstance(self.payload, dict):
+            raise InvalidDefinitionError(
+                "payload", f"is a {type(self.payload).__name__}", "send a JSON object"
+            )
+        check_json(self.payload, "payload", max_bytes=limits.max_payload_bytes)
         self.retry.check()
 
 
@@ -68,7 +74,7 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
 
     def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
-        if not _NAME.match(self.name):
+        if not _NAME.fullmatch(self.name):
             raise InvalidDefinitionError(
                 "name",
                 f"{self.name!r} is empty, too long or has unusual characters",
@@ -80,12 +86,13 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
                 f"{self.catch_up_cap} is out of range",
                 f"use a number from 1 to {MAX_CATCH_UP_CAP}",
             )
+        check_text(self.description, "description", max_chars=MAX_DESCRIPTION_CHARS)
         self.spec.check(limits)
         validate_schedule(self.schedule, min_interval=limits.min_interval)
 
 
 def _check_handler(handler: str) -> None:
-    if not _HANDLER.match(handler):
+    if not _HANDLER.fullmatch(handler):
         raise InvalidDefinitionError(
             "handler",
             f"{handler!r} is not a handler name",
@@ -94,7 +101,7 @@ def _check_handler(handler: str) -> None:
 
 
 def _check_queue(queue: str) -> None:
-    if not _QUEUE.match(queue):
+    if not _QUEUE.fullmatch(queue):
         raise InvalidDefinitionError(
             "queue",
             f"{queue!r} is not a queue name",
@@ -117,19 +124,4 @@ def _check_timeout(timeout: timedelta) -> None:
             "timeout",
             f"{timeout.total_seconds():g} s is out of range",
             "use from 1 second to 24 hours",
-        )
-
-
-def _check_payload(payload: dict[str, Any], max_bytes: int) -> None:
-    try:
-        size = len(msgspec.json.encode(payload))
-    except (TypeError, msgspec.EncodeError) as error:
-        raise InvalidDefinitionError(
-            "payload", f"is not JSON-serialisable ({error})", "send a JSON object"
-        ) from None
-    if size > max_bytes:
-        raise InvalidDefinitionError(
-            "payload",
-            f"is {size} bytes, over the {max_bytes}-byte limit",
-            "store large data elsewhere and pass a reference",
         )

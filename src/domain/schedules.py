@@ -47,7 +47,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Final, assert_never
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import msgspec
 from croniter import CroniterBadDateError, croniter
@@ -76,6 +76,41 @@ class ManualSchedule(msgspec.Struct, frozen=True, tag="manual"):
 Schedule = CronSchedule | OneShotSchedule | ManualSchedule
 
 DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=60)
+
+# The instants a schedule may name, and the span its fires are computed in. Both ends
+# keep a margin inside what a datetime can hold, so that no conversion to a local
+# zone (offsets up to 14 hours), no look-back and no timeout or back-off added to a
+# fire can step outside the calendar.
+EARLIEST_INSTANT: Final = datetime(1, 1, 2, tzinfo=UTC)
+LATEST_INSTANT: Final = datetime(9999, 12, 1, tzinfo=UTC)
+_RANGE_TEXT: Final = "0001-01-02T00:00:00Z to 9999-12-01T00:00:00Z"
+# Time zones are IANA region names (Area/Location), Etc/* and UTC; the other names in
+# the database are aliases of the server's own zone (localtime), placeholders
+# (Factory) or legacy names kept for old systems.
+_ZONE_AREAS: Final = frozenset(
+    {
+        "Africa",
+        "America",
+        "Antarctica",
+        "Arctic",
+        "Asia",
+        "Atlantic",
+        "Australia",
+        "Etc",
+        "Europe",
+        "Indian",
+        "Pacific",
+    }
+)
+_ZONE_FIX: Final = "use an IANA region name such as Europe/Berlin, America/New_York or UTC"
+# The values each cron field can take: a step must be from 1 to the field's span.
+_CRON_FIELDS: Final = (
+    ("minute", 0, 59),
+    ("hour", 0, 23),
+    ("day-of-month", 1, 31),
+    ("month", 1, 12),
+    ("day-of-week", 0, 6),
+)
 
 # Two fires of a 5-field cron are never closer than this, DST included.
 _CRON_GRANULARITY: Final = timedelta(seconds=60)
@@ -115,20 +150,48 @@ def validate_schedule(
         case CronSchedule():
             _check_cron(schedule, min_interval)
         case OneShotSchedule():
-            if _is_naive(schedule.run_at):
-                raise InvalidDefinitionError(
-                    "schedule.run_at",
-                    f"{schedule.run_at.isoformat()} has no time zone",
-                    "give an offset, e.g. 2026-03-08T09:00:00+01:00 or 2026-03-08T08:00:00Z",
-                )
+            check_instant("schedule.run_at", schedule.run_at)
         case ManualSchedule():
             pass
         case _:
             assert_never(schedule)
 
 
+def check_instant(field: str, value: datetime) -> datetime:
+    """``value`` in UTC; raises ``InvalidDefinitionError`` naming ``field`` if it has no
+    zone or lies outside the range a schedule may name (see ``EARLIEST_INSTANT``)."""
+    if _is_naive(value):
+        raise InvalidDefinitionError(
+            field,
+            f"{value.isoformat()} has no time zone",
+            "give an offset, e.g. 2026-03-08T09:00:00+01:00 or 2026-03-08T08:00:00Z",
+        )
+    try:
+        instant = value.astimezone(UTC)
+    except OverflowError:
+        instant = None
+    if instant is None or not EARLIEST_INSTANT <= instant <= LATEST_INSTANT:
+        raise InvalidDefinitionError(
+            field,
+            f"{value.isoformat()} is outside the supported range {_RANGE_TEXT}",
+            "give a time within that range, e.g. 2026-03-08T09:00:00Z",
+        )
+    return instant
+
+
+@lru_cache(maxsize=1)
+def region_zones() -> frozenset[str]:
+    """The time zone names a schedule may use (see ``_ZONE_AREAS``)."""
+    return frozenset(
+        name
+        for name in available_timezones()
+        if name == "UTC" or ("/" in name and name.split("/", 1)[0] in _ZONE_AREAS)
+    )
+
+
 def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
-    """The first fire strictly after ``at``, in UTC; None if the schedule fires no more.
+    """The first fire strictly after ``at``, in UTC; None if the schedule fires no more
+    (a cron whose next fire would lie past ``LATEST_INSTANT`` fires no more).
 
     Raises ``ValueError`` for a naive ``at`` or a schedule that cannot be evaluated: an
     invalid cron or zone, a cron that never fires, a naive ``run_at``.
@@ -136,8 +199,13 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
     at = _as_utc("at", at)
     match schedule:
         case CronSchedule():
-            fire = next(_cron_fires(schedule.expression, _zone(schedule.timezone), at), None)
-            if fire is None:
+            zone = _zone(schedule.timezone)
+            fire = next(_cron_fires(schedule.expression, zone, at), None)
+            if (
+                fire is None
+                and next(_cron_fires(schedule.expression, zone, _reference_start(zone)), None)
+                is None
+            ):
                 raise ValueError(f"cron {schedule.expression!r} never fires")
             return fire
         case OneShotSchedule():
@@ -183,6 +251,16 @@ def fires_between(
             return []
         case _:
             assert_never(schedule)
+
+
+def upcoming_fires(
+    schedule: Schedule, after: datetime, *, horizon: timedelta, limit: int
+) -> list[datetime]:
+    """The first ``limit`` fires after ``after`` and within ``horizon`` of it, stopping
+    at ``LATEST_INSTANT`` (a preview near the end of the calendar is short, not an error)."""
+    after = _as_utc("after", after)
+    until = LATEST_INSTANT if after >= LATEST_INSTANT - horizon else after + horizon
+    return fires_between(schedule, after, until, limit=limit)
 
 
 # --- Catch-up after downtime -------------------------------------------------------
@@ -277,6 +355,7 @@ def _check_expression(expression: str) -> None:
             f"{expression!r} uses a hashed (H) or random (R) field, which has no fixed value",
             "write the value out, e.g. '17 * * * *' instead of 'H * * * *'",
         )
+    _check_steps(expression, fields)
     try:
         croniter(_cron_text(expression), datetime(_REFERENCE_YEAR, 1, 1), ret_type=datetime)  # noqa: DTZ001 (cron runs on naive wall time)
     except (ValueError, TypeError) as exc:
@@ -285,6 +364,24 @@ def _check_expression(expression: str) -> None:
             f"{expression!r} is not a valid cron expression ({exc})",
             _CRON_FIX,
         ) from exc
+
+
+def _check_steps(expression: str, fields: list[str]) -> None:
+    """A step of 0 never advances and one past the field's span names a single value:
+    both are mistakes, refused with the field's range rather than croniter's words."""
+    for (name, low, high), field in zip(_CRON_FIELDS, fields, strict=True):
+        for part in field.split(","):
+            _, slash, step = part.partition("/")
+            if not slash or not (step.isascii() and step.isdigit()):
+                continue  # no step, or one croniter refuses by itself
+            span = high - low
+            if len(step) > len(str(span)) or not 1 <= int(step) <= span:
+                raise InvalidDefinitionError(
+                    "schedule.expression",
+                    f"{expression!r}: the step /{step} in the {name} field is not from 1 to "
+                    f"{span} (the field takes {low}-{high})",
+                    f"use a step from 1 to {span} in the {name} field",
+                )
 
 
 def _check_nickname(expression: str, fields: list[str]) -> None:
@@ -301,14 +398,15 @@ def _check_nickname(expression: str, fields: list[str]) -> None:
 
 
 def _check_timezone(name: str) -> ZoneInfo:
-    try:
+    if name in region_zones():
         return _zone(name)
-    except ValueError as exc:
-        raise InvalidDefinitionError(
-            "schedule.timezone",
-            f"{name!r} is not a known time zone",
-            "use an IANA name such as Europe/Berlin, America/New_York or UTC",
-        ) from exc
+    try:
+        _zone(name)
+    except ValueError:
+        problem = f"{name!r} is not a known time zone"
+    else:
+        problem = f"{name!r} is not an IANA region name (Area/Location, Etc/... or UTC)"
+    raise InvalidDefinitionError("schedule.timezone", problem, _ZONE_FIX)
 
 
 def _check_spacing(expression: str, zone: ZoneInfo, min_interval: timedelta) -> None:
@@ -379,10 +477,23 @@ def _seconds(interval: timedelta) -> str:
 
 
 def _cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
-    """The fires strictly after ``after``: ascending, unique, in UTC."""
+    """The fires strictly after ``after`` and up to ``LATEST_INSTANT``: ascending, unique,
+    in UTC. Fires before ``EARLIEST_INSTANT`` are not computed."""
     # Through UTC first: a datetime already in ``zone`` may name a wall time in a gap,
     # which astimezone(zone) would hand back unchanged rather than normalise.
-    after = after.astimezone(UTC)
+    after = max(after.astimezone(UTC), EARLIEST_INSTANT)
+    if after >= LATEST_INSTANT:
+        return
+    try:
+        for fire in _unbounded_cron_fires(expression, zone, after):
+            if fire > LATEST_INSTANT:
+                return
+            yield fire
+    except OverflowError:
+        return  # the calendar ended before LATEST_INSTANT in this zone's wall time
+
+
+def _unbounded_cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
     both_passes = _fires_in_both_passes(expression)
     wall = _start_wall(after, zone, rewind=both_passes)
     candidates = _wall_times(expression, wall)

@@ -638,7 +638,7 @@ NAIVE_RUN_AT = datetime(2026, 1, 1, 9, tzinfo=UTC).replace(tzinfo=None)
             CronSchedule("* * * * *", "Mars/Olympus"),
             DEFAULT_MIN_INTERVAL,
             "schedule.timezone",
-            "use an IANA name such as Europe/Berlin",
+            "use an IANA region name such as Europe/Berlin",
         ),
         (
             CronSchedule("*/2 * * * *"),

@@ -1,0 +1,183 @@
+"""Limits on the JSON values and texts the ledger stores.
+
+A payload travels through the event codec (JSON in the log), the Redis queue (msgpack,
+whose integers are 64-bit), the read models (PostgreSQL text, which holds no NUL) and
+back to a handler. A value that any of them cannot carry would be accepted once and
+then fail every reader of the log, so every way in checks values here first and
+refuses what does not fit, naming the path of the first offending part
+(``payload.items[2].name``) and the fix.
+
+The walk is iterative: a value nested far deeper than the limit is refused, not a
+recursion error.
+"""
+
+import math
+import re
+from typing import Final
+
+import msgspec
+
+from jobledger.domain.errors import InvalidDefinitionError
+
+MAX_DEPTH: Final = 32
+MAX_KEY_CHARS: Final = 256
+MIN_INT: Final = -(2**63)
+MAX_INT: Final = 2**63 - 1
+_IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_SHOWN_KEY_CHARS: Final = 40
+# Marks a value that sits in an array or at the top, under no key.
+_NO_KEY: Final = object()
+
+
+class JsonProblem(msgspec.Struct, frozen=True):
+    """Why a value cannot be stored, where in it, and what to do instead."""
+
+    path: str
+    problem: str
+    fix: str
+
+
+def json_problem(
+    value: object, path: str = "payload", *, max_depth: int = MAX_DEPTH
+) -> JsonProblem | None:
+    """The first part of ``value`` (in document order) that the stores cannot carry, or
+    None when all of it fits. Does not check the encoded size (see ``check_json``)."""
+    # Each entry: a value, its path, its depth, and the key it sits under (checked
+    # first, so that a bad key is reported before anything inside its value).
+    pending: list[tuple[object, str, int, object]] = [(value, path, 0, _NO_KEY)]
+    while pending:
+        item, where, depth, key = pending.pop()
+        problem = _key_problem(key, where) or _scalar_problem(item, where)
+        if problem is not None:
+            return problem
+        if isinstance(item, (dict, list)):
+            if depth >= max_depth:
+                return JsonProblem(
+                    where,
+                    f"nests deeper than {max_depth} levels",
+                    f"flatten the value to at most {max_depth} nested objects or arrays",
+                )
+            pending.extend(reversed(_children(item, where, depth + 1)))
+    return None
+
+
+def check_json(value: object, field: str, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> None:
+    """Raise ``InvalidDefinitionError`` naming the path of the first part of ``value``
+    the stores cannot carry, or ``field`` when its JSON is longer than ``max_bytes``."""
+    problem = json_problem(value, field, max_depth=max_depth)
+    if problem is not None:
+        raise InvalidDefinitionError(problem.path, problem.problem, problem.fix)
+    size = len(msgspec.json.encode(value))
+    if size > max_bytes:
+        raise InvalidDefinitionError(
+            field,
+            f"is {size} bytes as JSON, over the {max_bytes}-byte limit",
+            "store large data elsewhere and pass a reference",
+        )
+
+
+def text_problem(value: object, field: str, *, max_chars: int) -> JsonProblem | None:
+    """Why a name, reason or other text cannot be stored, or None when it can."""
+    if not isinstance(value, str):
+        return JsonProblem(field, f"is a {type(value).__name__}, not text", "send a string")
+    if len(value) > max_chars:
+        return JsonProblem(
+            field, f"is {len(value)} characters long, over {max_chars}", "shorten it"
+        )
+    return _string_problem(value, field)
+
+
+def check_text(value: object, field: str, *, max_chars: int) -> None:
+    """Raise ``InvalidDefinitionError`` if ``value`` is not text the stores can hold."""
+    problem = text_problem(value, field, max_chars=max_chars)
+    if problem is not None:
+        raise InvalidDefinitionError(problem.path, problem.problem, problem.fix)
+
+
+def _scalar_problem(item: object, where: str) -> JsonProblem | None:
+    # bool before int: True is an int to Python, and always fits.
+    if item is None or isinstance(item, (bool, dict, list)):
+        return None
+    if isinstance(item, int):
+        return _int_problem(item, where)
+    if isinstance(item, float):
+        return _float_problem(item, where)
+    if isinstance(item, str):
+        return _string_problem(item, where)
+    return JsonProblem(
+        where,
+        f"a {type(item).__name__} is not a JSON value",
+        "use objects, arrays, strings, numbers, true, false or null",
+    )
+
+
+def _int_problem(number: int, where: str) -> JsonProblem | None:
+    if MIN_INT <= number <= MAX_INT:
+        return None
+    return JsonProblem(
+        where,
+        f"the integer {_short(str(number))} does not fit in 64 bits ({MIN_INT} to {MAX_INT})",
+        'send a larger number as a string, e.g. "1208925819614629174706176"',
+    )
+
+
+def _float_problem(number: float, where: str) -> JsonProblem | None:
+    if math.isfinite(number):
+        return None
+    return JsonProblem(where, f"{number} is not a finite number", "send a finite number, or null")
+
+
+def _string_problem(text: str, where: str) -> JsonProblem | None:
+    if "\x00" in text:
+        return JsonProblem(
+            where,
+            f"contains a NUL character at index {text.index(chr(0))}",
+            "remove the NUL (\\u0000) characters; send binary data base64-encoded",
+        )
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError as error:
+            return JsonProblem(
+                where,
+                f"is not valid Unicode (a lone surrogate at index {error.start})",
+                "send UTF-8 text",
+            )
+    return None
+
+
+def _children(
+    item: dict[object, object] | list[object], where: str, depth: int
+) -> list[tuple[object, str, int, object]]:
+    if isinstance(item, list):
+        return [(child, f"{where}[{index}]", depth, _NO_KEY) for index, child in enumerate(item)]
+    return [(child, _child_path(where, key), depth, key) for key, child in item.items()]
+
+
+def _key_problem(key: object, where: str) -> JsonProblem | None:
+    if key is _NO_KEY:
+        return None
+    if not isinstance(key, str):
+        return JsonProblem(
+            where, f"a {type(key).__name__} key is not a JSON key", "use string keys"
+        )
+    if len(key) > MAX_KEY_CHARS:
+        return JsonProblem(
+            f"{where} (key)",
+            f"the key is {len(key)} characters long, over {MAX_KEY_CHARS}",
+            f"use keys of at most {MAX_KEY_CHARS} characters",
+        )
+    return _string_problem(key, f"{where} (key)")
+
+
+def _child_path(where: str, key: object) -> str:
+    if isinstance(key, str) and _IDENTIFIER.match(key):
+        return f"{where}.{key}"
+    shown = msgspec.json.encode(key).decode() if isinstance(key, str) else repr(key)
+    return f"{where}[{_short(shown)}]"
+
+
+def _short(text: str) -> str:
+    if len(text) <= _SHOWN_KEY_CHARS:
+        return text
+    return text[: _SHOWN_KEY_CHARS - 1] + "…"
