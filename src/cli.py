@@ -18,7 +18,12 @@ import msgspec
 import redis
 
 from jobledger.domain.errors import DomainError
-from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
+from jobledger.domain.schedules import (
+    CronSchedule,
+    check_instant,
+    upcoming_fires,
+    validate_schedule,
+)
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.dead_letters import (
@@ -363,7 +368,7 @@ def _preview(args: argparse.Namespace) -> int:
         return EXIT_USER_ERROR
     start = _parse_start(args.start)
     zone = ZoneInfo(args.tz)
-    for fire in fires_between(schedule, start, start + timedelta(days=3660), limit=args.count):
+    for fire in upcoming_fires(schedule, start, horizon=timedelta(days=3660), limit=args.count):
         local = fire.astimezone(zone)
         print(f"{local:%Y-%m-%d %H:%M %Z} ({local:%z})  {fire:%Y-%m-%d %H:%M} UTC")
     return 0
@@ -380,7 +385,7 @@ def _parse_start(text: str | None) -> datetime:
         ) from None
     if start.tzinfo is None:
         raise SettingsError("--from: give a time zone, e.g. 2026-03-07T00:00-05:00 or ...Z")
-    return start
+    return check_instant("--from", start)
 
 
 def _print_json(value: dict[str, Any]) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import structlog
 from litestar import Litestar, MediaType, Request, Response
-from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions import HTTPException, SerializationException, ValidationException
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Schema
@@ -36,6 +36,7 @@ from jobledger.domain.errors import (
     JobNotActiveError,
     NotFoundError,
 )
+from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.runtime import accounts
 
 log = structlog.get_logger(__name__)
@@ -177,8 +178,34 @@ _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 
 
 def _http(_: Request[Any, Any, Any], error: HTTPException) -> Response[ErrorBody]:
+    if isinstance(error.__cause__, SerializationException):
+        return _unreadable_body(str(error.__cause__))
     headers = dict(error.headers or {})
     return error_response(error.status_code, str(error.detail), headers=headers or None)
+
+
+def _unreadable_body(detail: str) -> Response[ErrorBody]:
+    # msgspec names the place as $[...][...] once the body is read without its type,
+    # which says nothing to a user; the problem itself is worth keeping.
+    problem = detail.split(" - at ", 1)[0]
+    return error_response(
+        HTTP_400_BAD_REQUEST,
+        f"body: not JSON that can be stored ({problem})",
+        field="body",
+        fix="send a JSON document whose numbers fit in 64 bits (integers) or a double (others)",
+    )
+
+
+def _recursion(request: Request[Any, Any, Any], error: RecursionError) -> Response[ErrorBody]:
+    """A body nested deeper than the decoder goes: the client's mistake, not a crash."""
+    if "deserializ" not in str(error):
+        return _unexpected(request, error)
+    return error_response(
+        HTTP_400_BAD_REQUEST,
+        "body: nests objects or arrays too deeply to be read",
+        field="body",
+        fix=f"nest objects and arrays at most {MAX_DEPTH} levels deep",
+    )
 
 
 def _unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
@@ -233,5 +260,6 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = 
     accounts.AccountError: _account_error,
     ValidationException: _validation,
     HTTPException: _http,
+    RecursionError: _recursion,
     Exception: _unexpected,
 }

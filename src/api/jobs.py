@@ -35,6 +35,7 @@ from jobledger.api.schemas import (
     to_definition,
 )
 from jobledger.api.security import OPERATOR, VIEWER, actor
+from jobledger.domain.json_values import MAX_INT
 from jobledger.projections import read_queries
 from jobledger.projections.read_queries import Page
 
@@ -100,8 +101,8 @@ class JobController(Controller):
         ledger = state_of(request).container.ledger
         if as_of is None:
             return job_out(ledger.get_job(job_id))
-        if as_of.isdigit():
-            return job_out(ledger.get_job(job_id, version=int(as_of)))
+        if as_of.isascii() and as_of.isdigit():
+            return job_out(ledger.get_job(job_id, version=_version(as_of)))
         moment = _parse_moment(as_of)
         return job_out(ledger.job_as_of(job_id, moment), as_of=moment)
 
@@ -184,6 +185,18 @@ class JobController(Controller):
         job = state.container.ledger.get_job(job_id)
         after = state.now() - timedelta(microseconds=1)
         return preview_fires(job.definition.schedule, after=after, count=count)
+
+
+def _version(text: str) -> int:
+    version = int(text)
+    if not 1 <= version <= MAX_INT:
+        raise ApiError(
+            400,
+            f"as_of: version {text} is out of range",
+            field="as_of",
+            fix="use a version from 1 up to the job's current version",
+        )
+    return version
 
 
 def _parse_moment(text: str) -> datetime:

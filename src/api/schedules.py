@@ -11,7 +11,13 @@ from litestar.status_codes import HTTP_200_OK
 from jobledger.api.common import state_of
 from jobledger.api.schemas import Fire, PreviewIn, PreviewOut, to_schedule
 from jobledger.api.security import VIEWER
-from jobledger.domain.schedules import CronSchedule, Schedule, fires_between, validate_schedule
+from jobledger.domain.schedules import (
+    CronSchedule,
+    Schedule,
+    check_instant,
+    upcoming_fires,
+    validate_schedule,
+)
 
 # Far enough for any cron to reach its count (a yearly one needs count years).
 _HORIZON = timedelta(days=366 * 100)
@@ -20,7 +26,7 @@ _HORIZON = timedelta(days=366 * 100)
 def preview_fires(schedule: Schedule, *, after: datetime, count: int) -> PreviewOut:
     zone_name = schedule.timezone if isinstance(schedule, CronSchedule) else "UTC"
     zone = ZoneInfo(zone_name)
-    fires = fires_between(schedule, after, after + _HORIZON, limit=count)
+    fires = upcoming_fires(schedule, after, horizon=_HORIZON, limit=count)
     return PreviewOut(
         timezone=zone_name, fires=[Fire(at, at.astimezone(zone).isoformat()) for at in fires]
     )
@@ -39,5 +45,5 @@ def preview_schedule(request: Request[Any, Any, Any], data: JSONBody[PreviewIn])
     state = state_of(request)
     schedule = to_schedule(data.schedule)
     validate_schedule(schedule, min_interval=state.container.ledger.limits.min_interval)
-    after = data.after or state.now()
+    after = state.now() if data.after is None else check_instant("after", data.after)
     return preview_fires(schedule, after=after, count=data.count)
