@@ -10,17 +10,20 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import psycopg
 import pytest
 import redis
 import uvicorn
+from hypothesis import strategies as st
 from litestar import Litestar
 from psycopg import sql
 
 from jobledger.domain.ledger import Ledger
+from jobledger.projections.queue import WorkSpec
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger
 
@@ -255,3 +258,37 @@ class JobledgerCli:
 @pytest.fixture(scope="session")
 def jobledger_cli() -> JobledgerCli:
     return JobledgerCli()
+
+
+class JsonValues:
+    """Hypothesis strategies for JSON-shaped payloads, and the queue's spec around one."""
+
+    @staticmethod
+    def payloads(
+        integers: st.SearchStrategy[int], floats: st.SearchStrategy[float]
+    ) -> st.SearchStrategy[dict[str, Any]]:
+        scalars = st.none() | st.booleans() | integers | floats | st.text(max_size=12)
+        values = st.recursive(
+            scalars,
+            lambda children: (
+                st.lists(children, max_size=4)
+                | st.dictionaries(st.text(max_size=6), children, max_size=4)
+            ),
+            max_leaves=25,
+        )
+        return st.dictionaries(st.text(max_size=6), values, max_size=4)
+
+    @staticmethod
+    def work_spec(payload: dict[str, Any]) -> WorkSpec:
+        return WorkSpec(
+            job_id=None,
+            handler="test.echo",
+            payload=payload,
+            timeout=timedelta(seconds=5),
+            max_attempts=1,
+        )
+
+
+@pytest.fixture(scope="session")
+def json_values() -> type[JsonValues]:
+    return JsonValues

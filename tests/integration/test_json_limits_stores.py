@@ -3,10 +3,10 @@ PostgreSQL (jsonb and text) and Redis (the queue's spec encoding) unchanged, and
 NUL characters it refuses are what PostgreSQL refuses."""
 
 import json
+import math
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import psycopg
@@ -15,24 +15,11 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobledger.domain.json_values import json_problem
-from jobledger.projections.queue import WorkSpec, decode_spec, encode_spec
+from jobledger.domain.json_values import MAX_INT, MIN_INT, json_problem
+from jobledger.projections.queue import decode_spec, encode_spec
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12)
-)
-VALUES = st.recursive(
-    SCALARS,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4)
-    ),
-    max_leaves=25,
-)
-PAYLOADS = st.dictionaries(st.text(max_size=6), VALUES, max_size=4)
+if TYPE_CHECKING:
+    from tests.conftest import JsonValues
 
 
 def same(expected: Any, actual: Any) -> bool:
@@ -61,7 +48,9 @@ def connection(postgres_url: str) -> Iterator[psycopg.Connection[tuple[Any, ...]
 
 
 def test_accepted_payloads_survive_postgresql_and_redis(
-    connection: psycopg.Connection[tuple[Any, ...]], redis_client: redis.Redis
+    connection: psycopg.Connection[tuple[Any, ...]],
+    redis_client: redis.Redis,
+    json_values: type["JsonValues"],
 ) -> None:
     """If the check accepts a payload, then PostgreSQL jsonb and text and the queue's
     spec in Redis all give it back equal."""
@@ -70,7 +59,11 @@ def test_accepted_payloads_survive_postgresql_and_redis(
     @settings(
         max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
-    @given(payload=PAYLOADS)
+    @given(
+        payload=json_values.payloads(
+            st.integers(MIN_INT, MAX_INT), st.floats(width=64).filter(math.isfinite)
+        )
+    )
     def check(payload: dict[str, Any]) -> None:
         problem = json_problem(payload)
         text = msgspec.json.encode(payload).decode()
@@ -83,14 +76,7 @@ def test_accepted_payloads_survive_postgresql_and_redis(
         assert row is not None
         assert same(payload, json.loads(row[0]))
         assert msgspec.json.decode(row[1]) == payload
-        spec = WorkSpec(
-            job_id=None,
-            handler="test.echo",
-            payload=payload,
-            timeout=timedelta(seconds=5),
-            max_attempts=1,
-        )
-        redis_client.set(key, encode_spec(spec))
+        redis_client.set(key, encode_spec(json_values.work_spec(payload)))
         stored = redis_client.get(key)
         assert isinstance(stored, bytes)
         assert decode_spec(stored).payload == payload
