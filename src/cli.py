@@ -18,6 +18,7 @@ import msgspec
 import redis
 
 from jobledger.domain.errors import DomainError
+from jobledger.domain.json_values import check_reason
 from jobledger.domain.schedules import (
     CronSchedule,
     check_instant,
@@ -222,6 +223,9 @@ def _seed(container: Container) -> int:
 
 
 def _dead_letters(args: argparse.Namespace, container: Container) -> int:
+    if args.dlq_command in {"requeue", "discard"}:
+        # Checked once here: per execution, a refusal would only count as "refused".
+        check_reason(args.by, args.reason)
     if args.dlq_command == "show":
         for entry in attempt_history(container.ledger, args.execution_id):
             print(json.dumps(entry, default=str, sort_keys=True))

@@ -9,6 +9,7 @@ from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
 
 # Namespace for executions that belong to no job (ad-hoc runs by idempotency key).
 ADHOC_NAMESPACE = uuid.UUID("5b0a6f2e-3f0c-4f0e-9d55-6a3b1c7e2a10")
@@ -181,6 +182,8 @@ class Execution(Aggregate):
         trigger_key: str | None = None,
     ) -> "Execution":
         """A scheduled occurrence, or a run with a client key, gets a deterministic id."""
+        if trigger_key is not None:
+            check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
         return cls(
             job_id=job_id,
             spec=spec,
@@ -208,7 +211,7 @@ class Execution(Aggregate):
     def fail(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float = 1.0) -> None:
         """Record a failed attempt: retry with backoff, or dead-letter when the budget is spent."""
         self._check_current_lease(lease_id)
-        self._settle_failure(lease_id=lease_id, error=error, at=at, rand=rand)
+        self._settle_failure(lease_id=lease_id, error=storable_text(error), at=at, rand=rand)
 
     def expire_lease(self, *, lease_id: uuid.UUID, at: datetime, rand: float = 1.0) -> None:
         """The lease ran out with no report: that counts as a failed attempt."""
@@ -219,20 +222,23 @@ class Execution(Aggregate):
     def defer(self, *, lease_id: uuid.UUID, reason: str, ready_at: datetime) -> None:
         """Hand the execution back without spending an attempt (e.g. circuit open)."""
         self._check_current_lease(lease_id)
-        self._deferred(lease_id=lease_id, reason=reason, ready_at=ready_at)
+        self._deferred(lease_id=lease_id, reason=storable_text(reason), ready_at=ready_at)
 
     def requeue(self, *, by: str, reason: str, at: datetime) -> None:
         """Give a dead-lettered execution a fresh attempt budget."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="requeue")
+        check_reason(by, reason)
         self._requeued(by=by, reason=reason, ready_at=at)
 
     def discard(self, *, by: str, reason: str) -> None:
         """Give up on a dead-lettered execution for good; its history stays in the log."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="discard")
+        check_reason(by, reason)
         self._discarded(by=by, reason=reason)
 
     def cancel(self, *, by: str, reason: str) -> None:
         self._check_not_terminal(action="cancel")
+        check_reason(by, reason)
         self._cancelled(by=by, reason=reason)
 
     # ---- queries --------------------------------------------------------------------

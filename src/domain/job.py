@@ -13,6 +13,7 @@ from eventsourcing.domain import Snapshot as AggregateSnapshot
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.json_values import check_actor, check_reason
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import MissedFires, first_fire, next_fire_after
 
@@ -151,6 +152,7 @@ class Job(Aggregate):
         limits: Limits = DEFAULT_LIMITS,
     ) -> "Job":
         definition.check(limits)
+        check_actor(by)
         return cls(
             definition=definition,
             key=key,
@@ -167,6 +169,7 @@ class Job(Aggregate):
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._check_not_deleted("update")
+        check_actor(by)
         definition.check(limits)
         next_fire = (
             None
@@ -177,12 +180,14 @@ class Job(Aggregate):
 
     def pause(self, *, by: str, reason: str = "") -> None:
         self._check_not_deleted("pause")
+        check_reason(by, reason)
         if not self.paused:
             self._paused(by=by, reason=reason)
 
     def resume(self, *, at: datetime, by: str) -> None:
         """Resume from ``at``: occurrences that fell while paused are not caught up."""
         self._check_not_deleted("resume")
+        check_actor(by)
         if self.paused:
             # Never before an occurrence already fired or missed, even if ``at`` is.
             last = self.last_scheduled_for
@@ -190,6 +195,7 @@ class Job(Aggregate):
             self._resumed(by=by, next_fire_at=next_fire_after(self.definition.schedule, start))
 
     def delete(self, *, by: str) -> None:
+        check_actor(by)
         if not self.deleted:
             self._deleted(by=by)
 
@@ -234,6 +240,7 @@ class Job(Aggregate):
     def trigger(self, *, trigger_key: str, at: datetime, by: str) -> Execution:
         """Run the job now, outside its schedule; the same key yields the same execution."""
         self._check_not_deleted("trigger")
+        check_actor(by)
         execution = Execution.enqueue(
             job_id=self.id,
             spec=self.definition.spec,

@@ -21,9 +21,12 @@ from jobledger.domain.errors import InvalidDefinitionError
 
 MAX_DEPTH: Final = 32
 MAX_KEY_CHARS: Final = 256
+MAX_REASON_CHARS: Final = 2000
+MAX_BY_CHARS: Final = 200
 MIN_INT: Final = -(2**63)
 MAX_INT: Final = 2**63 - 1
 _IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
 _SHOWN_KEY_CHARS: Final = 40
 # Marks a value that sits in an array or at the top, under no key.
 _NO_KEY: Final = object()
@@ -92,6 +95,26 @@ def check_text(value: object, field: str, *, max_chars: int) -> None:
     problem = text_problem(value, field, max_chars=max_chars)
     if problem is not None:
         raise InvalidDefinitionError(problem.path, problem.problem, problem.fix)
+
+
+def check_actor(by: object) -> None:
+    """Raise ``InvalidDefinitionError`` if who acts is not text the stores hold."""
+    check_text(by, "by", max_chars=MAX_BY_CHARS)
+
+
+def check_reason(by: object, reason: object) -> None:
+    """Raise ``InvalidDefinitionError`` if who acts or why is not text the stores hold."""
+    check_actor(by)
+    check_text(reason, "reason", max_chars=MAX_REASON_CHARS)
+
+
+def storable_text(text: str) -> str:
+    """``text`` with what PostgreSQL cannot hold replaced: NUL and lone surrogates become
+    U+FFFD. For texts a handler produces (an error, a deferral's reason), which are
+    recorded as they come rather than refused."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd")
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def _scalar_problem(item: object, where: str) -> JsonProblem | None:

@@ -92,6 +92,11 @@ def test_schedule_preview_applies_the_dst_policy(jobledger_cli: "JobledgerCli") 
         (["0 0 * * * *"], "schedule.expression"),
         (["0 0 * * *", "--tz", "Mars/Olympus"], "schedule.timezone"),
         (["0 0 * * *", "--from", "yesterday"], "--from"),
+        (["0 0 * * *", "--from", "9999-12-31T23:59:59-14:00"], "--from"),
+        (["0 0 * * *", "--from", "0001-01-01T00:00:00+14:00"], "--from"),
+        (["0 0 * * *", "--tz", "localtime"], "schedule.timezone"),
+        (["*/0 * * * *"], "schedule.expression"),
+        (["0 */1000000 * * *"], "schedule.expression"),
     ],
 )
 def test_schedule_preview_rejects_bad_input_in_one_line(
@@ -101,6 +106,20 @@ def test_schedule_preview_rejects_bad_input_in_one_line(
     result = jobledger_cli.run("schedule", "preview", *args)
     assert result.returncode == 2
     assert named in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_dlq_commands_refuse_a_reason_past_the_limit_in_one_line(
+    tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
+    """If `dlq requeue` is given a reason longer than the log's reasons may be, then it
+    exits 2 with one line naming --reason's field instead of counting refusals."""
+    assert jobledger_cli.run("--data-dir", str(tmp_path), "migrate").returncode == 0
+    result = jobledger_cli.run(
+        "--data-dir", str(tmp_path), "dlq", "requeue", "--by", "ops", "--reason", "r" * 2001
+    )
+    assert result.returncode == 2, result.stdout
+    assert "reason: is 2001 characters long" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -2,7 +2,8 @@
 accepted survives the event codec and the queue's spec encoding unchanged."""
 
 import math
-from datetime import UTC, datetime
+import uuid
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -14,6 +15,7 @@ from jobledger.domain.codec import MsgspecMapper
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.job import Job
 from jobledger.domain.json_values import (
     MAX_DEPTH,
     MAX_INT,
@@ -22,9 +24,12 @@ from jobledger.domain.json_values import (
     check_text,
     json_problem,
 )
+from jobledger.domain.policies import RetryPolicy
 from jobledger.projections.queue import decode_spec, encode_spec
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.conftest import JsonValues
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
@@ -193,3 +198,50 @@ def test_accepted_values_round_trip_and_refused_ones_would_break(
         assert not carried or "NUL" in problem.problem or "nests" in problem.problem, problem
 
     check()
+
+
+def leased_execution() -> Execution:
+    spec = ExecutionSpec(handler="test.echo", retry=RetryPolicy(max_retries=0))
+    execution = Execution.enqueue(spec=spec, ready_at=AT, trigger=Trigger.ADHOC, trigger_key="k")
+    execution.lease(worker_id="w", lease_id=LEASE, lease_expires_at=AT + timedelta(minutes=1))
+    return execution
+
+
+LEASE = uuid.UUID(int=1)
+
+
+def test_a_handler_error_is_recorded_with_what_postgresql_refuses_replaced() -> None:
+    """If a handler fails or defers with NUL or a lone surrogate in its message, then the
+    event records the message with those replaced by U+FFFD, not a row no store holds."""
+    execution = leased_execution()
+    execution.defer(lease_id=LEASE, reason="open\x00circuit", ready_at=AT)
+    execution.lease(worker_id="w", lease_id=LEASE, lease_expires_at=AT + timedelta(minutes=1))
+    execution.fail(lease_id=LEASE, error="bad \udcff byte\x00", at=AT)
+    recorded = [vars(e) for e in execution.collect_events()]
+    assert recorded[2]["reason"] == "open\ufffdcircuit"
+    assert execution.last_error == "bad \ufffd byte\ufffd"
+    assert json_problem({"texts": [execution.last_error, recorded[2]["reason"]]}) is None
+
+
+def test_operators_texts_the_stores_cannot_hold_are_refused_and_nothing_recorded() -> None:
+    """If a reason, an actor or a trigger key holds NUL or is too long, then the command
+    raises naming it and records no event."""
+    job = Job.schedule(
+        JobDefinition(name="j", spec=ExecutionSpec(handler="test.echo")), at=AT, by="a"
+    )
+    job.collect_events()
+    commands: list[tuple[Callable[[], object], str]] = [
+        (lambda: job.pause(by="a", reason="x\x00"), "reason"),
+        (lambda: job.pause(by="a" * 201, reason=""), "by"),
+        (lambda: job.trigger(trigger_key="k\x00", at=AT, by="a"), "trigger_key"),
+        (lambda: job.delete(by="\x00"), "by"),
+    ]
+    execution = leased_execution()
+    execution.collect_events()
+    commands.append((lambda: execution.cancel(by="a", reason="r" * 2001), "reason"))
+    for command, field in commands:
+        with pytest.raises(InvalidDefinitionError) as caught:
+            command()
+        assert caught.value.field == field
+    assert job.collect_events() == []
+    assert execution.collect_events() == []
