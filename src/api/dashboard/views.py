@@ -1,6 +1,5 @@
 """What the pages show, computed from the API's state: cards, timelines, form choices."""
 
-import zoneinfo
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -14,6 +13,7 @@ from markupsafe import Markup, escape
 from jobledger.api.schemas import EventOut
 from jobledger.api.system import SystemView
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
+from jobledger.domain.schedules import region_zones
 
 # A job that fires every minute has tens of thousands of events in a month; the page
 # shows the newest ones and says how many it left out.
@@ -179,7 +179,7 @@ def versions(events: Sequence[EventOut]) -> list[dict[str, Any]]:
 
 @cache
 def timezones() -> tuple[str, ...]:
-    return tuple(sorted(zoneinfo.available_timezones()))
+    return tuple(sorted(region_zones()))
 
 
 def form_choices(handlers: Iterable[str]) -> dict[str, Any]:
