@@ -540,11 +540,19 @@ def _start_wall(after: datetime, zone: ZoneInfo, *, rewind: bool) -> datetime:
 def _wall_times(expression: str, start: datetime) -> Iterator[datetime]:
     """The naive wall times after ``start`` that match the cron, ascending."""
     candidates = croniter(_cron_text(expression), start, ret_type=datetime)
+    latest = start
     while True:
         try:
-            yield candidates.get_next(datetime)
+            latest = candidates.get_next(datetime)
         except CroniterBadDateError:
             return
+        except (ValueError, OverflowError):
+            # croniter steps past year 9999 with errors of its own; anywhere else the
+            # error is real.
+            if latest.year >= LATEST_INSTANT.year:
+                return
+            raise
+        yield latest
 
 
 def _released(
