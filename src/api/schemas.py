@@ -26,6 +26,25 @@ Text = Annotated[str, msgspec.Meta(max_length=2000, pattern=NO_NUL)]
 Short = Annotated[str, msgspec.Meta(max_length=200, pattern=NO_NUL)]
 Tiny = Annotated[str, msgspec.Meta(max_length=64, pattern=NO_NUL)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
+Payload = Annotated[
+    dict[str, Any],
+    msgspec.Meta(
+        description=(
+            "a JSON object for the handler: integers within signed 64 bits, no NUL in keys "
+            "or strings, keys up to 256 characters, nesting up to 32 levels, at most "
+            "JOBLEDGER_MAX_PAYLOAD_BYTES as JSON; a value past a limit is refused with "
+            "422 naming its path"
+        )
+    ),
+]
+Zone = Annotated[
+    str,
+    msgspec.Meta(
+        max_length=64,
+        pattern=NO_NUL,
+        description="an IANA region name (Area/Location, Etc/..., or UTC), e.g. Europe/Berlin",
+    ),
+]
 
 
 class Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -52,7 +71,7 @@ class RetryIn(Strict):
 
 class CronIn(Strict, tag="cron", tag_field="kind"):
     cron: Short
-    timezone: Tiny = "UTC"
+    timezone: Zone = "UTC"
 
 
 class OnceIn(Strict, tag="once", tag_field="kind"):
@@ -70,7 +89,7 @@ class ExecutionIn(Strict):
     """What to run: a handler, its payload and how to retry it."""
 
     handler: Short
-    payload: dict[str, Any] = msgspec.field(default_factory=dict)
+    payload: Payload = msgspec.field(default_factory=dict)
     queue: Tiny = "default"
     priority: SmallInt = DEFAULT_PRIORITY
     timeout_seconds: Seconds = 300.0
@@ -94,7 +113,7 @@ class JobPatch(Strict):
     name: Short | msgspec.UnsetType = msgspec.UNSET
     handler: Short | msgspec.UnsetType = msgspec.UNSET
     schedule: ScheduleIn | msgspec.UnsetType = msgspec.UNSET
-    payload: dict[str, Any] | msgspec.UnsetType = msgspec.UNSET
+    payload: Payload | msgspec.UnsetType = msgspec.UNSET
     queue: Tiny | msgspec.UnsetType = msgspec.UNSET
     priority: SmallInt | msgspec.UnsetType = msgspec.UNSET
     timeout_seconds: Seconds | msgspec.UnsetType = msgspec.UNSET
