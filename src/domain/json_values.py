@@ -11,6 +11,7 @@ The walk is iterative: a value nested far deeper than the limit is refused, not 
 recursion error.
 """
 
+import json
 import math
 import re
 from typing import Final
@@ -25,7 +26,7 @@ MAX_REASON_CHARS: Final = 2000
 MAX_BY_CHARS: Final = 200
 MIN_INT: Final = -(2**63)
 MAX_INT: Final = 2**63 - 1
-_IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
 _SHOWN_KEY_CHARS: Final = 40
 # Marks a value that sits in an array or at the top, under no key.
@@ -82,7 +83,7 @@ def check_json(value: object, field: str, *, max_bytes: int, max_depth: int = MA
 def text_problem(value: object, field: str, *, max_chars: int) -> JsonProblem | None:
     """Why a name, reason or other text cannot be stored, or None when it can."""
     if not isinstance(value, str):
-        return JsonProblem(field, f"is a {type(value).__name__}, not text", "send a string")
+        return JsonProblem(field, f"is of type {type(value).__name__}, not text", "send a string")
     if len(value) > max_chars:
         return JsonProblem(
             field, f"is {len(value)} characters long, over {max_chars}", "shorten it"
@@ -129,7 +130,7 @@ def _scalar_problem(item: object, where: str) -> JsonProblem | None:
         return _string_problem(item, where)
     return JsonProblem(
         where,
-        f"a {type(item).__name__} is not a JSON value",
+        f"a value of type {type(item).__name__} is not JSON",
         "use objects, arrays, strings, numbers, true, false or null",
     )
 
@@ -182,7 +183,7 @@ def _key_problem(key: object, where: str) -> JsonProblem | None:
         return None
     if not isinstance(key, str):
         return JsonProblem(
-            where, f"a {type(key).__name__} key is not a JSON key", "use string keys"
+            where, f"the key is of type {type(key).__name__}, not a string", "use string keys"
         )
     if len(key) > MAX_KEY_CHARS:
         return JsonProblem(
@@ -194,9 +195,10 @@ def _key_problem(key: object, where: str) -> JsonProblem | None:
 
 
 def _child_path(where: str, key: object) -> str:
-    if isinstance(key, str) and _IDENTIFIER.match(key):
+    if isinstance(key, str) and _IDENTIFIER.fullmatch(key):
         return f"{where}.{key}"
-    shown = msgspec.json.encode(key).decode() if isinstance(key, str) else repr(key)
+    # ASCII escapes: the path goes into an error message, which must itself encode.
+    shown = json.dumps(key) if isinstance(key, str) else repr(key)
     return f"{where}[{_short(shown)}]"
 
 

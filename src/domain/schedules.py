@@ -36,7 +36,11 @@ nicknames @yearly, @annually, @monthly, @weekly, @daily, @midnight and @hourly.
 Day of month and weekday combine with OR when both are restricted, as in classic
 cron; ``L``, ``W`` and ``#`` are accepted. Seconds, @reboot and the hashed (``H``)
 and random (``R``) fields are not: a schedule must give the same fires every time
-it is evaluated.
+it is evaluated. A step (``*/15``) lies from 1 to its field's span.
+
+Zones are IANA region names (``Area/Location``, ``Etc/...`` or ``UTC``). Instants a
+schedule names lie from ``EARLIEST_INSTANT`` to ``LATEST_INSTANT``, and fires are
+computed only within that range: a cron has no fire after its end.
 """
 
 import heapq
@@ -494,6 +498,7 @@ def _cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[da
 
 
 def _unbounded_cron_fires(expression: str, zone: ZoneInfo, after: datetime) -> Iterator[datetime]:
+    """``_cron_fires`` without the range: may raise OverflowError at the calendar's end."""
     both_passes = _fires_in_both_passes(expression)
     wall = _start_wall(after, zone, rewind=both_passes)
     candidates = _wall_times(expression, wall)

@@ -63,7 +63,9 @@ BAD: list[Any] = [
     pytest.param({"a": [{"k\x00": 1}]}, 'payload.a[0]["k\\u0000"] (key)', "NUL", id="nul-key"),
     pytest.param({"s": "\ud800"}, "payload.s", "surrogate", id="lone-surrogate"),
     pytest.param({"k" * 257: 1}, f"payload.{'k' * 257} (key)", "257 characters", id="long-key"),
-    pytest.param({"a b": {3: 1}}, 'payload["a b"][3]', "int key", id="int-key"),
+    pytest.param({"a b": {3: 1}}, 'payload["a b"][3]', "type int", id="int-key"),
+    pytest.param({"\ud800": 1}, 'payload["\\ud800"] (key)', "surrogate", id="surrogate-key"),
+    pytest.param({"a\n": "\x00"}, 'payload["a\\n"]', "NUL", id="newline-key"),
     pytest.param({"t": (1, 2)}, "payload.t", "tuple", id="tuple"),
     pytest.param({"when": AT}, "payload.when", "datetime", id="datetime"),
     pytest.param({"b": b"x"}, "payload.b", "bytes", id="bytes"),
@@ -121,7 +123,7 @@ def test_a_payload_must_be_an_object() -> None:
 
 @pytest.mark.parametrize(
     ("text", "words"),
-    [("a\x00b", "NUL"), ("x" * 2001, "2001 characters"), ("\udfff", "surrogate"), (5, "int")],
+    [("a\x00b", "NUL"), ("x" * 2001, "2001 characters"), ("\udfff", "surrogate"), (5, "type int")],
 )
 def test_texts_the_stores_cannot_hold_are_refused(text: object, words: str) -> None:
     """If a description is not text PostgreSQL can hold, then the definition is refused."""
