@@ -105,6 +105,7 @@ _API_FIELDS = {
     "timeout": "timeout_seconds",
     "retry.initial_backoff": "retry.initial_backoff_seconds",
     "retry.max_backoff": "retry.max_backoff_seconds",
+    "trigger_key": "Idempotency-Key",
 }
 
 

@@ -728,7 +728,8 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
     lease_id = uuid.uuid4()
     execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(tz=UTC))
     execution.fail(lease_id=lease_id, error="bad\x00byte", at=datetime.now(tz=UTC))
-    execution.discard(by="op\x00", reason="why\x00")
+    # The domain refuses such a reason now; events saved before it did are still read.
+    execution._discarded(by="op\x00", reason="why\x00")
     ledger.save_all(execution)
     _drain(ReadModels(ledger, database))
     row = rq.get_execution(database, execution.id)
