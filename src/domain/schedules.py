@@ -57,6 +57,7 @@ import msgspec
 from croniter import CroniterBadDateError, croniter
 
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.json_values import check_text
 from jobledger.domain.policies import MisfirePolicy
 
 
@@ -80,6 +81,8 @@ class ManualSchedule(msgspec.Struct, frozen=True, tag="manual"):
 Schedule = CronSchedule | OneShotSchedule | ManualSchedule
 
 DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=60)
+MAX_CRON_CHARS: Final = 200
+MAX_ZONE_CHARS: Final = 64
 
 # The instants a schedule may name, and the span its fires are computed in. Both ends
 # keep a margin inside what a datetime can hold, so that no conversion to a local
@@ -328,6 +331,8 @@ def _missed(missed: tuple[datetime, ...]) -> MissedFires | None:
 
 
 def _check_cron(schedule: CronSchedule, min_interval: timedelta) -> None:
+    check_text(schedule.expression, "schedule.expression", max_chars=MAX_CRON_CHARS)
+    check_text(schedule.timezone, "schedule.timezone", max_chars=MAX_ZONE_CHARS)
     _check_expression(schedule.expression)
     zone = _check_timezone(schedule.timezone)
     if next(_cron_fires(schedule.expression, zone, _reference_start(zone)), None) is None:

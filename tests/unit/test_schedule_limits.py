@@ -151,3 +151,21 @@ def test_fires_near_the_ends_of_the_calendar_never_overflow(
     assert all(EARLIEST_INSTANT <= fire <= LATEST_INSTANT for fire in fires)
     following = next_fire_after(schedule, start)
     assert following == (fires[0] if fires else None)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field"),
+    [
+        (CronSchedule("0 * * * *" + " " * 200), "schedule.expression"),
+        (CronSchedule("0 *\x00 * * *"), "schedule.expression"),
+        (CronSchedule("0 * * * *", "Europe/" + "x" * 60), "schedule.timezone"),
+    ],
+)
+def test_cron_texts_past_their_length_or_with_nul_are_refused(
+    schedule: CronSchedule, field: str
+) -> None:
+    """If a Python caller passes a cron or zone too long for the API's fields, or holding
+    NUL, then it is refused on that field like any other bad input."""
+    with pytest.raises(InvalidDefinitionError) as caught:
+        validate_schedule(schedule)
+    assert caught.value.field == field
