@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobledger.api.dashboard.views import timezones
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.schedules import (
     EARLIEST_INSTANT,
@@ -169,3 +170,11 @@ def test_cron_texts_past_their_length_or_with_nul_are_refused(
     with pytest.raises(InvalidDefinitionError) as caught:
         validate_schedule(schedule)
     assert caught.value.field == field
+
+
+def test_the_dashboard_offers_only_zones_the_domain_accepts() -> None:
+    """If the job form lists time zones, then it lists exactly the region names."""
+    offered = timezones()
+    assert set(offered) == region_zones()
+    assert "Europe/Berlin" in offered
+    assert not {"localtime", "Factory", "posixrules"} & set(offered)
