@@ -48,6 +48,7 @@ _CODES = {
     405: "method_not_allowed",
     HTTP_409_CONFLICT: "conflict",
     413: "body_too_large",
+    415: "unsupported_media_type",
     HTTP_422_UNPROCESSABLE_ENTITY: "invalid",
     HTTP_429_TOO_MANY_REQUESTS: "too_many_requests",
     HTTP_500_INTERNAL_SERVER_ERROR: "internal_error",

@@ -58,15 +58,19 @@ class Api:
 
 
 @contextlib.contextmanager
-def serve_api(database_url: str, redis_url: str, live_server: type["LiveServer"]) -> Iterator[Api]:
-    """The API over a migrated database, with its projector running."""
-    settings = load_settings(
-        {},
-        database_url=database_url,
-        redis_url=redis_url,
-        redis_prefix=f"a{uuid.uuid4().hex[:8]}",
-        projection_poll_ms="50",
-    )
+def serve_api(
+    database_url: str, redis_url: str, live_server: type["LiveServer"], **extra: str
+) -> Iterator[Api]:
+    """The API over a migrated database, with its projector running; ``extra`` settings
+    by field name."""
+    chosen = {
+        "test_handlers": "true",
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "redis_prefix": f"a{uuid.uuid4().hex[:8]}",
+        "projection_poll_ms": "50",
+    }
+    settings = load_settings({}, **(chosen | extra))
     with bootstrap(settings) as container:
         accounts = container.accounts()
         now = datetime.now(tz=UTC)
