@@ -2,6 +2,7 @@
 over PostgreSQL and a private Redis, with one user and one API token per role."""
 
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -97,6 +98,14 @@ def serve_api(
 def api(postgres_url: str, redis_server: str, live_server: type["LiveServer"]) -> Iterator[Api]:
     with serve_api(postgres_url, redis_server, live_server) as served:
         yield served
+
+
+@pytest.fixture
+def api_with(
+    postgres_url: str, redis_server: str, live_server: type["LiveServer"]
+) -> Callable[..., contextlib.AbstractContextManager[Api]]:
+    """``with api_with(setting=value) as api``: an API with other settings (by field)."""
+    return functools.partial(serve_api, postgres_url, redis_server, live_server)
 
 
 @pytest.fixture(scope="module")

@@ -2,20 +2,17 @@
 drive, throttling that neither parallel requests nor a forged header get around."""
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from tests.integration.api.conftest import PASSWORD, Api, serve_api
+from tests.integration.api.conftest import PASSWORD, Api
 
 from jobledger.runtime import credentials
 from jobledger.runtime.accounts import Role
-
-if TYPE_CHECKING:
-    from tests.conftest import LiveServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
@@ -115,22 +112,17 @@ def test_a_forged_forwarded_for_gets_no_fresh_bucket(api: Api) -> None:
     assert statuses == [401] * 5 + [429] * 2
 
 
-@pytest.fixture
-def proxied_api(
-    postgres_url: str, redis_server: str, live_server: type["LiveServer"]
-) -> Iterator[Api]:
-    with serve_api(postgres_url, redis_server, live_server, trusted_proxies="127.0.0.0/8") as api:
-        yield api
-
-
-def test_behind_a_trusted_proxy_the_forwarded_client_counts(proxied_api: Api) -> None:
+def test_behind_a_trusted_proxy_the_forwarded_client_counts(
+    api_with: Callable[..., AbstractContextManager[Api]],
+) -> None:
     """If the peer is a trusted proxy, then the right-most address of X-Forwarded-For
     that is not a trusted proxy is the client: distinct clients get their own buckets,
     and one client that forges addresses to the left of it does not."""
-    distinct = guesses(proxied_api, [f"203.0.113.{n}" for n in range(6)])
-    assert distinct == [401] * 6
-    forged = guesses(proxied_api, [f"198.51.100.{n}, 192.0.2.7, 127.0.0.9" for n in range(6)])
-    assert forged == [401] * 5 + [429]
+    with api_with(trusted_proxies="127.0.0.0/8") as proxied:
+        distinct = guesses(proxied, [f"203.0.113.{n}" for n in range(6)])
+        assert distinct == [401] * 6
+        forged = guesses(proxied, [f"198.51.100.{n}, 192.0.2.7, 127.0.0.9" for n in range(6)])
+        assert forged == [401] * 5 + [429]
 
 
 def count_verifications(monkeypatch: pytest.MonkeyPatch) -> list[int]:
