@@ -115,10 +115,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 # scheme://user:password@ ; the password runs to the last @ before the host, so one
 # with an unencoded # ? or / is masked whole too.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^\s]*@", re.IGNORECASE)
+# ?password=... or &sslpassword=... in a URL's query (libpq and redis read both).
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&](?:ssl)?password=)[^&#\s]*", re.IGNORECASE)
+# password=... in a libpq key=value conninfo, bare or single-quoted (with \' inside).
+_CONNINFO_PASSWORD = re.compile(
+    r"(?P<head>(?<![\w?&])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s]*)",
+    re.IGNORECASE,
+)
 
 
 def mask_url(text: str) -> str:
-    """``text`` with the password of every URL in it as ``***``."""
+    """``text`` with every password in it as ``***``: a URL's ``user:password@``, a
+    ``?password=`` in its query, and ``password=`` of a libpq key=value conninfo. The
+    one masking that every printed or logged setting and error goes through."""
+    if "password" in text.lower():
+        text = _CONNINFO_PASSWORD.sub(r"\g<head>***", _QUERY_PASSWORD.sub(r"\g<head>***", text))
     if "://" not in text:
         return text
     return _URL_PASSWORD.sub(r"\g<head>***@", text)

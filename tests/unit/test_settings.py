@@ -189,11 +189,21 @@ def test_logs_are_json_in_production_unless_told(
         ("a basic check of the Bearer flow", "a basic check of the Bearer flow"),
         ("postgresql://app@db/x has no password", "postgresql://app@db/x has no password"),
         ("no secret at all", "no secret at all"),
+        ("postgresql://app@db/x?password=pw3&a=b", "postgresql://app@db/x?password=***&a=b"),
+        (
+            "postgresql://db/x?sslmode=require&sslpassword=pw4",
+            "postgresql://db/x?sslmode=require&sslpassword=***",
+        ),
+        ("host=db password=pw5 dbname=x", "host=db password=*** dbname=x"),
+        ("host=db password = 'p w\\'6' dbname=x", "host=db password = *** dbname=x"),
+        ("redis://cache:6379/0?password=pw7", "redis://cache:6379/0?password=***"),
+        ("the password is checked", "the password is checked"),
     ],
 )
 def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
-    """If a logged value holds a password in a URL or an Authorization credential,
-    then only that part is replaced by ***."""
+    """If a logged value holds a password in a URL (its user part or its query), in a
+    libpq key=value conninfo or an Authorization credential, then only that part is
+    replaced by ***."""
     from jobledger.runtime.logging import redact_text  # noqa: PLC0415 (beside its test)
 
     assert redact_text(text) == shown
