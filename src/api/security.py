@@ -15,10 +15,12 @@ from typing import Any
 
 import anyio.to_thread
 from litestar.connection import ASGIConnection
+from litestar.datastructures import MutableScopeHeaders
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
 from litestar.status_codes import HTTP_415_UNSUPPORTED_MEDIA_TYPE
+from litestar.types import Message, Scope
 
 from jobledger.api.errors import ApiError
 from jobledger.api.state import ApiState
@@ -100,6 +102,16 @@ def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], expected: str) -
         )
 
 
+async def no_sniffing(message: Message, _scope: Scope) -> None:
+    """A before-send hook: every response, errors and static files included, says
+    ``X-Content-Type-Options: nosniff``, so a browser never runs a response (an error
+    quoting input, an uploaded-looking body) as a script or a page its type does not
+    declare."""
+    if message["type"] == "http.response.start":
+        headers = MutableScopeHeaders.from_message(message)
+        headers["X-Content-Type-Options"] = "nosniff"
+
+
 def role_guard(
     connection: ASGIConnection[Any, Any, Any, Any], route_handler: BaseRouteHandler
 ) -> None:
@@ -160,6 +172,20 @@ def client_address(
         if not _trusted(hop, trusted):
             break
     return client
+
+
+def served_over_https(
+    connection: ASGIConnection[Any, Any, Any, Any], trusted: Sequence[IPNetwork]
+) -> bool:
+    """Whether the client used https: the request's own scheme, or, from a trusted
+    proxy only, its ``X-Forwarded-Proto``."""
+    if connection.url.scheme == "https":
+        return True
+    peer = connection.client.host if connection.client else ""
+    if not _trusted(peer, trusted):
+        return False
+    proto = connection.headers.get("x-forwarded-proto", "").rpartition(",")[2]
+    return proto.strip().lower() == "https"
 
 
 def _is_address(text: str) -> bool:
