@@ -22,6 +22,7 @@ from jobledger.api.security import (
     client_address,
     json_only,
     principal_of,
+    served_over_https,
 )
 from jobledger.api.state import ApiState
 from jobledger.runtime.accounts import (
@@ -74,7 +75,9 @@ class UserPatch(Strict):
 
 def _cookie(state: ApiState, request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
     mode = state.container.settings.secure_cookies
-    secure = mode == "always" or (mode == "auto" and request.url.scheme == "https")
+    secure = mode == "always" or (
+        mode == "auto" and served_over_https(request, state.trusted_proxies)
+    )
     return Cookie(
         key=SESSION_COOKIE,
         value=value,

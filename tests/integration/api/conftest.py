@@ -76,8 +76,12 @@ def serve_api(
         accounts = container.accounts()
         now = datetime.now(tz=UTC)
         tokens = {}
+        existing = {user.username: user for user in accounts.list_users()}
         for role in Role:
-            user = accounts.create_user(str(role), PASSWORD, role, now=now)
+            # A second API on the same database (another setting) keeps the users.
+            user = existing.get(str(role)) or accounts.create_user(
+                str(role), PASSWORD, role, now=now
+            )
             _, secret = accounts.create_token(
                 user.id, f"{role} token", role, expires_at=None, now=now
             )

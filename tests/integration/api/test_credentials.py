@@ -158,3 +158,22 @@ def test_parallel_guesses_get_no_more_checks_than_the_limit(
         statuses = sorted(pool.map(guess, range(16)))
     assert verified == [5]
     assert statuses == [401] * 5 + [429] * 11
+
+
+def test_only_a_trusted_proxy_says_the_client_used_https(
+    api: Api, api_with: Callable[..., AbstractContextManager[Api]]
+) -> None:
+    """If X-Forwarded-Proto: https comes from a trusted proxy, then the session cookie
+    is marked Secure (JOBLEDGER_SECURE_COOKIES=auto); from any other peer it is not."""
+    body = {"username": "viewer", "password": PASSWORD}
+    headers = {"X-Forwarded-Proto": "https"}
+
+    def cookie(served: Api) -> str:
+        with httpx.Client(base_url=served.url, timeout=30) as client:
+            response = client.post("/api/v1/auth/login", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        return response.headers["set-cookie"].lower()
+
+    assert "secure" not in cookie(api)
+    with api_with(trusted_proxies="127.0.0.1") as proxied:
+        assert "secure" in cookie(proxied)
