@@ -545,7 +545,10 @@ class Accounts:
         reservation back."""
         name = username.lower()
         keys = _throttle_keys(name, address)
-        row = self._reserve_attempt(keys, name, now)
+        retry_after, row = self._reserve_attempt(keys, name, now)
+        if retry_after is not None:
+            log.warning("accounts.login_throttled", username=name, address=address)
+            raise LoginThrottledError(retry_after)
         stored = None if row is None else str(row[5])
         verified = self._passwords.verify(stored, password)
         if not verified or stored is None or row is None or row[3]:
@@ -556,9 +559,11 @@ class Accounts:
         log.info("accounts.login", username=name, address=address)
         return user, ticket
 
-    def _reserve_attempt(self, keys: list[str], name: str, now: datetime) -> Sequence[Any] | None:
-        """The user's row (None if unknown) once an attempt is booked in every bucket;
-        LoginThrottledError, booking nothing, if a bucket is full."""
+    def _reserve_attempt(
+        self, keys: list[str], name: str, now: datetime
+    ) -> tuple[timedelta | None, Sequence[Any] | None]:
+        """``(None, the user's row or None if unknown)`` once an attempt is booked in
+        every bucket; ``(the wait, None)``, booking nothing, if a bucket is full."""
         at, row = _ms(now), None
         with self._database.transaction() as cursor:
             # One short lock for every reservation (the store's single row exists on both
@@ -571,10 +576,7 @@ class Accounts:
                 cutoff = at - self._settings.throttle_window // _MS
                 cursor.execute("DELETE FROM jobledger_login_failures WHERE at_ms <= ?", (cutoff,))
                 row = cursor.execute(_LOGIN_USER, (name,)).fetchone()
-        if retry_after is not None:
-            log.warning("accounts.login_throttled", username=name, address=keys[-1])
-            raise LoginThrottledError(retry_after)
-        return cast("Sequence[Any] | None", row)
+        return retry_after, cast("Sequence[Any] | None", row)
 
     def _retry_after(self, cursor: Cursor, keys: list[str], now: datetime) -> timedelta | None:
         window = self._settings.throttle_window // _MS
