@@ -141,7 +141,7 @@ def json_only(
     if media_type != "application/json":
         raise ApiError(
             HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            f"this route takes application/json, not {media_type or 'a body without a type'}",
+            f"this route takes application/json, not {media_type[:100] or 'an untyped body'}",
             fix="send the body as JSON with the header Content-Type: application/json",
         )
 
@@ -201,6 +201,8 @@ def _trusted(host: str, trusted: Sequence[IPNetwork]) -> bool:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped  # a dual-stack socket shows IPv4 peers this way
     return any(address.version == net.version and address in net for net in trusted)
 
 

@@ -40,6 +40,7 @@ def connection(peer: str, *forwarded: str, proto: str = "") -> ASGIConnection:  
         ("10.0.0.5", ["10.0.0.8, 10.0.0.7"], "10.0.0.8"),  # only proxies: the left-most one
         ("10.0.0.5", ["not-an-address, 10.0.0.7"], "10.0.0.7"),  # garbage stops the walk
         ("::1", ["2001:db8::5"], "2001:db8::5"),
+        ("::ffff:10.0.0.5", ["198.51.100.1"], "198.51.100.1"),  # IPv4 on a dual-stack socket
     ],
 )
 def test_the_client_is_the_right_most_untrusted_address(
