@@ -138,8 +138,12 @@ def shown_url(url: str) -> str:
 
 
 def _without_url(error: Exception, url: str) -> str:
-    # httpx quotes the URL (or a part of it) in some of its messages.
-    return str(error).replace(url, shown_url(url))[:SHOWN_URL_CHARS]
+    # httpx quotes the URL, or a part of it, in some of its messages.
+    text = str(error).replace(url, shown_url(url))
+    for secret in (url.partition("?")[2], url.partition("#")[2]):
+        if secret:
+            text = text.replace(secret, "***")
+    return mask_url(text)[:SHOWN_URL_CHARS]
 
 
 def _ip_literal(host: str) -> IPAddress | None:
