@@ -11,7 +11,7 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from jobledger.api.common import state_of
-from jobledger.api.errors import ApiError
+from jobledger.api.errors import ApiError, error_spec
 from jobledger.api.schemas import NO_NUL, Short, Strict
 from jobledger.api.security import (
     ADMIN,
@@ -93,7 +93,14 @@ class AuthController(Controller):
     path = "/api/v1/auth"
     tags = ["auth"]  # noqa: RUF012 (Litestar reads a class attribute)
 
-    @post("/login", opt=OPEN, guards=[json_only], sync_to_thread=True, status_code=HTTP_200_OK)
+    @post(
+        "/login",
+        opt=OPEN,
+        guards=[json_only],
+        sync_to_thread=True,
+        status_code=HTTP_200_OK,
+        responses={415: error_spec("The body is not declared application/json.")},
+    )
     def login(self, request: Request[Any, Any, Any], data: JSONBody[LoginIn]) -> Response[Me]:
         """Sign in: a new session (an earlier one of this browser ends once this one is
         open; a failed sign-in leaves it as it was). The body must be JSON."""

@@ -69,7 +69,8 @@ def test_an_operator_token_of_an_admin_cannot_grant_admin(api: Api) -> None:
 
 def test_sign_in_takes_only_json(api: Api) -> None:
     """If a sign-in arrives as a form a browser would send across sites (text/plain,
-    urlencoded), then it gets 415 naming the fix and no session cookie."""
+    urlencoded), then it gets 415 naming the fix and no session cookie; the OpenAPI
+    document lists that answer."""
     body = '{"username": "admin", "password": "' + PASSWORD + '"}'
     for content_type in ("text/plain", "application/x-www-form-urlencoded", ""):
         client = httpx.Client(base_url=api.url, timeout=30)
@@ -80,6 +81,8 @@ def test_sign_in_takes_only_json(api: Api) -> None:
         assert "application/json" in response.json()["error"]["fix"]
         assert "set-cookie" not in response.headers
     assert api.session("admin").get("/api/v1/auth/me").status_code == 200
+    document = api.client().get("/schema/openapi.json").json()
+    assert "415" in document["paths"]["/api/v1/auth/login"]["post"]["responses"]
 
 
 def test_a_failed_sign_in_keeps_the_session(api: Api) -> None:
