@@ -517,6 +517,7 @@ def api_env(url: str, redis_url: str, port: int) -> dict[str, str]:
         JOBLEDGER_REDIS_URL=redis_url,
         JOBLEDGER_REDIS_PREFIX=PREFIX,
         JOBLEDGER_API_PORT=str(port),
+        JOBLEDGER_TEST_HANDLERS="true",
         JOBLEDGER_ADMIN_USERNAME=ADMIN,
         JOBLEDGER_ADMIN_PASSWORD=PASSWORD,
         JOBLEDGER_LOG_LEVEL="warning",
@@ -869,7 +870,12 @@ def run(args: argparse.Namespace, size: Sizes, folder: Path) -> Outcome:
         support.private_redis() as redis_url,
     ):
         settings = load_settings(
-            {}, database_url=url, redis_url=redis_url, redis_prefix=PREFIX, log_level="warning"
+            {},
+            test_handlers="true",
+            database_url=url,
+            redis_url=redis_url,
+            redis_prefix=PREFIX,
+            log_level="warning",
         )
         store = support.versions(url, redis_url)
         before = support.load_average()

@@ -143,6 +143,7 @@ class Schedulers:
             "JOBLEDGER_REDIS_PREFIX": self._settings.redis_prefix,
             "JOBLEDGER_LOG_FORMAT": "json",
             "JOBLEDGER_LOG_LEVEL": "info",
+            "JOBLEDGER_TEST_HANDLERS": "true",
         }
         path = self._folder / f"scheduler-{len(self.processes)}.log"
         with path.open("wb") as output:
@@ -378,9 +379,10 @@ def round3(value: float | None) -> float | None:
 
 def run_trial(number: int, admin_url: str, redis_url: str) -> Trial:
     with support.throwaway_postgres(admin_url) as url:
-        migrate(load_settings({}, database_url=url), progress=lambda _: None)
+        migrate(load_settings({}, test_handlers="true", database_url=url), progress=lambda _: None)
         settings = load_settings(
             {},
+            test_handlers="true",
             database_url=url,
             redis_url=redis_url,
             redis_prefix=f"failover{number}-{uuid.uuid4().hex[:6]}",

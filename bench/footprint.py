@@ -169,6 +169,7 @@ def base_env(url: str, redis_url: str, plan: Plan) -> dict[str, str]:
         JOBLEDGER_REDIS_URL=redis_url,
         JOBLEDGER_REDIS_PREFIX=PREFIX,
         JOBLEDGER_LOG_FORMAT="json",
+        JOBLEDGER_TEST_HANDLERS="true",
         JOBLEDGER_WORKER_SLOTS=str(plan.slots),
         JOBLEDGER_WORKER_QUEUES=QUEUE,
     )
@@ -874,7 +875,12 @@ def measure(plan: Plan, url: str, redis_url: str, folder: Path) -> Observed:
     env = base_env(url, redis_url, plan)
     run_migrate(command, env, folder)
     settings = load_settings(
-        {}, database_url=url, redis_url=redis_url, redis_prefix=PREFIX, log_level="warning"
+        {},
+        test_handlers="true",
+        database_url=url,
+        redis_url=redis_url,
+        redis_prefix=PREFIX,
+        log_level="warning",
     )
     configure_logging(settings)
     fleet = Fleet(command, folder, env)

@@ -310,7 +310,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def run(url: str, redis_url: str, size: Sizes) -> tuple[Seeded, list[Row]]:
     settings = load_settings(
-        {}, database_url=url, redis_url=redis_url, redis_prefix="bench-pages", log_level="warning"
+        {},
+        test_handlers="true",
+        database_url=url,
+        redis_url=redis_url,
+        redis_prefix="bench-pages",
+        log_level="warning",
     )
     migrate(settings, progress=support.log)
     configure_logging(settings)

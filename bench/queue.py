@@ -649,9 +649,14 @@ def measure_replay(container: Container, client: redis.Redis, url: str, total: i
 
 
 def run_all(url: str, redis_url: str, size: Sizes) -> tuple[list[Row], str]:
-    migrate(load_settings({}, database_url=url), progress=support.log)
+    migrate(load_settings({}, test_handlers="true", database_url=url), progress=support.log)
     settings = load_settings(
-        {}, database_url=url, redis_url=redis_url, redis_prefix="bench-lag", log_level="warning"
+        {},
+        test_handlers="true",
+        database_url=url,
+        redis_url=redis_url,
+        redis_prefix="bench-lag",
+        log_level="warning",
     )
     configure_logging(settings)
     client = redis.Redis.from_url(redis_url)

@@ -472,6 +472,7 @@ def latency_settings(url: str, redis_url: str, tick_ms: int | None) -> Settings:
     warnings only in the log."""
     return load_settings(
         {},
+        test_handlers="true",
         database_url=url,
         redis_url=redis_url,
         redis_prefix="bench-latency",

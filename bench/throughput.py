@@ -244,6 +244,7 @@ def subprocess_env(folder: Path, **variables: str) -> dict[str, str]:
     """This environment without JOBLEDGER_* variables, the task folder on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    env["JOBLEDGER_TEST_HANDLERS"] = "true"  # jobledger's runs use test.echo
     env.update(variables)
     return env
 
@@ -674,7 +675,12 @@ class JobledgerRun:
         self.spy = spy
         jl_redis = with_db(redis_url, REDIS_DB["jobledger"])
         self.settings = load_settings(
-            {}, database_url=url, redis_url=jl_redis, redis_prefix=PREFIX, log_level="warning"
+            {},
+            test_handlers="true",
+            database_url=url,
+            redis_url=jl_redis,
+            redis_prefix=PREFIX,
+            log_level="warning",
         )
         self.env = subprocess_env(
             processes.folder,

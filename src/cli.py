@@ -215,6 +215,12 @@ def _say(line: str) -> None:
 
 
 def _seed(container: Container) -> int:
+    if not container.settings.test_handlers_enabled:
+        # The demo jobs run the test.* handlers, which no worker would have.
+        raise SettingsError(
+            f"the demo jobs run the test.* handlers, which are off in production mode; set "
+            f"{PREFIX}TEST_HANDLERS=true for the API and the workers, or use jobledger dev"
+        )
     results = seed_demo_jobs(container.ledger, at=datetime.now(tz=UTC), by="jobledger seed")
     for result in results:
         reason = f": {result.reason}" if result.reason else ""

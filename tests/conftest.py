@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from litestar import Litestar
 from psycopg import sql
 
+from jobledger.api.server import server_config
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.queue import WorkSpec
 from jobledger.runtime.settings import Settings, load_settings
@@ -188,14 +189,15 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class LiveServer:
-    """uvicorn serving ``app`` from a thread, on a socket bound before it starts."""
+    """uvicorn serving ``app`` from a thread, on a socket bound before it starts, as
+    `jobledger api` serves it."""
 
     def __init__(self, app: Litestar) -> None:
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         host, port = self._socket.getsockname()
         self.url = f"http://{host}:{port}"
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
+        config = server_config(app)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
@@ -233,12 +235,15 @@ class JobledgerCli:
 
     @staticmethod
     def environment(**settings: str) -> dict[str, str]:
-        """This environment without jobledger settings, plus ``settings`` (by field name)."""
+        """This environment without jobledger settings, plus ``settings`` (by field name).
+        The test handlers are on (the tests run jobs of ``test.*``) unless ``settings``
+        says otherwise."""
         environ = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith("JOBLEDGER_") and k not in {"ADMIN_USERNAME", "ADMIN_PASSWORD"}
         }
+        settings = {"test_handlers": "true"} | settings
         return environ | {f"JOBLEDGER_{k.upper()}": v for k, v in settings.items()}
 
     def run(

@@ -1,4 +1,8 @@
-"""The Litestar application: REST v1 under /api/v1, OpenAPI at /schema."""
+"""The Litestar application: REST v1 under /api/v1, OpenAPI at /schema.
+
+The OpenAPI document is served as JSON only (at /schema and /schema/openapi.json):
+litestar's viewers load their scripts from CDNs, which would make the API's own
+origin run code from elsewhere. Point any OpenAPI viewer at the JSON instead."""
 
 from collections.abc import Callable
 from datetime import datetime
@@ -7,6 +11,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 from litestar.middleware.base import DefineMiddleware
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.types import ControllerRouterHandler
 
 from jobledger.api.auth import AuthController, TokenController, UserController
@@ -17,7 +22,13 @@ from jobledger.api.jobs import JobController
 from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.schedules import preview_schedule
 from jobledger.api.schemas import strict_bodies
-from jobledger.api.security import PUBLIC, SCHEMA_PATH, AuthMiddleware, role_guard
+from jobledger.api.security import (
+    PUBLIC,
+    SCHEMA_PATH,
+    AuthMiddleware,
+    no_sniffing,
+    role_guard,
+)
 from jobledger.api.state import ApiState, utc_now
 from jobledger.api.system import SystemController, health, metrics, ready
 from jobledger.runtime.bootstrap import Container
@@ -56,8 +67,13 @@ def create_app(container: Container, *, now: Callable[[], datetime] = utc_now) -
         guards=[role_guard],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(
-            title="jobledger", version="1", path=SCHEMA_PATH, description=__doc__
+            title="jobledger",
+            version="1",
+            path=SCHEMA_PATH,
+            description=__doc__,
+            render_plugins=[JsonRenderPlugin(path=["/openapi.json", "/"])],
         ),
+        before_send=[no_sniffing],
         request_max_body_size=container.settings.api_max_body_bytes,
         state=State({"api": state}),
         template_config=pages.template_config(),

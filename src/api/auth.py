@@ -11,7 +11,7 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from jobledger.api.common import state_of
-from jobledger.api.errors import ApiError
+from jobledger.api.errors import ApiError, error_spec
 from jobledger.api.schemas import NO_NUL, Short, Strict
 from jobledger.api.security import (
     ADMIN,
@@ -19,7 +19,10 @@ from jobledger.api.security import (
     SESSION_COOKIE,
     VIEWER,
     SessionAuth,
+    client_address,
+    json_only,
     principal_of,
+    served_over_https,
 )
 from jobledger.api.state import ApiState
 from jobledger.runtime.accounts import (
@@ -72,7 +75,9 @@ class UserPatch(Strict):
 
 def _cookie(state: ApiState, request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
     mode = state.container.settings.secure_cookies
-    secure = mode == "always" or (mode == "auto" and request.url.scheme == "https")
+    secure = mode == "always" or (
+        mode == "auto" and served_over_https(request, state.trusted_proxies)
+    )
     return Cookie(
         key=SESSION_COOKIE,
         value=value,
@@ -88,15 +93,20 @@ class AuthController(Controller):
     path = "/api/v1/auth"
     tags = ["auth"]  # noqa: RUF012 (Litestar reads a class attribute)
 
-    @post("/login", opt=OPEN, sync_to_thread=True, status_code=HTTP_200_OK)
+    @post(
+        "/login",
+        opt=OPEN,
+        guards=[json_only],
+        sync_to_thread=True,
+        status_code=HTTP_200_OK,
+        responses={415: error_spec("The body is not declared application/json.")},
+    )
     def login(self, request: Request[Any, Any, Any], data: JSONBody[LoginIn]) -> Response[Me]:
-        """Sign in: a new session (any earlier one of this browser is replaced)."""
+        """Sign in: a new session (an earlier one of this browser ends once this one is
+        open; a failed sign-in leaves it as it was). The body must be JSON."""
         state = state_of(request)
         now = state.now()
-        old = request.cookies.get(SESSION_COOKIE)
-        if old:
-            state.accounts.logout(old)  # rotate: never keep a session id across a sign-in
-        address = request.client.host if request.client else "unknown"
+        address = client_address(request, state.trusted_proxies)
         try:
             user, ticket = state.accounts.login(
                 data.username, data.password, address=address, now=now
@@ -105,6 +115,9 @@ class AuthController(Controller):
             reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
             state.container.metrics.login_failures.labels(reason=reason).inc()
             raise
+        old = request.cookies.get(SESSION_COOKIE)
+        if old:
+            state.accounts.logout(old)  # rotate: never keep a session id across a sign-in
         max_age = max(1, int((ticket.expires_at - now).total_seconds()))
         body = Me(user, user.role, "session", ticket.csrf_token, ticket.expires_at)
         return Response(body, cookies=[_cookie(state, request, ticket.token, max_age)])
@@ -135,8 +148,9 @@ class TokenController(Controller):
         state = state_of(request)
         now = state.now()
         expires = now + timedelta(days=data.expires_in_days) if data.expires_in_days else None
+        principal = principal_of(request)
         token, secret = state.accounts.create_token(
-            principal_of(request).user.id, data.name, data.role, expires_at=expires, now=now
+            principal.user.id, data.name, data.role, expires_at=expires, now=now, by=principal.role
         )
         return TokenCreated(token, secret)
 
@@ -172,7 +186,9 @@ class UserController(Controller):
     @post("/", opt=ADMIN, sync_to_thread=True, status_code=HTTP_201_CREATED)
     def create_user(self, request: Request[Any, Any, Any], data: JSONBody[UserIn]) -> User:
         state = state_of(request)
-        return state.accounts.create_user(data.username, data.password, data.role, now=state.now())
+        return state.accounts.create_user(
+            data.username, data.password, data.role, now=state.now(), by=principal_of(request).role
+        )
 
     @patch("/{user_id:uuid}", opt=ADMIN, sync_to_thread=True)
     def update_user(
@@ -180,12 +196,17 @@ class UserController(Controller):
     ) -> User:
         state = state_of(request)
         return state.accounts.update_user(
-            user_id, role=data.role, disabled=data.disabled, password=data.password, now=state.now()
+            user_id,
+            role=data.role,
+            disabled=data.disabled,
+            password=data.password,
+            now=state.now(),
+            by=principal_of(request).role,
         )
 
     @delete("/{user_id:uuid}", opt=ADMIN, sync_to_thread=True, status_code=HTTP_200_OK)
     def delete_user(
         self, request: Request[Any, Any, Any], user_id: FromPath[UUID]
     ) -> dict[str, str]:
-        state_of(request).accounts.delete_user(user_id)
+        state_of(request).accounts.delete_user(user_id, by=principal_of(request).role)
         return {"status": "deleted"}

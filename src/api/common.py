@@ -12,6 +12,7 @@ from jobledger.api.schemas import NO_NUL
 from jobledger.api.security import api_state
 from jobledger.api.state import ApiState
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.runtime.handlers.registry import unknown_handler_fix
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
 Offset = Annotated[int, QueryParameter(ge=0, le=10_000_000, description="rows to skip")]
@@ -42,9 +43,10 @@ def key_or_new(key: str | None) -> str:
 def check_handler(state: ApiState, handler: str) -> None:
     """A handler no worker knows would only fail into the DLQ later: refuse it now."""
     if handler not in state.handler_names:
-        known = ", ".join(sorted(state.handler_names))
         raise InvalidDefinitionError(
-            "handler", f"{handler!r} is not a registered handler", f"use one of: {known}"
+            "handler",
+            f"{handler!r} is not a registered handler",
+            unknown_handler_fix(handler, state.handler_names),
         )
 
 

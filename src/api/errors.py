@@ -49,6 +49,7 @@ _CODES = {
     405: "method_not_allowed",
     HTTP_409_CONFLICT: "conflict",
     413: "body_too_large",
+    415: "unsupported_media_type",
     HTTP_422_UNPROCESSABLE_ENTITY: "invalid",
     HTTP_429_TOO_MANY_REQUESTS: "too_many_requests",
     HTTP_500_INTERNAL_SERVER_ERROR: "internal_error",
@@ -231,10 +232,14 @@ _DESCRIPTIONS = {
     HTTP_429_TOO_MANY_REQUESTS: "Too many failed logins; retry after the given seconds.",
     503: "A dependency is not ready.",
 }
-ERROR_RESPONSES = {
-    status: ResponseSpec(data_container=ErrorBody, description=text, generate_examples=False)
-    for status, text in _DESCRIPTIONS.items()
-}
+
+
+def error_spec(description: str) -> ResponseSpec:
+    """An error answer in the OpenAPI document: the error shape, described."""
+    return ResponseSpec(data_container=ErrorBody, description=description, generate_examples=False)
+
+
+ERROR_RESPONSES = {status: error_spec(text) for status, text in _DESCRIPTIONS.items()}
 
 
 def document_errors(app: Litestar) -> None:

@@ -8,17 +8,24 @@ their own, so they need none.
 """
 
 import hmac
+import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio.to_thread
 from litestar.connection import ASGIConnection
+from litestar.datastructures import MutableScopeHeaders
 from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware import AbstractAuthenticationMiddleware, AuthenticationResult
+from litestar.status_codes import HTTP_415_UNSUPPORTED_MEDIA_TYPE
+from litestar.types import Message, Scope
 
+from jobledger.api.errors import ApiError
 from jobledger.api.state import ApiState
 from jobledger.runtime.accounts import Principal, Role
+from jobledger.runtime.settings import IPNetwork
 
 SESSION_COOKIE = "jl_session"
 CSRF_HEADER = "X-CSRF-Token"
@@ -95,6 +102,16 @@ def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], expected: str) -
         )
 
 
+async def no_sniffing(message: Message, _scope: Scope) -> None:
+    """A before-send hook: every response, errors and static files included, says
+    ``X-Content-Type-Options: nosniff``, so a browser never runs a response (an error
+    quoting input, an uploaded-looking body) as a script or a page its type does not
+    declare."""
+    if message["type"] == "http.response.start":
+        headers = MutableScopeHeaders.from_message(message)
+        headers["X-Content-Type-Options"] = "nosniff"
+
+
 def role_guard(
     connection: ASGIConnection[Any, Any, Any, Any], route_handler: BaseRouteHandler
 ) -> None:
@@ -111,6 +128,82 @@ def role_guard(
 
 def _is_schema(path: str) -> bool:
     return path == SCHEMA_PATH or path.startswith(SCHEMA_PATH + "/")
+
+
+def json_only(
+    connection: ASGIConnection[Any, Any, Any, Any], _route_handler: BaseRouteHandler
+) -> None:
+    """A route guard: the body must be declared JSON. A browser sends a cross-site form
+    (text/plain, urlencoded, multipart) without asking first; JSON it never sends across
+    sites without the server's consent, so a route that needs no CSRF token (sign-in)
+    cannot be driven by another site."""
+    media_type = connection.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(
+            HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            f"this route takes application/json, not {media_type[:100] or 'an untyped body'}",
+            fix="send the body as JSON with the header Content-Type: application/json",
+        )
+
+
+def client_address(
+    connection: ASGIConnection[Any, Any, Any, Any], trusted: Sequence[IPNetwork]
+) -> str:
+    """The address a request came from, for throttling and the log.
+
+    The peer, unless the peer is a trusted proxy: then ``X-Forwarded-For`` is read from
+    the right (each proxy appends the address it saw) and the first address that is not
+    a trusted proxy is the client. Anyone can write the left part of that header, so
+    nothing left of the first untrusted address counts.
+    """
+    peer = connection.client.host if connection.client else ""
+    if not _trusted(peer, trusted):
+        return peer or "unknown"
+    hops = [
+        hop.strip()
+        for value in connection.headers.getall("x-forwarded-for", [])
+        for hop in value.split(",")
+    ]
+    client = peer
+    for hop in reversed(hops):
+        if not _is_address(hop):
+            break  # a malformed hop: the last address a trusted proxy vouched for stays
+        client = hop
+        if not _trusted(hop, trusted):
+            break
+    return client
+
+
+def served_over_https(
+    connection: ASGIConnection[Any, Any, Any, Any], trusted: Sequence[IPNetwork]
+) -> bool:
+    """Whether the client used https: the request's own scheme, or, from a trusted
+    proxy only, its ``X-Forwarded-Proto``."""
+    if connection.url.scheme == "https":
+        return True
+    peer = connection.client.host if connection.client else ""
+    if not _trusted(peer, trusted):
+        return False
+    proto = connection.headers.get("x-forwarded-proto", "").rpartition(",")[2]
+    return proto.strip().lower() == "https"
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _trusted(host: str, trusted: Sequence[IPNetwork]) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped  # a dual-stack socket shows IPv4 peers this way
+    return any(address.version == net.version and address in net for net in trusted)
 
 
 def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:

@@ -3,9 +3,11 @@
 import socket
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 import structlog
 import uvicorn
+from litestar.types import ASGIApp as ASGIApplication
 
 from jobledger.api.app import create_app
 from jobledger.api.state import utc_now
@@ -32,6 +34,21 @@ def ensure_admin(container: Container) -> str | None:
     return None
 
 
+def server_config(app: ASGIApplication, **options: Any) -> uvicorn.Config:  # noqa: ANN401 (uvicorn's own options)
+    """How the app is served. ``proxy_headers=False``: uvicorn would otherwise take the
+    client address from ``X-Forwarded-For`` of any local peer, before the app could judge
+    the header; the app reads it from ``JOBLEDGER_TRUSTED_PROXIES`` only."""
+    return uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        lifespan="on",
+        proxy_headers=False,
+        **options,
+    )
+
+
 def serve(
     container: Container,
     *,
@@ -42,15 +59,7 @@ def serve(
     ``listener`` if given (bound beforehand), else on the configured host and port;
     ``started`` is called once it listens."""
     settings = container.settings
-    config = uvicorn.Config(
-        create_app(container),
-        host=settings.api_host,
-        port=settings.api_port,
-        log_config=None,
-        access_log=False,
-        server_header=False,
-        lifespan="on",
-    )
+    config = server_config(create_app(container), host=settings.api_host, port=settings.api_port)
     if listener is None:
         log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
     _Server(config, started).run(sockets=[listener] if listener is not None else None)

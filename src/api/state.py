@@ -9,6 +9,7 @@ from jobledger.projections.database import Database
 from jobledger.runtime.accounts import Accounts
 from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.breakers import Breakers
+from jobledger.runtime.settings import IPNetwork
 
 
 def utc_now() -> datetime:
@@ -37,10 +38,15 @@ class ApiState:
     rebuild: TaskStatus = field(default_factory=lambda: TaskStatus("queue-rebuild"))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _breakers: Breakers | None = None
+    trusted_proxies: tuple[IPNetwork, ...] = field(init=False)
 
     @property
     def database(self) -> Database:
         return self.container.database
+
+    def __post_init__(self) -> None:
+        # Parsed once: every sign-in reads them.
+        self.trusted_proxies = self.container.settings.proxy_networks
 
     def breaker_states(self) -> dict[str, str]:
         """Every handler's breaker as the workers share it. Breakers are made on first

@@ -9,7 +9,7 @@ import enum
 import sqlite3
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self
+from typing import Any, Self, cast
 from uuid import UUID, uuid4
 
 import argon2
@@ -75,8 +75,8 @@ class LastAdminError(AccountError):
 
 
 class RoleTooHighError(AccountError):
-    """An API token's role may not exceed its user's role; choose the user's role or a
-    lower one."""
+    """A grant may not exceed the role that makes it: a credential grants at most what it
+    holds, and an API token at most its user's role."""
 
 
 class InvalidTokenSpecError(AccountError):
@@ -185,6 +185,25 @@ def _capped(role: Role, ceiling: Role) -> Role:
     return role if ceiling.includes(role) else ceiling
 
 
+def check_grant(
+    actor: Role | None, requested: Role, *, what: str = "grant", holder: str = "this credential"
+) -> None:
+    """RoleTooHighError unless ``actor`` (the effective role of the credential that asks:
+    a token's own role, a session's user's role) holds all of ``requested``.
+
+    The one rule for every way to hand out rights: a token's role, a new user's role, a
+    role change, and acting on an account (a password reset, an enable, a delete) that
+    holds ``requested``. ``None`` is the operator's own tools (start-up, the command
+    line), which answer to nobody's credential.
+    """
+    if actor is None or Role(actor).includes(requested):
+        return
+    raise RoleTooHighError(
+        f"{holder} holds the {actor} role, so it cannot {what} {requested}; "
+        f"use a credential with the {requested} role, or ask for {actor} or lower"
+    )
+
+
 # Every query that reads a user starts with these five columns, in this order (_user).
 _SELECT_USER = "SELECT u.id, u.username, u.role, u.disabled, u.created_at FROM jobledger_users u"
 _SELECT_TOKENS = (
@@ -223,6 +242,11 @@ _TOUCH_API_KEY = (
 )
 # Compare-and-set: a password changed meanwhile is not overwritten by the old one's rehash.
 _REHASH = "UPDATE jobledger_users SET password_hash = ? WHERE id = ? AND password_hash = ?"
+_LOCK_THROTTLE = "UPDATE jobledger_store SET store_id = store_id"
+_RECORD_FAILURE = "INSERT INTO jobledger_login_failures (key, at_ms) VALUES (?, ?)"
+# The booking of this attempt (same key and millisecond); a twin booked in the same
+# millisecond from the same address goes too, which only ever errs by one guess.
+_RELEASE_RESERVATION = "DELETE FROM jobledger_login_failures WHERE key = ? AND at_ms = ?"
 # The max-th most recent failure inside the window: while it exists, the bucket is full,
 # and it leaves the window exactly when one more attempt is allowed.
 _NTH_FAILURE = (
@@ -349,8 +373,12 @@ class Accounts:
 
     # Users
 
-    def create_user(self, username: str, password: str, role: Role, *, now: datetime) -> User:
-        """A new, enabled user; AccountExistsError if the name is taken in any case."""
+    def create_user(
+        self, username: str, password: str, role: Role, *, now: datetime, by: Role | None = None
+    ) -> User:
+        """A new, enabled user; AccountExistsError if the name is taken in any case, and
+        RoleTooHighError if ``role`` is above the asking credential's ``by``."""
+        check_grant(by, Role(role), what="create a user with the role")
         name = validate_username(username)
         validate_password(password, username=name, min_length=self._settings.min_password_length)
         return self._insert_user(name, password, Role(role), now=now)
@@ -394,16 +422,22 @@ class Accounts:
         disabled: bool | None = None,
         password: str | None = None,
         now: datetime,
+        by: Role | None = None,
     ) -> User:
         """Change a user. A new password ends the user's sessions (its API tokens stay);
         disabling ends the sessions and revokes the tokens (re-enabling restores neither).
-        LastAdminError if it would leave no enabled admin."""
+        LastAdminError if it would leave no enabled admin; RoleTooHighError if the asking
+        credential's ``by`` holds less than the user's role or the new one."""
         role = None if role is None else Role(role)
+        if role is not None:
+            check_grant(by, role, what="give the role")
         new_hash = self._checked_hash(user_id, password)
         with self._database.transaction() as cursor:
             user = _fetch_user(cursor, user_id)
             if user is None:
                 raise AccountNotFoundError
+            # A password reset or an enable hands out the user's rights too.
+            check_grant(by, user.role, what="change a user who holds the role")
             if _removes_admin(user, role=role, disabled=disabled):
                 _guard_last_admin(cursor, user.id)
             _apply_changes(
@@ -426,13 +460,15 @@ class Accounts:
         validate_password(password, username=user.username, min_length=min_length)
         return self._passwords.hash(password)
 
-    def delete_user(self, user_id: UUID) -> None:
-        """Delete a user with its sessions and tokens; LastAdminError for the last admin."""
+    def delete_user(self, user_id: UUID, *, by: Role | None = None) -> None:
+        """Delete a user with its sessions and tokens; LastAdminError for the last admin,
+        RoleTooHighError if the asking credential's ``by`` holds less than the user."""
         uid = str(user_id)
         with self._database.transaction() as cursor:
             user = _fetch_user(cursor, user_id)
             if user is None:
                 raise AccountNotFoundError
+            check_grant(by, user.role, what="delete a user who holds the role")
             if user.role is Role.ADMIN and not user.disabled:
                 _guard_last_admin(cursor, user.id)
             _end_sessions(cursor, user.id)
@@ -501,25 +537,46 @@ class Accounts:
     ) -> tuple[User, SessionTicket]:
         """A new session. InvalidCredentialsError is the same for an unknown user, a
         wrong password and a disabled account; LoginThrottledError comes before any
-        password check."""
+        password check.
+
+        Each attempt is reserved in the throttle buckets before its password is checked,
+        as a failure, atomically with the count that admits it: however many requests
+        arrive at once, no more than the limit get a password check. A success takes its
+        reservation back."""
         name = username.lower()
         keys = _throttle_keys(name, address)
-        with self._database.transaction(snapshot=True) as cursor:
-            retry_after = self._retry_after(cursor, keys, now)
-            row = cursor.execute(_LOGIN_USER, (name,)).fetchone()
+        retry_after, row = self._reserve_attempt(keys, name, now)
         if retry_after is not None:
             log.warning("accounts.login_throttled", username=name, address=address)
             raise LoginThrottledError(retry_after)
         stored = None if row is None else str(row[5])
         verified = self._passwords.verify(stored, password)
-        if not verified or stored is None or row[3]:
-            self._record_failure(keys, now)
+        if not verified or stored is None or row is None or row[3]:
             log.warning("accounts.login_failed", username=name, address=address)
             raise InvalidCredentialsError
         user = _user(row)
-        ticket = self._open_session(user, stored, password, keys[0], now)
+        ticket = self._open_session(user, stored, password, keys, now)
         log.info("accounts.login", username=name, address=address)
         return user, ticket
+
+    def _reserve_attempt(
+        self, keys: list[str], name: str, now: datetime
+    ) -> tuple[timedelta | None, Sequence[Any] | None]:
+        """``(None, the user's row or None if unknown)`` once an attempt is booked in
+        every bucket; ``(the wait, None)``, booking nothing, if a bucket is full."""
+        at, row = _ms(now), None
+        with self._database.transaction() as cursor:
+            # One short lock for every reservation (the store's single row exists on both
+            # backends; SQLite serialises writers anyway): the count and the booking are
+            # one step, so parallel attempts are counted one after the other.
+            cursor.execute(_LOCK_THROTTLE)
+            retry_after = self._retry_after(cursor, keys, now)
+            if retry_after is None:
+                cursor.executemany(_RECORD_FAILURE, [(key, at) for key in keys])
+                cutoff = at - self._settings.throttle_window // _MS
+                cursor.execute("DELETE FROM jobledger_login_failures WHERE at_ms <= ?", (cutoff,))
+                row = cursor.execute(_LOGIN_USER, (name,)).fetchone()
+        return retry_after, cast("Sequence[Any] | None", row)
 
     def _retry_after(self, cursor: Cursor, keys: list[str], now: datetime) -> timedelta | None:
         window = self._settings.throttle_window // _MS
@@ -529,18 +586,8 @@ class Accounts:
         waits = [row[0] + window - at for row in rows if row is not None]
         return max(waits) * _MS if waits else None
 
-    def _record_failure(self, keys: list[str], now: datetime) -> None:
-        at = _ms(now)
-        cutoff = at - self._settings.throttle_window // _MS
-        with self._database.transaction() as cursor:
-            cursor.executemany(
-                "INSERT INTO jobledger_login_failures (key, at_ms) VALUES (?, ?)",
-                [(key, at) for key in keys],
-            )
-            cursor.execute("DELETE FROM jobledger_login_failures WHERE at_ms <= ?", (cutoff,))
-
     def _open_session(
-        self, user: User, stored: str, password: str, user_key: str, now: datetime
+        self, user: User, stored: str, password: str, keys: list[str], now: datetime
     ) -> SessionTicket:
         at = _ms(now)
         expires = at + self._settings.session_absolute // _MS
@@ -554,9 +601,12 @@ class Accounts:
         with self._database.transaction() as cursor:
             if cursor.execute(_INSERT_SESSION, (*session, str(user.id), stored)).rowcount != 1:
                 raise InvalidCredentialsError
-            # Only the account's bucket: a success must not clear its address's failures,
-            # or one known password would buy unlimited guesses at other accounts.
-            cursor.execute("DELETE FROM jobledger_login_failures WHERE key = ?", (user_key,))
+            # The account's whole bucket, but of the address's only this attempt's booking:
+            # clearing its failures would let one known password buy unlimited guesses at
+            # other accounts.
+            cursor.execute("DELETE FROM jobledger_login_failures WHERE key = ?", (keys[0],))
+            for key in keys[1:]:
+                cursor.execute(_RELEASE_RESERVATION, (key, at))
             cursor.execute("DELETE FROM jobledger_sessions WHERE expires_at <= ?", (at,))
             if rehashed is not None:
                 cursor.execute(_REHASH, (rehashed, str(user.id), stored))
@@ -601,15 +651,15 @@ class Accounts:
         *,
         expires_at: datetime | None,
         now: datetime,
+        by: Role | None = None,
     ) -> tuple[ApiToken, str]:
-        """A new token and its plaintext, which is shown once and never stored."""
+        """A new token and its plaintext, which is shown once and never stored. Its role
+        is at most its user's and at most the asking credential's ``by``."""
         role, name = Role(role), name.strip()
         _check_token_spec(name, expires_at, now)
+        check_grant(by, role, what="create a token with the role")
         user = self._require_user(user_id)
-        if not user.role.includes(role):
-            raise RoleTooHighError(
-                f"the user is {user.role}; a token may have that role or a lower one, not {role}"
-            )
+        check_grant(user.role, role, what="have a token with the role", holder="the user")
         plaintext = credentials.new_api_token()
         token = ApiToken(
             id=uuid4(),

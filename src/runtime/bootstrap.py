@@ -146,6 +146,7 @@ class Container:
             ),
             queue=self.queue,
             read_models=self.database,
+            test_handlers=settings.test_handlers_enabled,
         )
 
     def head(self) -> int:

@@ -19,7 +19,11 @@ import pybreaker
 import redis
 
 from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.handlers.base import CircuitOpenError, HandlerCancelledError
+from jobledger.runtime.handlers.base import (
+    CircuitOpenError,
+    HandlerCancelledError,
+    PayloadRefusedError,
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,9 @@ class Breakers:
             state_storage=storage,
             # The failing call itself is an ordinary failed attempt; later calls defer.
             throw_new_error_on_trip=False,
-            # Stopping on request is not a failure of the dependency.
-            exclude=[asyncio.CancelledError, HandlerCancelledError],
+            # Stopping on request, and refusing an execution's own input (a destination
+            # the SSRF guard refuses, an invalid URL), are no failures of the dependency:
+            # three bad payloads must not defer every other execution of the handler.
+            exclude=[asyncio.CancelledError, HandlerCancelledError, PayloadRefusedError],
             name=handler,
         )

@@ -15,6 +15,7 @@ from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_RULE, us
 from jobledger.runtime.errors import SettingsError
 
 PREFIX = "JOBLEDGER_"
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_WRITER_BATCH = 10_000
 MAX_WRITER_DELAY_MS = 10_000
 _SECRET_FIELDS = frozenset({"database_url", "redis_url"})
@@ -73,10 +74,27 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     api_max_body_bytes: int = 1_048_576
     secure_cookies: str = "auto"
     ready_max_lag: int = 10_000
+    trusted_proxies: str = ""
+    # None: on in dev mode, off in production; an explicit true or false wins.
+    test_handlers: bool | None = None
 
     @property
     def uses_postgres(self) -> bool:
         return bool(self.database_url) and not self.database_url.startswith("sqlite:")
+
+    @property
+    def test_handlers_enabled(self) -> bool:
+        """Whether the ``test.*`` handlers (``test.crash`` ends a worker) are loaded."""
+        return self.mode == "dev" if self.test_handlers is None else self.test_handlers
+
+    @property
+    def proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """``trusted_proxies`` as networks (an address is a network of one)."""
+        return tuple(
+            ipaddress.ip_network(entry.strip("[]"), strict=False)
+            for entry in (e.strip() for e in self.trusted_proxies.split(","))
+            if entry
+        )
 
     @property
     def sqlite_path(self) -> Path:
@@ -97,10 +115,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 # scheme://user:password@ ; the password runs to the last @ before the host, so one
 # with an unencoded # ? or / is masked whole too.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^\s]*@", re.IGNORECASE)
+# ?password=... or &sslpassword=... in a URL's query (libpq and redis read both).
+_QUERY_PASSWORD = re.compile(r"(?P<head>[?&](?:ssl)?password=)[^&#\s]*", re.IGNORECASE)
+# password=... in a libpq key=value conninfo, bare or single-quoted (with \' inside).
+_CONNINFO_PASSWORD = re.compile(
+    r"(?P<head>(?<![\w?&])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s]*)",
+    re.IGNORECASE,
+)
 
 
 def mask_url(text: str) -> str:
-    """``text`` with the password of every URL in it as ``***``."""
+    """``text`` with every password in it as ``***``: a URL's ``user:password@``, a
+    ``?password=`` in its query, and ``password=`` of a libpq key=value conninfo. The
+    one masking that every printed or logged setting and error goes through."""
+    if "password" in text.lower():
+        text = _CONNINFO_PASSWORD.sub(r"\g<head>***", _QUERY_PASSWORD.sub(r"\g<head>***", text))
     if "://" not in text:
         return text
     return _URL_PASSWORD.sub(r"\g<head>***@", text)
@@ -110,6 +139,8 @@ def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -
     """Settings from the environment, then overrides (CLI flags) on top."""
     values = _from_environ(environ)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("test_handlers") == "":
+        del values["test_handlers"]  # set but empty: the mode decides
     try:
         settings = msgspec.convert(values, Settings, strict=False)
     except msgspec.ValidationError as error:
@@ -136,6 +167,8 @@ def _explain(error: msgspec.ValidationError) -> str:
     if "$." in text:
         field = text.rsplit("$.", 1)[1].split("[", maxsplit=1)[0].strip("` ")
         problem = text.split(" - ", maxsplit=1)[0]
+        if "`bool" in problem:
+            return f"{PREFIX}{field.upper()}: use true or false"
         return f"{PREFIX}{field.upper()}: {problem}; set it to a valid value"
     return text
 
@@ -239,6 +272,12 @@ def _check_urls(settings: Settings) -> None:
             _check_postgres_url(settings.database_url)
     if settings.redis_url:
         _check_redis_url(settings.redis_url)
+    for entry in (e.strip() for e in settings.trusted_proxies.split(",")):
+        if entry and not _network(entry):
+            raise SettingsError(
+                f"{PREFIX}TRUSTED_PROXIES: {entry!r} is not an address or a network; list "
+                "the proxies in front of the API, e.g. 10.0.0.5,192.168.0.0/24,::1"
+            )
     for entry in (e.strip() for e in settings.webhook_allow.split(",")):
         if entry and not _allowable(entry):
             raise SettingsError(
@@ -289,10 +328,14 @@ _HOST_NAME = re.compile(
 )
 
 
-def _allowable(entry: str) -> bool:
-    """A host name, an address or a network, as the webhook handler's allow list takes."""
+def _network(entry: str) -> bool:
     try:
         ipaddress.ip_network(entry.strip("[]"), strict=False)
     except ValueError:
-        return "/" not in entry and _HOST_NAME.match(entry) is not None
+        return False
     return True
+
+
+def _allowable(entry: str) -> bool:
+    """A host name, an address or a network, as the webhook handler's allow list takes."""
+    return _network(entry) or ("/" not in entry and _HOST_NAME.match(entry) is not None)

@@ -69,6 +69,7 @@ def _start_worker(container: Container) -> tuple[subprocess.Popen[bytes], Any]:
         "JOBLEDGER_REDIS_URL": settings.redis_url,
         "JOBLEDGER_REDIS_PREFIX": settings.redis_prefix,
         "JOBLEDGER_LOG_FORMAT": "json",
+        "JOBLEDGER_TEST_HANDLERS": "true",
     }
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by the stack fixture)
     command = [sys.executable, "-m", "jobledger.cli", "worker"]
@@ -99,6 +100,7 @@ def stack(
     """The whole system over a database of this module's own."""
     settings = load_settings(
         {},
+        test_handlers="true",
         database_url=module_postgres_url,
         redis_url=redis_server,
         redis_prefix=f"e{uuid.uuid4().hex[:8]}",

@@ -95,6 +95,7 @@ class Harness:
             "JOBLEDGER_REDIS_URL": self.container.settings.redis_url,
             "JOBLEDGER_REDIS_PREFIX": self.container.settings.redis_prefix,
             "JOBLEDGER_LOG_FORMAT": "json",
+            "JOBLEDGER_TEST_HANDLERS": "true",
         }
         environ |= {f"JOBLEDGER_{k.upper()}": v for k, v in settings.items()}
         worker = WorkerProcess([sys.executable, "-m", "jobledger.cli", "worker"], environ)
@@ -159,6 +160,7 @@ class Harness:
 def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
     settings = load_settings(
         {},
+        test_handlers="true",
         database_url=postgres_url,
         redis_url=redis_server,
         redis_prefix=f"w{uuid.uuid4().hex[:8]}",

@@ -1,7 +1,10 @@
 """Accounts on PostgreSQL and SQLite: users, sessions, throttling, API tokens, the admin."""
 
+import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -262,6 +265,57 @@ def test_a_throttled_login_verifies_no_password(accounts: Accounts, hasher: Coun
     assert hasher.verified == before
 
 
+class SlowCountingHasher(CountingHasher):
+    """Counts verifications across threads; each takes a while, as a real one does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:  # noqa: A002 (the base class's name)
+        with self._lock:
+            self.verified += 1
+        time.sleep(0.05)
+        return argon2.PasswordHasher.verify(self, hash, password)
+
+
+def test_concurrent_guesses_get_no_more_checks_than_the_limit(database: Database) -> None:
+    """If 16 wrong passwords for one account arrive at once (each from its own address),
+    then at most 5 passwords are verified and the rest are throttled: each attempt is
+    booked before its password is checked."""
+    hasher = SlowCountingHasher()
+    accounts = Accounts(database, AccountSettings(), hasher=hasher)
+    make_user(accounts)
+    hasher.verified = 0
+    start = threading.Barrier(16)
+
+    def guess(n: int) -> str:
+        start.wait()
+        try:
+            accounts.login("alice", WRONG, address=f"203.0.113.{n}", now=T0)
+        except LoginThrottledError:
+            return "throttled"
+        except InvalidCredentialsError:
+            return "refused"
+        return "signed in"
+
+    with ThreadPoolExecutor(16) as pool:
+        outcomes = sorted(pool.map(guess, range(16)))
+    assert hasher.verified == 5
+    assert outcomes == ["refused"] * 5 + ["throttled"] * 11
+
+
+def test_a_success_gives_its_booking_back(accounts: Accounts) -> None:
+    """If an address signs in successfully 5 times, then it is not throttled: a success
+    does not count as a failure of its address."""
+    make_user(accounts)
+    for second in range(6):
+        at = T0 + timedelta(seconds=second)
+        accounts.login("alice", PASSWORD, address="192.0.2.1", now=at)
+    with pytest.raises(InvalidCredentialsError):
+        accounts.login("alice", WRONG, address="192.0.2.1", now=T0 + timedelta(seconds=7))
+
+
 def test_a_login_renews_a_hash_made_with_weaker_parameters(
     accounts: Accounts, database: Database
 ) -> None:
@@ -406,7 +460,7 @@ def test_a_token_cannot_outrank_its_user(accounts: Accounts) -> None:
     """If a token asks for more than its user's role, then it is refused; if the user is
     demoted later, then the token acts with the user's new role at most."""
     operator = make_user(accounts, "alice", Role.OPERATOR)
-    with pytest.raises(RoleTooHighError, match="not admin"):
+    with pytest.raises(RoleTooHighError, match="cannot have a token with the role admin"):
         accounts.create_token(operator.id, "ci", Role.ADMIN, expires_at=None, now=T0)
     make_user(accounts, "root", Role.ADMIN)
     _, secret = accounts.create_token(operator.id, "ci", Role.OPERATOR, expires_at=None, now=T0)
@@ -514,3 +568,38 @@ def test_the_container_builds_accounts_from_the_settings(store_settings: Setting
         _, ticket = accounts.login("alice", PASSWORD, address="192.0.2.1", now=T0)
         assert ticket.expires_at == T0 + timedelta(hours=store_settings.session_absolute_hours)
         assert container.accounts().get_user(user.id) == user
+
+
+def test_no_grant_exceeds_the_credential_that_makes_it(accounts: Accounts) -> None:
+    """If a credential holding a role asks to create a token, create a user, change a
+    role, reset a password or delete a user above that role, then it is refused and
+    nothing changes; within its role it succeeds."""
+    root = make_user(accounts, "root", Role.ADMIN)
+    make_user(accounts, "root2", Role.ADMIN)
+    alice = make_user(accounts, "alice", Role.VIEWER)
+    refused: list[Callable[[], object]] = [
+        lambda: accounts.create_token(
+            root.id, "t", Role.ADMIN, expires_at=None, now=T0, by=Role.VIEWER
+        ),
+        lambda: accounts.create_user("eve", PASSWORD, Role.ADMIN, now=T0, by=Role.OPERATOR),
+        lambda: accounts.update_user(alice.id, role=Role.ADMIN, now=T0, by=Role.OPERATOR),
+        lambda: accounts.update_user(root.id, password=PASSWORD + "!", now=T0, by=Role.OPERATOR),
+        lambda: accounts.update_user(root.id, disabled=True, now=T0, by=Role.VIEWER),
+        lambda: accounts.delete_user(root.id, by=Role.OPERATOR),
+    ]
+    for attempt in refused:
+        with pytest.raises(RoleTooHighError, match="cannot"):
+            attempt()
+    assert accounts.list_tokens() == []
+    assert [(u.username, u.role) for u in accounts.list_users()] == [
+        ("alice", Role.VIEWER),
+        ("root", Role.ADMIN),
+        ("root2", Role.ADMIN),
+    ]
+    token, _ = accounts.create_token(
+        root.id, "t", Role.VIEWER, expires_at=None, now=T0, by=Role.VIEWER
+    )
+    assert token.role is Role.VIEWER
+    assert accounts.update_user(alice.id, role=Role.OPERATOR, now=T0, by=Role.ADMIN).role == (
+        Role.OPERATOR
+    )

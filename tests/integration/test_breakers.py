@@ -9,7 +9,11 @@ import redis
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.breakers import Breakers, BreakerSettings
-from jobledger.runtime.handlers.base import CircuitOpenError, HandlerCancelledError
+from jobledger.runtime.handlers.base import (
+    CircuitOpenError,
+    HandlerCancelledError,
+    PayloadRefusedError,
+)
 from jobledger.runtime.settings import load_settings
 
 
@@ -100,8 +104,38 @@ def test_stopping_on_request_is_not_a_failure(redis_server: str) -> None:
 def test_without_redis_the_whole_process_shares_one_set_of_breakers(sqlite_url: str) -> None:
     """If jobledger runs embedded (no Redis), then the breakers the worker trips are the
     ones the API's system view reads: the container hands out one instance."""
-    settings = load_settings({}, database_url=sqlite_url, breaker_fail_max="2")
+    settings = load_settings(
+        {}, test_handlers="true", database_url=sqlite_url, breaker_fail_max="2"
+    )
     with bootstrap(settings) as container:
         worker_side, api_side = container.breakers(), container.breakers()
         assert [call(worker_side, "test.fail") for _ in range(2)] == ["failed", "failed"]
         assert api_side.states()["test.fail"] == "open"
+
+
+def test_refused_payloads_never_open_a_breaker(redis_server: str) -> None:
+    """If a handler refuses its executions' own input (PayloadRefusedError) more than
+    fail_max times in a row, then its breaker stays closed and the next call runs."""
+    client = redis.Redis.from_url(redis_server)
+    breakers = Breakers(client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=2))
+
+    async def bad_payload() -> None:
+        await asyncio.sleep(0)
+        raise PayloadRefusedError("http.webhook: 10.0.0.1 is a private address")
+
+    async def refuse() -> str:
+        try:
+            with breakers.guard("http.webhook"):
+                await bad_payload()
+        except CircuitOpenError:
+            return "deferred"
+        except PayloadRefusedError:
+            return "refused"
+        return "ran"
+
+    try:
+        assert [asyncio.run(refuse()) for _ in range(5)] == ["refused"] * 5
+        assert breakers.states()["http.webhook"] == "closed"
+        assert call(breakers, "http.webhook") == "failed"
+    finally:
+        client.close()

@@ -63,6 +63,23 @@ def test_config_masks_secrets(jobledger_cli: "JobledgerCli") -> None:
     assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"
 
 
+def test_config_masks_passwords_in_url_queries(jobledger_cli: "JobledgerCli") -> None:
+    """If a password is given as ?password= in the database or the Redis URL, then
+    config prints it masked and keeps the rest of the URL."""
+    result = jobledger_cli.run(
+        "config",
+        env={
+            "JOBLEDGER_DATABASE_URL": "postgresql://u@h/db?password=hunter2&sslmode=require",
+            "JOBLEDGER_REDIS_URL": "redis://cache:6379/0?password=hunter3",
+        },
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hunter" not in result.stdout
+    shown = json.loads(result.stdout)
+    assert shown["database_url"] == "postgresql://u@h/db?password=***&sslmode=require"
+    assert shown["redis_url"] == "redis://cache:6379/0?password=***"
+
+
 def test_schedule_preview_applies_the_dst_policy(jobledger_cli: "JobledgerCli") -> None:
     """If a 02:30 New York cron is previewed across spring-forward, then that day's fire
     is shown at the jump, 03:00 EDT."""

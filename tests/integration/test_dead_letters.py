@@ -30,7 +30,11 @@ AT = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 @pytest.fixture
 def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
     settings = load_settings(
-        {}, database_url=postgres_url, redis_url=redis_server, redis_prefix=uuid.uuid4().hex[:8]
+        {},
+        test_handlers="true",
+        database_url=postgres_url,
+        redis_url=redis_server,
+        redis_prefix=uuid.uuid4().hex[:8],
     )
     with bootstrap(settings) as built:
         yield built
@@ -140,7 +144,7 @@ def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     """If dead letters exist, then `dlq list` shows them, `dlq requeue --dry-run` only
     counts, `dlq requeue` requeues with who and why, `dlq show` prints the history and
     `dlq discard --id` gives up on exactly the one named."""
-    settings = load_settings({}, data_dir=str(tmp_path))
+    settings = load_settings({}, test_handlers="true", data_dir=str(tmp_path))
     migrate(settings, progress=lambda _: None)
     with bootstrap(settings) as container:
         executions = [dead(container, "test.fail", "boom") for _ in range(3)]

@@ -183,7 +183,7 @@ def test_seed_twice_on_postgres_creates_the_demo_jobs_once(
     first = jobledger_cli.run("seed", env={"JOBLEDGER_DATABASE_URL": postgres_url})
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("created ") == len(demo_job_ids()), first.stdout
-    settings = load_settings({}, database_url=postgres_url)
+    settings = load_settings({}, test_handlers="true", database_url=postgres_url)
     with bootstrap(settings) as container:
         head = container.head()
         for job_id in demo_job_ids():

@@ -34,7 +34,9 @@ def open_ids(container: Container) -> set[uuid.UUID]:
 def test_the_memory_queue_survives_a_restart_through_the_log(tmp_path: Path) -> None:
     """If the embedded process stops and starts, then its queue is rebuilt from the log:
     open executions are back, finished ones are not."""
-    settings = load_settings({}, data_dir=str(tmp_path), projection_poll_ms="20")
+    settings = load_settings(
+        {}, test_handlers="true", data_dir=str(tmp_path), projection_poll_ms="20"
+    )
     migrate(settings, progress=lambda _: None)
     executions = [
         Execution.enqueue(
@@ -72,7 +74,7 @@ def test_the_memory_queue_survives_a_restart_through_the_log(tmp_path: Path) -> 
 def test_an_empty_checkpoint_still_carries_its_position(tmp_path: Path) -> None:
     """If the checkpoint holds no open execution, then reading it still yields its
     position from the same snapshot (a rebuild must not read it a second time)."""
-    settings = load_settings({}, data_dir=str(tmp_path))
+    settings = load_settings({}, test_handlers="true", data_dir=str(tmp_path))
     migrate(settings, progress=lambda _: None)
     with bootstrap(settings) as container:
         container.checkpoint.commit([], 42)

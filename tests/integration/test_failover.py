@@ -28,6 +28,7 @@ TTL_MS = 1000
 def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
     settings = load_settings(
         {},
+        test_handlers="true",
         database_url=postgres_url,
         redis_url=redis_server,
         redis_prefix=f"f{uuid.uuid4().hex[:8]}",
@@ -43,6 +44,7 @@ def start_scheduler(container: Container) -> subprocess.Popen[bytes]:
         "JOBLEDGER_DATABASE_URL": settings.database_url,
         "JOBLEDGER_REDIS_URL": settings.redis_url,
         "JOBLEDGER_REDIS_PREFIX": settings.redis_prefix,
+        "JOBLEDGER_TEST_HANDLERS": "true",
         "JOBLEDGER_LEADER_TTL_MS": str(TTL_MS),
         "JOBLEDGER_LEADER_RENEW_MS": str(TTL_MS // 3),
         "JOBLEDGER_LEADER_POLL_MS": "100",

@@ -37,6 +37,7 @@ def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
     prefix = f"t{uuid.uuid4().hex[:8]}"
     settings = load_settings(
         {},
+        test_handlers="true",
         database_url=postgres_url,
         redis_url=redis_server,
         redis_prefix=prefix,

@@ -678,7 +678,7 @@ def test_status_counts_list_every_status(database: Database, known: dict[str, uu
 def test_projections_rebuild_command_on_the_embedded_store(tmp_path: Path) -> None:
     """If `jobledger projections rebuild` runs on the embedded store, then it replays
     every event into the read models and says how many."""
-    settings = load_settings({}, data_dir=str(tmp_path))
+    settings = load_settings({}, test_handlers="true", data_dir=str(tmp_path))
     migrate(settings, progress=lambda _: None)
     ledger = open_ledger(settings)
     try:

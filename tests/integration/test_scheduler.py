@@ -49,7 +49,11 @@ class ForcedLeadership:
 def containers(postgres_url: str, redis_server: str) -> Iterator[list[Container]]:
     prefix = f"s{uuid.uuid4().hex[:8]}"
     settings = load_settings(
-        {}, database_url=postgres_url, redis_url=redis_server, redis_prefix=prefix
+        {},
+        test_handlers="true",
+        database_url=postgres_url,
+        redis_url=redis_server,
+        redis_prefix=prefix,
     )
     with bootstrap(settings) as first, bootstrap(settings) as second:
         yield [first, second]

@@ -189,6 +189,7 @@ def test_worker_environment_is_not_passed_on(monkeypatch: pytest.MonkeyPatch) ->
     [
         (("{program}", "x"), "placeholder in its program"),
         (("echo", "{name!r}"), "unsupported placeholder"),
+        (("echo", "{name:>10}"), "unsupported placeholder"),
         (("echo", "{0}"), "unsupported placeholder"),
         (("echo", "{name"), "malformed template"),
         ((), "non-empty list of strings"),
@@ -200,3 +201,40 @@ def test_bad_templates_are_refused_at_settings_time(
     """If a template is malformed or lets the payload pick the program, then settings fail."""
     with pytest.raises(SettingsError, match=problem):
         ShellSettings(commands={"bad": template})
+
+
+@pytest.mark.parametrize(
+    ("template", "value"),
+    [
+        (("ls", "{path}"), "--version"),
+        (("ls", "{path}"), "-la"),
+        (("ls", "{path}"), "--"),
+        (("ls", "{path}.txt"), "--version"),
+        (("ls", "{a}{path}"), "--version"),
+        (("ls", "{path}"), -5),
+    ],
+)
+def test_a_value_never_becomes_an_option(template: tuple[str, ...], value: object) -> None:
+    """If a placeholder's value would start its argument with '-', then the attempt is
+    refused before anything runs, naming the value and the template's way to allow it."""
+    settings = ShellSettings(commands={"list": template})
+    with pytest.raises(HandlerError, match=r"args\.path starts with '-'.*\{path:option\}"):
+        _run_payload(settings, command="list", args={"path": value, "a": ""})
+
+
+def test_a_value_inside_an_argument_or_marked_as_option_is_passed() -> None:
+    """If the template puts text before the placeholder (--out={x}), or marks it
+    {x:option}, then a value starting with '-' is passed as it is."""
+    commands = {
+        "inside": ("echo", "--label={name}"),
+        "option": ("echo", "{flag:option}", "x"),
+        "plain": ("echo", "{name}"),
+    }
+    settings = ShellSettings(commands=commands)
+    inside = _run_payload(settings, command="inside", args={"name": "--version"})
+    assert inside["stdout"] == "--label=--version\n"
+    option = _run_payload(settings, command="option", args={"flag": "-n"})
+    assert option["stdout"] == "x"
+    assert _run_payload(settings, command="plain", args={"name": "a-b"})["stdout"] == "a-b\n"
+    with pytest.raises(HandlerError, match="NUL"):
+        _run_payload(settings, command="plain", args={"name": "a\0b"})

@@ -43,6 +43,7 @@ def cold(store_settings: Settings) -> Settings:
     """Settings for ledgers that keep no aggregate in memory: every load is cold."""
     return load_settings(
         {},
+        test_handlers="true",
         database_url=store_settings.database_url,
         data_dir=store_settings.data_dir,
         aggregate_cache_size="0",

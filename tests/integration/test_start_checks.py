@@ -22,6 +22,18 @@ CASES = [
         "check that PostgreSQL runs",
     ),
     (
+        "worker",
+        {"database_url": f"postgresql://app@{CLOSED}/jobledger?sslmode=disable&password=topsecret"},
+        "JOBLEDGER_DATABASE_URL=postgresql://app@127.0.0.1:1/jobledger?sslmode=disable&password=***",
+        "check that PostgreSQL runs",
+    ),
+    (
+        "scheduler",
+        {"redis_url": f"redis://{CLOSED}/0?password=topsecret"},
+        "cannot reach Redis (JOBLEDGER_REDIS_URL=redis://127.0.0.1:1/0?password=***)",
+        "check that redis-server runs",
+    ),
+    (
         "scheduler",
         {"database_url": "{postgres}_missing"},
         'database "',

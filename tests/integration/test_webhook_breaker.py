@@ -215,3 +215,35 @@ def test_a_failing_target_opens_the_breaker_defers_and_recovers(
     assert Counter(line["event"] for line in lines)["handler.webhook.delivered"] == len(webhooks)
     assert credential not in log
     assert token not in log
+
+
+def test_refused_destinations_fail_their_runs_and_leave_the_breaker_closed(
+    harness: "Harness", target: Target
+) -> None:
+    """If webhook runs name destinations the SSRF guard refuses or invalid URLs, then
+    each of them fails with that reason (query strings masked), the shared breaker
+    stays closed, and the next webhook to an allowed target runs at once, undeferred."""
+    secret = uuid.uuid4().hex
+    breaker = harness.container.breakers().get(WEBHOOK)
+    worker = harness.start_worker(
+        webhook_allow="127.0.0.1", breaker_fail_max=str(FAIL_MAX), breaker_reset_seconds="60"
+    )
+    refused = [
+        harness.run(WEBHOOK, retries=0, url=f"http://10.1.2.3/hook?token={secret}"),
+        harness.run(WEBHOOK, retries=0, url=f"http://169.254.169.254/latest?token={secret}"),
+        harness.run(WEBHOOK, retries=0, url=f"http://[::1/hook?token={secret}"),
+        harness.run(WEBHOOK, retries=0, url=f"ftp://example.com/x?token={secret}"),
+        harness.run(WEBHOOK, retries=0, url=f"no scheme?token={secret}"),
+    ]
+    harness.wait_for_all(refused, ExecutionStatus.DEAD_LETTERED, 30)
+    errors = [harness.events(e.id)[-1].error for e in refused]
+    assert "10.1.2.3 is a private address" in errors[0]
+    assert "cloud metadata" in errors[1] or "link-local" in errors[1]
+    assert "is not a valid URL" in errors[2]
+    assert "?***" in errors[2]
+    assert all(secret not in error for error in errors)
+    assert breaker.current_state == "closed"
+    good = harness.run(WEBHOOK, url=f"{target.url}/hook")
+    harness.wait_for_all([good], ExecutionStatus.COMPLETED, 20)
+    assert not has(harness, good, Execution.Deferred)
+    assert secret not in worker.stop()

@@ -10,13 +10,44 @@ import pytest
 from jobledger.runtime.errors import SettingsError
 from jobledger.runtime.handlers import registry
 from jobledger.runtime.handlers.registry import ENTRY_POINT_GROUP, load_registry
+from jobledger.runtime.settings import load_settings
 
 
 def test_a_dotted_path_adds_a_handler() -> None:
     """If JOBLEDGER_HANDLERS names a function, then the registry has it beside the
     built-ins."""
-    handlers = load_registry("stamp=json:dumps")
+    handlers = load_registry("stamp=json:dumps", test_handlers=True)
     assert {"stamp", "test.echo", "http.webhook"} <= set(handlers.names())
+
+
+@pytest.mark.parametrize(
+    ("environ", "loaded"),
+    [
+        ({}, False),
+        ({"JOBLEDGER_MODE": "dev"}, True),
+        ({"JOBLEDGER_TEST_HANDLERS": "true"}, True),
+        ({"JOBLEDGER_MODE": "dev", "JOBLEDGER_TEST_HANDLERS": "false"}, False),
+    ],
+)
+def test_the_test_handlers_are_off_in_production_unless_turned_on(
+    environ: dict[str, str], loaded: bool
+) -> None:
+    """If the mode is production (the default) and JOBLEDGER_TEST_HANDLERS is not true,
+    then no test.* handler (test.crash ends a worker) is loaded; dev mode loads them
+    unless the setting says false; the real handlers are there either way."""
+    settings = load_settings(environ)
+    handlers = load_registry(test_handlers=settings.test_handlers_enabled)
+    names = set(handlers.names())
+    assert ({"test.crash", "test.echo", "test.fail"} <= names) is loaded
+    assert any(name.startswith("test.") for name in names) is loaded
+    assert {"http.webhook", "shell.command"} <= names
+
+
+def test_a_disabled_test_handler_is_explained() -> None:
+    """If a job names a test handler that is off, then the fix names the setting."""
+    fix = registry.unknown_handler_fix("test.crash", ["http.webhook"])
+    assert "JOBLEDGER_TEST_HANDLERS=true" in fix
+    assert registry.unknown_handler_fix("acme.x", ["http.webhook"]) == "use one of: http.webhook"
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,9 @@ def test_variables_are_read_and_flags_win() -> None:
         ({"JOBLEDGER_REDIS_URL": "http://x"}, "JOBLEDGER_REDIS_URL"),
         ({"JOBLEDGER_MIN_INTERVAL_SECONDS": "1"}, "JOBLEDGER_MIN_INTERVAL_SECONDS"),
         ({"JOBLEDGER_MODE": "staging"}, "JOBLEDGER_MODE: use dev or production"),
+        ({"JOBLEDGER_TRUSTED_PROXIES": "proxy.internal"}, "JOBLEDGER_TRUSTED_PROXIES: 'proxy"),
+        ({"JOBLEDGER_TRUSTED_PROXIES": "10.0.0.0/33"}, "JOBLEDGER_TRUSTED_PROXIES: .* network"),
+        ({"JOBLEDGER_TEST_HANDLERS": "yes"}, "JOBLEDGER_TEST_HANDLERS: use true or false"),
         ({"JOBLEDGER_ADMIN_USERNAME": "a b"}, "JOBLEDGER_ADMIN_USERNAME: use 3 to 64"),
         ({"JOBLEDGER_ADMIN_PASSWORD": "pw\n"}, "JOBLEDGER_ADMIN_PASSWORD: .* line breaks"),
         ({"JOBLEDGER_ADMIN_PASSWORD": "p" * 1025}, "JOBLEDGER_ADMIN_PASSWORD: use at most"),
@@ -189,11 +192,21 @@ def test_logs_are_json_in_production_unless_told(
         ("a basic check of the Bearer flow", "a basic check of the Bearer flow"),
         ("postgresql://app@db/x has no password", "postgresql://app@db/x has no password"),
         ("no secret at all", "no secret at all"),
+        ("postgresql://app@db/x?password=pw3&a=b", "postgresql://app@db/x?password=***&a=b"),
+        (
+            "postgresql://db/x?sslmode=require&sslpassword=pw4",
+            "postgresql://db/x?sslmode=require&sslpassword=***",
+        ),
+        ("host=db password=pw5 dbname=x", "host=db password=*** dbname=x"),
+        ("host=db password = 'p w\\'6' dbname=x", "host=db password = *** dbname=x"),
+        ("redis://cache:6379/0?password=pw7", "redis://cache:6379/0?password=***"),
+        ("the password is checked", "the password is checked"),
     ],
 )
 def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
-    """If a logged value holds a password in a URL or an Authorization credential,
-    then only that part is replaced by ***."""
+    """If a logged value holds a password in a URL (its user part or its query), in a
+    libpq key=value conninfo or an Authorization credential, then only that part is
+    replaced by ***."""
     from jobledger.runtime.logging import redact_text  # noqa: PLC0415 (beside its test)
 
     assert redact_text(text) == shown
@@ -263,3 +276,15 @@ def test_nested_values_and_exceptions_are_redacted() -> None:
         "error": "ConnectionError: cannot reach postgresql://u:***@h/db",
         "count": 3,
     }
+
+
+def test_trusted_proxies_are_read_as_networks() -> None:
+    """If JOBLEDGER_TRUSTED_PROXIES lists addresses and networks, then each becomes a
+    network (an address one of its own); none by default."""
+    settings = load_settings({"JOBLEDGER_TRUSTED_PROXIES": "10.0.0.5, 192.168.0.0/24,[::1]"})
+    assert [str(n) for n in settings.proxy_networks] == [
+        "10.0.0.5/32",
+        "192.168.0.0/24",
+        "::1/128",
+    ]
+    assert load_settings({}).proxy_networks == ()

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from jobledger.runtime.handlers.base import HandlerError
-from jobledger.runtime.handlers.webhook import check_destination
+from jobledger.runtime.handlers.base import HandlerError, PayloadRefusedError
+from jobledger.runtime.handlers.webhook import check_destination, parse_url, shown_url
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"
@@ -91,3 +91,30 @@ def test_allowlisted_name_does_not_allow_other_names_with_the_same_address() -> 
     """If only a name is allowlisted, then other names with internal addresses are refused."""
     with pytest.raises(HandlerError, match=re.escape("evil.example resolves to 10.0.0.5")):
         check_destination("http://evil.example/", ["10.0.0.5"], allow=("hooks.internal",))
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://hooks.example/x?token=s3cret", "https://hooks.example/x?***"),
+        ("https://u:s3cret@hooks.example/x", "https://u:***@hooks.example/x"),
+        ("https://hooks.example/x#s3cret", "https://hooks.example/x#***"),
+        ("http://[::1/x?token=s3cret&b=1", "http://[::1/x?***"),
+        ("https://hooks.example/plain", "https://hooks.example/plain"),
+    ],
+)
+def test_a_quoted_url_hides_its_query_and_password(url: str, shown: str) -> None:
+    """If a URL is quoted in an error or a log line, then its query string, fragment
+    and password are shown as ***."""
+    assert shown_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url", ["http://[::1/x?token=s3cret", "no scheme?token=s3cret", "ftp://h/x?token=s3cret"]
+)
+def test_an_invalid_url_is_refused_as_the_payloads_fault(url: str) -> None:
+    """If a webhook URL is invalid, then the refusal is a PayloadRefusedError (the
+    breaker does not count it) that does not quote the query string."""
+    with pytest.raises(PayloadRefusedError) as refused:
+        parse_url(url)
+    assert "s3cret" not in str(refused.value)

@@ -20,6 +20,13 @@ class HandlerCancelledError(HandlerError):
     that says nothing about the health of what it calls."""
 
 
+class PayloadRefusedError(HandlerError):
+    """The handler refused this execution's own input before calling anything: a
+    destination the SSRF guard refuses, an invalid URL, a command off the allowlist.
+    It is that execution's error and says nothing about the health of what the handler
+    calls, so the handler's circuit breaker does not count it."""
+
+
 class CircuitOpenError(HandlerError):
     """The handler's circuit breaker is open: the execution is deferred, not failed."""
 

@@ -2,7 +2,7 @@
 
 import importlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
 from jobledger.projections.database import Database
@@ -18,6 +18,8 @@ from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
 from jobledger.runtime.handlers.webhook import WebhookSettings, make_webhook_handler
 
 ENTRY_POINT_GROUP = "jobledger.handlers"
+TEST_PREFIX = "test."
+TEST_HANDLERS_SETTING = "JOBLEDGER_TEST_HANDLERS"
 
 
 class HandlerRegistry:
@@ -31,6 +33,17 @@ class HandlerRegistry:
         return sorted(self._handlers)
 
 
+def unknown_handler_fix(name: str, known: Iterable[str]) -> str:
+    """How to fix a job that names a handler this deployment does not have."""
+    if name.startswith(TEST_PREFIX):
+        return (
+            f"{name!r} is a test handler, off in production mode; set "
+            f"{TEST_HANDLERS_SETTING}=true on the API and the workers to turn the test "
+            "handlers on (test.crash ends the worker that runs it)"
+        )
+    return f"use one of: {', '.join(sorted(known))}"
+
+
 def load_registry(
     dotted: str = "",
     *,
@@ -38,9 +51,12 @@ def load_registry(
     shell: ShellSettings | None = None,
     queue: QueueBackend | None = None,
     read_models: Database | None = None,
+    test_handlers: bool = False,
 ) -> HandlerRegistry:
-    """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated)."""
-    handlers: dict[str, Handler] = dict(BUILTIN)
+    """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated).
+    The ``test.*`` built-ins only with ``test_handlers``: ``test.crash`` lets whoever
+    may start a run end a worker."""
+    handlers: dict[str, Handler] = dict(BUILTIN) if test_handlers else {}
     handlers[WEBHOOK] = make_webhook_handler(webhook)
     # Without an allowlist the shell handler still exists, and refuses with a clear error.
     handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))

@@ -2,7 +2,9 @@
 
 Jobs pick a command by name and fill its ``{placeholders}``; each argv element is
 formatted on its own, so an argument can never become two arguments or a shell
-expression. The command runs in its own session, so a timeout or a cancellation kills
+expression, and a value can never become an option: an argument that a value starts
+is refused when it would start with ``-``, unless the template marks that placeholder
+``{name:option}``. The command runs in its own session, so a timeout or a cancellation kills
 everything it started, and anything it leaves running when it exits is killed too.
 """
 
@@ -18,11 +20,18 @@ from types import MappingProxyType
 from typing import Any
 
 from jobledger.runtime.errors import SettingsError
-from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import (
+    Handler,
+    HandlerContext,
+    HandlerError,
+    PayloadRefusedError,
+)
 
 NAME = "shell.command"
 COMMANDS_SETTING = "JOBLEDGER_SHELL_COMMANDS"
 ERROR_EXCERPT_CHARS = 200
+# The one format spec a placeholder may carry: its value may start with "-".
+OPTION_SPEC = "option"
 POLL_SECONDS = 0.05
 # Once the group is dead the pipes close at once; this only bounds a process that
 # escaped the group (setsid) while still holding them.
@@ -73,49 +82,71 @@ def _placeholders(name: str, element: str) -> list[str]:
     for _, field_name, format_spec, conversion in parsed:
         if field_name is None:
             continue
-        if not field_name.isidentifier() or format_spec or conversion:
+        if not field_name.isidentifier() or format_spec not in {"", OPTION_SPEC} or conversion:
             raise SettingsError(
                 f"{COMMANDS_SETTING}: {name!r} has an unsupported placeholder in {element!r}; "
-                "use a plain {name}"
+                "use a plain {name}, or {name:option} for a value that may start with -"
             )
         found.append(field_name)
     return found
 
 
+def _fill(name: str, element: str, values: dict[str, str]) -> str:
+    """One argv element with its placeholders filled. A value that would start the
+    argument with ``-`` is refused unless its placeholder is ``{x:option}``: a payload
+    must not turn a file name into ``--version`` or ``--output=/etc/passwd``. Text
+    before the placeholder (``--out={path}``) keeps it from being an option."""
+    text = ""
+    for literal, field_name, format_spec, _ in string.Formatter().parse(element):
+        text += literal
+        if field_name is None:
+            continue
+        if field_name not in values:
+            raise PayloadRefusedError(
+                f"{NAME}: {name!r} needs args.{field_name}; add it to the payload"
+            )
+        value = values[field_name]
+        if not text and value.startswith("-") and format_spec != OPTION_SPEC:
+            raise PayloadRefusedError(
+                f"{NAME}: args.{field_name} starts with '-', so {name!r} would read it as an "
+                "option; pass a value that does not start with '-' (a file name as "
+                f"./name), or mark the placeholder {{{field_name}:{OPTION_SPEC}}} in "
+                f"{COMMANDS_SETTING} if options are meant"
+            )
+        text += value
+    return text
+
+
 def render(settings: ShellSettings, name: object, args: object) -> list[str]:
-    """The argv for command ``name`` with ``args`` filled in, or a HandlerError."""
+    """The argv for command ``name`` with ``args`` filled in, or a PayloadRefusedError
+    (the execution's own error: the breaker does not count it)."""
     if not settings.commands:
-        raise HandlerError(
+        raise PayloadRefusedError(
             f"{NAME}: the handler is disabled (no commands are allowed); "
             f"list commands in {COMMANDS_SETTING} to enable it"
         )
     if not isinstance(name, str) or name not in settings.commands:
-        raise HandlerError(
+        raise PayloadRefusedError(
             f"{NAME}: {name!r} is not an allowed command; "
             f"allowed: {', '.join(sorted(settings.commands))}; add it to {COMMANDS_SETTING}"
         )
     values = _values(args)
-    argv: list[str] = []
-    for element in settings.commands[name]:
-        missing = [key for key in _placeholders(name, element) if key not in values]
-        if missing:
-            raise HandlerError(f"{NAME}: {name!r} needs args.{missing[0]}; add it to the payload")
-        argv.append(element.format_map(values))
-    return argv
+    program, *arguments = settings.commands[name]
+    return [program, *(_fill(name, element, values) for element in arguments)]
 
 
 def _values(args: object) -> dict[str, str]:
     if args is None:
         return {}
     if not isinstance(args, dict):
-        raise HandlerError(f"{NAME}: payload.args must be an object of placeholder values")
+        raise PayloadRefusedError(f"{NAME}: payload.args must be an object of placeholder values")
     values: dict[str, str] = {}
     for key, value in args.items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise HandlerError(f"{NAME}: args.{key} must be a string or a number")
+            raise PayloadRefusedError(f"{NAME}: args.{key} must be a string or a number")
         values[str(key)] = str(value)
         if "\0" in values[str(key)]:
-            raise HandlerError(f"{NAME}: args.{key} contains a NUL character")
+            raise PayloadRefusedError(f"{NAME}: args.{key} contains a NUL character")
     return values
 
 

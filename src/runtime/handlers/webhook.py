@@ -3,6 +3,10 @@
 Every destination, the first and each redirect target, is resolved once, checked, and
 then connected to by the checked address: a DNS answer that changes between the check
 and the connection (DNS rebinding) cannot steer the request somewhere else.
+
+A refused destination or a malformed payload is a PayloadRefusedError: that execution's
+error, not a sign that the receiver is down, so the breaker does not count it. A URL
+is never quoted with its query string or password, which often carry tokens.
 """
 
 import asyncio
@@ -18,7 +22,13 @@ from typing import Any
 
 import httpx
 
-from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import (
+    Handler,
+    HandlerContext,
+    HandlerError,
+    PayloadRefusedError,
+)
+from jobledger.runtime.settings import mask_url
 
 NAME = "http.webhook"
 ALLOW_SETTING = "JOBLEDGER_WEBHOOK_ALLOW"
@@ -70,7 +80,7 @@ class _Outgoing:
 def check_destination(
     url: str, resolved: Iterable[str], allow: Iterable[str] = ()
 ) -> list[IPAddress]:
-    """Returns the addresses that ``url`` may be sent to, or raises HandlerError.
+    """Returns the addresses that ``url`` may be sent to, or raises PayloadRefusedError.
 
     ``resolved`` is what the host name resolved to; it is ignored when the host is an
     IP literal. Every address must be public unless the host name or the address is
@@ -88,7 +98,7 @@ def check_destination(
         if problem and not any(_in_networks(each, networks) for each in _unwrapped(address)):
             shown = _shown(address)
             where = f"{shown} is" if literal else f"{host} resolves to {shown},"
-            raise HandlerError(
+            raise PayloadRefusedError(
                 f"{NAME}: {where} {problem} address; allow it with {ALLOW_SETTING} if it is meant"
             )
     return addresses
@@ -99,14 +109,41 @@ def parse_url(url: str) -> httpx.URL:
     try:
         target = httpx.URL(url)
     except httpx.InvalidURL as error:
-        raise HandlerError(f"{NAME}: {url[:100]!r} is not a valid URL ({error})") from None
+        raise PayloadRefusedError(
+            f"{NAME}: {shown_url(url)!r} is not a valid URL ({_without_url(error, url)})"
+        ) from None
     if not target.scheme:
-        raise HandlerError(f"{NAME}: {url[:100]!r} has no scheme; use an http or https URL")
+        raise PayloadRefusedError(
+            f"{NAME}: {shown_url(url)!r} has no scheme; use an http or https URL"
+        )
     if target.scheme not in {"http", "https"}:
-        raise HandlerError(f"{NAME}: {target.scheme!r} URLs are not allowed; use http or https")
+        raise PayloadRefusedError(
+            f"{NAME}: {target.scheme[:20]!r} URLs are not allowed; use http or https"
+        )
     if not target.host:
-        raise HandlerError(f"{NAME}: the URL has no host; use http(s)://host/path")
+        raise PayloadRefusedError(f"{NAME}: the URL has no host; use http(s)://host/path")
     return target
+
+
+SHOWN_URL_CHARS = 100
+
+
+def shown_url(url: str) -> str:
+    """``url`` as an error or a log line may quote it: its query string and fragment as
+    ``***`` (they often carry tokens), a password in it masked, at most 100 characters."""
+    head, query, _ = url.partition("?")
+    head, fragment, _ = head.partition("#")
+    masked = mask_url(head)[:SHOWN_URL_CHARS]
+    return masked + ("?***" if query else "") + ("#***" if fragment and not query else "")
+
+
+def _without_url(error: Exception, url: str) -> str:
+    # httpx quotes the URL, or a part of it, in some of its messages.
+    text = str(error).replace(url, shown_url(url))
+    for secret in (url.partition("?")[2], url.partition("#")[2]):
+        if secret:
+            text = text.replace(secret, "***")
+    return mask_url(text)[:SHOWN_URL_CHARS]
 
 
 def _ip_literal(host: str) -> IPAddress | None:
@@ -190,10 +227,10 @@ def _outgoing(ctx: HandlerContext) -> tuple[str, _Outgoing, frozenset[int] | Non
     payload = ctx.payload
     url = payload.get("url")
     if not isinstance(url, str) or not url:
-        raise HandlerError(f"{NAME}: payload.url is required, e.g. https://example.com/hook")
+        raise PayloadRefusedError(f"{NAME}: payload.url is required, e.g. https://example.com/hook")
     method = payload.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in METHODS:
-        raise HandlerError(
+        raise PayloadRefusedError(
             f"{NAME}: method {method!r} is not supported; use one of {_list(METHODS)}"
         )
     headers = _headers(payload.get("headers", {}), str(ctx.execution_id))
@@ -207,10 +244,10 @@ def _headers(given: object, idempotency_key: str) -> dict[str, str]:
     if not isinstance(given, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in given.items()
     ):
-        raise HandlerError(f"{NAME}: payload.headers must map header names to string values")
+        raise PayloadRefusedError(f"{NAME}: payload.headers must map header names to string values")
     reserved = sorted(name for name in given if name.lower() in RESERVED_HEADERS)
     if reserved:
-        raise HandlerError(
+        raise PayloadRefusedError(
             f"{NAME}: payload.headers may not set {', '.join(reserved)}; "
             "they come from the URL and the body"
         )
@@ -233,7 +270,9 @@ def _body(payload: dict[str, Any]) -> tuple[bytes | None, str | None]:
     try:
         encoded = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as error:
-        raise HandlerError(f"{NAME}: payload.body is not JSON-serializable ({error})") from None
+        raise PayloadRefusedError(
+            f"{NAME}: payload.body is not JSON-serializable ({error})"
+        ) from None
     return encoded.encode(), "application/json"
 
 
@@ -244,7 +283,9 @@ def _expected(payload: dict[str, Any]) -> frozenset[int] | None:
     if not isinstance(expected, list) or not all(
         isinstance(s, int) and not isinstance(s, bool) and s in HTTP_STATUSES for s in expected
     ):
-        raise HandlerError(f"{NAME}: payload.expected_status must be a list of HTTP statuses")
+        raise PayloadRefusedError(
+            f"{NAME}: payload.expected_status must be a list of HTTP statuses"
+        )
     return frozenset(expected)
 
 

@@ -2,6 +2,7 @@
 over PostgreSQL and a private Redis, with one user and one API token per role."""
 
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -58,21 +59,29 @@ class Api:
 
 
 @contextlib.contextmanager
-def serve_api(database_url: str, redis_url: str, live_server: type["LiveServer"]) -> Iterator[Api]:
-    """The API over a migrated database, with its projector running."""
-    settings = load_settings(
-        {},
-        database_url=database_url,
-        redis_url=redis_url,
-        redis_prefix=f"a{uuid.uuid4().hex[:8]}",
-        projection_poll_ms="50",
-    )
+def serve_api(
+    database_url: str, redis_url: str, live_server: type["LiveServer"], **extra: str
+) -> Iterator[Api]:
+    """The API over a migrated database, with its projector running; ``extra`` settings
+    by field name."""
+    chosen = {
+        "test_handlers": "true",
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "redis_prefix": f"a{uuid.uuid4().hex[:8]}",
+        "projection_poll_ms": "50",
+    }
+    settings = load_settings({}, **(chosen | extra))
     with bootstrap(settings) as container:
         accounts = container.accounts()
         now = datetime.now(tz=UTC)
         tokens = {}
+        existing = {user.username: user for user in accounts.list_users()}
         for role in Role:
-            user = accounts.create_user(str(role), PASSWORD, role, now=now)
+            # A second API on the same database (another setting) keeps the users.
+            user = existing.get(str(role)) or accounts.create_user(
+                str(role), PASSWORD, role, now=now
+            )
             _, secret = accounts.create_token(
                 user.id, f"{role} token", role, expires_at=None, now=now
             )
@@ -93,6 +102,14 @@ def serve_api(database_url: str, redis_url: str, live_server: type["LiveServer"]
 def api(postgres_url: str, redis_server: str, live_server: type["LiveServer"]) -> Iterator[Api]:
     with serve_api(postgres_url, redis_server, live_server) as served:
         yield served
+
+
+@pytest.fixture
+def api_with(
+    postgres_url: str, redis_server: str, live_server: type["LiveServer"]
+) -> Callable[..., contextlib.AbstractContextManager[Api]]:
+    """``with api_with(setting=value) as api``: an API with other settings (by field)."""
+    return functools.partial(serve_api, postgres_url, redis_server, live_server)
 
 
 @pytest.fixture(scope="module")
