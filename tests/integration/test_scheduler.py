@@ -20,7 +20,7 @@ from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.projections.queue import QueueState
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.leader import LeaderTiming, RedisLeadership
+from jobledger.runtime.leader import LeaderTiming, RedisLeadership, StoredEpochs
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import load_settings
 
@@ -220,15 +220,18 @@ def test_dst_days_in_new_york(containers: list[Container], day: str) -> None:
     assert local_days(fires, hourly)[day] == expected_hours
 
 
-def test_leadership_moves_on_when_the_leader_stops_renewing(redis_server: str) -> None:
+def test_leadership_moves_on_when_the_leader_stops_renewing(
+    redis_server: str, containers: list[Container]
+) -> None:
     """If the leader stops renewing, then it stops acting at its own deadline, a standby
     takes over with a higher epoch, and the old leader cannot renew the new lock."""
     client = redis.Redis.from_url(redis_server)
     keys = Keys(f"l{uuid.uuid4().hex[:8]}")
     timing = LeaderTiming(ttl=0.4, renew_every=0.1, poll=0.05)
     clock = {"a": 0.0, "b": 0.0}
-    a = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["a"], name="a")
-    b = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["b"], name="b")
+    epochs = StoredEpochs(containers[0].database)
+    a = RedisLeadership(client, keys, epochs, timing=timing, clock=lambda: clock["a"], name="a")
+    b = RedisLeadership(client, keys, epochs, timing=timing, clock=lambda: clock["b"], name="b")
     a.tick()
     b.tick()
     assert a.is_leader()
