@@ -232,6 +232,11 @@ def test_dead_letters_are_requeued_and_discarded_with_who(api: "Api") -> None:
     events = viewer.get(f"/api/v1/executions/{poison[0].id}/events").json()
     assert events[-1]["type"] == "ExecutionRequeued"
     assert (events[-1]["data"]["by"], events[-1]["data"]["reason"]) == ("operator", "fixed")
+    # One attempt per budget, one used: the requeued run is on attempt 2 of 2, not 2 of 1.
+    row = f"/api/v1/executions/{poison[0].id}"
+    api.wait_for(lambda: viewer.get(row).json()["execution"]["status"] == "pending")
+    execution = viewer.get(row).json()["execution"]
+    assert (execution["attempt"], execution["max_attempts"]) == (2, 2)
     audit = viewer.get("/api/v1/audit/events", params={"types": "ExecutionDiscarded"}).json()
     assert [e["aggregate_id"] for e in audit["items"]] == [str(other.id)]
 
