@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 import redis
+import structlog
 
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
@@ -35,6 +37,8 @@ from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import migrate
+
+log = structlog.get_logger(__name__)
 
 EXIT_USER_ERROR = 2
 MAX_PREVIEW = 1000
@@ -160,6 +164,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _run_with(args, container)
 
 
+def _operator() -> str:
+    """Who runs a CLI command, for the log: the login name of this process's user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
 # The commands that run until stopped, and seed: they check every setting at start.
 _ROLES = frozenset({"api", "scheduler", "worker", "projector", "seed"})
 
@@ -256,8 +268,10 @@ def _dead_letters(args: argparse.Namespace, container: Container) -> int:
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:
     projection = container.projector().queue
+    by = _operator()
+    log.info("queue.rebuild_requested", requested_by=by, full=full, via="cli")
     bar = ProgressBar("rebuilding queue")
-    report = projection.rebuild(full=full, progress=bar)
+    report = projection.rebuild(full=full, progress=bar, requested_by=by)
     bar.finish()
     print(
         f"queue rebuilt from the {report.source}: {report.items:,} open executions, "

@@ -166,8 +166,7 @@ class QueueProjection:
             self.backend.apply(changes, epoch=epoch)
             self.backend.write_position(position, epoch=epoch)
         except QueueLostError:
-            log.warning("queue.lost", position=self.position, epoch=self.epoch)
-            self.epoch = None
+            self._lost_or_replaced(epoch, self.backend.read_meta())
             return True
         self.position = position
         return True
@@ -178,9 +177,20 @@ class QueueProjection:
         meta = self.backend.read_meta()
         if meta is not None and meta.epoch == epoch:
             return False
-        log.warning("queue.lost", position=self.position, epoch=epoch)
-        self.epoch = None
+        self._lost_or_replaced(epoch, meta)
         return True
+
+    def _lost_or_replaced(self, epoch: str, meta: QueueMeta | None) -> None:
+        """Our epoch is gone: ``start`` resumes from the backend's meta, or rebuilds.
+        Meta of this log under another epoch means another process rebuilt the queue
+        (an operator asked for it): that is followed, not alerted on as a loss."""
+        if meta is not None and meta.store_id == self.store_id:
+            log.info(
+                "queue.rebuild_followed", epoch=meta.epoch, position=meta.position, previous=epoch
+            )
+        else:
+            log.warning("queue.lost", position=self.position, epoch=epoch)
+        self.epoch = None
 
     def start(self) -> str:
         """Resume from the backend's meta, or rebuild if it has none for this log."""
@@ -197,8 +207,16 @@ class QueueProjection:
             self.fold.forget()
         return str(self.epoch)
 
-    def rebuild(self, *, full: bool = False, progress: Progress = _no_progress) -> RebuildReport:
-        """Start the backend over: from the checkpoint, or (``full``) from the whole log."""
+    def rebuild(
+        self,
+        *,
+        full: bool = False,
+        progress: Progress = _no_progress,
+        requested_by: str | None = None,
+    ) -> RebuildReport:
+        """Start the backend over: from the checkpoint, or (``full``) from the whole log.
+        ``requested_by`` names who asked (an operator); None when the projection
+        rebuilds by itself because the backend lost its data."""
         self.rebuilds += 1
         self.fold.forget()
         epoch = uuid.uuid4().hex
@@ -209,6 +227,7 @@ class QueueProjection:
         self.epoch, self.position = epoch, report.position
         log.info(
             "queue.rebuilt",
+            requested_by=requested_by,
             source=report.source,
             items=report.items,
             position=report.position,

@@ -205,6 +205,15 @@ def test_cli_rebuild_and_verify(container: Container) -> None:
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "open executions" in rebuilt.stdout
     assert "rebuilding queue" in rebuilt.stderr  # the progress bar
+    # Asked for, not lost; and no log line glued to the bar's line.
+    logged = [line for line in rebuilt.stderr.splitlines() if "queue." in line]
+    assert [("queue.rebuild_requested" in x, "queue.rebuilt" in x) for x in logged] == [
+        (True, False),
+        (False, True),
+    ]
+    assert all("rebuilding queue" not in line for line in logged)
+    assert "requested_by" in logged[1]
+    assert "queue.lost" not in rebuilt.stderr
     assert run_cli(container, "queue", "verify").returncode == 0
     victim = next(iter(container.queue.items("default")))
     container.queue.lease(
