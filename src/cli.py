@@ -158,10 +158,28 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
+    if command == "queue" and not settings.redis_url:
+        _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings) as container:
         if command in _ROLES:
             _preflight(container)
         return _run_with(args, container)
+
+
+def _refuse_embedded_queue(action: str) -> None:
+    """Without Redis the queue lives in the memory of the process that runs the roles
+    (`jobledger dev`): one built here would be empty, and verifying or rebuilding it would
+    only pretend."""
+    route = (
+        "GET /api/v1/admin/queue/verify"
+        if action == "verify"
+        else ("POST /api/v1/admin/queue/rebuild")
+    )
+    raise SettingsError(
+        f"queue {action}: without {PREFIX}REDIS_URL the queue lives in memory in the running"
+        f" `jobledger dev` process, not in this data folder; use its admin API ({route}),"
+        f" or run against PostgreSQL and Redis ({PREFIX}DATABASE_URL, {PREFIX}REDIS_URL)"
+    )
 
 
 def _operator() -> str:
