@@ -8,5 +8,5 @@ CREATE TABLE IF NOT EXISTS jobledger_leader_epoch (
 INSERT INTO jobledger_leader_epoch (epoch)
 SELECT coalesce(max((convert_from(state, 'UTF8')::jsonb ->> 'leader_epoch')::bigint), 0)
 FROM jobledger_events
-WHERE topic = 'jobledger:JobFired'
+WHERE topic = 'jobledger:JobFired' AND get_byte(state, 0) = 123  -- plain JSON states only
 ON CONFLICT DO NOTHING;

@@ -8,4 +8,4 @@ CREATE TABLE IF NOT EXISTS jobledger_leader_epoch (
 INSERT OR IGNORE INTO jobledger_leader_epoch (singleton, epoch)
 SELECT 1, coalesce(max(CAST(json_extract(CAST(state AS TEXT), '$.leader_epoch') AS INTEGER)), 0)
 FROM stored_events
-WHERE topic = 'jobledger:JobFired';
+WHERE topic = 'jobledger:JobFired' AND json_valid(CAST(state AS TEXT));

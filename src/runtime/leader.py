@@ -38,7 +38,9 @@ _EPOCH_TABLE = "jobledger_leader_epoch"
 class EpochSource(Protocol):
     """Hands out leader epochs that never repeat and never go backwards."""
 
-    def next_epoch(self) -> int: ...
+    def next_epoch(self, above: int = 0) -> int:
+        """The next epoch, and above ``above`` (an epoch seen elsewhere) too."""
+        ...
 
     def latest_epoch(self) -> int: ...
 
@@ -59,9 +61,13 @@ class StoredEpochs:
                 raise StoreNotMigratedError from None
             raise
 
-    def next_epoch(self) -> int:
+    def next_epoch(self, above: int = 0) -> int:
         with self._database.transaction() as cursor:
-            cursor.execute(f"UPDATE {_EPOCH_TABLE} SET epoch = epoch + 1 RETURNING epoch")  # noqa: S608 (a constant name)
+            cursor.execute(
+                f"UPDATE {_EPOCH_TABLE} "  # noqa: S608 (a constant name)
+                "SET epoch = CASE WHEN epoch > ? THEN epoch ELSE ? END + 1 RETURNING epoch",
+                (above, above),
+            )
             row = cursor.fetchone()
         return _epoch_of(row)
 
@@ -204,10 +210,12 @@ class RedisLeadership:
 
     def _try_acquire(self, started: float) -> None:
         ttl_ms = int(self._timing.ttl * 1000)
-        if not int(self._acquire(keys=[self._keys.leader], args=[self.token, ttl_ms])):
+        keys = [self._keys.leader, self._keys.leader_epoch]
+        seen = int(self._acquire(keys=keys, args=[self.token, ttl_ms]))
+        if seen < 0:
             self._next_attempt = started + self._timing.poll
             return
-        epoch = self._take_epoch()
+        epoch = self._take_epoch(seen)
         if epoch is None or not self._announce(epoch):
             self._next_attempt = started + self._timing.poll
             return
@@ -217,11 +225,12 @@ class RedisLeadership:
         self.changes += 1
         log.info("leader.elected", scheduler_id=self.token, leader_epoch=epoch)
 
-    def _take_epoch(self) -> int | None:
-        """The next epoch from the store; without one, hand the lock back: a leader
-        must never fire under an epoch that could repeat."""
+    def _take_epoch(self, seen: int) -> int | None:
+        """The next epoch from the store, above ``seen`` (the latest Redis knows of: a
+        scheduler of an older release counted there); without one, hand the lock back:
+        a leader must never fire under an epoch that could repeat."""
         try:
-            return self._epochs.next_epoch()
+            return self._epochs.next_epoch(seen)
         except Exception as error:  # noqa: BLE001 (whatever the store says, do not lead)
             self._release(keys=[self._keys.leader], args=[self.token])
             log.warning("leader.epoch_unavailable", scheduler_id=self.token, error=str(error))

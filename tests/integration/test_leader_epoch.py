@@ -121,13 +121,26 @@ def test_a_leader_whose_lock_vanished_yields_to_the_next_at_its_next_tick(
     assert not a.is_leader()
 
 
+def test_an_epoch_counted_in_redis_by_an_older_release_is_passed(
+    pair: list[Container], redis_client: redis.Redis
+) -> None:
+    """If Redis holds a higher epoch than the store (a scheduler of an older release
+    counted there during an upgrade), then the next leader takes an epoch above it."""
+    redis_client.set(Keys("epochs").leader_epoch, 57)
+    scheduler = pair[0].scheduler()
+    scheduler.leadership.tick()
+    assert scheduler.leadership.is_leader()
+    assert scheduler.leadership.epoch == 58
+    assert StoredEpochs(pair[1].database).latest_epoch() == 58
+
+
 def test_no_leader_without_a_stored_epoch(pair: list[Container], redis_client: redis.Redis) -> None:
     """If the store cannot hand out an epoch, then the scheduler that won the lock hands
     it back and does not lead, so it never fires under an epoch that could repeat."""
 
     class Unavailable:
-        def next_epoch(self) -> int:
-            raise OSError("connection refused")
+        def next_epoch(self, above: int = 0) -> int:
+            raise OSError(f"connection refused (above {above})")
 
         def latest_epoch(self) -> int:
             raise OSError("connection refused")
@@ -192,8 +205,8 @@ class FixedEpoch:
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
 
-    def next_epoch(self) -> int:
-        return self.epoch
+    def next_epoch(self, above: int = 0) -> int:
+        return max(self.epoch, above + 1)
 
     def latest_epoch(self) -> int:
         return self.epoch
