@@ -167,7 +167,8 @@ class Container:
     def leader_status(self) -> tuple[str | None, int]:
         """(the leading scheduler's token or None, the leader epoch)."""
         if self._redis is None:
-            return ("embedded", 0)
+            # The embedded process leads under the latest epoch it took from the store.
+            return ("embedded", StoredEpochs(self.database).latest_epoch())
         return current_leader(self._redis, Keys(self.settings.redis_prefix))
 
     def breakers(self) -> Breakers:

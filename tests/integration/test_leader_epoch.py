@@ -241,6 +241,8 @@ def test_each_embedded_run_fires_under_a_higher_epoch(sqlite_url: str) -> None:
             scheduler.leadership.tick()
             assert scheduler.tick(T0 + timedelta(minutes=run, seconds=1)).fired == 2
             epochs = [epoch for _job, _at, epoch in fired_epochs(container)]
+            # The system view shows the epoch the running process fires under.
+            assert container.leader_status() == ("embedded", scheduler.leadership.epoch)
     leaderships = [epoch for epoch, _ in itertools.groupby(epochs)]
     assert len(leaderships) == 3
     assert leaderships == sorted(set(leaderships))
