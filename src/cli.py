@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 import redis
+import structlog
 
 from jobledger.domain.errors import DomainError
 from jobledger.domain.json_values import check_reason
@@ -41,6 +43,8 @@ from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import migrate
+
+log = structlog.get_logger(__name__)
 
 EXIT_USER_ERROR = 2
 MAX_PREVIEW = 1000
@@ -160,10 +164,36 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
+    if command == "queue" and not settings.redis_url:
+        _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings) as container:
         if command in _ROLES:
             _preflight(container)
         return _run_with(args, container)
+
+
+def _refuse_embedded_queue(action: str) -> None:
+    """Without Redis the queue lives in the memory of the process that runs the roles
+    (`jobledger dev`): one built here would be empty, and verifying or rebuilding it would
+    only pretend."""
+    route = (
+        "GET /api/v1/admin/queue/verify"
+        if action == "verify"
+        else ("POST /api/v1/admin/queue/rebuild")
+    )
+    raise SettingsError(
+        f"queue {action}: without {PREFIX}REDIS_URL the queue lives in memory in the running"
+        f" `jobledger dev` process, not in this data folder; use its admin API ({route}),"
+        f" or run against PostgreSQL and Redis ({PREFIX}DATABASE_URL, {PREFIX}REDIS_URL)"
+    )
+
+
+def _operator() -> str:
+    """Who runs a CLI command, for the log: the login name of this process's user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 # The commands that run until stopped, and seed: they check every setting at start.
@@ -271,8 +301,10 @@ def _dead_letters(args: argparse.Namespace, container: Container) -> int:
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:
     projection = container.projector().queue
+    by = _operator()
+    log.info("queue.rebuild_requested", requested_by=by, full=full, via="cli")
     bar = ProgressBar("rebuilding queue")
-    report = projection.rebuild(full=full, progress=bar)
+    report = projection.rebuild(full=full, progress=bar, requested_by=by)
     bar.finish()
     print(
         f"queue rebuilt from the {report.source}: {report.items:,} open executions, "

@@ -14,7 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from jobledger.api.common import Limit, Since, Until, aware, state_of
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL, EventOut, EventPage, event_out
-from jobledger.api.security import ADMIN, OPEN, VIEWER
+from jobledger.api.security import ADMIN, OPEN, VIEWER, actor
 from jobledger.api.state import ApiState, TaskStatus
 from jobledger.projections import read_queries
 from jobledger.projections.queue import Depths
@@ -161,8 +161,11 @@ class SystemController(Controller):
         state = state_of(request)
         if not state.start_task(state.rebuild, state.now()):
             raise ApiError(409, "a queue rebuild is already running", fix="wait for it to end")
+        # Asked for, not lost: a distinct event, so the alert on queue.lost stays quiet.
+        by = actor(request)
+        log.info("queue.rebuild_requested", requested_by=by, full=full, via="api")
         threading.Thread(
-            target=_rebuild, args=(state, full), name="queue-rebuild", daemon=True
+            target=_rebuild, args=(state, full, by), name="queue-rebuild", daemon=True
         ).start()
         return state.rebuild
 
@@ -243,19 +246,19 @@ def _wanted(
     )
 
 
-def _rebuild(state: ApiState, full: bool) -> None:  # noqa: FBT001 (a thread target)
+def _rebuild(state: ApiState, full: bool, by: str) -> None:  # noqa: FBT001 (a thread target)
     status = state.rebuild
 
     def progress(done: int, total: int) -> None:
         status.done, status.total = done, total
 
     try:
-        report = state.container.projector().queue.rebuild(full=full, progress=progress)
+        projection = state.container.projector().queue
+        report = projection.rebuild(full=full, progress=progress, requested_by=by)
         status.message = f"{report.items} open executions from the {report.source}"
-        status.state = "done"
-        log.info("api.queue_rebuilt", items=report.items, source=report.source)
+        status.state = "done"  # the projection logged queue.rebuilt, naming who asked
     except Exception as error:
         status.state, status.message = "failed", f"{type(error).__name__}: {error}"
-        log.exception("api.queue_rebuild_failed")
+        log.exception("queue.rebuild_failed", requested_by=by)
     finally:
         status.finished_at = state.now()

@@ -251,6 +251,13 @@ class Execution(Aggregate):
     def attempts_in_budget(self) -> int:
         return self.attempts_used - self.budget_start
 
+    @property
+    def last_attempt(self) -> int:
+        """The number of the last attempt the current budget allows. Attempts are
+        numbered over the execution's whole life, so after a requeue this is the
+        attempts used before it plus a fresh budget, not the retry policy's count."""
+        return self.budget_start + self.spec.retry.max_attempts
+
     # ---- invariants -----------------------------------------------------------------
 
     def _check_status(self, expected: ExecutionStatus, *, action: str) -> None:
@@ -269,6 +276,8 @@ class Execution(Aggregate):
         if self.attempts_in_budget >= self.spec.retry.max_attempts:
             raise InvalidTransitionError(
                 f"execution {self.id} has used all {self.spec.retry.max_attempts} attempts"
+                f" of its budget (attempt {self.last_attempt} was the last);"
+                " requeue it from the dead-letter queue for a fresh budget"
             )
 
     def _check_current_lease(self, lease_id: uuid.UUID) -> None:

@@ -2,10 +2,11 @@
 
 Occurrences at or before ``now`` are due. Those later than the misfire grace are late
 (the scheduler was down or behind): the job's misfire policy decides which of them
-still fire; the rest are recorded as missed. Occurrences within the grace fire, unless
-the overlap policy says an earlier run is still open. Every decision becomes an event
-on the job, in the order of the occurrences, so the history says why a run did not
-happen.
+may still fire; the rest are recorded as missed. Every fire, a late one as much as an
+on-time one, then goes through the overlap policy, which skips it while an earlier run
+(open before, or fired earlier in the same plan) is still open. Every decision becomes
+an event on the job, in the order of the occurrences, so the history says why a run did
+not happen.
 """
 
 from dataclasses import dataclass
@@ -56,19 +57,17 @@ def plan_due(
     grace: timedelta = DEFAULT_GRACE,
     limit: int = DEFAULT_SCAN_LIMIT,
 ) -> list[Fire | Miss]:
-    """The steps, in occurrence order, that bring the job up to ``now``."""
+    """The steps, in occurrence order, that bring the job up to ``now``.
+
+    The misfire policy picks which late occurrences may still fire; every fire, late or
+    on time, then passes the same overlap decision, which counts the fires planned
+    before it as open runs.
+    """
     occurrences = due_occurrences(job, now, limit=limit)
     late = [o for o in occurrences if now - o > grace]
-    steps = _late_steps(job, late)
-    pending, running = open_runs.pending, open_runs.running
-    for occurrence in occurrences[len(late) :]:
-        if _overlap_allows(job.definition.overlap, pending, running):
-            steps.append(Fire(occurrence))
-            pending += 1
-        else:
-            missed = MissedFires(first=occurrence, last=occurrence, count=1)
-            steps.append(Miss(missed, MissReason.OVERLAP, job.definition.overlap))
-    return _merge_misses(steps)
+    candidates = [*_late_steps(job, late), *(Fire(o) for o in occurrences[len(late) :])]
+    gate = _OverlapGate(job.definition.overlap, open_runs.pending, open_runs.running)
+    return _merge_misses([gate.decide(step) for step in candidates])
 
 
 def carry_out(
@@ -98,6 +97,22 @@ def _late_steps(job: Job, late: list[datetime]) -> list[Fire | Miss]:
         else Miss(MissedFires(first=o, last=o, count=1), MissReason.DOWNTIME, policy)
         for o in late
     ]
+
+
+class _OverlapGate:
+    """The overlap policy over a plan: each admitted fire adds a pending run."""
+
+    def __init__(self, policy: OverlapPolicy, pending: int, running: int) -> None:
+        self.policy, self.pending, self.running = policy, pending, running
+
+    def decide(self, step: Fire | Miss) -> Fire | Miss:
+        if isinstance(step, Miss):
+            return step
+        if _overlap_allows(self.policy, self.pending, self.running):
+            self.pending += 1
+            return step
+        missed = MissedFires(first=step.scheduled_for, last=step.scheduled_for, count=1)
+        return Miss(missed, MissReason.OVERLAP, self.policy)
 
 
 def _overlap_allows(policy: OverlapPolicy, pending: int, running: int) -> bool:

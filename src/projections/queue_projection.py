@@ -10,6 +10,7 @@ with open executions), else by replaying the whole log.
 import contextlib
 import functools
 import itertools
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ Progress = Callable[[int, int], None]  # (done, total)
 _TOPICS = tuple(sorted(EXECUTION_TOPICS))
 # Events per page of a full replay: fewer, larger queries than the following pages.
 REPLAY_PAGE = 10_000
+# How long a follower waits for another process's rebuild to finish loading before it
+# follows the queue as it is (the loader may have died; replaying from 0 repairs it).
+REBUILD_WAIT = 120.0
 
 
 def _no_progress(_done: int, _total: int) -> None:
@@ -154,6 +158,7 @@ class QueueProjection:
         self.epoch: str | None = None
         self.position = 0
         self.rebuilds = 0
+        self._loading_since: float | None = None  # another process's rebuild, awaited
 
     def step(self) -> bool:
         """Apply the next page; True if there was work (or a rebuild) to do."""
@@ -166,9 +171,7 @@ class QueueProjection:
             self.backend.apply(changes, epoch=epoch)
             self.backend.write_position(position, epoch=epoch)
         except QueueLostError:
-            log.warning("queue.lost", position=self.position, epoch=self.epoch)
-            self.epoch = None
-            return True
+            return self._lost_or_replaced(epoch, self.backend.read_meta())
         self.position = position
         return True
 
@@ -178,9 +181,37 @@ class QueueProjection:
         meta = self.backend.read_meta()
         if meta is not None and meta.epoch == epoch:
             return False
-        log.warning("queue.lost", position=self.position, epoch=epoch)
+        return self._lost_or_replaced(epoch, meta)
+
+    def _lost_or_replaced(self, epoch: str, meta: QueueMeta | None) -> bool:
+        """Our epoch is gone: ``start`` resumes from the backend's meta, or rebuilds;
+        returns whether to step again at once.
+
+        Meta of this log under another epoch means another process rebuilt the queue
+        (an operator asked for it): that is followed, not alerted on as a loss. While
+        that process is still loading (its position is 0), applying events would race
+        its unguarded load, so the follower waits for it, up to ``REBUILD_WAIT``."""
+        self.fold.forget()  # it folded a page that was not applied
+        if meta is None or meta.store_id != self.store_id:
+            log.warning("queue.lost", position=self.position, epoch=epoch)
+        elif self._still_loading(meta):
+            return False
+        else:
+            log.info(
+                "queue.rebuild_followed", epoch=meta.epoch, position=meta.position, previous=epoch
+            )
+        self._loading_since = None
         self.epoch = None
         return True
+
+    def _still_loading(self, meta: QueueMeta) -> bool:
+        if meta.position > 0 or self.reader.head() == 0:
+            return False
+        now = time.monotonic()
+        if self._loading_since is None:
+            self._loading_since = now
+            log.info("queue.rebuild_awaited", epoch=meta.epoch)
+        return now - self._loading_since < REBUILD_WAIT
 
     def start(self) -> str:
         """Resume from the backend's meta, or rebuild if it has none for this log."""
@@ -197,8 +228,16 @@ class QueueProjection:
             self.fold.forget()
         return str(self.epoch)
 
-    def rebuild(self, *, full: bool = False, progress: Progress = _no_progress) -> RebuildReport:
-        """Start the backend over: from the checkpoint, or (``full``) from the whole log."""
+    def rebuild(
+        self,
+        *,
+        full: bool = False,
+        progress: Progress = _no_progress,
+        requested_by: str | None = None,
+    ) -> RebuildReport:
+        """Start the backend over: from the checkpoint, or (``full``) from the whole log.
+        ``requested_by`` names who asked (an operator); None when the projection
+        rebuilds by itself because the backend lost its data."""
         self.rebuilds += 1
         self.fold.forget()
         epoch = uuid.uuid4().hex
@@ -209,6 +248,7 @@ class QueueProjection:
         self.epoch, self.position = epoch, report.position
         log.info(
             "queue.rebuilt",
+            requested_by=requested_by,
             source=report.source,
             items=report.items,
             position=report.position,

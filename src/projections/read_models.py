@@ -21,7 +21,10 @@ A page is folded in memory: the rows it touches are read once, every event is
 applied to them in log order, and each changed row is written once (``executemany``).
 
 Definitions of the derived fields: ``attempt`` is the attempt an execution is on (as
-in the queue); ``started_at`` is the start of its first attempt and ``lateness_ms``
+in the queue), counted over its whole life; ``max_attempts`` the number of the last
+attempt its current budget allows (a requeue from the dead-letter queue grants a fresh
+budget of ``attempt_budget`` attempts after those used, so it reads "attempt 3 of 4",
+never "3 of 2"); ``started_at`` is the start of its first attempt and ``lateness_ms``
 that start minus ``scheduled_for`` (for runs outside the schedule, minus the enqueue
 time); ``finished_at`` is when it last reached a terminal status; ``duration_ms`` is
 that of its latest finished attempt (the handler's own measure for a completion, the
@@ -86,7 +89,7 @@ EXECUTION_COLUMNS = (
     "id", "job_id", "handler", "queue", "priority", "trigger", "status", "attempt",
     "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
     "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
-    "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version",
+    "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
@@ -332,6 +335,7 @@ def _enqueued_row(event: Execution.Enqueued) -> Row:
         "status": ExecutionStatus.PENDING.value,
         "attempt": event.attempt,
         "max_attempts": spec.retry.max_attempts,
+        "attempt_budget": spec.retry.max_attempts,
         "scheduled_for_ms": _ms(event.scheduled_for),
         "enqueued_at_ms": to_ms(event.timestamp),
         "ready_at_ms": to_ms(event.ready_at),
@@ -531,9 +535,15 @@ def _deferred(fold: _Fold, row: Row, event: Execution.Deferred) -> None:
 
 
 def _requeued(_fold: _Fold, row: Row, event: Execution.Requeued) -> None:
+    # A fresh budget starts after the attempts used so far (as the aggregate counts
+    # them). Rows folded before the budget column existed never had their
+    # max_attempts moved, so it still is the budget there.
+    budget = row["attempt_budget"] or row["max_attempts"]
     row.update(
         status=ExecutionStatus.PENDING.value,
         attempt=row["attempt"] + 1,
+        max_attempts=row["attempt"] + budget,
+        attempt_budget=budget,
         ready_at_ms=to_ms(event.ready_at),
         finished_at_ms=None,
         closed_by=event.by,

@@ -31,7 +31,8 @@ Two global keys sit outside any queue's slot and are only touched by single comm
 
 The scheduler's leader election keeps two keys in a slot of their own:
 ``jl:{leader}:lock`` (string: the leader's token, with the lease ttl) and
-``jl:{leader}:epoch`` (counter: raised by every new leader).
+``jl:{leader}:epoch`` (string: the epoch the leader announced; the counter itself is
+in the event store, which does not lose it).
 
 Workers report themselves in ``jl:{workers}:info`` (hash: worker id -> JSON) and
 ``jl:{workers}:seen`` (zset: worker id by last heartbeat).
@@ -136,7 +137,7 @@ class Keys:
 
     @property
     def leader_epoch(self) -> str:
-        """A counter raised by every new leader (same slot as the lock, for one script)."""
+        """The epoch the leader announced (same slot as the lock, for one script)."""
         return f"{self.prefix}:{{leader}}:epoch"
 
     @property

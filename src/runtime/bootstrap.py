@@ -29,6 +29,7 @@ from jobledger.runtime.leader import (
     LeaderTiming,
     LocalLeadership,
     RedisLeadership,
+    StoredEpochs,
     current_leader,
 )
 from jobledger.runtime.metrics import Metrics
@@ -63,9 +64,12 @@ class Container:
         return LogReader(self.ledger, self.settings.projection_page_size)
 
     def leadership(self) -> Leadership:
-        """Redis election when Redis is configured; the embedded mode always leads."""
+        """Redis election when Redis is configured; the embedded mode always leads.
+        Epochs come from the store either way (ADR 9)."""
+        epochs = StoredEpochs(self.database)
+        epochs.check()
         if self._redis is None:
-            return LocalLeadership()
+            return LocalLeadership(epochs)
         settings = self.settings
         timing = LeaderTiming(
             ttl=settings.leader_ttl_ms / 1000,
@@ -76,6 +80,7 @@ class Container:
         return RedisLeadership(
             self._redis,
             Keys(settings.redis_prefix),
+            epochs,
             timing=timing,
             name=f"{socket.gethostname()}-{os.getpid()}",
         )
@@ -163,7 +168,8 @@ class Container:
     def leader_status(self) -> tuple[str | None, int]:
         """(the leading scheduler's token or None, the leader epoch)."""
         if self._redis is None:
-            return ("embedded", 0)
+            # The embedded process leads under the latest epoch it took from the store.
+            return ("embedded", StoredEpochs(self.database).latest_epoch())
         return current_leader(self._redis, Keys(self.settings.redis_prefix))
 
     def breakers(self) -> Breakers:

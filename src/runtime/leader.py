@@ -2,8 +2,11 @@
 
 The lock is a Redis key set with NX and a ttl, holding a random token; the leader
 renews it every ttl/3 with a compare-and-set script and releases it with a
-compare-and-delete. Each new leader raises an epoch counter in the same script, and
-the epoch goes into every ``JobFired``.
+compare-and-delete. Each new leader then takes the next epoch from a counter in the
+event store's database (``StoredEpochs``), never from Redis: Redis may lose its data
+and a counter kept there would start over, while epochs in the log must only grow.
+The epoch goes into every ``JobFired``. A leader that finds a later epoch taken steps
+down at its next tick: another scheduler was elected (after Redis lost the lock).
 
 The lock alone cannot stop a leader that was paused past its ttl, so the leader also
 keeps a deadline on its own monotonic clock (the start of its last successful renewal
@@ -21,11 +24,65 @@ from typing import Protocol
 import redis
 import structlog
 
+from jobledger.projections.database import Database
 from jobledger.projections.redis_keys import Keys
+from jobledger.runtime.errors import StoreNotMigratedError
 
 log = structlog.get_logger(__name__)
 
 Clock = Callable[[], float]
+
+_EPOCH_TABLE = "jobledger_leader_epoch"
+
+
+class EpochSource(Protocol):
+    """Hands out leader epochs that never repeat and never go backwards."""
+
+    def next_epoch(self, above: int = 0) -> int:
+        """The next epoch, and above ``above`` (an epoch seen elsewhere) too."""
+        ...
+
+    def latest_epoch(self) -> int: ...
+
+
+class StoredEpochs:
+    """The epoch counter in the event store's database (migration 0007): as durable as
+    the log, so the epochs recorded in it only grow, whatever Redis loses."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def check(self) -> None:
+        """Raise ``StoreNotMigratedError`` if the store has no epoch counter yet."""
+        try:
+            self.latest_epoch()
+        except Exception as error:
+            if _EPOCH_TABLE in str(error):
+                raise StoreNotMigratedError from None
+            raise
+
+    def next_epoch(self, above: int = 0) -> int:
+        with self._database.transaction() as cursor:
+            cursor.execute(
+                f"UPDATE {_EPOCH_TABLE} "  # noqa: S608 (a constant name)
+                "SET epoch = CASE WHEN epoch > ? THEN epoch ELSE ? END + 1 RETURNING epoch",
+                (above, above),
+            )
+            row = cursor.fetchone()
+        return _epoch_of(row)
+
+    def latest_epoch(self) -> int:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(f"SELECT epoch FROM {_EPOCH_TABLE}")  # noqa: S608 (a constant name)
+            row = cursor.fetchone()
+        return _epoch_of(row)
+
+
+def _epoch_of(row: tuple[object, ...] | None) -> int:
+    if row is None:
+        # The migration inserts the row; without it no epoch can be trusted.
+        raise StoreNotMigratedError
+    return int(str(row[0]))
 
 
 class Leadership(Protocol):
@@ -47,13 +104,25 @@ class Leadership(Protocol):
 
 
 class LocalLeadership:
-    """The embedded mode: one process, always the leader."""
+    """The embedded mode: one process, always the leader. It takes one epoch from the
+    store when it starts leading, so every run of ``jobledger dev`` on a data folder
+    fires under a higher epoch than the one before."""
 
-    epoch = 1
     changes = 0
 
+    def __init__(self, epochs: EpochSource | None = None) -> None:
+        self._take: Callable[[], int] = epochs.next_epoch if epochs else lambda: 1
+        self._epoch: int | None = None
+
+    @property
+    def epoch(self) -> int:
+        if self._epoch is None:
+            self._epoch = self._take()
+            log.info("leader.elected", scheduler_id="embedded", leader_epoch=self._epoch)
+        return self._epoch
+
     def tick(self) -> None:
-        return None
+        _ = self.epoch  # taken before the first fire, so the log line comes first
 
     def is_leader(self) -> bool:
         return True
@@ -72,12 +141,13 @@ class LeaderTiming:
 
 
 class RedisLeadership:
-    """Leader election on one Redis key; see the module docstring."""
+    """Leader election on one Redis key, epochs from the store; see the module docstring."""
 
     def __init__(
         self,
         client: redis.Redis,
         keys: Keys,
+        epochs: EpochSource,
         *,
         timing: LeaderTiming = LeaderTiming(),
         clock: Clock = time.monotonic,
@@ -85,6 +155,7 @@ class RedisLeadership:
     ) -> None:
         self._client = client
         self._keys = keys
+        self._epochs = epochs
         self._timing = timing
         self._clock = clock
         self.token = f"{name}-{secrets.token_hex(8)}"
@@ -94,6 +165,7 @@ class RedisLeadership:
         self._next_attempt = 0.0
         self.changes = 0  # leadership gained or lost: a metric
         self._acquire = _script(client, "leader_acquire")
+        self._publish = _script(client, "leader_publish")
         self._renew = _script(client, "leader_renew")
         self._release = _script(client, "leader_release")
 
@@ -108,6 +180,9 @@ class RedisLeadership:
         now = self._clock()
         if self._leading and now >= self._deadline:
             self._step_down("deadline passed without a renewal")
+        if self._leading and self._superseded():
+            self._step_down("a later epoch was taken by another scheduler")
+            self._next_attempt = now  # stand by at once: the lock is free or the other's
         if now < self._next_attempt:
             return
         try:
@@ -125,21 +200,51 @@ class RedisLeadership:
             self._release(keys=[self._keys.leader], args=[self.token])
             self._step_down("released")
 
+    def _superseded(self) -> bool:
+        """Whether a later leader took an epoch: Redis lost our lock and another
+        scheduler won it. Checked every tick, so both act for one tick at most."""
+        try:
+            return self._epochs.latest_epoch() > self._epoch
+        except Exception:  # noqa: BLE001 (an unreachable store is not a later leader; the deadline still holds)
+            return False
+
     def _try_acquire(self, started: float) -> None:
         ttl_ms = int(self._timing.ttl * 1000)
-        epoch = int(
-            self._acquire(
-                keys=[self._keys.leader, self._keys.leader_epoch], args=[self.token, ttl_ms]
+        keys = [self._keys.leader, self._keys.leader_epoch]
+        seen = int(self._acquire(keys=keys, args=[self.token, ttl_ms]))
+        if seen < 0:
+            self._next_attempt = started + self._timing.poll
+            return
+        epoch = self._take_epoch(seen)
+        if epoch is None or not self._announce(epoch):
+            self._next_attempt = started + self._timing.poll
+            return
+        self._leading, self._epoch = True, epoch
+        self._deadline = started + self._timing.ttl
+        self._next_attempt = started + self._timing.renew_every
+        self.changes += 1
+        log.info("leader.elected", scheduler_id=self.token, leader_epoch=epoch)
+
+    def _take_epoch(self, seen: int) -> int | None:
+        """The next epoch from the store, above ``seen`` (the latest Redis knows of: a
+        scheduler of an older release counted there); without one, hand the lock back:
+        a leader must never fire under an epoch that could repeat."""
+        try:
+            return self._epochs.next_epoch(seen)
+        except Exception as error:  # noqa: BLE001 (whatever the store says, do not lead)
+            self._release(keys=[self._keys.leader], args=[self.token])
+            log.warning("leader.epoch_unavailable", scheduler_id=self.token, error=str(error))
+            return None
+
+    def _announce(self, epoch: int) -> bool:
+        """Show the epoch beside the lock (for status pages) if the lock is still ours."""
+        return bool(
+            int(
+                self._publish(
+                    keys=[self._keys.leader, self._keys.leader_epoch], args=[self.token, epoch]
+                )
             )
         )
-        if epoch:
-            self._leading, self._epoch = True, epoch
-            self._deadline = started + self._timing.ttl
-            self._next_attempt = started + self._timing.renew_every
-            self.changes += 1
-            log.info("leader.elected", scheduler_id=self.token, leader_epoch=epoch)
-        else:
-            self._next_attempt = started + self._timing.poll
 
     def _try_renew(self, started: float) -> None:
         ttl_ms = int(self._timing.ttl * 1000)
@@ -171,7 +276,8 @@ def _script(client: redis.Redis, name: str) -> redis.commands.core.Script:
 
 
 def current_leader(client: redis.Redis, keys: Keys) -> tuple[str | None, int]:
-    """(the token of the scheduler that holds the lock, or None; the latest epoch)."""
+    """(the token of the scheduler that holds the lock, or None; the epoch its leader
+    announced, 0 if none since Redis last lost its data)."""
     token, epoch = client.mget([keys.leader, keys.leader_epoch])
     if isinstance(token, bytes):
         token = token.decode()

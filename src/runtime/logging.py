@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 import structlog
 
+from jobledger.runtime.progress import end_progress_line
 from jobledger.runtime.settings import Settings, mask_url
 
 _SECRET_KEYS = frozenset({"password", "token", "secret", "authorization", "cookie"})
@@ -72,6 +73,7 @@ def configure_logging(settings: Settings) -> None:
     standard library's records (uvicorn, drivers) go out in the same format."""
     level = logging.getLevelNamesMapping().get(settings.log_level.upper(), logging.INFO)
     stamps: list[structlog.typing.Processor] = [
+        end_progress_line,  # an entry never continues a progress bar's open line
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -152,3 +152,23 @@ def test_a_bad_shell_allowlist_stops_the_worker_in_one_line(
     assert result.returncode == 2
     assert "JOBLEDGER_SHELL_COMMANDS" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("action", "route"),
+    [("verify", "GET /api/v1/admin/queue/verify"), ("rebuild", "POST /api/v1/admin/queue/rebuild")],
+)
+def test_queue_commands_on_an_embedded_data_folder_point_to_the_dev_process(
+    tmp_path: Path, jobledger_cli: "JobledgerCli", action: str, route: str
+) -> None:
+    """If `queue verify` or `queue rebuild` runs against an embedded data folder, then it
+    says in one line that the queue lives in the `jobledger dev` process, names the admin
+    route to use instead, and exits 2 without reporting a lost queue or a difference."""
+    assert jobledger_cli.run("--data-dir", str(tmp_path), "migrate").returncode == 0
+    result = jobledger_cli.run("--data-dir", str(tmp_path), "queue", action)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert "jobledger dev" in line
+    assert route in line
+    assert "JOBLEDGER_REDIS_URL" in line

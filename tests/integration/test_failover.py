@@ -1,5 +1,8 @@
 """Scheduler fail-over with real processes: kill -9 and SIGSTOP of the leader."""
 
+import contextlib
+import functools
+import json
 import os
 import signal
 import subprocess
@@ -9,6 +12,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +41,8 @@ def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
         yield built
 
 
-def start_scheduler(container: Container) -> subprocess.Popen[bytes]:
+def start_scheduler(container: Container, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """A `jobledger scheduler` process; its log goes to ``log`` if given (JSON lines)."""
     settings = container.settings
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
     environ |= {
@@ -50,12 +55,14 @@ def start_scheduler(container: Container) -> subprocess.Popen[bytes]:
         "JOBLEDGER_LEADER_POLL_MS": "100",
         "JOBLEDGER_SCHEDULER_TICK_MS": "20",
     }
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobledger.cli", "scheduler"],
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log else subprocess.DEVNULL
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobledger.cli", "scheduler"],
+            env=environ,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
 
 
 def one_shots(container: Container, start: datetime, count: int, step: float) -> list[Job]:
@@ -164,3 +171,42 @@ def test_a_paused_leader_steps_down_without_firing(container: Container) -> None
         e for e in recorded if vars(e)["leader_epoch"] == old_epoch and e.timestamp > resumed_at
     ]
     assert late_by_old == []
+
+
+def fired_at_least(container: Container, count: int) -> bool:
+    return len(fires(container)) >= count
+
+
+def elected_epochs(logs: list[Path]) -> list[int]:
+    """The epoch of every leadership the scheduler processes logged."""
+    entries = (json.loads(line) for log in logs for line in log.read_text().splitlines())
+    return [e["leader_epoch"] for e in entries if e.get("event") == "leader.elected"]
+
+
+def test_epochs_only_grow_when_redis_is_flushed_under_running_schedulers(
+    container: Container, tmp_path: Path
+) -> None:
+    """If Redis is flushed twice while two scheduler processes fire, then every
+    occurrence fires once, the epochs of the fires only grow in log order, and no two
+    leaderships share an epoch."""
+    start = datetime.now(tz=UTC) + timedelta(seconds=2)
+    jobs = one_shots(container, start, count=24, step=0.25)
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    processes = [start_scheduler(container, log) for log in logs]
+    client = redis.Redis.from_url(container.settings.redis_url)
+    try:
+        for count in (6, 14):
+            wait_for(functools.partial(fired_at_least, container, count), 20)
+            client.flushall()
+        wait_for(lambda: len(fires(container)) >= len(jobs), 30)
+    finally:
+        client.close()
+        stop_all(processes)
+    recorded = fires(container)
+    assert Counter(e.originator_id for e in recorded) == Counter({j.id: 1 for j in jobs})
+    epochs = [vars(e)["leader_epoch"] for e in recorded]
+    assert epochs == sorted(epochs)
+    elected = elected_epochs(logs)
+    assert len(elected) >= 3  # the first leader, and one after each flush
+    assert len(set(elected)) == len(elected)
+    assert set(epochs) <= set(elected)

@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import redis
+import structlog
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.projections.queue import QueueState
+from jobledger.projections.queue import QueueMeta, QueueState
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.settings import load_settings
@@ -206,6 +207,15 @@ def test_cli_rebuild_and_verify(container: Container) -> None:
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "open executions" in rebuilt.stdout
     assert "rebuilding queue" in rebuilt.stderr  # the progress bar
+    # Asked for, not lost; and no log line glued to the bar's line.
+    logged = [line for line in rebuilt.stderr.splitlines() if "queue." in line]
+    assert [("queue.rebuild_requested" in x, "queue.rebuilt" in x) for x in logged] == [
+        (True, False),
+        (False, True),
+    ]
+    assert all("rebuilding queue" not in line for line in logged)
+    assert "requested_by" in logged[1]
+    assert "queue.lost" not in rebuilt.stderr
     assert run_cli(container, "queue", "verify").returncode == 0
     victim = next(iter(container.queue.items("default")))
     container.queue.lease(
@@ -217,6 +227,38 @@ def test_cli_rebuild_and_verify(container: Container) -> None:
     assert run_cli(container, "queue", "rebuild", "--full").returncode == 0
     assert run_cli(container, "queue", "verify").returncode == 0
     assert victim.execution_id in open_ids(container)
+
+
+def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
+    container: Container,
+) -> None:
+    """If another process rebuilds the queue while a follower runs, then the follower
+    waits while that rebuild is still loading (it would race the load), follows the
+    rebuilt queue once it is done, and never reports the queue lost or rebuilds it."""
+    executions, _ = mixed_executions(300)
+    save_in_batches(container.ledger, executions[:200])
+    follower = container.projector().queue
+    while follower.step():
+        pass
+    first_epoch = follower.epoch
+    with structlog.testing.capture_logs() as logs:
+        # The other process has reset the queue and is loading it (position 0).
+        container.queue.reset(QueueMeta(store_id=container.store_id, epoch="loading", position=0))
+        save_in_batches(container.ledger, executions[200:])
+        assert follower.step() is False
+        assert follower.epoch == first_epoch
+        report = container.projector().queue.rebuild(full=True, requested_by="operator")
+        assert follower.step() is True
+        while follower.step():
+            pass
+    events = [e["event"] for e in logs]
+    assert "queue.rebuild_awaited" in events
+    assert "queue.rebuild_followed" in events
+    assert "queue.lost" not in events
+    assert follower.rebuilds == 1  # its own first build only
+    assert follower.epoch not in {first_epoch, "loading"}
+    assert follower.position >= report.position
+    assert verify_queue(container.reader(), container.queue) == []
 
 
 def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> None:

@@ -301,6 +301,8 @@ def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
         execution = ledger.get_execution(row.id)
         assert (row.status, row.version) == (execution.status.value, execution.version)
         assert row.last_error == execution.last_error
+        assert row.max_attempts == execution.last_attempt
+        assert row.attempt <= row.max_attempts
     for job_row in rq.list_jobs(database, limit=1000).items:
         job = ledger.get_job(job_row.id)
         status = "deleted" if job.deleted else "paused" if job.paused else "active"
@@ -380,6 +382,38 @@ def test_attempts_and_closing_are_recorded(
     }
     assert (beta.last_execution_id, beta.last_status) == (ids["beta_manual"], "cancelled")
     assert beta.definition["spec"]["queue"] == "hooks"
+
+
+def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If a dead letter with two attempts per budget is requeued, fails twice more and is
+    requeued again, then its row reads attempt 3 of 4, then 4 of 4, then 5 of 6 (never
+    "4 of 2"), like the aggregate, and a rebuild gives the same rows."""
+    story = Story(ledger, clock)
+    models = ReadModels(ledger, database)
+    run = story.adhoc("requeued-twice", retries=1)
+
+    def attempt_of() -> tuple[int, int]:
+        while models.step():
+            pass
+        row = rq.get_execution(database, run)
+        assert row is not None
+        return row.attempt, row.max_attempts
+
+    seen = []
+    for step in ("fail", "fail", "requeue", "fail", "fail", "requeue"):
+        if step == "fail":
+            story.lease(run)
+            story.fail(run, "HTTP 500")
+        else:
+            story.requeue(run)
+        seen.append(attempt_of())
+    assert seen == [(2, 2), (2, 2), (3, 4), (4, 4), (4, 4), (5, 6)]
+    assert_rows_match_aggregates(ledger, database)
+    incremental = dump(database)
+    models.rebuild()
+    assert dump(database) == incremental
 
 
 def test_two_followers_at_once_apply_each_event_once(

@@ -14,13 +14,13 @@ import redis
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
-from jobledger.domain.job import Job
-from jobledger.domain.policies import MisfirePolicy, RetryPolicy
+from jobledger.domain.job import Job, MissReason
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.projections.queue import QueueState
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.leader import LeaderTiming, RedisLeadership
+from jobledger.runtime.leader import LeaderTiming, RedisLeadership, StoredEpochs
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import load_settings
 
@@ -144,6 +144,41 @@ def test_downtime_follows_the_misfire_policy(
     assert containers[0].ledger.get_job(job.id).next_fire_at == T0 + timedelta(minutes=11)
 
 
+def catch_up_checkpoint(container: Container) -> None:
+    projector = container.projector()
+    while projector.checkpoint.step():
+        pass
+
+
+def test_catch_up_fires_follow_the_overlap_policy(containers: list[Container]) -> None:
+    """If a */2 skip_if_running job with fire_all (cap 3) comes back from downtime, then
+    the tick fires one late run, not three; and if a run of it is still open, none."""
+    container = containers[0]
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    idle, busy = (
+        cron_job(
+            container,
+            "*/2 * * * *",
+            misfire=MisfirePolicy.FIRE_ALL,
+            catch_up_cap=3,
+            overlap=OverlapPolicy.SKIP_IF_RUNNING,
+        )
+        for _ in range(2)
+    )
+    container.ledger.trigger_job(busy.id, key="still-running", by="test", at=T0)
+    catch_up_checkpoint(container)
+    report = scheduler.tick(T0 + timedelta(minutes=10, seconds=30))
+    assert report.fired == 1
+    assert [at for job_id, at in fired(container) if job_id == idle.id] == [T0]
+    assert [at for job_id, at in fired(container) if job_id == busy.id] == []
+    for job in (idle, busy):
+        history = list(container.ledger.history(job.id))
+        misses = [vars(e) for e in history if isinstance(e, Job.FiresMissed)]
+        overlap = sum(m["count"] for m in misses if m["reason"] == MissReason.OVERLAP)
+        assert overlap == (3 if job is idle else 4)  # :02 :04 and :10; :00 too if busy
+        assert sum(m["count"] for m in misses) == (5 if job is idle else 6)
+
+
 def local_days(fires: list[tuple[uuid.UUID, datetime]], job: Job) -> Counter[str]:
     return Counter(str(at.astimezone(NEW_YORK).date()) for job_id, at in fires if job_id == job.id)
 
@@ -189,15 +224,18 @@ def test_dst_days_in_new_york(containers: list[Container], day: str) -> None:
     assert local_days(fires, hourly)[day] == expected_hours
 
 
-def test_leadership_moves_on_when_the_leader_stops_renewing(redis_server: str) -> None:
+def test_leadership_moves_on_when_the_leader_stops_renewing(
+    redis_server: str, containers: list[Container]
+) -> None:
     """If the leader stops renewing, then it stops acting at its own deadline, a standby
     takes over with a higher epoch, and the old leader cannot renew the new lock."""
     client = redis.Redis.from_url(redis_server)
     keys = Keys(f"l{uuid.uuid4().hex[:8]}")
     timing = LeaderTiming(ttl=0.4, renew_every=0.1, poll=0.05)
     clock = {"a": 0.0, "b": 0.0}
-    a = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["a"], name="a")
-    b = RedisLeadership(client, keys, timing=timing, clock=lambda: clock["b"], name="b")
+    epochs = StoredEpochs(containers[0].database)
+    a = RedisLeadership(client, keys, epochs, timing=timing, clock=lambda: clock["a"], name="a")
+    b = RedisLeadership(client, keys, epochs, timing=timing, clock=lambda: clock["b"], name="b")
     a.tick()
     b.tick()
     assert a.is_leader()

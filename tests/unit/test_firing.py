@@ -1,11 +1,15 @@
 """Firing a due job: catch-up after downtime and overlap, as pure rules."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
+from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, due_occurrences, plan_due
 from jobledger.domain.job import Job, MissReason
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
@@ -13,20 +17,31 @@ from jobledger.domain.schedules import CronSchedule
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 
 
+def cron_job(
+    schedule: CronSchedule,
+    start: datetime,
+    misfire: MisfirePolicy,
+    overlap: OverlapPolicy,
+    cap: int,
+) -> Job:
+    """A job with ``schedule`` saved half a minute before ``start``."""
+    definition = JobDefinition(
+        name="cron",
+        spec=ExecutionSpec(handler="test.echo"),
+        schedule=schedule,
+        misfire=misfire,
+        catch_up_cap=cap,
+        overlap=overlap,
+    )
+    return Job.schedule(definition, at=start - timedelta(seconds=30), by="t")
+
+
 def every_minute(
     misfire: MisfirePolicy = MisfirePolicy.FIRE_ONCE,
     overlap: OverlapPolicy = OverlapPolicy.ALLOW,
     cap: int = 3,
 ) -> Job:
-    definition = JobDefinition(
-        name="minutely",
-        spec=ExecutionSpec(handler="test.echo"),
-        schedule=CronSchedule("*/1 * * * *"),
-        misfire=misfire,
-        catch_up_cap=cap,
-        overlap=overlap,
-    )
-    return Job.schedule(definition, at=T0 - timedelta(seconds=30), by="t")
+    return cron_job(CronSchedule("*/1 * * * *"), T0, misfire, overlap, cap)
 
 
 def minutes(*offsets: int) -> list[datetime]:
@@ -102,3 +117,151 @@ def test_paused_jobs_have_nothing_due() -> None:
     job = every_minute()
     job.pause(by="op")
     assert plan_due(job, T0 + timedelta(hours=5)) == []
+
+
+# ---- catch-up fires go through the overlap policy ------------------------------------
+
+BERLIN = ZoneInfo("Europe/Berlin")
+# A */2 Berlin job back after downtime: it was due at 14:00..14:08 local (12:00..12:08
+# UTC, summer time); the scheduler looks at 14:08:30, so 14:00..14:06 are late.
+B0 = datetime(2026, 6, 1, 14, 0, tzinfo=BERLIN)
+BACK_AT = B0 + timedelta(minutes=8, seconds=30)
+
+
+def every_two_minutes_in_berlin(
+    misfire: MisfirePolicy, overlap: OverlapPolicy, cap: int = 3
+) -> Job:
+    return cron_job(CronSchedule("*/2 * * * *", "Europe/Berlin"), B0, misfire, overlap, cap)
+
+
+def berlin(*offsets: int) -> list[datetime]:
+    return [B0 + timedelta(minutes=m) for m in offsets]
+
+
+def fired_and_missed(steps: list[Fire | Miss]) -> tuple[list[datetime], list[tuple[Any, ...]]]:
+    fired = [s.scheduled_for for s in steps if isinstance(s, Fire)]
+    missed = [
+        (s.reason, s.missed.first, s.missed.last, s.missed.count)
+        for s in steps
+        if isinstance(s, Miss)
+    ]
+    return fired, missed
+
+
+DOWN, OVER = MissReason.DOWNTIME, MissReason.OVERLAP
+SKIP_IF, QUEUE_ONE, ALLOW = (
+    OverlapPolicy.SKIP_IF_RUNNING,
+    OverlapPolicy.QUEUE_ONE,
+    OverlapPolicy.ALLOW,
+)
+NONE_OPEN, ONE_RUNNING, ONE_PENDING = OpenRuns(), OpenRuns(running=1), OpenRuns(pending=1)
+
+
+@pytest.mark.parametrize(
+    ("misfire", "overlap", "open_runs", "fired", "missed"),
+    [
+        # The reported case: fire_all with a cap of 3 used to fire 14:00, 14:02, 14:04.
+        (
+            MisfirePolicy.FIRE_ALL, SKIP_IF, NONE_OPEN, berlin(0),
+            [(OVER, *berlin(2, 4), 2), (DOWN, *berlin(6, 6), 1), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ALL, SKIP_IF, ONE_RUNNING, [],
+            [(OVER, *berlin(0, 4), 3), (DOWN, *berlin(6, 6), 1), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ALL, QUEUE_ONE, ONE_RUNNING, berlin(0),
+            [(OVER, *berlin(2, 4), 2), (DOWN, *berlin(6, 6), 1), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ALL, QUEUE_ONE, ONE_PENDING, [],
+            [(OVER, *berlin(0, 4), 3), (DOWN, *berlin(6, 6), 1), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ALL, ALLOW, ONE_RUNNING, berlin(0, 2, 4, 8),
+            [(DOWN, *berlin(6, 6), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ONCE, SKIP_IF, NONE_OPEN, berlin(6),
+            [(DOWN, *berlin(0, 4), 3), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ONCE, SKIP_IF, ONE_RUNNING, [],
+            [(DOWN, *berlin(0, 4), 3), (OVER, *berlin(6, 8), 2)],
+        ),
+        (
+            MisfirePolicy.FIRE_ONCE, QUEUE_ONE, ONE_RUNNING, berlin(6),
+            [(DOWN, *berlin(0, 4), 3), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.FIRE_ONCE, ALLOW, ONE_PENDING, berlin(6, 8),
+            [(DOWN, *berlin(0, 4), 3)],
+        ),
+        (
+            MisfirePolicy.SKIP, SKIP_IF, NONE_OPEN, berlin(8),
+            [(DOWN, *berlin(0, 6), 4)],
+        ),
+        (
+            MisfirePolicy.SKIP, SKIP_IF, ONE_RUNNING, [],
+            [(DOWN, *berlin(0, 6), 4), (OVER, *berlin(8, 8), 1)],
+        ),
+        (
+            MisfirePolicy.SKIP, QUEUE_ONE, ONE_PENDING, [],
+            [(DOWN, *berlin(0, 6), 4), (OVER, *berlin(8, 8), 1)],
+        ),
+    ],
+)  # fmt: skip
+def test_late_fires_go_through_the_overlap_policy(
+    misfire: MisfirePolicy,
+    overlap: OverlapPolicy,
+    open_runs: OpenRuns,
+    fired: list[datetime],
+    missed: list[tuple[Any, ...]],
+) -> None:
+    """If a job comes back from downtime, then the misfire policy picks the late
+    occurrences that may fire and each of those, like an on-time one, fires only if the
+    overlap policy admits it (counting the runs fired earlier in the same plan)."""
+    job = every_two_minutes_in_berlin(misfire, overlap)
+    steps = plan_due(job, BACK_AT, open_runs=open_runs)
+    assert fired_and_missed(steps) == (fired, missed)
+    executions = carry_out(job, steps, leader_epoch=1, at=BACK_AT)
+    assert [e.scheduled_for for e in executions] == fired
+    assert job.next_fire_at == B0 + timedelta(minutes=10)
+
+
+@st.composite
+def due_jobs(draw: st.DrawFn) -> tuple[Job, datetime, OpenRuns]:
+    job = every_two_minutes_in_berlin(
+        draw(st.sampled_from(MisfirePolicy)),
+        draw(st.sampled_from(OverlapPolicy)),
+        cap=draw(st.integers(min_value=1, max_value=10)),
+    )
+    now = B0 + timedelta(seconds=draw(st.integers(min_value=0, max_value=3 * 3600)))
+    open_runs = OpenRuns(
+        pending=draw(st.integers(min_value=0, max_value=3)),
+        running=draw(st.integers(min_value=0, max_value=3)),
+    )
+    return job, now, open_runs
+
+
+@given(due_jobs(), st.integers(min_value=1, max_value=300))
+@settings(max_examples=300, deadline=None)
+def test_no_plan_breaks_the_overlap_policy(
+    case: tuple[Job, datetime, OpenRuns], grace_seconds: int
+) -> None:
+    """If any job is planned at any time with any open runs, then a skip_if_running job
+    never gets a second open run, a queue_one job never more than one waiting, and every
+    due occurrence is fired or recorded as missed exactly once."""
+    job, now, open_runs = case
+    due = due_occurrences(job, now)
+    steps = plan_due(job, now, open_runs=open_runs, grace=timedelta(seconds=grace_seconds))
+    fires = sum(isinstance(s, Fire) for s in steps)
+    match job.definition.overlap:
+        case OverlapPolicy.SKIP_IF_RUNNING:
+            assert fires <= (1 if open_runs.pending + open_runs.running == 0 else 0)
+        case OverlapPolicy.QUEUE_ONE:
+            assert fires <= (1 if open_runs.pending == 0 else 0)
+        case OverlapPolicy.ALLOW:
+            pass
+    covered = fires + sum(s.missed.count for s in steps if isinstance(s, Miss))
+    assert covered == len(due)

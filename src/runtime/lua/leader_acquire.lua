@@ -1,7 +1,9 @@
--- Take the lock if it is free and raise the epoch in the same step, so two leaders
--- can never share an epoch. KEYS: lock, epoch. ARGV: token, ttl ms.
--- Returns the new epoch, or 0 if someone else holds the lock.
+-- Take the lock if it is free. The epoch comes from the event store afterwards, never
+-- from Redis, which may lose its data (ADR 9); the epoch Redis last saw is returned so
+-- the store's counter can move past it (schedulers of older releases counted here).
+-- KEYS: lock, epoch. ARGV: token, ttl ms.
+-- Returns that epoch (0 if none) if the lock is ours now, or -1 if someone else holds it.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  return tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
-return 0
+return -1

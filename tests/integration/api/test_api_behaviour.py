@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import structlog
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -232,8 +233,38 @@ def test_dead_letters_are_requeued_and_discarded_with_who(api: "Api") -> None:
     events = viewer.get(f"/api/v1/executions/{poison[0].id}/events").json()
     assert events[-1]["type"] == "ExecutionRequeued"
     assert (events[-1]["data"]["by"], events[-1]["data"]["reason"]) == ("operator", "fixed")
+    # One attempt per budget, one used: the requeued run is on attempt 2 of 2, not 2 of 1.
+    row = f"/api/v1/executions/{poison[0].id}"
+    api.wait_for(lambda: viewer.get(row).json()["execution"]["status"] == "pending")
+    execution = viewer.get(row).json()["execution"]
+    assert (execution["attempt"], execution["max_attempts"]) == (2, 2)
     audit = viewer.get("/api/v1/audit/events", params={"types": "ExecutionDiscarded"}).json()
     assert [e["aggregate_id"] for e in audit["items"]] == [str(other.id)]
+
+
+def test_a_requested_queue_rebuild_is_not_logged_as_a_lost_queue(api: "Api") -> None:
+    """If an admin asks for a queue rebuild while the projector runs, then the log says
+    who asked (queue.rebuild_requested, queue.rebuilt) and the projector follows the new
+    queue (queue.rebuild_followed) instead of reporting it lost and rebuilding again."""
+    admin = api.client(Role.ADMIN)
+    with structlog.testing.capture_logs() as logs:
+        started = admin.post("/api/v1/admin/queue/rebuild")
+        assert started.status_code == 202, started.text
+        api.wait_for(lambda: admin.get("/api/v1/admin/queue/rebuild").json()["state"] == "done")
+        api.wait_for(lambda: any(e["event"] == "queue.rebuild_followed" for e in logs))
+        execution = admin.post("/api/v1/executions", json={"handler": "test.echo"}).json()
+        api.wait_for(
+            lambda: any(
+                i.execution_id == uuid.UUID(execution["id"])
+                for i in api.container.queue.items("default")
+            )
+        )
+    events = {e["event"]: e for e in logs}
+    assert events["queue.rebuild_requested"]["requested_by"] == "admin"
+    assert events["queue.rebuilt"]["requested_by"] == "admin"
+    assert "queue.lost" not in events
+    assert [e["event"] for e in logs].count("queue.rebuilt") == 1
+    assert admin.get("/api/v1/admin/queue/verify").json()["ok"] is True
 
 
 def test_cookie_sessions_need_csrf_and_end_at_logout(api: "Api") -> None:
