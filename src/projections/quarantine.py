@@ -1,0 +1,401 @@
+"""Events a follower cannot apply: isolated, recorded, retried on request.
+
+A follower applies pages of events. When a page fails with an error about one of its
+events (a payload the queue's codec cannot carry, a state that no longer decodes, a
+value a column refuses), the follower applies the page again event by event, records
+the event that fails in ``jobledger_quarantine`` and goes on past it: one bad event
+never stops a projection. Later events of the same stream (the same execution or job)
+are held as well, in the same table: applied on top of a missing event they would
+leave a state no fold of the log can produce. ``retry`` applies a stream's
+quarantined events in log order, in the follower they failed in (ADR "quarantined
+events").
+
+An error that is not about the event (a lost connection, a timeout, a missing table,
+a Redis that refuses writes) is an outage: it is raised, and the follower retries
+the page with back-off as before. Quarantining every event during an outage would
+skip the whole log.
+"""
+
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import psycopg
+import redis
+import structlog
+from eventsourcing import persistence
+
+from jobledger.projections.checkpoint import from_ms, to_ms
+from jobledger.projections.database import Cursor, Database
+from jobledger.projections.errors import ProjectionError, QueueLostError
+from jobledger.projections.log import LogRow, RowPage
+
+log = structlog.get_logger(__name__)
+
+# The followers, by the names their rows, logs and metrics carry.
+QUEUE_FOLLOWER = "queue-projection"
+CHECKPOINT_FOLLOWER = "checkpoint-projection"
+READ_MODELS_FOLLOWER = "read-models"
+JOB_SCHEDULE_FOLLOWER = "job-schedule"
+FOLLOWERS = (QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, READ_MODELS_FOLLOWER, JOB_SCHEDULE_FOLLOWER)
+
+MAX_ERROR_CHARS = 2000
+_NAMED = 5  # events a summary names
+HELD = "held: an earlier event of this stream is quarantined in this follower"
+
+# Errors of the infrastructure, not of an event: retried with back-off, never
+# quarantined. A missing table or privilege (ProgrammingError) would fail every event.
+_OUTAGES: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionError, TimeoutError, socket errors
+    MemoryError,
+    QueueLostError,
+    psycopg.OperationalError,  # lost connections, pool timeouts, deadlocks, shutdowns
+    psycopg.InterfaceError,
+    psycopg.ProgrammingError,
+    persistence.OperationalError,
+    persistence.InterfaceError,
+    persistence.ProgrammingError,
+    redis.ConnectionError,  # includes BusyLoadingError
+    redis.TimeoutError,
+    redis.ReadOnlyError,
+    sqlite3.OperationalError,  # locked, disk full, no such table
+    sqlite3.InterfaceError,
+    sqlite3.ProgrammingError,
+)
+# Redis answers these while it cannot take writes, whatever they hold.
+_REDIS_UNAVAILABLE = ("OOM", "BUSY", "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MISCONF")
+
+
+def is_outage(error: BaseException) -> bool:
+    """True if ``error`` is about a dependency rather than about the event applied."""
+    if isinstance(error, _OUTAGES):
+        return True
+    return isinstance(error, redis.ResponseError) and str(error).startswith(_REDIS_UNAVAILABLE)
+
+
+def describe(error: BaseException) -> str:
+    """The error as stored: its type and message, one line, no NUL, bounded."""
+    text = " ".join(f"{type(error).__name__}: {error}".split()).replace("\x00", "\ufffd")
+    return text[:MAX_ERROR_CHARS]
+
+
+def stream_of(row: LogRow) -> str:
+    return str(row[1])
+
+
+def utc_now() -> datetime:
+    return datetime.now(tz=UTC)
+
+
+class QuarantinedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One event a follower could not apply."""
+
+    id: int
+    follower: str
+    position: int  # the event's notification id in the log
+    originator_id: str
+    originator_version: int
+    topic: str
+    error: str
+    first_seen: datetime
+    last_seen: datetime
+    attempts: int
+
+
+_COLUMNS = (
+    "id, follower, position, originator_id, originator_version, topic, error, "
+    "first_seen_ms, last_seen_ms, attempts"
+)
+_SELECT = f"SELECT {_COLUMNS} FROM jobledger_quarantine"  # noqa: S608 (constant)
+_RECORD = (
+    "INSERT INTO jobledger_quarantine (follower, position, originator_id, originator_version, "
+    "topic, error, first_seen_ms, last_seen_ms, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) "
+    "ON CONFLICT (follower, position) DO UPDATE SET error = excluded.error, "
+    "last_seen_ms = excluded.last_seen_ms, attempts = jobledger_quarantine.attempts + 1"
+)
+
+
+class Quarantine:
+    """The ``jobledger_quarantine`` table (migration 0006), on the event store's
+    database: the projector writes it, the API and the CLI read and retry it."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> None:
+        """Record (or see again) ``row`` as quarantined in ``follower``."""
+        position, originator_id, version, topic, _state = row
+        ms = to_ms(at)
+        values = (follower, position, str(originator_id), version, topic, error, ms, ms)
+        with self._database.transaction() as cursor:
+            cursor.execute(_RECORD, values)
+
+    def held(self, follower: str) -> set[str]:
+        """The streams with a quarantined event in ``follower``."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(
+                "SELECT DISTINCT originator_id FROM jobledger_quarantine WHERE follower = ?",
+                (follower,),
+            )
+            rows = _fetch_all(cursor)
+        return {str(row[0]) for row in rows}
+
+    def events(self, *, follower: str | None = None) -> list[QuarantinedEvent]:
+        """Every quarantined event (of ``follower``), in log order."""
+        where, params = (" WHERE follower = ?", (follower,)) if follower else ("", ())
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(f"{_SELECT}{where} ORDER BY position, follower", params)
+            found = _fetch_all(cursor)
+        return [_event(row) for row in found]
+
+    def counts(self) -> dict[str, int]:
+        """Quarantined events per follower (every follower named, zeros too)."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute("SELECT follower, count(*) FROM jobledger_quarantine GROUP BY follower")
+            rows = _fetch_all(cursor)
+        return dict.fromkeys(FOLLOWERS, 0) | {str(f): int(n) for f, n in rows}
+
+    def count(self) -> int:
+        return sum(self.counts().values())
+
+    def remove(self, event_id: int) -> None:
+        with self._database.transaction() as cursor:
+            cursor.execute("DELETE FROM jobledger_quarantine WHERE id = ?", (event_id,))
+
+    def failed_again(self, event_id: int, error: str, *, at: datetime) -> None:
+        with self._database.transaction() as cursor:
+            cursor.execute(
+                "UPDATE jobledger_quarantine SET error = ?, last_seen_ms = ?, "
+                "attempts = attempts + 1 WHERE id = ?",
+                (error, to_ms(at), event_id),
+            )
+
+
+def _fetch_all(cursor: Cursor) -> list[Any]:
+    rows: list[Any] = []
+    while batch := cursor.fetchmany(1000):
+        rows += batch
+    return rows
+
+
+def _event(row: Sequence[object]) -> QuarantinedEvent:
+    values = dict(zip(_COLUMNS.split(", "), row, strict=True))
+    return QuarantinedEvent(
+        id=int(str(values["id"])),
+        follower=str(values["follower"]),
+        position=int(str(values["position"])),
+        originator_id=str(values["originator_id"]),
+        originator_version=int(str(values["originator_version"])),
+        topic=str(values["topic"]),
+        error=str(values["error"]),
+        first_seen=from_ms(int(str(values["first_seen_ms"]))),
+        last_seen=from_ms(int(str(values["last_seen_ms"]))),
+        attempts=int(str(values["attempts"])),
+    )
+
+
+# Applies ``rows`` (possibly none) and moves the follower from ``start`` to
+# ``position``; False if another process had moved it first (nothing applied).
+ApplyRows = Callable[[Sequence[LogRow], int, int], bool]
+
+
+@dataclass
+class Isolation:
+    """Isolates the events one follower cannot apply.
+
+    Without a table (``quarantine`` None) or with ``persist`` off, what it isolates is
+    only kept in ``isolated`` (a verify, a dry fold); with one, every isolated event is
+    recorded before the follower moves past it, so a crash in between loses nothing.
+    """
+
+    follower: str
+    quarantine: Quarantine | None = None
+    persist: bool = True
+    counted: Callable[[str], None] = lambda _follower: None
+    now: Callable[[], datetime] = utc_now
+    isolated: list[tuple[LogRow, str]] = field(default_factory=list)
+    _held: set[str] = field(default_factory=set)
+    _unrecorded: set[str] = field(default_factory=set)
+
+    def held(self) -> set[str]:
+        """The streams held in this follower: the table's (read again each time: a
+        retry elsewhere releases streams), and those isolated here but not recorded."""
+        table = self.quarantine.held(self.follower) if self.quarantine is not None else set()
+        self._held = table | self._unrecorded
+        return self._held
+
+    def isolate(self, row: LogRow, error: BaseException | str) -> None:
+        """Quarantine ``row``; an outage is raised instead (the caller retries)."""
+        if isinstance(error, BaseException) and is_outage(error):
+            raise error
+        text = error if isinstance(error, str) else describe(error)
+        if self.quarantine is not None and self.persist:
+            self.quarantine.record(self.follower, row, text, at=self.now())
+            self.counted(self.follower)
+        else:
+            self._unrecorded.add(stream_of(row))
+        self._held.add(stream_of(row))
+        self.isolated.append((row, text))
+        log.error(
+            "projection.event_quarantined",
+            follower=self.follower,
+            position=row[0],
+            originator_id=str(row[1]),
+            originator_version=row[2],
+            topic=row[3],
+            error=text,
+        )
+
+    def apply(self, page: RowPage, start: int, apply_rows: ApplyRows) -> bool:
+        """Apply ``page`` (from ``start``) through ``apply_rows``, isolating what fails.
+
+        The page goes in one call first; if that fails for an event's sake, it goes
+        again one event at a time (each moving the follower past it), so its good
+        events are applied exactly once and only the culprit is quarantined.
+        """
+        held = self.held()
+        rows = page.rows
+        if held:
+            for row in rows:
+                if stream_of(row) in held:
+                    self.isolate(row, HELD)
+            rows = [row for row in rows if stream_of(row) not in held]
+        try:
+            return apply_rows(rows, start, page.position)
+        except Exception as error:
+            if is_outage(error):
+                raise
+            log.warning(
+                "projection.page_failed",
+                follower=self.follower,
+                start=start,
+                position=page.position,
+                error=describe(error),
+            )
+        return self._one_by_one(rows, start, page.position, apply_rows)
+
+    def _one_by_one(
+        self, rows: Sequence[LogRow], start: int, position: int, apply_rows: ApplyRows
+    ) -> bool:
+        for row in rows:
+            if stream_of(row) in self._held:
+                self.isolate(row, HELD)
+                continue
+            try:
+                if not apply_rows([row], start, row[0]):
+                    return False
+            except Exception as error:  # noqa: BLE001 (isolate raises an outage again)
+                self.isolate(row, error)
+                continue
+            start = row[0]
+        return apply_rows([], start, position)
+
+    def each(self, rows: Iterable[LogRow], apply_row: Callable[[LogRow], None]) -> None:
+        """``apply_row`` for every row, isolating those that fail (a replay's fold)."""
+        held = self.held()
+        for row in rows:
+            if held and stream_of(row) in held:
+                self.isolate(row, HELD)
+                continue
+            try:
+                apply_row(row)
+            except Exception as error:  # noqa: BLE001 (isolate raises an outage again)
+                self.isolate(row, error)
+
+    def summary(self) -> str:
+        """One line naming what this run isolated ('' if nothing)."""
+        if not self.isolated:
+            return ""
+        named = ", ".join(
+            f"position {row[0]} ({row[3].rpartition('.')[2]} of {row[1]})"
+            for row, _error in self.isolated[:_NAMED]
+        )
+        rest = len(self.isolated) - _NAMED
+        more = f" and {rest} more" if rest > 0 else ""
+        return (
+            f"{len(self.isolated)} event(s) quarantined in {self.follower}: {named}{more}; "
+            "see `jobledger projections quarantine list`"
+        )
+
+
+# ---- retry ------------------------------------------------------------------------
+
+
+class RetryStoppedError(ProjectionError):
+    """A retry stopped because a dependency is unreachable; nothing was changed for
+    the event it was applying."""
+
+
+@dataclass
+class RetryReport:
+    applied: list[QuarantinedEvent] = field(default_factory=list)
+    failed: list[tuple[QuarantinedEvent, str]] = field(default_factory=list)
+    waiting: list[QuarantinedEvent] = field(default_factory=list)  # behind a failed one
+    missing: list[int] = field(default_factory=list)  # ids not in the table
+
+
+ReadRow = Callable[[int], LogRow | None]  # the stored event at a log position
+ApplyOne = Callable[[LogRow], None]  # applies one event without moving the follower
+
+
+def retry(
+    quarantine: Quarantine,
+    appliers: Mapping[str, ApplyOne],
+    read_row: ReadRow,
+    *,
+    ids: Sequence[int] | None = None,
+    now: Callable[[], datetime] = utc_now,
+) -> RetryReport:
+    """Apply quarantined events again, each in the follower it failed in.
+
+    A stream's events go in log order from its first quarantined one (a later event
+    waits for the earlier), so retrying one event retries those of its stream before
+    it. An event that applies leaves the table; one that fails again stays, with the
+    new error, and the events of its stream after it wait.
+    """
+    events = quarantine.events()
+    report = RetryReport()
+    if ids is not None:
+        known = {event.id for event in events}
+        report.missing = [i for i in ids if i not in known]
+        wanted = {(e.follower, e.originator_id) for e in events if e.id in ids}
+        events = [e for e in events if (e.follower, e.originator_id) in wanted]
+    stopped: set[tuple[str, str]] = set()
+    for event in events:
+        stream = (event.follower, event.originator_id)
+        if stream in stopped:
+            report.waiting.append(event)
+            continue
+        error = _retry_one(event, appliers, read_row)
+        if error is None:
+            quarantine.remove(event.id)
+            report.applied.append(event)
+            log.info("projection.quarantine_applied", follower=event.follower, id=event.id)
+        else:
+            quarantine.failed_again(event.id, error, at=now())
+            report.failed.append((event, error))
+            stopped.add(stream)
+    return report
+
+
+def _retry_one(
+    event: QuarantinedEvent, appliers: Mapping[str, ApplyOne], read_row: ReadRow
+) -> str | None:
+    apply_one = appliers.get(event.follower)
+    if apply_one is None:
+        return f"no follower named {event.follower!r} in this release"
+    row = read_row(event.position)
+    if row is None or str(row[1]) != event.originator_id:
+        return f"the log holds no event at position {event.position} for {event.originator_id}"
+    try:
+        apply_one(row)
+    except Exception as error:
+        if is_outage(error):
+            raise RetryStoppedError(
+                f"retry stopped at quarantined event {event.id}: {describe(error)}"
+            ) from error
+        return describe(error)
+    return None
