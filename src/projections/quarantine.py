@@ -232,13 +232,13 @@ class Isolation:
         if isinstance(error, BaseException) and is_outage(error):
             raise error
         text = error if isinstance(error, str) else describe(error)
-        if self.quarantine is not None and self.persist:
-            self.quarantine.record(self.follower, row, text, at=self.now())
-            self.counted(self.follower)
-        else:
-            self._unrecorded.add(stream_of(row))
         self._held.add(stream_of(row))
         self.isolated.append((row, text))
+        if self.quarantine is None or not self.persist:
+            self._unrecorded.add(stream_of(row))
+            return  # a dry run: its caller reports what it isolated
+        self.quarantine.record(self.follower, row, text, at=self.now())
+        self.counted(self.follower)
         log.error(
             "projection.event_quarantined",
             follower=self.follower,
