@@ -1,0 +1,143 @@
+"""Events that cannot even be decoded, on SQLite (the embedded mode) and PostgreSQL:
+every follower and every rebuild isolates them and goes on."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import pytest
+from eventsourcing.persistence import StoredEvent
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.job import Job
+from jobledger.domain.ledger import Ledger
+from jobledger.projections.quarantine import (
+    CHECKPOINT_FOLLOWER,
+    JOB_SCHEDULE_FOLLOWER,
+    QUEUE_FOLLOWER,
+    READ_MODELS_FOLLOWER,
+)
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.settings import Settings
+
+
+@pytest.fixture
+def container(store_settings: Settings) -> Iterator[Container]:
+    with bootstrap(store_settings) as built:
+        yield built
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s")
+        time.sleep(0.05)
+
+
+def enqueue(ledger: Ledger, n: int) -> uuid.UUID:
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.echo", payload={"n": n}),
+        ready_at=datetime.now(tz=UTC),
+        trigger=Trigger.ADHOC,
+    )
+    ledger.save(execution)
+    return execution.id
+
+
+def undecodable(ledger: Ledger, topic: str) -> uuid.UUID:
+    """An event of ``topic`` whose stored state no longer fits its class."""
+    originator = uuid.uuid4()
+    stored = StoredEvent(
+        originator_id=originator, originator_version=1, topic=topic, state=b'{"shape":"old"}'
+    )
+    ledger.recorder.insert_events([stored])
+    return originator
+
+
+def open_ids(container: Container) -> set[uuid.UUID]:
+    backend = container.queue
+    return {item.execution_id for name in backend.queues() for item in backend.items(name)}
+
+
+def rows_of(container: Container) -> set[tuple[str, uuid.UUID]]:
+    return {(e.follower, uuid.UUID(e.originator_id)) for e in container.quarantine().events()}
+
+
+def test_undecodable_events_are_isolated_by_every_follower_and_rebuild(
+    container: Container,
+) -> None:
+    """If stored events cannot be decoded, then the projector's followers and the
+    scheduler's job index quarantine them and project the events after them; rebuilds
+    of the queue and the read models skip them and say so; a retry that still fails
+    keeps them, with one more attempt."""
+    ledger = container.ledger
+    before = enqueue(ledger, 1)
+    bad_execution = undecodable(ledger, Execution.Enqueued.TOPIC)
+    bad_job = undecodable(ledger, Job.Fired.TOPIC)
+    after = enqueue(ledger, 2)
+    projector = container.projector()
+    projector.start()
+    try:
+        wait_until(lambda: {before, after} <= open_ids(container))
+        container.scheduler().index.catch_up()
+        wait_until(lambda: (READ_MODELS_FOLLOWER, bad_job) in rows_of(container))
+        assert rows_of(container) == {
+            (QUEUE_FOLLOWER, bad_execution),
+            (CHECKPOINT_FOLLOWER, bad_execution),
+            (READ_MODELS_FOLLOWER, bad_execution),
+            (READ_MODELS_FOLLOWER, bad_job),
+            (JOB_SCHEDULE_FOLLOWER, bad_job),
+        }
+        report = projector.queue.rebuild(full=True)
+        assert "1 event(s) quarantined in queue-projection" in report.quarantined
+        assert open_ids(container) == {before, after}
+        models = container.read_models()
+        assert models.rebuild() == ledger.recorder.max_notification_id()
+        assert "2 event(s) quarantined in read-models" in models.isolation.summary()
+        assert models.lag() == 0
+    finally:
+        projector.stop()
+
+    retried = container.retry_quarantined(None)
+    assert len(retried.failed) == len(rows_of(container))
+    assert all("Cannot decode stored event" in error for _event, error in retried.failed)
+    counts = {e.follower: e.attempts for e in container.quarantine().events()}
+    assert counts[QUEUE_FOLLOWER] == 3  # seen by the follower, the full rebuild, the retry
+
+
+def test_projections_rebuild_command_names_what_it_quarantined(store_settings: Settings) -> None:
+    """If `jobledger projections rebuild` meets an event it cannot apply, then it
+    finishes the replay and its last line names the quarantined event."""
+    with bootstrap(store_settings) as container:
+        enqueue(container.ledger, 1)
+        bad = undecodable(container.ledger, Execution.Completed.TOPIC)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    result = subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
+        [
+            sys.executable,
+            "-m",
+            "jobledger.cli",
+            "--database-url",
+            store_settings.database_url,
+            "--data-dir",
+            str(store_settings.data_dir),
+            "projections",
+            "rebuild",
+        ],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("read models rebuilt: 2 events replayed")
+    assert "1 event(s) quarantined in read-models" in lines[-1]
+    assert str(bad) in lines[-1]
