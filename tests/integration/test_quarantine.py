@@ -1,16 +1,14 @@
 """Events that cannot even be decoded, on SQLite (the embedded mode) and PostgreSQL:
 every follower and every rebuild isolates them and goes on."""
 
-import os
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pytest
 from eventsourcing.persistence import StoredEvent
+from tests.integration.test_queue_projection import wait_until
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -25,19 +23,14 @@ from jobledger.projections.quarantine import (
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.settings import Settings
 
+if TYPE_CHECKING:
+    from tests.conftest import JobledgerCli
+
 
 @pytest.fixture
 def container(store_settings: Settings) -> Iterator[Container]:
     with bootstrap(store_settings) as built:
         yield built
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s")
-        time.sleep(0.05)
 
 
 def enqueue(ledger: Ledger, n: int) -> uuid.UUID:
@@ -111,30 +104,21 @@ def test_undecodable_events_are_isolated_by_every_follower_and_rebuild(
     assert counts[QUEUE_FOLLOWER] == 3  # seen by the follower, the full rebuild, the retry
 
 
-def test_projections_rebuild_command_names_what_it_quarantined(store_settings: Settings) -> None:
+def test_projections_rebuild_command_names_what_it_quarantined(
+    store_settings: Settings, jobledger_cli: "JobledgerCli"
+) -> None:
     """If `jobledger projections rebuild` meets an event it cannot apply, then it
     finishes the replay and its last line names the quarantined event."""
     with bootstrap(store_settings) as container:
         enqueue(container.ledger, 1)
         bad = undecodable(container.ledger, Execution.Completed.TOPIC)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    result = subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
-        [
-            sys.executable,
-            "-m",
-            "jobledger.cli",
-            "--database-url",
-            store_settings.database_url,
-            "--data-dir",
-            str(store_settings.data_dir),
-            "projections",
-            "rebuild",
-        ],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=60,
-        check=False,
+    result = jobledger_cli.run(
+        "--database-url",
+        store_settings.database_url,
+        "--data-dir",
+        str(store_settings.data_dir),
+        "projections",
+        "rebuild",
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
