@@ -209,11 +209,14 @@ class Isolation:
     Without a table (``quarantine`` None) or with ``persist`` off, what it isolates is
     only kept in ``isolated`` (a verify, a dry fold); with one, every isolated event is
     recorded before the follower moves past it, so a crash in between loses nothing.
+    ``hold`` off: the later events of an isolated stream are applied (for a follower
+    whose every event sets all it keeps of the stream, like the job-schedule index).
     """
 
     follower: str
     quarantine: Quarantine | None = None
     persist: bool = True
+    hold: bool = True
     counted: Callable[[str], None] = lambda _follower: None
     now: Callable[[], datetime] = utc_now
     isolated: list[tuple[LogRow, str]] = field(default_factory=list)
@@ -223,6 +226,8 @@ class Isolation:
     def held(self) -> set[str]:
         """The streams held in this follower: the table's (read again each time: a
         retry elsewhere releases streams), and those isolated here but not recorded."""
+        if not self.hold:
+            return self._held  # stays empty
         table = self.quarantine.held(self.follower) if self.quarantine is not None else set()
         self._held = table | self._unrecorded
         return self._held
@@ -232,10 +237,12 @@ class Isolation:
         if isinstance(error, BaseException) and is_outage(error):
             raise error
         text = error if isinstance(error, str) else describe(error)
-        self._held.add(stream_of(row))
+        if self.hold:
+            self._held.add(stream_of(row))
         self.isolated.append((row, text))
         if self.quarantine is None or not self.persist:
-            self._unrecorded.add(stream_of(row))
+            if self.hold:
+                self._unrecorded.add(stream_of(row))
             return  # a dry run: its caller reports what it isolated
         self.quarantine.record(self.follower, row, text, at=self.now())
         self.counted(self.follower)

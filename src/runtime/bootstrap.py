@@ -208,9 +208,15 @@ class Container:
         return Quarantine(self.database)
 
     def isolation(self, follower: str, *, persist: bool = True) -> Isolation:
-        """How ``follower`` isolates events here: recorded, and counted in metrics."""
+        """How ``follower`` isolates events here: recorded, and counted in metrics. The
+        job-schedule index holds no stream: each job event sets the job's next fire
+        whole, so the events after a quarantined one keep the index right."""
         return Isolation(
-            follower, self.quarantine(), persist=persist, counted=self.metrics.count_quarantined
+            follower,
+            self.quarantine(),
+            persist=persist,
+            hold=follower != JOB_SCHEDULE_FOLLOWER,
+            counted=self.metrics.count_quarantined,
         )
 
     def quarantine_appliers(self, projector: Projector) -> dict[str, ApplyOne]:

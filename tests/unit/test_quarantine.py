@@ -136,3 +136,15 @@ def test_a_replay_isolates_row_by_row() -> None:
     assert folded == [1, 3]
     assert [r[0] for r, _ in isolation.isolated] == [2, 4]
     assert "2 event(s) quarantined in queue-projection" in isolation.summary()
+
+
+def test_a_follower_that_holds_no_stream_applies_the_later_events() -> None:
+    """If a follower isolates without holding (the job-schedule index), then the later
+    events of an isolated stream are still applied."""
+    stream = uuid.uuid4()
+    follower = Follower(bad={1})
+    isolation = Isolation("job-schedule", hold=False)
+    isolation.apply(RowPage([row(1, stream), row(2, stream, 2)], 2), 0, follower.apply_rows)
+    isolation.apply(RowPage([row(3, stream, 3)], 3), 2, follower.apply_rows)
+    assert follower.applied == [2, 3]
+    assert [r[0] for r, _ in isolation.isolated] == [1]
