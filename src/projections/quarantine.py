@@ -82,8 +82,18 @@ def describe(error: BaseException) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
-def stream_of(row: LogRow) -> str:
-    return str(row[1])
+# The first quarantined version of each held stream: that event and those after it wait.
+Held = dict[str, int]
+
+
+def is_held(row: LogRow, held: Held) -> bool:
+    first = held.get(str(row[1]))
+    return first is not None and row[2] >= first
+
+
+def _hold(held: Held, row: LogRow) -> None:
+    stream = str(row[1])
+    held[stream] = min(held.get(stream, row[2]), row[2])
 
 
 def utc_now() -> datetime:
@@ -133,15 +143,17 @@ class Quarantine:
         with self._database.transaction() as cursor:
             cursor.execute(_RECORD, values)
 
-    def held(self, follower: str) -> set[str]:
-        """The streams with a quarantined event in ``follower``."""
+    def held(self, follower: str) -> Held:
+        """The streams with a quarantined event in ``follower``, each with its first
+        quarantined version."""
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(
-                "SELECT DISTINCT originator_id FROM jobledger_quarantine WHERE follower = ?",
+                "SELECT originator_id, min(originator_version) FROM jobledger_quarantine "
+                "WHERE follower = ? GROUP BY originator_id",
                 (follower,),
             )
             rows = _fetch_all(cursor)
-        return {str(row[0]) for row in rows}
+        return {str(stream): int(version) for stream, version in rows}
 
     def events(self, *, follower: str | None = None) -> list[QuarantinedEvent]:
         """Every quarantined event (of ``follower``), in log order."""
@@ -220,16 +232,17 @@ class Isolation:
     counted: Callable[[str], None] = lambda _follower: None
     now: Callable[[], datetime] = utc_now
     isolated: list[tuple[LogRow, str]] = field(default_factory=list)
-    _held: set[str] = field(default_factory=set)
-    _unrecorded: set[str] = field(default_factory=set)
+    _held: Held = field(default_factory=dict)
+    _unrecorded: Held = field(default_factory=dict)
 
-    def held(self) -> set[str]:
+    def held(self) -> Held:
         """The streams held in this follower: the table's (read again each time: a
         retry elsewhere releases streams), and those isolated here but not recorded."""
         if not self.hold:
             return self._held  # stays empty
-        table = self.quarantine.held(self.follower) if self.quarantine is not None else set()
-        self._held = table | self._unrecorded
+        self._held = self.quarantine.held(self.follower) if self.quarantine is not None else {}
+        for stream, version in self._unrecorded.items():
+            self._held[stream] = min(self._held.get(stream, version), version)
         return self._held
 
     def isolate(self, row: LogRow, error: BaseException | str) -> None:
@@ -238,11 +251,11 @@ class Isolation:
             raise error
         text = error if isinstance(error, str) else describe(error)
         if self.hold:
-            self._held.add(stream_of(row))
+            _hold(self._held, row)
         self.isolated.append((row, text))
         if self.quarantine is None or not self.persist:
             if self.hold:
-                self._unrecorded.add(stream_of(row))
+                _hold(self._unrecorded, row)
             return  # a dry run: its caller reports what it isolated
         self.quarantine.record(self.follower, row, text, at=self.now())
         self.counted(self.follower)
@@ -267,9 +280,9 @@ class Isolation:
         rows = page.rows
         if held:
             for row in rows:
-                if stream_of(row) in held:
+                if is_held(row, held):
                     self.isolate(row, HELD)
-            rows = [row for row in rows if stream_of(row) not in held]
+            rows = [row for row in rows if not is_held(row, held)]
         try:
             return apply_rows(rows, start, page.position)
         except Exception as error:
@@ -288,7 +301,7 @@ class Isolation:
         self, rows: Sequence[LogRow], start: int, position: int, apply_rows: ApplyRows
     ) -> bool:
         for row in rows:
-            if stream_of(row) in self._held:
+            if is_held(row, self._held):
                 self.isolate(row, HELD)
                 continue
             try:
@@ -304,7 +317,7 @@ class Isolation:
         """``apply_row`` for every row, isolating those that fail (a replay's fold)."""
         held = self.held()
         for row in rows:
-            if held and stream_of(row) in held:
+            if held and is_held(row, held):
                 self.isolate(row, HELD)
                 continue
             try:
@@ -361,31 +374,59 @@ def retry(
     A stream's events go in log order from its first quarantined one (a later event
     waits for the earlier), so retrying one event retries those of its stream before
     it. An event that applies leaves the table; one that fails again stays, with the
-    new error, and the events of its stream after it wait.
+    new error, and the events of its stream after it wait. A running follower may
+    hold a new event of a stream while its earlier ones are being applied: the table
+    is read again after each pass, a few times, to apply those too.
     """
     events = quarantine.events()
-    report = RetryReport()
+    run = _Retry(quarantine, appliers, read_row, now)
+    wanted: set[tuple[str, str]] | None = None
     if ids is not None:
         known = {event.id for event in events}
-        report.missing = [i for i in ids if i not in known]
+        run.report.missing = [i for i in ids if i not in known]
         wanted = {(e.follower, e.originator_id) for e in events if e.id in ids}
-        events = [e for e in events if (e.follower, e.originator_id) in wanted]
-    stopped: set[tuple[str, str]] = set()
-    for event in events:
+    seen: set[int] = set()
+    for _pass in range(_RETRY_PASSES):
+        todo = [
+            e
+            for e in events
+            if e.id not in seen and (wanted is None or (e.follower, e.originator_id) in wanted)
+        ]
+        if not todo:
+            break
+        for event in todo:
+            seen.add(event.id)
+            run.one(event)
+        events = quarantine.events()
+    return run.report
+
+
+_RETRY_PASSES = 3
+
+
+@dataclass
+class _Retry:
+    quarantine: Quarantine
+    appliers: Mapping[str, ApplyOne]
+    read_row: ReadRow
+    now: Callable[[], datetime]
+    report: RetryReport = field(default_factory=RetryReport)
+    stopped: set[tuple[str, str]] = field(default_factory=set)  # streams that failed
+
+    def one(self, event: QuarantinedEvent) -> None:
         stream = (event.follower, event.originator_id)
-        if stream in stopped:
-            report.waiting.append(event)
-            continue
-        error = _retry_one(event, appliers, read_row)
+        if stream in self.stopped:
+            self.report.waiting.append(event)
+            return
+        error = _retry_one(event, self.appliers, self.read_row)
         if error is None:
-            quarantine.remove(event.id)
-            report.applied.append(event)
+            self.quarantine.remove(event.id)
+            self.report.applied.append(event)
             log.info("projection.quarantine_applied", follower=event.follower, id=event.id)
         else:
-            quarantine.failed_again(event.id, error, at=now())
-            report.failed.append((event, error))
-            stopped.add(stream)
-    return report
+            self.quarantine.failed_again(event.id, error, at=self.now())
+            self.report.failed.append((event, error))
+            self.stopped.add(stream)
 
 
 def _retry_one(

@@ -2,14 +2,23 @@
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
+import msgspec
 import psycopg
 import pytest
 import redis
 
 from jobledger.projections.errors import QueueLostError
 from jobledger.projections.log import LogRow, RowPage
-from jobledger.projections.quarantine import HELD, Isolation, is_outage
+from jobledger.projections.quarantine import (
+    HELD,
+    Isolation,
+    Quarantine,
+    QuarantinedEvent,
+    is_outage,
+    retry,
+)
 
 TOPIC = "jobledger.domain.execution:Execution.Enqueued"
 
@@ -148,3 +157,88 @@ def test_a_follower_that_holds_no_stream_applies_the_later_events() -> None:
     isolation.apply(RowPage([row(3, stream, 3)], 3), 2, follower.apply_rows)
     assert follower.applied == [2, 3]
     assert [r[0] for r, _ in isolation.isolated] == [1]
+
+
+class Table(Quarantine):
+    """The quarantine table in memory (no database)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, QuarantinedEvent] = {}
+
+    def add(self, follower: str, log_row: LogRow) -> int:
+        event_id = len(self.rows) + 100
+        at = datetime.now(tz=UTC)
+        self.rows[event_id] = QuarantinedEvent(
+            id=event_id,
+            follower=follower,
+            position=log_row[0],
+            originator_id=str(log_row[1]),
+            originator_version=log_row[2],
+            topic=log_row[3],
+            error="boom",
+            first_seen=at,
+            last_seen=at,
+            attempts=1,
+        )
+        return event_id
+
+    def held(self, follower: str) -> dict[str, int]:
+        held: dict[str, int] = {}
+        for e in self.rows.values():
+            if e.follower == follower:
+                held[e.originator_id] = min(held.get(e.originator_id, 10**9), e.originator_version)
+        return held
+
+    def events(self, *, follower: str | None = None) -> list[QuarantinedEvent]:
+        found = [e for e in self.rows.values() if follower in {None, e.follower}]
+        return sorted(found, key=lambda e: e.position)
+
+    def remove(self, event_id: int) -> None:
+        del self.rows[event_id]
+
+    def failed_again(self, event_id: int, error: str, *, at: datetime) -> None:
+        event = self.rows[event_id]
+        self.rows[event_id] = msgspec.structs.replace(
+            event, error=error, last_seen=at, attempts=event.attempts + 1
+        )
+
+
+def test_a_replay_holds_a_stream_from_its_first_quarantined_version() -> None:
+    """If a stream's second event is quarantined, then a replay folds its first event
+    (the follower had applied it) and holds the second and later ones."""
+    stream = uuid.uuid4()
+    table = Table()
+    table.add("queue-projection", row(2, stream, 2))
+    folded: list[int] = []
+    isolation = Isolation("queue-projection", table, persist=False)
+    isolation.each(
+        [row(1, stream, 1), row(2, stream, 2), row(3, stream, 3)], lambda r: folded.append(r[0])
+    )
+    assert folded == [1]
+    assert [r[0] for r, error in isolation.isolated if error == HELD] == [2, 3]
+
+
+def test_a_retry_applies_in_order_and_picks_up_events_held_meanwhile() -> None:
+    """If a retry applies a stream while its follower holds one more event of it, then
+    that event is applied in a later pass; a stream whose event fails again keeps its
+    later events waiting."""
+    good, bad = uuid.uuid4(), uuid.uuid4()
+    log_rows = {1: row(1, good, 1), 2: row(2, bad, 1), 3: row(3, bad, 2), 4: row(4, good, 2)}
+    table = Table()
+    for position in (1, 2, 3):
+        table.add("read-models", log_rows[position])
+    applied: list[int] = []
+
+    def apply_one(log_row: LogRow) -> None:
+        if log_row[1] == bad:
+            raise ValueError("still bad")
+        applied.append(log_row[0])
+        if log_row[0] == 1:  # the running follower holds the stream's next event
+            table.add("read-models", log_rows[4])
+
+    report = retry(table, {"read-models": apply_one}, log_rows.get)
+    assert applied == [1, 4]
+    assert [e.position for e in report.applied] == [1, 4]
+    assert [(e.position, error) for e, error in report.failed] == [(2, "ValueError: still bad")]
+    assert [e.position for e in report.waiting] == [3]
+    assert sorted((e.position, e.attempts) for e in table.rows.values()) == [(2, 2), (3, 1)]
