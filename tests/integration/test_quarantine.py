@@ -4,12 +4,18 @@ every follower and every rebuild isolates them and goes on."""
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from eventsourcing.persistence import StoredEvent
-from tests.integration.test_queue_projection import wait_until
+from tests.integration.api.conftest import PASSWORD
+from tests.integration.api.test_quarantine import POISON, Fault
+from tests.integration.api.test_quarantine import enqueue as enqueue_payload
+from tests.integration.test_queue_projection import NOW, wait_until
 
+from jobledger.api.app import create_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
@@ -20,11 +26,12 @@ from jobledger.projections.quarantine import (
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
 )
+from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import Settings
+from jobledger.runtime.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from tests.conftest import JobledgerCli
+    from tests.conftest import JobledgerCli, LiveServer
 
 
 @pytest.fixture
@@ -125,3 +132,55 @@ def test_projections_rebuild_command_names_what_it_quarantined(
     assert lines[0].startswith("read models rebuilt: 2 events replayed")
     assert "1 event(s) quarantined in read-models" in lines[-1]
     assert str(bad) in lines[-1]
+
+
+@pytest.fixture
+def fault(monkeypatch: pytest.MonkeyPatch) -> Fault:
+    return Fault(monkeypatch)
+
+
+def test_the_admin_api_retries_in_the_embedded_mode(
+    tmp_path: Path,
+    sqlite_url: str,
+    fault: Fault,
+    live_server: type["LiveServer"],
+    jobledger_cli: "JobledgerCli",
+) -> None:
+    """If the embedded mode's projector quarantined an event and its cause is gone, then
+    the admin API's retry applies it to the in-process queue (the command refuses and
+    points there); asking for neither ids nor all is a 422."""
+    settings = load_settings({}, database_url=sqlite_url, data_dir=str(tmp_path))
+    with bootstrap(settings) as container:
+        poisoned = enqueue_payload(container.ledger, POISON)
+        after = enqueue(container.ledger, 1)
+        user = container.accounts().create_user("admin", PASSWORD, Role.ADMIN, now=NOW)
+        _, token = container.accounts().create_token(
+            user.id, "t", Role.ADMIN, expires_at=None, now=NOW
+        )
+        projector = container.projector()
+        projector.start()
+        try:
+            wait_until(lambda: after in open_ids(container))
+            wait_until(lambda: len(container.quarantine().events()) == 3)
+            refused = jobledger_cli.run(
+                "--database-url", sqlite_url, "projections", "quarantine", "retry", "--all"
+            )
+            assert refused.returncode == 2
+            assert "/api/v1/admin/quarantine/retry" in refused.stderr
+            fault.on = False
+            with live_server(create_app(container)) as server:
+                client = httpx.Client(
+                    base_url=server.url, headers={"Authorization": f"Bearer {token}"}
+                )
+                with client:
+                    listed = client.get("/api/v1/admin/quarantine").json()
+                    assert {e["originator_id"] for e in listed} == {str(poisoned)}
+                    assert client.post("/api/v1/admin/quarantine/retry", json={}).status_code == 422
+                    done = client.post("/api/v1/admin/quarantine/retry", json={"all": True})
+                    assert done.status_code == 200, done.text
+                    assert len(done.json()["applied"]) == 3
+                    assert done.json()["remaining"] == 0
+                    assert client.get("/ready").json()["degraded"] is False
+            assert poisoned in open_ids(container)
+        finally:
+            projector.stop()
