@@ -187,6 +187,12 @@ def test_a_bad_event_is_quarantined_and_the_followers_go_on(api: "Api", fault: F
     # Counted just after each row is recorded: big, its held cancel, poisoned.
     api.wait_for(lambda: counted(QUEUE_FOLLOWER) == counted(CHECKPOINT_FOLLOWER) == 3)
     assert counted(READ_MODELS_FOLLOWER) == 1
+
+    def waiting(follower: str) -> float | None:
+        name = "jobledger_projection_quarantined_events"
+        return registry.get_sample_value(name, {"follower": follower})
+
+    api.wait_for(lambda: waiting(QUEUE_FOLLOWER) == 3)  # the gauge the alert reads
     assert_reported(api, big_row.position, len(expected))
 
     fault.on = False  # the cause of the poisoned event is gone
@@ -201,6 +207,7 @@ def test_a_bad_event_is_quarantined_and_the_followers_go_on(api: "Api", fault: F
         (CHECKPOINT_FOLLOWER, big),
     }
     assert all(e.attempts == 2 for e in left if e.originator_version == 1)
+    api.wait_for(lambda: waiting(QUEUE_FOLLOWER) == 2 and waiting(READ_MODELS_FOLLOWER) == 0)
     code, out = cli(api, "projections", "quarantine", "list", "--json")
     assert code == 0
     assert str(big) in out
