@@ -55,9 +55,15 @@ _OUTAGES: tuple[type[BaseException], ...] = (
     psycopg.OperationalError,  # lost connections, pool timeouts, deadlocks, shutdowns
     psycopg.InterfaceError,
     psycopg.ProgrammingError,
+    psycopg.InternalError,  # a read-only replica after a fail-over, a failed transaction
+    psycopg.NotSupportedError,
     persistence.OperationalError,
     persistence.InterfaceError,
     persistence.ProgrammingError,
+    persistence.InternalError,
+    persistence.NotSupportedError,
+    persistence.ConnectionUnavailableError,
+    persistence.WaitInterruptedError,
     redis.ConnectionError,  # includes BusyLoadingError
     redis.TimeoutError,
     redis.ReadOnlyError,

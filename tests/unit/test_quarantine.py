@@ -102,6 +102,7 @@ def test_later_events_of_an_isolated_stream_are_held() -> None:
         QueueLostError(),
         redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"),
         psycopg.errors.UndefinedTable('relation "jobledger_rm_jobs" does not exist'),
+        psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),
     ],
 )
 def test_an_outage_is_raised_not_quarantined(outage: Exception) -> None:
