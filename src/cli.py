@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 import redis
+import structlog
 
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import CronSchedule, fires_between, validate_schedule
@@ -24,6 +25,8 @@ from jobledger.projections.quarantine import (
     QuarantinedEvent,
     RetryReport,
     RetryStoppedError,
+    event_type,
+    unapplied,
 )
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
@@ -43,6 +46,7 @@ from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import migrate
 
 EXIT_USER_ERROR = 2
+log = structlog.get_logger(__name__)
 MAX_PREVIEW = 1000
 
 
@@ -115,6 +119,19 @@ def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> Non
         "--id", dest="ids", type=int, action="append", help="this one (and its stream before it)"
     )
     which.add_argument("--all", action="store_true", help="every quarantined event")
+    drop = steps.add_parser(
+        "drop", help="give up on quarantined events: the follower's state goes on without them"
+    )
+    drop.add_argument(
+        "--id",
+        dest="ids",
+        type=int,
+        action="append",
+        required=True,
+        help="this one, with the later events of its stream in that follower",
+    )
+    drop.add_argument("--by", required=True, help="who decides (logged)")
+    drop.add_argument("--reason", required=True, help="why (logged)")
 
 
 def _add_dead_letter_commands(commands: "argparse._SubParsersAction[Any]") -> None:
@@ -310,31 +327,33 @@ def _verify_queue(container: Container) -> int:
     differences = verify_queue(container.reader(), container.queue, isolation)
     for line in differences:
         print(line)
-    quarantined = container.quarantine().events(follower=QUEUE_FOLLOWER)
-    recorded = {event.position for event in quarantined}
-    unrecorded = [row for row, _error in isolation.isolated if row[0] not in recorded]
-    for event in quarantined:
+    found = unapplied(isolation)
+    for event in found.waiting:
         print(f"quarantined: {_describe_quarantined(event)}")
-    for row, error in isolation.isolated:
-        if row[0] not in recorded:
-            print(f"cannot be applied (not yet quarantined): position {row[0]} {row[3]}: {error}")
+    for row, error in found.unrecorded:
+        print(f"cannot be applied (not yet quarantined): position {row[0]} {row[3]}: {error}")
+    for event in found.dropped:
+        print(
+            f"dropped by {event.dropped_by} ({event.dropped_reason}): position "
+            f"{event.position} {event_type(event.topic)} of {event.originator_id}"
+        )
     if differences:
         print(f"{len(differences)} difference(s) between the queue and the log")
-    if quarantined or unrecorded:
+    if found.faults:
         print(
-            f"{len(quarantined) + len(unrecorded)} event(s) of the log are not in the queue: "
-            "their executions stay out of it until `jobledger projections quarantine retry`"
+            f"{found.faults} event(s) of the log are not in the queue: their executions "
+            "stay out of it until `jobledger projections quarantine retry`"
         )
-    if differences or quarantined or unrecorded:
+    if differences or found.faults:
         return 1
-    print("the queue matches the log")
+    print("the queue matches the log" + (" (but for dropped events)" if found.dropped else ""))
     return 0
 
 
 def _describe_quarantined(event: QuarantinedEvent) -> str:
     return (
         f"#{event.id} {event.follower} position {event.position} "
-        f"{event.topic.rpartition('.')[2]} of {event.originator_id} "
+        f"{event_type(event.topic)} of {event.originator_id} "
         f"v{event.originator_version} ({event.attempts} attempt(s), last "
         f"{event.last_seen:%Y-%m-%d %H:%M:%S}): {event.error}"
     )
@@ -350,6 +369,8 @@ def _quarantine(args: argparse.Namespace, container: Container) -> int:
             print(_describe_quarantined(event))
         print(f"{len(events)} quarantined event(s)")
         return 0
+    if args.quarantine_command == "drop":
+        return _drop_quarantined(args, container)
     if container.ping() == "memory":
         print(
             "jobledger: the embedded queue lives in the `jobledger dev` process; retry there "
@@ -363,6 +384,27 @@ def _quarantine(args: argparse.Namespace, container: Container) -> int:
         print(f"jobledger: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
     return _print_retry(report)
+
+
+def _drop_quarantined(args: argparse.Namespace, container: Container) -> int:
+    quarantine, missing = container.quarantine(), 0
+    for event_id in args.ids:
+        dropped = quarantine.drop(event_id, by=args.by, reason=args.reason, at=datetime.now(tz=UTC))
+        if not dropped:
+            print(f"no quarantined event #{event_id}")
+            missing += 1
+        for event in dropped:
+            log.warning(
+                "projection.quarantine_dropped",
+                id=event.id,
+                follower=event.follower,
+                position=event.position,
+                originator_id=event.originator_id,
+                by=args.by,
+                reason=args.reason,
+            )
+            print(f"dropped: {_describe_quarantined(event)}")
+    return 1 if missing else 0
 
 
 def _print_retry(report: RetryReport) -> int:

@@ -22,6 +22,8 @@ from jobledger.projections.quarantine import (
     QuarantinedEvent,
     RetryReport,
     RetryStoppedError,
+    event_type,
+    unapplied,
 )
 from jobledger.projections.queue import Depths
 from jobledger.projections.queue_projection import LogReader, verify_queue
@@ -224,7 +226,10 @@ class SystemController(Controller):
         container = state_of(request).container
         isolation = container.isolation(QUEUE_FOLLOWER, persist=False)
         differences = verify_queue(container.reader(), container.queue, isolation)
-        quarantined = [f"position {r[0]} ({r[3]} of {r[1]}): {e}" for r, e in isolation.isolated]
+        found = unapplied(isolation)
+        rows = [(e.position, e.topic, e.originator_id, e.error) for e in found.waiting]
+        rows += [(r[0], r[3], str(r[1]), error) for r, error in found.unrecorded]
+        quarantined = [f"position {p} ({event_type(t)} of {o}): {e}" for p, t, o, e in rows]
         return VerifyReport(not differences and not quarantined, differences, quarantined)
 
     @get("/admin/quarantine", opt=ADMIN, sync_to_thread=True)

@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import psycopg
@@ -119,11 +119,15 @@ class QuarantinedEvent(msgspec.Struct, frozen=True, kw_only=True):
     first_seen: datetime
     last_seen: datetime
     attempts: int
+    # Set when an operator gave up on it: the follower goes on without it for good.
+    dropped_at: datetime | None = None
+    dropped_by: str | None = None
+    dropped_reason: str | None = None
 
 
 _COLUMNS = (
     "id, follower, position, originator_id, originator_version, topic, error, "
-    "first_seen_ms, last_seen_ms, attempts"
+    "first_seen_ms, last_seen_ms, attempts, dropped_at_ms, dropped_by, dropped_reason"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM jobledger_quarantine"  # noqa: S608 (constant)
 _RECORD = (
@@ -155,24 +159,33 @@ class Quarantine:
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(
                 "SELECT originator_id, min(originator_version) FROM jobledger_quarantine "
-                "WHERE follower = ? GROUP BY originator_id",
+                "WHERE follower = ? AND dropped_at_ms IS NULL GROUP BY originator_id",
                 (follower,),
             )
             rows = _fetch_all(cursor)
         return {str(stream): int(version) for stream, version in rows}
 
-    def events(self, *, follower: str | None = None) -> list[QuarantinedEvent]:
-        """Every quarantined event (of ``follower``), in log order."""
-        where, params = (" WHERE follower = ?", (follower,)) if follower else ("", ())
+    def events(
+        self, *, follower: str | None = None, dropped: bool = False
+    ) -> list[QuarantinedEvent]:
+        """Every quarantined event (of ``follower``) in log order: those waiting for a
+        retry, or (``dropped``) those an operator gave up on."""
+        where = f"dropped_at_ms IS {'NOT ' if dropped else ''}NULL"
+        params: tuple[str, ...] = ()
+        if follower:
+            where, params = f"{where} AND follower = ?", (follower,)
         with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(f"{_SELECT}{where} ORDER BY position, follower", params)
+            cursor.execute(f"{_SELECT} WHERE {where} ORDER BY position, follower", params)
             found = _fetch_all(cursor)
         return [_event(row) for row in found]
 
     def counts(self) -> dict[str, int]:
         """Quarantined events per follower (every follower named, zeros too)."""
         with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute("SELECT follower, count(*) FROM jobledger_quarantine GROUP BY follower")
+            cursor.execute(
+                "SELECT follower, count(*) FROM jobledger_quarantine "
+                "WHERE dropped_at_ms IS NULL GROUP BY follower"
+            )
             rows = _fetch_all(cursor)
         return dict.fromkeys(FOLLOWERS, 0) | {str(f): int(n) for f, n in rows}
 
@@ -182,6 +195,28 @@ class Quarantine:
     def remove(self, event_id: int) -> None:
         with self._database.transaction() as cursor:
             cursor.execute("DELETE FROM jobledger_quarantine WHERE id = ?", (event_id,))
+
+    def drop(self, event_id: int, *, by: str, reason: str, at: datetime) -> list[QuarantinedEvent]:
+        """Give up on a waiting event, and on the events of its stream after it in the
+        same follower (they would wait for it for ever): the follower goes on without
+        them, and applies the stream's later events. Returns what was dropped."""
+        found = [e for e in self.events() if e.id == event_id]
+        if not found:
+            return []
+        first = found[0]
+        dropped = [
+            e
+            for e in self.events(follower=first.follower)
+            if e.originator_id == first.originator_id
+            and e.originator_version >= first.originator_version
+        ]
+        with self._database.transaction() as cursor:
+            cursor.executemany(
+                "UPDATE jobledger_quarantine SET dropped_at_ms = ?, dropped_by = ?, "
+                "dropped_reason = ? WHERE id = ?",
+                [(to_ms(at), by, reason, e.id) for e in dropped],
+            )
+        return dropped
 
     def failed_again(self, event_id: int, error: str, *, at: datetime) -> None:
         with self._database.transaction() as cursor:
@@ -212,7 +247,17 @@ def _event(row: Sequence[object]) -> QuarantinedEvent:
         first_seen=from_ms(int(str(values["first_seen_ms"]))),
         last_seen=from_ms(int(str(values["last_seen_ms"]))),
         attempts=int(str(values["attempts"])),
+        dropped_at=_maybe(values["dropped_at_ms"], lambda v: from_ms(int(str(v)))),
+        dropped_by=_maybe(values["dropped_by"], str),
+        dropped_reason=_maybe(values["dropped_reason"], str),
     )
+
+
+_V = TypeVar("_V")
+
+
+def _maybe(value: object, convert: Callable[[object], _V]) -> _V | None:
+    return None if value is None else convert(value)
 
 
 # Applies ``rows`` (possibly none) and moves the follower from ``start`` to
@@ -336,7 +381,7 @@ class Isolation:
         if not self.isolated:
             return ""
         named = ", ".join(
-            f"position {row[0]} ({row[3].rpartition('.')[2]} of {row[1]})"
+            f"position {row[0]} ({event_type(row[3])} of {row[1]})"
             for row, _error in self.isolated[:_NAMED]
         )
         rest = len(self.isolated) - _NAMED
@@ -345,6 +390,34 @@ class Isolation:
             f"{len(self.isolated)} event(s) quarantined in {self.follower}: {named}{more}; "
             "see `jobledger projections quarantine list`"
         )
+
+
+@dataclass(frozen=True)
+class Unapplied:
+    """What a verify's fold could not apply, against the table."""
+
+    waiting: list[QuarantinedEvent]  # quarantined, waiting for a retry
+    dropped: list[QuarantinedEvent]  # given up on by an operator: not a fault
+    unrecorded: list[tuple[LogRow, str]]  # not (yet) in the table
+
+    @property
+    def faults(self) -> int:
+        return len(self.waiting) + len(self.unrecorded)
+
+
+def unapplied(isolation: Isolation) -> Unapplied:
+    """Sort what ``isolation`` (a verify's, not persisted) isolated by the table."""
+    table = isolation.quarantine
+    waiting = table.events(follower=isolation.follower) if table else []
+    dropped = table.events(follower=isolation.follower, dropped=True) if table else []
+    known = {e.position for e in waiting} | {e.position for e in dropped}
+    unrecorded = [(row, error) for row, error in isolation.isolated if row[0] not in known]
+    return Unapplied(waiting, dropped, unrecorded)
+
+
+def event_type(topic: str) -> str:
+    """``ExecutionEnqueued`` of ``jobledger:ExecutionEnqueued`` (or of a module path)."""
+    return topic.rpartition(":")[2].rpartition(".")[2]
 
 
 # ---- retry ------------------------------------------------------------------------

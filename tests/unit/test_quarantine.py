@@ -190,8 +190,14 @@ class Table(Quarantine):
                 held[e.originator_id] = min(held.get(e.originator_id, 10**9), e.originator_version)
         return held
 
-    def events(self, *, follower: str | None = None) -> list[QuarantinedEvent]:
-        found = [e for e in self.rows.values() if follower in {None, e.follower}]
+    def events(
+        self, *, follower: str | None = None, dropped: bool = False
+    ) -> list[QuarantinedEvent]:
+        found = [
+            e
+            for e in self.rows.values()
+            if follower in {None, e.follower} and (e.dropped_at is not None) == dropped
+        ]
         return sorted(found, key=lambda e: e.position)
 
     def remove(self, event_id: int) -> None:

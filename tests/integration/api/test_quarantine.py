@@ -21,6 +21,7 @@ from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
+    QuarantinedEvent,
 )
 from jobledger.projections.queue import WorkSpec
 from jobledger.runtime.accounts import Role
@@ -141,11 +142,26 @@ def assert_reported(api: "Api", position: int, count: int) -> None:
     assert f"<td>{position}</td>" in page.text
 
 
+def assert_dropped_is_clean(api: "Api", left: list[QuarantinedEvent]) -> None:
+    """Dropping the first event of each follower's stream drops the rest with it, and
+    then nothing is degraded and verify is clean."""
+    first_ids = [str(e.id) for e in left if e.originator_version == 1]
+    drop = ["--id", first_ids[0], "--id", first_ids[1], "--by", "ops", "--reason", "2**80"]
+    code, out = cli(api, "projections", "quarantine", "drop", *drop)
+    assert code == 0
+    assert out.count("dropped: ") == len(left)
+    assert api.container.quarantine().count() == 0
+    assert api.client().get("/ready").json()["degraded"] is False
+    code, out = cli(api, "queue", "verify")
+    assert (code, out.splitlines()[-1]) == (0, "the queue matches the log (but for dropped events)")
+
+
 def test_a_bad_event_is_quarantined_and_the_followers_go_on(api: "Api", fault: Fault) -> None:
     """If an event cannot be applied, then every follower records it in quarantine,
     counts it and goes on: later executions reach the queue (and can be leased) and the
     read models; /ready says degraded with the count, verify does not claim a match,
-    the system page lists it; once its cause is gone, a retry applies it."""
+    the system page lists it; once its cause is gone, a retry applies it; an event no
+    release can apply is dropped by the operator, and all is clean again."""
     container = api.container
     ledger = container.ledger
     first = enqueue(ledger, {"n": 1})
@@ -211,6 +227,10 @@ def test_a_bad_event_is_quarantined_and_the_followers_go_on(api: "Api", fault: F
     code, out = cli(api, "projections", "quarantine", "list", "--json")
     assert code == 0
     assert str(big) in out
+
+    # No release can carry 2**80 in the queue: the operator gives up on it.
+    assert_dropped_is_clean(api, left)
+    assert big not in in_queue(container)
 
     # Every good execution is runnable: the queue leases them, not the bad one.
     leases = container.queue.lease(
