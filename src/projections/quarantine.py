@@ -43,6 +43,7 @@ JOB_SCHEDULE_FOLLOWER = "job-schedule"
 FOLLOWERS = (QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, READ_MODELS_FOLLOWER, JOB_SCHEDULE_FOLLOWER)
 
 MAX_ERROR_CHARS = 2000
+MAX_KEPT = 10_000  # isolated events a long-lived follower remembers in memory
 _NAMED = 5  # events a summary names
 HELD = "held: an earlier event of this stream is quarantined in this follower"
 
@@ -282,7 +283,9 @@ class Isolation:
     hold: bool = True
     counted: Callable[[str], None] = lambda _follower: None
     now: Callable[[], datetime] = utc_now
+    # What this run isolated (the stored state left out), the first MAX_KEPT of them.
     isolated: list[tuple[LogRow, str]] = field(default_factory=list)
+    count: int = 0
     _held: Held = field(default_factory=dict)
     _unrecorded: Held = field(default_factory=dict)
 
@@ -303,7 +306,9 @@ class Isolation:
         text = error if isinstance(error, str) else describe(error)
         if self.hold:
             _hold(self._held, row)
-        self.isolated.append((row, text))
+        self.count += 1
+        if len(self.isolated) < MAX_KEPT:
+            self.isolated.append(((row[0], row[1], row[2], row[3], b""), text))
         if self.quarantine is None or not self.persist:
             if self.hold:
                 _hold(self._unrecorded, row)
@@ -384,10 +389,10 @@ class Isolation:
             f"position {row[0]} ({event_type(row[3])} of {row[1]})"
             for row, _error in self.isolated[:_NAMED]
         )
-        rest = len(self.isolated) - _NAMED
+        rest = self.count - _NAMED
         more = f" and {rest} more" if rest > 0 else ""
         return (
-            f"{len(self.isolated)} event(s) quarantined in {self.follower}: {named}{more}; "
+            f"{self.count} event(s) quarantined in {self.follower}: {named}{more}; "
             "see `jobledger projections quarantine list`"
         )
 
