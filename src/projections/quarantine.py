@@ -146,13 +146,20 @@ class Quarantine:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> None:
-        """Record (or see again) ``row`` as quarantined in ``follower``."""
+    def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> bool:
+        """Record (or see again) ``row`` as quarantined in ``follower``; True if it
+        was not in the table before."""
         position, originator_id, version, topic, _state = row
         ms = to_ms(at)
         values = (follower, position, str(originator_id), version, topic, error, ms, ms)
         with self._database.transaction() as cursor:
             cursor.execute(_RECORD, values)
+            cursor.execute(
+                "SELECT attempts FROM jobledger_quarantine WHERE follower = ? AND position = ?",
+                (follower, position),
+            )
+            found = cursor.fetchone()
+        return found is not None and int(found[0]) == 1
 
     def held(self, follower: str) -> Held:
         """The streams with a quarantined event in ``follower``, each with its first
@@ -313,7 +320,8 @@ class Isolation:
             if self.hold:
                 _hold(self._unrecorded, row)
             return  # a dry run: its caller reports what it isolated
-        self.quarantine.record(self.follower, row, text, at=self.now())
+        if not self.quarantine.record(self.follower, row, text, at=self.now()):
+            return  # seen before (a replay, a restart): counted and logged then
         self.counted(self.follower)
         log.error(
             "projection.event_quarantined",
