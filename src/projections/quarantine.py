@@ -131,6 +131,13 @@ _COLUMNS = (
     "first_seen_ms, last_seen_ms, attempts, dropped_at_ms, dropped_by, dropped_reason"
 )
 _SELECT = f"SELECT {_COLUMNS} FROM jobledger_quarantine"  # noqa: S608 (constant)
+_INHERIT = (
+    "INSERT INTO jobledger_quarantine (follower, position, originator_id, originator_version, "
+    "topic, error, first_seen_ms, last_seen_ms, attempts) SELECT ?, position, originator_id, "
+    "originator_version, topic, error, first_seen_ms, last_seen_ms, 1 FROM jobledger_quarantine "
+    "WHERE follower = ? AND position <= ? AND dropped_at_ms IS NULL "
+    "ON CONFLICT (follower, position) DO NOTHING"
+)
 _RECORD = (
     "INSERT INTO jobledger_quarantine (follower, position, originator_id, originator_version, "
     "topic, error, first_seen_ms, last_seen_ms, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) "
@@ -160,6 +167,13 @@ class Quarantine:
             )
             found = cursor.fetchone()
         return found is not None and int(found[0]) == 1
+
+    def inherit(self, follower: str, source: str, *, up_to: int) -> None:
+        """Quarantine in ``follower`` what ``source`` holds up to ``up_to``: a follower
+        rebuilt from another's state (the queue from the checkpoint) lacks the same
+        events, and a retry must apply them to it too."""
+        with self._database.transaction() as cursor:
+            cursor.execute(_INHERIT, (follower, source, up_to))
 
     def held(self, follower: str) -> Held:
         """The streams with a quarantined event in ``follower``, each with its first

@@ -282,6 +282,9 @@ class QueueProjection:
         finally:
             batches.close()
         self.backend.write_position(position, epoch=epoch)
+        if self.quarantine is not None:
+            # The checkpoint left out what it holds; so does the queue built from it.
+            self.quarantine.inherit(QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, up_to=position)
         return RebuildReport("checkpoint", items, position, 0)
 
     def _load_entries(

@@ -189,3 +189,32 @@ def test_the_admin_api_retries_in_the_embedded_mode(
             assert poisoned in open_ids(container)
         finally:
             projector.stop()
+
+
+def test_a_queue_rebuilt_from_the_checkpoint_inherits_its_quarantine(
+    container: Container, fault: Fault
+) -> None:
+    """If the checkpoint quarantined an event and the queue is then rebuilt from the
+    checkpoint, then the queue's follower lists the event too, and a retry after the
+    cause is gone puts the execution in the queue."""
+    poisoned = enqueue_payload(container.ledger, POISON)
+    after = enqueue(container.ledger, 1)
+    projector = container.projector()
+    try:
+        while projector.checkpoint.step():
+            pass
+        assert {(e.follower, e.position) for e in container.quarantine().events()} == {
+            (CHECKPOINT_FOLLOWER, 1)
+        }
+        assert projector.queue.rebuild().source == "checkpoint"
+        assert open_ids(container) == {after}
+        assert rows_of(container) == {
+            (CHECKPOINT_FOLLOWER, poisoned),
+            (QUEUE_FOLLOWER, poisoned),
+        }
+    finally:
+        projector.close()
+    fault.on = False
+    report = container.retry_quarantined(None)
+    assert len(report.applied) == 2
+    assert open_ids(container) == {poisoned, after}
