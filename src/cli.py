@@ -27,6 +27,14 @@ from jobledger.domain.schedules import (
     upcoming_fires,
     validate_schedule,
 )
+from jobledger.projections.quarantine import (
+    QUEUE_FOLLOWER,
+    QuarantinedEvent,
+    RetryReport,
+    RetryStoppedError,
+    event_type,
+    unapplied,
+)
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.dead_letters import (
@@ -107,6 +115,31 @@ def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> Non
         dest="projections_command", required=True, metavar="ACTION"
     )
     actions.add_parser("rebuild", help="empty the read models and replay the whole log")
+    quarantine = actions.add_parser("quarantine", help="events a follower could not apply")
+    steps = quarantine.add_subparsers(dest="quarantine_command", required=True, metavar="ACTION")
+    listing = steps.add_parser("list", help="list the quarantined events")
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    again = steps.add_parser(
+        "retry", help="apply quarantined events again, in the follower each failed in"
+    )
+    which = again.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--id", dest="ids", type=int, action="append", help="this one (and its stream before it)"
+    )
+    which.add_argument("--all", action="store_true", help="every quarantined event")
+    drop = steps.add_parser(
+        "drop", help="give up on quarantined events: the follower's state goes on without them"
+    )
+    drop.add_argument(
+        "--id",
+        dest="ids",
+        type=int,
+        action="append",
+        required=True,
+        help="this one, with the later events of its stream in that follower",
+    )
+    drop.add_argument("--by", required=True, help="who decides (logged)")
+    drop.add_argument("--reason", required=True, help="why (logged)")
 
 
 def _add_dead_letter_commands(commands: "argparse._SubParsersAction[Any]") -> None:
@@ -221,7 +254,11 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             if args.queue_command == "rebuild"
             else _verify_queue(container)
         ),
-        "projections": lambda: _rebuild_read_models(container),
+        "projections": lambda: (
+            _rebuild_read_models(container)
+            if args.projections_command == "rebuild"
+            else _quarantine(args, container)
+        ),
         "seed": lambda: _seed(container),
     }
     return runners[args.command]()
@@ -300,37 +337,135 @@ def _dead_letters(args: argparse.Namespace, container: Container) -> int:
 
 
 def _rebuild_queue(container: Container, *, full: bool) -> int:
-    projection = container.projector().queue
+    projector = container.projector()
     by = _operator()
     log.info("queue.rebuild_requested", requested_by=by, full=full, via="cli")
     bar = ProgressBar("rebuilding queue")
-    report = projection.rebuild(full=full, progress=bar, requested_by=by)
+    try:
+        report = projector.queue.rebuild(full=full, progress=bar, requested_by=by)
+    finally:
+        projector.close()
     bar.finish()
     print(
         f"queue rebuilt from the {report.source}: {report.items:,} open executions, "
         f"position {report.position:,}" + (f", {report.events:,} events" if report.events else "")
     )
+    if report.quarantined:
+        print(report.quarantined)
     return 0
 
 
 def _rebuild_read_models(container: Container) -> int:
     bar = ProgressBar("rebuilding read models")
     started = time.monotonic()
-    events = container.read_models().rebuild(progress=bar)
+    models = container.read_models()
+    events = models.rebuild(progress=bar)
     bar.finish()
     print(f"read models rebuilt: {events:,} events replayed in {time.monotonic() - started:.1f} s")
+    if summary := models.isolation.summary():
+        print(summary)
     return 0
 
 
 def _verify_queue(container: Container) -> int:
-    differences = verify_queue(container.reader(), container.queue)
+    isolation = container.isolation(QUEUE_FOLLOWER, persist=False)
+    differences = verify_queue(container.reader(), container.queue, isolation)
     for line in differences:
         print(line)
+    found = unapplied(isolation)
+    for event in found.waiting:
+        print(f"quarantined: {_describe_quarantined(event)}")
+    for row, error in found.unrecorded:
+        print(f"cannot be applied (not yet quarantined): position {row[0]} {row[3]}: {error}")
+    for event in found.dropped:
+        print(
+            f"dropped by {event.dropped_by} ({event.dropped_reason}): position "
+            f"{event.position} {event_type(event.topic)} of {event.originator_id}"
+        )
     if differences:
         print(f"{len(differences)} difference(s) between the queue and the log")
+    if found.faults:
+        print(
+            f"{found.faults} event(s) of the log are not in the queue: their executions "
+            "stay out of it until `jobledger projections quarantine retry`"
+        )
+    if differences or found.faults:
         return 1
-    print("the queue matches the log")
+    print("the queue matches the log" + (" (but for dropped events)" if found.dropped else ""))
     return 0
+
+
+def _describe_quarantined(event: QuarantinedEvent) -> str:
+    return (
+        f"#{event.id} {event.follower} position {event.position} "
+        f"{event_type(event.topic)} of {event.originator_id} "
+        f"v{event.originator_version} ({event.attempts} attempt(s), last "
+        f"{event.last_seen:%Y-%m-%d %H:%M:%S}): {event.error}"
+    )
+
+
+def _quarantine(args: argparse.Namespace, container: Container) -> int:
+    if args.quarantine_command == "list":
+        events = container.quarantine().events()
+        if args.json:
+            print(msgspec.json.format(msgspec.json.encode(events)).decode())
+            return 0
+        for event in events:
+            print(_describe_quarantined(event))
+        print(f"{len(events)} quarantined event(s)")
+        return 0
+    if args.quarantine_command == "drop":
+        return _drop_quarantined(args, container)
+    if container.ping() == "memory":
+        print(
+            "jobledger: the embedded queue lives in the `jobledger dev` process; retry there "
+            "with POST /api/v1/admin/quarantine/retry",
+            file=sys.stderr,
+        )
+        return EXIT_USER_ERROR
+    try:
+        report = container.retry_quarantined(None if args.all else args.ids)
+    except RetryStoppedError as error:
+        print(f"jobledger: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return _print_retry(report)
+
+
+def _drop_quarantined(args: argparse.Namespace, container: Container) -> int:
+    quarantine, missing = container.quarantine(), 0
+    for event_id in args.ids:
+        dropped = quarantine.drop(event_id, by=args.by, reason=args.reason, at=datetime.now(tz=UTC))
+        if not dropped:
+            print(f"no quarantined event #{event_id}")
+            missing += 1
+        for event in dropped:
+            log.warning(
+                "projection.quarantine_dropped",
+                id=event.id,
+                follower=event.follower,
+                position=event.position,
+                originator_id=event.originator_id,
+                by=args.by,
+                reason=args.reason,
+            )
+            print(f"dropped: {_describe_quarantined(event)}")
+    return 1 if missing else 0
+
+
+def _print_retry(report: RetryReport) -> int:
+    for event in report.applied:
+        print(f"applied: {_describe_quarantined(event)}")
+    for event, error in report.failed:
+        print(f"failed again: #{event.id} {event.follower} position {event.position}: {error}")
+    for event in report.waiting:
+        print(f"waiting: #{event.id} {event.follower} (an earlier event of its stream failed)")
+    for missing in report.missing:
+        print(f"no quarantined event #{missing}")
+    print(
+        f"{len(report.applied)} applied, {len(report.failed)} failed again, "
+        f"{len(report.waiting)} waiting"
+    )
+    return 1 if report.failed or report.waiting or report.missing else 0
 
 
 def _stop_on_signals() -> threading.Event:

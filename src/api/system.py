@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import msgspec
 import structlog
 from litestar import Controller, Request, Response, get, post
-from litestar.params import FromQuery, QueryParameter
+from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_202_ACCEPTED, HTTP_503_SERVICE_UNAVAILABLE
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -17,6 +17,14 @@ from jobledger.api.schemas import NO_NUL, EventOut, EventPage, event_out
 from jobledger.api.security import ADMIN, OPEN, VIEWER, actor
 from jobledger.api.state import ApiState, TaskStatus
 from jobledger.projections import read_queries
+from jobledger.projections.quarantine import (
+    QUEUE_FOLLOWER,
+    QuarantinedEvent,
+    RetryReport,
+    RetryStoppedError,
+    event_type,
+    unapplied,
+)
 from jobledger.projections.queue import Depths
 from jobledger.projections.queue_projection import LogReader, verify_queue
 from jobledger.runtime.presence import WorkerInfo
@@ -36,6 +44,10 @@ class Check(msgspec.Struct):
 class Readiness(msgspec.Struct):
     ready: bool
     checks: dict[str, Check]
+    # Events a follower set aside: the process serves (200), the projections are
+    # degraded until the events are retried (ADR "quarantined events").
+    degraded: bool = False
+    quarantined: int = 0
 
 
 class QueueDepths(msgspec.Struct):
@@ -56,11 +68,38 @@ class SystemView(msgspec.Struct, kw_only=True):
     projection_lag: dict[str, int]
     breakers: dict[str, str]
     minutes: list[read_queries.MinuteStats]
+    quarantined: int = 0
+    quarantined_events: list[QuarantinedEvent] = msgspec.field(default_factory=list)
 
 
 class VerifyReport(msgspec.Struct):
     ok: bool
     differences: list[str]
+    quarantined: list[str] = msgspec.field(default_factory=list)
+
+
+class QuarantineRetryIn(msgspec.Struct, forbid_unknown_fields=True):
+    """Which quarantined events to apply again: ``ids`` (with their streams), or all."""
+
+    ids: list[Annotated[int, msgspec.Meta(ge=1)]] | None = None
+    all: bool = False
+
+
+class QuarantineFailure(msgspec.Struct):
+    id: int
+    error: str
+
+
+class QuarantineRetryOut(msgspec.Struct):
+    applied: list[int]
+    failed: list[QuarantineFailure]
+    waiting: list[int]
+    missing: list[int]
+    remaining: int
+
+
+# The system page lists at most this many quarantined events (the CLI lists all).
+_QUARANTINE_SHOWN = 100
 
 
 @get("/health", opt=OPEN, sync_to_thread=False, tags=["system"])
@@ -73,9 +112,20 @@ def health() -> dict[str, str]:
 def ready(request: Request[Any, Any, Any]) -> Response[Readiness]:
     """The store, the queue backend and the projections answer, and the projections are
     close to the head of the log."""
-    checks = _readiness_checks(state_of(request))
+    state = state_of(request)
+    checks = _readiness_checks(state)
     ok = all(c.ok for c in checks.values())
-    return Response(Readiness(ok, checks), status_code=200 if ok else HTTP_503_SERVICE_UNAVAILABLE)
+    quarantined = _quarantined_count(state) if ok else 0
+    body = Readiness(ok, checks, degraded=quarantined > 0, quarantined=quarantined)
+    return Response(body, status_code=200 if ok else HTTP_503_SERVICE_UNAVAILABLE)
+
+
+def _quarantined_count(state: ApiState) -> int:
+    try:
+        return state.container.quarantine().count()
+    except Exception as error:  # noqa: BLE001 (the store check reports an unreachable store)
+        log.warning("api.quarantine_unreadable", error=str(error))
+        return 0
 
 
 def _readiness_checks(state: ApiState) -> dict[str, Check]:
@@ -177,14 +227,49 @@ class SystemController(Controller):
     def verify(self, request: Request[Any, Any, Any]) -> VerifyReport:
         """Compare the queue with a fold of the log; lists every difference."""
         container = state_of(request).container
-        differences = verify_queue(container.reader(), container.queue)
-        return VerifyReport(not differences, differences)
+        isolation = container.isolation(QUEUE_FOLLOWER, persist=False)
+        differences = verify_queue(container.reader(), container.queue, isolation)
+        found = unapplied(isolation)
+        rows = [(e.position, e.topic, e.originator_id, e.error) for e in found.waiting]
+        rows += [(r[0], r[3], str(r[1]), error) for r, error in found.unrecorded]
+        quarantined = [f"position {p} ({event_type(t)} of {o}): {e}" for p, t, o, e in rows]
+        return VerifyReport(not differences and not quarantined, differences, quarantined)
+
+    @get("/admin/quarantine", opt=ADMIN, sync_to_thread=True)
+    def quarantine(self, request: Request[Any, Any, Any]) -> list[QuarantinedEvent]:
+        """Events a follower could not apply, in log order."""
+        return state_of(request).container.quarantine().events()
+
+    @post("/admin/quarantine/retry", opt=ADMIN, sync_to_thread=True, status_code=200)
+    def retry_quarantine(
+        self, request: Request[Any, Any, Any], data: JSONBody[QuarantineRetryIn]
+    ) -> QuarantineRetryOut:
+        """Apply quarantined events again, each in the follower it failed in."""
+        if data.all == (data.ids is not None):
+            raise ApiError(422, "give either ids or all", fix='send {"ids": [1]} or {"all": true}')
+        container = state_of(request).container
+        try:
+            report = container.retry_quarantined(None if data.all else data.ids)
+        except RetryStoppedError as error:
+            raise ApiError(503, str(error), fix="retry when the store and queue answer") from None
+        return _retry_out(report, remaining=container.quarantine().count())
+
+
+def _retry_out(report: RetryReport, *, remaining: int) -> QuarantineRetryOut:
+    return QuarantineRetryOut(
+        applied=[event.id for event in report.applied],
+        failed=[QuarantineFailure(event.id, error) for event, error in report.failed],
+        waiting=[event.id for event in report.waiting],
+        missing=report.missing,
+        remaining=remaining,
+    )
 
 
 def system_view(state: ApiState) -> SystemView:
     container, now = state.container, state.now()
     workers = live_workers(state)
     leader, epoch = container.leader_status()
+    quarantined = container.quarantine().events()
     return SystemView(
         now=now,
         counts=read_queries.status_counts(state.database),
@@ -201,6 +286,8 @@ def system_view(state: ApiState) -> SystemView:
         minutes=read_queries.minute_stats(
             state.database, since=now - timedelta(hours=1), until=now
         ),
+        quarantined=len(quarantined),
+        quarantined_events=quarantined[-_QUARANTINE_SHOWN:],
     )
 
 
@@ -252,13 +339,16 @@ def _rebuild(state: ApiState, full: bool, by: str) -> None:  # noqa: FBT001 (a t
     def progress(done: int, total: int) -> None:
         status.done, status.total = done, total
 
+    projector = state.container.projector()
     try:
-        projection = state.container.projector().queue
-        report = projection.rebuild(full=full, progress=progress, requested_by=by)
+        report = projector.queue.rebuild(full=full, progress=progress, requested_by=by)
         status.message = f"{report.items} open executions from the {report.source}"
+        if report.quarantined:
+            status.message += f"; {report.quarantined}"
         status.state = "done"  # the projection logged queue.rebuilt, naming who asked
     except Exception as error:
         status.state, status.message = "failed", f"{type(error).__name__}: {error}"
         log.exception("queue.rebuild_failed", requested_by=by)
     finally:
+        projector.close()
         status.finished_at = state.now()

@@ -75,8 +75,8 @@ class Checkpoint:
             cursor.execute(_READ_POSITION, (self.name,))
             return _position(cursor)
 
-    def commit(self, changes: Sequence[QueueChange], position: int) -> None:
-        """Apply ``changes`` and move the position, in one transaction."""
+    def commit(self, changes: Sequence[QueueChange], position: int | None) -> None:
+        """Apply ``changes`` and move the position (unless None), in one transaction."""
         upserts = [stored_row(c.item) for c in changes if c.item is not None]
         deletes = [(str(c.execution_id), c.version) for c in changes if c.item is None]
         with self._database.transaction() as cursor:
@@ -84,7 +84,8 @@ class Checkpoint:
                 cursor.executemany(_UPSERT, upserts)
             if deletes:
                 cursor.executemany(_DELETE, deletes)
-            cursor.execute(_POSITION, (self.name, position))
+            if position is not None:
+                cursor.execute(_POSITION, (self.name, position))
 
     def clear(self) -> None:
         with self._database.transaction() as cursor:

@@ -5,7 +5,7 @@ in one transaction). The scheduler asks it which jobs are due; the Job aggregate
 the authority, so a lagging index can only cause a wasted look, never a wrong fire.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -14,6 +14,8 @@ from jobledger.domain.job import Job
 from jobledger.domain.ledger import Ledger
 from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Database
+from jobledger.projections.log import LogRow
+from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
 from jobledger.projections.queue_projection import LogReader
 
 POSITION = "job-schedule"
@@ -56,20 +58,36 @@ def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: AN
 class JobIndex:
     """Reads and follows the job schedule table."""
 
-    def __init__(self, ledger: Ledger, database: Database, *, page_size: int = 2000) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        database: Database,
+        *,
+        page_size: int = 2000,
+        isolation: Isolation | None = None,
+    ) -> None:
         self._reader = LogReader(ledger, page_size, topics=JOB_TOPICS)
         self._database = database
+        self.isolation = isolation or Isolation(JOB_SCHEDULE_FOLLOWER)
 
     def catch_up(self) -> int:
-        """Apply every job event not yet in the index; returns how many were applied."""
+        """Apply every job event not yet in the index; returns how many were read."""
         applied = 0
         while True:
             position = self.position()
-            events, new_position = self._reader.page(position)
-            if new_position == position:
+            page = self._reader.rows(position)
+            if page.position == position:
                 return applied
-            self._commit(events, new_position)
-            applied += len(events)
+            self.isolation.apply(page, position, self._commit_rows)
+            applied += len(page.rows)
+
+    def _commit_rows(self, rows: Sequence[LogRow], _start: int, position: int) -> bool:
+        self._commit(self._reader.events(rows), position)
+        return True
+
+    def apply_one(self, row: LogRow) -> None:
+        """Apply one job event without moving the position (a retry)."""
+        self._commit([self._reader.event(row)], None)
 
     def due(self, now: datetime, *, limit: int) -> list[UUID]:
         with self._database.transaction(snapshot=True) as cursor:
@@ -94,7 +112,7 @@ class JobIndex:
             row = cursor.fetchone()
         return 0 if row is None else int(row[0])
 
-    def _commit(self, events: Sequence[Any], position: int) -> None:
+    def _commit(self, events: Iterable[Any], position: int | None) -> None:
         upserts: list[tuple[Any, ...]] = []
         for domain_event in events:
             sets, next_fire = next_fire_of(domain_event)
@@ -106,4 +124,5 @@ class JobIndex:
         with self._database.transaction() as cursor:
             if upserts:
                 cursor.executemany(_UPSERT, upserts)
-            cursor.execute(_POSITION, (POSITION, position))
+            if position is not None:
+                cursor.execute(_POSITION, (POSITION, position))

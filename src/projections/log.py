@@ -172,7 +172,8 @@ class Follower(Background):
 
     ``step`` returns True if it did work (so the follower runs it again at once). An
     exception in ``step`` is logged and retried after a back-off: the follower is its
-    own supervisor, and nothing but ``stop`` ends it.
+    own supervisor, and nothing but ``stop`` ends it. Steps isolate an event they
+    cannot apply themselves (``quarantine``), so what reaches this loop is an outage.
     """
 
     def __init__(

@@ -28,6 +28,12 @@ from jobledger.projections.errors import QueueLostError
 from jobledger.projections.log import LogRow, RowPage, read_rows
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.prefetch import prefetched
+from jobledger.projections.quarantine import (
+    CHECKPOINT_FOLLOWER,
+    QUEUE_FOLLOWER,
+    Isolation,
+    Quarantine,
+)
 from jobledger.projections.queue import QueueBackend, QueueItem, QueueMeta, QueueState
 from jobledger.projections.queue_entries import EncodedEntry, decode_item
 from jobledger.projections.queue_fold import (
@@ -59,6 +65,7 @@ class RebuildReport:
     items: int
     position: int
     events: int
+    quarantined: str = ""  # what the replay isolated, in one line ('' if nothing)
 
 
 class LogReader:
@@ -97,6 +104,16 @@ class LogReader:
         for _id, originator_id, version, topic, state in rows:
             yield decode(originator_id, version, topic, state)
 
+    def event(self, row: LogRow) -> Any:  # noqa: ANN401 (any domain event)
+        _id, originator_id, version, topic, state = row
+        return self._decode(originator_id, version, topic, state)
+
+    def row_at(self, position: int) -> LogRow | None:
+        """The stored event at ``position`` (any topic), or None."""
+        recorder = self.ledger.recorder
+        page = read_rows(recorder, position - 1, limit=1, stop=position)
+        return next((row for row in page.rows if row[0] == position), None)
+
     def previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         item: QueueItem | None = None
         for domain_event in self.ledger.events.get(execution_id, lte=version - 1):
@@ -124,17 +141,23 @@ def _row_pages(reader: LogReader, stop: int | None) -> Iterator[RowPage]:
 
 
 def replay(
-    reader: LogReader, fold: QueueFold, *, stop: int | None = None
+    reader: LogReader, fold: QueueFold, isolation: Isolation, *, stop: int | None = None
 ) -> Iterator[tuple[int, int]]:
     """(position, events) per page, folding the log from its start to ``stop``.
 
     A thread reads the pages while this one decodes and folds: the database works on
     the next page meanwhile. The cyclic collector is paused meanwhile (see collector).
+    An event that cannot be folded, and the rest of its stream, go to ``isolation``.
     """
+    decode, step = reader.event, fold.fold
+
+    def fold_row(row: LogRow) -> None:
+        step((decode(row),))
+
     pages = prefetched(_row_pages(reader, stop), depth=2, name="log-read")
     with contextlib.closing(pages), collector_paused():
         for page in pages:
-            fold.fold(reader.events(page.rows))
+            isolation.each(page.rows, fold_row)
             yield page.position, len(page.rows)
 
 
@@ -149,6 +172,8 @@ class QueueProjection:
         store_id: str,
         checkpoint: Checkpoint | None = None,
         page_size: int = 2000,
+        quarantine: Quarantine | None = None,
+        counted: Callable[[str], None] | None = None,
     ) -> None:
         self.reader = LogReader(ledger, page_size)
         self.backend = backend
@@ -159,21 +184,48 @@ class QueueProjection:
         self.position = 0
         self.rebuilds = 0
         self._loading_since: float | None = None  # another process's rebuild, awaited
+        self.quarantine = quarantine
+        self._counted = counted
+        self.isolation = self.new_isolation()
+
+    def new_isolation(self) -> Isolation:
+        isolation = Isolation(QUEUE_FOLLOWER, self.quarantine)
+        if self._counted is not None:
+            isolation.counted = self._counted
+        return isolation
 
     def step(self) -> bool:
         """Apply the next page; True if there was work (or a rebuild) to do."""
         epoch = self.epoch if self.epoch is not None else self.start()
-        events, position = self.reader.page(self.position)
-        if position == self.position:
+        page = self.reader.rows(self.position)
+        if page.position == self.position:
             return self._check_still_there(epoch)
-        changes = latest_per_execution(self.fold.changes(events))
         try:
-            self.backend.apply(changes, epoch=epoch)
-            self.backend.write_position(position, epoch=epoch)
+            self.isolation.apply(page, self.position, functools.partial(self._apply, epoch=epoch))
         except QueueLostError:
             return self._lost_or_replaced(epoch, self.backend.read_meta())
-        self.position = position
+        self.position = page.position
         return True
+
+    def _apply(self, rows: Sequence[LogRow], _start: int, position: int, *, epoch: str) -> bool:
+        try:
+            changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
+            self.backend.apply(changes, epoch=epoch)
+        except Exception:
+            # The fold may have moved past what was applied: ask the log again.
+            self.fold.forget()
+            raise
+        self.backend.write_position(position, epoch=epoch)
+        return True
+
+    def apply_one(self, row: LogRow) -> None:
+        """Apply one event to the queue without moving the position (a retry of a
+        quarantined event; the version guard keeps a later replay of it harmless)."""
+        meta = self.backend.read_meta()
+        if meta is None or meta.store_id != self.store_id:
+            raise QueueLostError
+        change = QueueFold(self._load_previous).change(self.reader.event(row))
+        self.backend.apply([] if change is None else [change], epoch=meta.epoch)
 
     def _check_still_there(self, epoch: str) -> bool:
         """While the log is quiet, look for a loss anyway, so it is repaired before work
@@ -244,7 +296,7 @@ class QueueProjection:
         if self.checkpoint is not None and not full:
             report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress)
         else:
-            report = self._rebuild_from_log(epoch, progress)
+            report = self._rebuild_from_log(epoch, progress, self.new_isolation())
         self.epoch, self.position = epoch, report.position
         log.info(
             "queue.rebuilt",
@@ -270,6 +322,9 @@ class QueueProjection:
         finally:
             batches.close()
         self.backend.write_position(position, epoch=epoch)
+        if self.quarantine is not None:
+            # The checkpoint left out what it holds; so does the queue built from it.
+            self.quarantine.inherit(QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, up_to=position)
         return RebuildReport("checkpoint", items, position, 0)
 
     def _load_entries(
@@ -293,18 +348,20 @@ class QueueProjection:
             items += len(batch)
         return items
 
-    def _rebuild_from_log(self, epoch: str, progress: Progress) -> RebuildReport:
+    def _rebuild_from_log(
+        self, epoch: str, progress: Progress, isolation: Isolation
+    ) -> RebuildReport:
         # Fold the whole log in memory first, then write only what is still open.
         head = self.reader.head()
         position = events = 0
-        for position, count in replay(self.reader, self.fold):
+        for position, count in replay(self.reader, self.fold, isolation):
             events += count
             progress(position, max(head, position))
         self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
         open_items = self.fold.open_items()
         self.backend.load(open_items, epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
-        return RebuildReport("log", len(open_items), position, events)
+        return RebuildReport("log", len(open_items), position, events, isolation.summary())
 
     def _load_previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         if self.checkpoint is not None:
@@ -318,22 +375,45 @@ class CheckpointProjection:
     """Follows the log into the open-executions checkpoint (exactly once: rows and
     position commit together)."""
 
-    def __init__(self, ledger: Ledger, checkpoint: Checkpoint, *, page_size: int = 2000) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        checkpoint: Checkpoint,
+        *,
+        page_size: int = 2000,
+        isolation: Isolation | None = None,
+    ) -> None:
         self.reader = LogReader(ledger, page_size)
         self.checkpoint = checkpoint
         self.fold = QueueFold(self._load_previous)
         self.position: int | None = None
+        self.isolation = isolation or Isolation(CHECKPOINT_FOLLOWER)
 
     def step(self) -> bool:
         if self.position is None:
             self.position = self.checkpoint.position()
             self.fold.forget()
-        events, position = self.reader.page(self.position)
-        if position == self.position:
+        page = self.reader.rows(self.position)
+        if page.position == self.position:
             return False
-        self.checkpoint.commit(latest_per_execution(self.fold.changes(events)), position)
-        self.position = position
+        self.isolation.apply(page, self.position, self._apply)
+        self.position = page.position
         return True
+
+    def _apply(self, rows: Sequence[LogRow], _start: int, position: int) -> bool:
+        """Rows and position in one transaction (each row alone, when isolating)."""
+        try:
+            changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
+            self.checkpoint.commit(changes, position)
+        except Exception:
+            self.fold.forget()  # it may have moved past what was committed
+            raise
+        return True
+
+    def apply_one(self, row: LogRow) -> None:
+        """Apply one event without moving the position (a retry)."""
+        change = QueueFold(self._load_previous).change(self.reader.event(row))
+        self.checkpoint.commit([] if change is None else [change], None)
 
     def _load_previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         item = self.checkpoint.load(execution_id)
@@ -342,23 +422,31 @@ class CheckpointProjection:
         return self.reader.previous(execution_id, version)
 
 
-def expected_queue(reader: LogReader, *, stop: int) -> MemoryQueue:
-    """The queue as the log says it is at ``stop``: a fresh fold into memory."""
+def expected_queue(reader: LogReader, *, stop: int, isolation: Isolation) -> MemoryQueue:
+    """The queue as the log says it is at ``stop``: a fresh fold into memory, without
+    the streams ``isolation`` holds (as the projection leaves them out)."""
     memory = MemoryQueue()
     memory.reset(QueueMeta(store_id="verify", epoch="verify", position=0))
     fold = QueueFold(reader.previous)
-    for _page in replay(reader, fold, stop=stop):
+    for _page in replay(reader, fold, isolation, stop=stop):
         pass  # the fold remembers every open entry
     memory.load(fold.open_items(), epoch="verify")
     return memory
 
 
-def verify_queue(reader: LogReader, backend: QueueBackend) -> list[str]:
-    """Every difference between ``backend`` and the fold of the log at its position."""
+def verify_queue(
+    reader: LogReader, backend: QueueBackend, isolation: Isolation | None = None
+) -> list[str]:
+    """Every difference between ``backend`` and the fold of the log at its position.
+
+    The events the fold cannot apply are left in ``isolation`` (not recorded: a
+    verify changes nothing); the caller reports them.
+    """
     meta = backend.read_meta()
     if meta is None:
         return ["the queue is empty: no position recorded (it was never built, or it was lost)"]
-    expected = expected_queue(reader, stop=meta.position)
+    isolation = isolation or Isolation(QUEUE_FOLLOWER, persist=False)
+    expected = expected_queue(reader, stop=meta.position, isolation=isolation)
     differences: list[str] = []
     for queue in sorted(expected.queues() | backend.queues()):
         differences += _diff_queue(queue, expected.items(queue), backend.items(queue))

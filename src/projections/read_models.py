@@ -54,8 +54,9 @@ from jobledger.projections.checkpoint import to_ms
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.job_index import JOB_TOPICS
-from jobledger.projections.log import RowPage
+from jobledger.projections.log import LogRow, RowPage
 from jobledger.projections.prefetch import prefetched
+from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation
 from jobledger.projections.queue_fold import EXECUTION_TOPICS
 from jobledger.projections.queue_projection import LogReader
 
@@ -658,15 +659,23 @@ def _pages(reader: LogReader) -> Iterator[tuple[int, RowPage]]:
 class ReadModels:
     """Follows the log into the read-model tables; ``step`` is one unit of work."""
 
-    def __init__(self, ledger: Ledger, database: Database, *, page_size: int = 2000) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        database: Database,
+        *,
+        page_size: int = 2000,
+        isolation: Isolation | None = None,
+    ) -> None:
         self._database = database
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._replay_reader = LogReader(ledger, max(page_size, REPLAY_PAGE), topics=TOPICS)
+        self.isolation = isolation or Isolation(READ_MODELS_FOLLOWER)
 
     def step(self) -> bool:
         """Apply the next page; True if there was one (applied here, or by another
         process that got to it first)."""
-        return self._next_page(self._reader) is not None
+        return self._next_page(self._reader, self.isolation) is not None
 
     def position(self) -> int:
         with self._database.transaction(snapshot=True) as cursor:
@@ -678,24 +687,29 @@ class ReadModels:
         """Events in the log that the read models have not seen yet."""
         return max(0, self._reader.head() - self.position())
 
-    def rebuild(self, progress: Progress | None = None) -> int:
-        """Empty the tables and replay the whole log; returns the events applied.
+    def rebuild(
+        self, progress: Progress | None = None, *, isolation: Isolation | None = None
+    ) -> int:
+        """Empty the tables and replay the whole log; returns the events read.
 
         Pages are read a step ahead in a thread. If another process applies pages
-        meanwhile, the replay notices at the position and follows page by page.
+        meanwhile, the replay notices at the position and follows page by page. What
+        cannot be applied is quarantined through ``isolation`` (the follower's own
+        unless given), and the replay goes on.
         """
         report = progress or _no_progress
+        isolation = isolation or self.isolation
         self._reset()
         head = self._replay_reader.head()
         applied = 0
         pages = prefetched(_pages(self._replay_reader), name="read-models-read")
         with contextlib.closing(pages), collector_paused():
             for start, page in pages:
-                if not self._commit(page, start):
+                if not isolation.apply(page, start, self._commit_rows):
                     break
                 applied += len(page.rows)
                 report(page.position, max(head, page.position))
-        while (count := self._next_page(self._replay_reader)) is not None:
+        while (count := self._next_page(self._replay_reader, isolation)) is not None:
             applied += count
         position = self.position()
         report(position, max(head, position))
@@ -709,13 +723,28 @@ class ReadModels:
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608 (constant names)
             cursor.execute(_WRITE_POSITION, (0, POSITION))
 
-    def _next_page(self, reader: LogReader) -> int | None:
-        """Events applied from the next page; None when there was no page."""
+    def _next_page(self, reader: LogReader, isolation: Isolation) -> int | None:
+        """Events read from the next page; None when there was no page."""
         start = self.position()
         page = reader.rows(start)
         if page.position == start:
             return None
-        return len(page.rows) if self._commit(page, start) else 0
+        return len(page.rows) if isolation.apply(page, start, self._commit_rows) else 0
+
+    def _commit_rows(self, rows: Sequence[LogRow], start: int, position: int) -> bool:
+        return self._commit(RowPage(rows, position), start)
+
+    def apply_one(self, row: LogRow) -> None:
+        """Fold one event into the tables without moving the position (a retry of a
+        quarantined event). The position row's lock keeps it apart from a page."""
+        event = self._reader.event(row)
+        key = str(event.originator_id)
+        with self._database.transaction() as cursor:
+            cursor.execute(_INSERT_POSITION, (POSITION,))
+            cursor.execute(_LOCK_POSITION, (POSITION,))
+            fold = _read_fold(cursor, [(key, event)])
+            fold.apply(key, event)
+            _write_fold(cursor, fold)
 
     def _commit(self, page: RowPage, start: int) -> bool:
         """Apply ``page`` (which starts at ``start``) and move the position past it,

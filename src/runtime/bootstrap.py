@@ -3,6 +3,7 @@
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Self
@@ -14,6 +15,15 @@ from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.memory_queue import MemoryQueue
+from jobledger.projections.quarantine import (
+    JOB_SCHEDULE_FOLLOWER,
+    READ_MODELS_FOLLOWER,
+    ApplyOne,
+    Isolation,
+    Quarantine,
+    RetryReport,
+    retry,
+)
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import LogReader
 from jobledger.projections.read_models import ReadModels
@@ -99,7 +109,7 @@ class Container:
         return Scheduler(
             self.ledger,
             self.writer,
-            JobIndex(self.ledger, self.database),
+            JobIndex(self.ledger, self.database, isolation=self.isolation(JOB_SCHEDULE_FOLLOWER)),
             leadership or self.leadership(),
             queue=self.queue,
             checkpoint=self.checkpoint,
@@ -193,7 +203,43 @@ class Container:
 
     def read_models(self) -> ReadModels:
         """The read models on this container's database (queries, lag, rebuilds)."""
-        return ReadModels(self.ledger, self.database, page_size=self.settings.projection_page_size)
+        return ReadModels(
+            self.ledger,
+            self.database,
+            page_size=self.settings.projection_page_size,
+            isolation=self.isolation(READ_MODELS_FOLLOWER),
+        )
+
+    def quarantine(self) -> Quarantine:
+        """The events followers could not apply (the API, the CLI and followers)."""
+        return Quarantine(self.database)
+
+    def isolation(self, follower: str, *, persist: bool = True) -> Isolation:
+        """How ``follower`` isolates events here: recorded, and counted in metrics. The
+        job-schedule index holds no stream: each job event sets the job's next fire
+        whole, so the events after a quarantined one keep the index right."""
+        return Isolation(
+            follower,
+            self.quarantine(),
+            persist=persist,
+            hold=follower != JOB_SCHEDULE_FOLLOWER,
+            counted=self.metrics.count_quarantined,
+        )
+
+    def quarantine_appliers(self, projector: Projector) -> dict[str, ApplyOne]:
+        """Each follower's way of applying one quarantined event (for a retry)."""
+        index = JobIndex(self.ledger, self.database)
+        return {**projector.appliers(), JOB_SCHEDULE_FOLLOWER: index.apply_one}
+
+    def retry_quarantined(self, ids: Sequence[int] | None) -> RetryReport:
+        """Apply quarantined events again (``ids`` and their streams, or all), each in
+        the follower it failed in, on this process's queue backend."""
+        projector = self.projector()
+        try:
+            appliers = self.quarantine_appliers(projector)
+            return retry(self.quarantine(), appliers, projector.queue.reader.row_at, ids=ids)
+        finally:
+            projector.close()
 
     def projector(self) -> Projector:
         return build_projector(

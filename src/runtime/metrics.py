@@ -147,6 +147,21 @@ class Metrics:
         self.rebuilds = Counter(
             "jobledger_queue_rebuilds_total", "Rebuilds of the queue projection.", registry=r
         )
+        self.quarantined = Counter(
+            "jobledger_projection_quarantined_total",
+            "Events a follower could not apply and quarantined (then went on), by follower.",
+            ["follower"],
+            registry=r,
+        )
+        self.quarantined_events = Gauge(
+            "jobledger_projection_quarantined_events",
+            "Events in quarantine now (until retried), by follower.",
+            ["follower"],
+            registry=r,
+        )
+
+    def count_quarantined(self, follower: str) -> None:
+        self.quarantined.labels(follower=follower).inc()
 
     def _api(self, r: CollectorRegistry) -> None:
         self.http_requests = Counter(

@@ -14,6 +14,14 @@ from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.log import Follower, PostgresListener, Wakeup
+from jobledger.projections.quarantine import (
+    CHECKPOINT_FOLLOWER,
+    QUEUE_FOLLOWER,
+    READ_MODELS_FOLLOWER,
+    ApplyOne,
+    Isolation,
+    Quarantine,
+)
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import CheckpointProjection, QueueProjection
 from jobledger.projections.read_models import ReadModels
@@ -57,12 +65,18 @@ class _Gauges(Background):
     interval = 1.0
 
     def __init__(
-        self, metrics: Metrics, ledger: Ledger, backend: QueueBackend, positions: "_Positions"
+        self,
+        metrics: Metrics,
+        ledger: Ledger,
+        backend: QueueBackend,
+        positions: "_Positions",
+        quarantine: Quarantine,
     ) -> None:
         self._metrics = metrics
         self._ledger = ledger
         self._backend = backend
         self._positions = positions
+        self._quarantine = quarantine
         self._rebuilds = 0
         super().__init__("projector-metrics")
 
@@ -84,6 +98,8 @@ class _Gauges(Background):
         metrics.rebuilds.inc(rebuilds - self._rebuilds)
         self._rebuilds = rebuilds
         metrics.observe_queue(self._backend, now=datetime.now(tz=UTC), head=head)
+        for name, count in self._quarantine.counts().items():
+            metrics.quarantined_events.labels(follower=name).set(count)
 
 
 @dataclass
@@ -96,9 +112,9 @@ class _Positions:
 
     def read(self) -> dict[str, int]:
         sources: dict[str, Callable[[], int]] = {
-            "queue-projection": lambda: self.queue.position,
-            "checkpoint-projection": lambda: self.checkpoint.position or 0,
-            "read-models": self.read_models.position,
+            QUEUE_FOLLOWER: lambda: self.queue.position,
+            CHECKPOINT_FOLLOWER: lambda: self.checkpoint.position or 0,
+            READ_MODELS_FOLLOWER: self.read_models.position,
         }
         return {name: source() for name, source in sources.items()}
 
@@ -116,6 +132,22 @@ class Projector:
     read_models: ReadModels | None = None
     database: Database | None = None  # closed on stop: the projector opened it
     gauges: _Gauges | None = None
+
+    def appliers(self) -> dict[str, ApplyOne]:
+        """How each follower applies one event without moving (for quarantine retry)."""
+        appliers: dict[str, ApplyOne] = {
+            QUEUE_FOLLOWER: self.queue.apply_one,
+            CHECKPOINT_FOLLOWER: self.checkpoint.apply_one,
+        }
+        if self.read_models is not None:
+            appliers[READ_MODELS_FOLLOWER] = self.read_models.apply_one
+        return appliers
+
+    def close(self) -> None:
+        """Release what a projector that never started opened (one used for a rebuild
+        or a retry)."""
+        if self.database is not None:
+            self.database.close()
 
     def start(self) -> None:
         if self.listener is not None:
@@ -151,23 +183,44 @@ def build_projector(
     poll = settings.projection_poll_ms / 1000
     # The queue follower reads at once (it decides when work starts); the others may wait.
     batch = settings.projection_batch_ms / 1000
-    queue = QueueProjection(
-        ledger, backend, store_id=store_id, checkpoint=checkpoint, page_size=page
-    )
-    checkpoint_projection = CheckpointProjection(ledger, checkpoint, page_size=page)
     database = _OpenedOnUse(settings)
-    read_models = ReadModels(ledger, database, page_size=page)
+    quarantine = Quarantine(database)
+    counted = metrics.count_quarantined if metrics is not None else None
+
+    def isolation(follower: str) -> Isolation:
+        isolated = Isolation(follower, quarantine)
+        if counted is not None:
+            isolated.counted = counted
+        return isolated
+
+    queue = QueueProjection(
+        ledger,
+        backend,
+        store_id=store_id,
+        checkpoint=checkpoint,
+        page_size=page,
+        quarantine=quarantine,
+        counted=counted,
+    )
+    checkpoint_projection = CheckpointProjection(
+        ledger, checkpoint, page_size=page, isolation=isolation(CHECKPOINT_FOLLOWER)
+    )
+    read_models = ReadModels(
+        ledger, database, page_size=page, isolation=isolation(READ_MODELS_FOLLOWER)
+    )
     wakeups = [Wakeup(), Wakeup(), Wakeup()]
     followers = [
-        Follower("queue-projection", queue.step, wakeups[0], poll_interval=poll),
+        Follower(QUEUE_FOLLOWER, queue.step, wakeups[0], poll_interval=poll),
         Follower(
-            "checkpoint-projection",
+            CHECKPOINT_FOLLOWER,
             checkpoint_projection.step,
             wakeups[1],
             poll_interval=poll,
             coalesce=batch,
         ),
-        Follower("read-models", read_models.step, wakeups[2], poll_interval=poll, coalesce=batch),
+        Follower(
+            READ_MODELS_FOLLOWER, read_models.step, wakeups[2], poll_interval=poll, coalesce=batch
+        ),
     ]
     listener = None
     if settings.uses_postgres:
@@ -175,7 +228,7 @@ def build_projector(
     gauges = None
     if metrics is not None:
         positions = _Positions(queue, checkpoint_projection, read_models)
-        gauges = _Gauges(metrics, ledger, backend, positions)
+        gauges = _Gauges(metrics, ledger, backend, positions, quarantine)
     return Projector(
         queue, checkpoint_projection, followers, listener, wakeups, read_models, database, gauges
     )

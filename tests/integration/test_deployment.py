@@ -148,6 +148,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
         "JobledgerMissedFires",
         "JobledgerNoLeader",
         "JobledgerProjectionLagHigh",
+        "JobledgerEventsQuarantined",
         "JobledgerDeadLetterGrowth",
         "JobledgerBreakerOpen",
         "JobledgerStaleReports",
@@ -158,6 +159,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
     assert "sum(jobledger_leader) == 0" in rules["JobledgerNoLeader"]["expr"]
     assert rules["JobledgerNoLeader"]["for"] == "1m"
     assert "== 2" in rules["JobledgerBreakerOpen"]["expr"]  # 2 is open
+    assert "jobledger_projection_quarantined_events" in rules["JobledgerEventsQuarantined"]["expr"]
     assert load_yaml("deploy/prometheus.yml")["rule_files"] == ["prometheus-alerts.yml"]
 
 

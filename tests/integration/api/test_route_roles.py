@@ -56,6 +56,8 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("POST", "/api/v1/admin/queue/rebuild"): ADMIN,
     ("GET", "/api/v1/admin/queue/rebuild"): ADMIN,
     ("GET", "/api/v1/admin/queue/verify"): ADMIN,
+    ("GET", "/api/v1/admin/quarantine"): ADMIN,
+    ("POST", "/api/v1/admin/quarantine/retry"): ADMIN,
     ("GET", "/health"): PUBLIC,
     ("GET", "/ready"): PUBLIC,
     ("GET", "/metrics"): PUBLIC,

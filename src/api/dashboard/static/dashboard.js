@@ -572,12 +572,15 @@
       out.textContent = result.error.message;
       return;
     }
-    const { ok, differences } = result.data;
+    const { ok, differences, quarantined = [] } = result.data;
     const line = document.createElement("p");
-    line.textContent = ok ? "The queue matches the log." : `${differences.length} differences:`;
+    const held = quarantined.length ? ` ${quarantined.length} quarantined events are not in the queue (listed below).` : "";
+    line.textContent = ok ? "The queue matches the log." : `${differences.length} differences.${held}`;
     const list = document.createElement("ul");
     list.replaceChildren(
-      ...differences.slice(0, 50).map((text) => Object.assign(document.createElement("li"), { textContent: text })),
+      ...[...differences, ...quarantined.map((text) => `quarantined: ${text}`)]
+        .slice(0, 50)
+        .map((text) => Object.assign(document.createElement("li"), { textContent: text })),
     );
     out.replaceChildren(line, list);
   }
