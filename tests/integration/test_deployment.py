@@ -398,26 +398,32 @@ def deployment(
     # The release step, as an operator runs it before starting the processes.
     release = jobledger_cli.run("migrate", env=jobledger_cli.environment(**shared))
     assert release.returncode == 0, release.stderr
-    api_port = free_port()
     running = Deployment()
-    running.api_url = f"http://127.0.0.1:{api_port}"
-    plan = {
-        "api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD},
-        "scheduler1": {"metrics_port": str(free_port())},
-        "scheduler2": {"metrics_port": str(free_port())},
-        "worker1": {"metrics_port": str(free_port())},
-        "worker2": {"metrics_port": str(free_port())},
-        "projector": {"metrics_port": str(free_port())},
-    }
     try:
-        for name, own in plan.items():
-            environ = jobledger_cli.environment(**shared, **own)
-            role = Role(name, [name.rstrip("12")], environ, tmp_path)
-            running.roles[name] = role
+        launch(running, shared, tmp_path, jobledger_cli, "scheduler1", "scheduler2")
         yield running
     finally:
         for role in running.roles.values():
             role.stop()
+
+
+def launch(
+    deployment: Deployment,
+    shared: dict[str, str],
+    logs: Path,
+    jobledger_cli: "JobledgerCli",
+    *schedulers: str,
+) -> None:
+    """Start the api, the named schedulers, two workers and a projector into
+    ``deployment``, each with ``shared`` settings and a port of its own."""
+    api_port = free_port()
+    deployment.api_url = f"http://127.0.0.1:{api_port}"
+    plan = {"api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD}}
+    for name in (*schedulers, "worker1", "worker2", "projector"):
+        plan[name] = {"metrics_port": str(free_port())}
+    for name, own in plan.items():
+        environ = jobledger_cli.environment(**shared, **own)
+        deployment.roles[name] = Role(name, [name.rstrip("12")], environ, logs)
 
 
 @contextlib.contextmanager
