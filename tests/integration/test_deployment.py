@@ -151,6 +151,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
         "JobledgerDeadLetterGrowth",
         "JobledgerBreakerOpen",
         "JobledgerStaleReports",
+        "JobledgerDependencyDown",
     }
     assert all(r["annotations"]["summary"] for r in rules.values())
     assert unknown_metrics([r["expr"] for r in rules.values()]) == {}
@@ -158,6 +159,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
     assert "sum(jobledger_leader) == 0" in rules["JobledgerNoLeader"]["expr"]
     assert rules["JobledgerNoLeader"]["for"] == "1m"
     assert "== 2" in rules["JobledgerBreakerOpen"]["expr"]  # 2 is open
+    assert rules["JobledgerDependencyDown"]["expr"] == "jobledger_dependency_up == 0"
     assert load_yaml("deploy/prometheus.yml")["rule_files"] == ["prometheus-alerts.yml"]
 
 

@@ -359,6 +359,7 @@ def test_every_role_rides_out_a_redis_restart_that_lost_its_data(
         assert all(r.json()["unreachable"] == ["redis"] for r in refused)
         assert resumed < 10, resumed  # a few seconds, on a busy machine
         assert load.failures == [], load.failures
+        assert load.refused == {}, "new executions wait in the log while Redis is down"
         check_outage_said_once(deployment, "redis")
     finally:
         server.stop()
