@@ -2,17 +2,22 @@
 outage edge, and the gauge."""
 
 import sqlite3
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import psycopg
 import pytest
 import redis
 from eventsourcing import persistence
+from eventsourcing.domain import Aggregate
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Gauge
 from psycopg import errors as pg_errors
 from structlog.testing import capture_logs
 
+from jobledger.projections.log import Follower, Wakeup
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import (
     POSTGRESQL,
@@ -22,6 +27,10 @@ from jobledger.runtime.outages import (
     OutageProbe,
     dependency_of,
 )
+from jobledger.runtime.writer import GroupCommitWriter
+
+if TYPE_CHECKING:
+    from jobledger.domain.ledger import Ledger
 
 
 def wrapped(cause: Exception) -> persistence.OperationalError:
@@ -154,3 +163,84 @@ def test_the_probe_ends_an_outage_once_the_store_answers() -> None:
     assert health.down() == {}
     probe.probe()
     assert calls == [POSTGRESQL, POSTGRESQL]
+
+
+class Note(Aggregate):
+    """An aggregate with one pending event: something for the writer to save."""
+
+
+class FlakyLedger:
+    """Refuses ``failures`` saves as an unreachable server would, then saves."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.saved: list[object] = []
+
+    def save_events(self, events: list[object]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise wrapped(psycopg.OperationalError("connection refused"))
+        self.saved.extend(events)
+
+    def snapshot_due(self, _events: list[object]) -> None:
+        return None
+
+
+FAST = Backoff(initial=0.01, cap=0.05)
+
+
+def test_the_writer_saves_an_outcome_once_the_store_is_back() -> None:
+    """If the store refuses a batch three times as an unreachable server would, then the
+    writer tries the same batch again until it is saved, and the caller's save succeeds
+    instead of losing the outcome; the outage is said once each way."""
+    ledger = FlakyLedger(failures=3)
+    health = DependencyHealth("worker", backoff=FAST)
+    with capture_logs() as logs, GroupCommitWriter(cast("Ledger", ledger), health=health) as writer:
+        writer.save(Note(), timeout=5)
+    assert len(ledger.saved) == 1
+    assert [e["event"] for e in logs] == ["dependency.down", "dependency.up"]
+    assert logs[1]["failures"] == 3
+
+
+def test_a_closing_writer_gives_up_on_an_unreachable_store() -> None:
+    """If the store stays unreachable and the writer is closed, then the waiting caller
+    hears the error instead of waiting for ever."""
+    health = DependencyHealth("worker", backoff=FAST)
+    writer = GroupCommitWriter(cast("Ledger", FlakyLedger(failures=10**9)), health=health)
+    future = writer.submit(Note())
+    time.sleep(0.1)
+    writer.close(timeout=5)
+    with pytest.raises(persistence.OperationalError):
+        future.result(timeout=1)
+
+
+def run_follower(step: Callable[[], bool], health: DependencyHealth, calls: list[int]) -> None:
+    follower = Follower(
+        "queue-projection", step, Wakeup(), poll_interval=0.01, health=health.watch(REDIS)
+    )
+    follower.start()
+    deadline = time.monotonic() + 5
+    while len(calls) < 6 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    follower.stop()
+
+
+def test_a_follower_reports_an_outage_through_the_tracker() -> None:
+    """If a follower's step meets an unreachable Redis three times and then works, then
+    the tracker says the outage once each way and the follower logs no step failure; an
+    error that is no outage is still logged by the follower."""
+    health = DependencyHealth("projector", backoff=FAST)
+    calls: list[int] = []
+
+    def step() -> bool:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise redis.ConnectionError("Error 111 connecting")
+        if len(calls) == 5:
+            raise ValueError("a bug")
+        return False
+
+    with capture_logs() as logs:
+        run_follower(step, health, calls)
+    events = [e["event"] for e in logs]
+    assert events == ["dependency.down", "dependency.up", "follower.step_failed"], events
