@@ -187,7 +187,7 @@ def _http(_: Request[Any, Any, Any], error: HTTPException) -> Response[ErrorBody
     return error_response(error.status_code, str(error.detail), headers=headers or None)
 
 
-def _unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
+def unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
     """A store the request needed is unreachable: a 503 the client may retry, and the
     outage goes to the process's tracker (one line when it starts, not one per request)."""
     dependency = dependency_of(error)
@@ -257,6 +257,6 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = 
     accounts.AccountError: _account_error,
     ValidationException: _validation,
     HTTPException: _http,
-    **dict.fromkeys(OUTAGE_ERRORS, _unavailable),
+    **dict.fromkeys(OUTAGE_ERRORS, unavailable),
     Exception: _unexpected,
 }

@@ -35,3 +35,16 @@ def test_a_request_that_needs_redis_gets_503_while_it_is_unreachable(
     assert body["checks"]["store"]["ok"] is True
     assert body["checks"]["queue"]["detail"].startswith("redis unreachable: ConnectionError")
     assert list(api_without_redis.container.health.down()) == ["redis"]
+
+
+def test_a_page_that_needs_redis_shows_an_error_page_while_it_is_unreachable(
+    api_without_redis: "Api",
+) -> None:
+    """If Redis cannot be reached, then a dashboard page that needs it answers a browser
+    with a 503 HTML page saying so (with Retry-After), not a JSON body or a 500."""
+    browser = api_without_redis.session("viewer")
+    page = browser.get("/ui/workers", headers={"Accept": "text/html"})
+    assert page.status_code == 503, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    assert int(page.headers["Retry-After"]) >= 1
+    assert "redis is unreachable" in page.text
