@@ -134,13 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args, settings)
     except (RuntimeLayerError, DomainError) as error:
         print(f"jobledger: {error}", file=sys.stderr)
-    except redis.RedisError as error:
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        # The start check, or a one-shot command: a role that runs rides out an outage.
         detail = " ".join(str(error).split())
         print(
             f"jobledger: cannot reach Redis ({PREFIX}REDIS_URL={mask_url(settings.redis_url)}): "
             f"{detail}; check that redis-server runs at that host and port",
             file=sys.stderr,
         )
+    except redis.RedisError as error:
+        detail = " ".join(str(error).split())
+        print(f"jobledger: Redis refused a command: {detail}", file=sys.stderr)
     return EXIT_USER_ERROR
 
 
