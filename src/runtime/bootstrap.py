@@ -42,6 +42,9 @@ from jobledger.runtime.store import open_ledger, projection_database, read_store
 from jobledger.runtime.worker import Worker, WorkerConfig
 from jobledger.runtime.writer import GroupCommitWriter
 
+REDIS_CONNECT_TIMEOUT = 5.0
+REDIS_TIMEOUT = 30.0
+
 
 @dataclass
 class Container:
@@ -257,7 +260,19 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
         metrics=metrics,
         health=health,
     )
-    client = redis.Redis.from_url(settings.redis_url) if settings.redis_url else None
+    client = (
+        # Timeouts: a Redis that stops answering without closing the connection (a
+        # network partition) must fail a call, so the loops back off instead of
+        # hanging. No call blocks on the server side, and the largest pipeline of a
+        # rebuild takes far less; options in the URL take precedence.
+        redis.Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+            socket_timeout=REDIS_TIMEOUT,
+        )
+        if settings.redis_url
+        else None
+    )
     queue: QueueBackend
     if client is not None:
         queue = RedisQueue(client, prefix=settings.redis_prefix)

@@ -437,7 +437,9 @@ class Worker:
             execution.defer(
                 lease_id=lease.lease_id, reason="worker shutting down", ready_at=self.now()
             )
-            await self.writer.save_async(execution)
+            # Bounded: during an outage the writer would wait for the store, and a
+            # worker asked to stop must stop.
+            await asyncio.wait_for(self.writer.save_async(execution), self.config.grace)
         except Exception as error:  # noqa: BLE001 (the lease expires and is recovered)
             running.context.log.warning("worker.hand_back_failed", error=str(error))
             return
