@@ -124,6 +124,9 @@ class Worker:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
         heartbeat = _Heartbeat(self)
         heartbeat.start()
+        # Listed at once, not at the first heartbeat; during an outage, at a later one.
+        with contextlib.suppress(*OUTAGE_ERRORS):
+            await asyncio.to_thread(self.report_presence)
         log.info("worker.started", worker_id=self.worker_id, slots=self.config.slots)
         try:
             while not stop.is_set():
