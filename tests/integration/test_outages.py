@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -265,10 +265,11 @@ def logged(role: Role, name: str, dependency: str) -> list[dict[str, Any]]:
     return found
 
 
-def check_nothing_lost(database_url: str, accepted: dict[str, str]) -> None:
-    """Every accepted execution ends Completed."""
+def check_nothing_lost(database_url: str, execution_ids: Iterable[str]) -> None:
+    """Every execution of ``execution_ids`` ends Completed."""
     ledger = open_ledger(load_settings({}, database_url=database_url))
-    waiting = {uuid.UUID(i) for i in accepted.values()}
+    waiting = {uuid.UUID(i) for i in execution_ids}
+    count = len(waiting)
 
     def done() -> bool:
         finished = {
@@ -278,7 +279,45 @@ def check_nothing_lost(database_url: str, accepted: dict[str, str]) -> None:
         return not waiting
 
     try:
-        wait_for(done, f"the {len(accepted)} accepted executions completed", timeout=40)
+        wait_for(done, f"the {count} accepted executions completed", timeout=40)
+    finally:
+        ledger.close()
+
+
+def start_long_runs(api_url: str, database_url: str, seconds: float) -> list[str]:
+    """Four executions of test.delay, each running (leased) when this returns."""
+    with admin_client(api_url) as client:
+        ids = []
+        for _ in range(4):
+            response = client.post(
+                "/api/v1/executions",
+                json={"handler": "test.delay", "payload": {"seconds": seconds}},
+            )
+            assert response.status_code == HTTPStatus.ACCEPTED, response.text
+            ids.append(response.json()["id"])
+    ledger = open_ledger(load_settings({}, database_url=database_url))
+    try:
+        wait_for(
+            lambda: all(
+                ledger.get_execution(uuid.UUID(i)).status is ExecutionStatus.RUNNING for i in ids
+            ),
+            "the long runs are running",
+        )
+    finally:
+        ledger.close()
+    return ids
+
+
+def check_ran_through(database_url: str, ids: list[str]) -> None:
+    """Each run was leased once and completed in that attempt: it ran through the
+    outage and its outcome was saved afterwards, none was retried."""
+    ledger = open_ledger(load_settings({}, database_url=database_url))
+    try:
+        for execution_id in ids:
+            names = Counter(type(e).__name__ for e in ledger.history(uuid.UUID(execution_id)))
+            assert names["Leased"] == 1, names
+            assert names["Completed"] == 1, names
+            assert sum(names.values()) == 3, names  # enqueued, leased, completed
     finally:
         ledger.close()
 
@@ -342,16 +381,19 @@ def test_every_role_rides_out_a_redis_restart_that_lost_its_data(
     shared = shared_settings(tmp_path, postgres_url, server.url)
     try:
         with under_load(tmp_path, jobledger_cli, shared) as (deployment, load):
+            long_runs = start_long_runs(deployment.api_url, postgres_url, OUTAGE_SECONDS - 2)
             answers = outage(deployment, server.kill, server.start)
             restarted = time.monotonic()
             with admin_client(deployment.api_url) as client:
                 probe = client.post("/api/v1/executions", json={"handler": "test.echo"})
             assert probe.status_code == HTTPStatus.ACCEPTED, probe.text
-            check_nothing_lost(postgres_url, {"probe": probe.json()["id"]})
+            check_nothing_lost(postgres_url, [probe.json()["id"]])
             resumed = time.monotonic() - restarted
             during(1.0, deployment, lambda: None)
             load.stop()
-            check_nothing_lost(postgres_url, load.accepted)
+            check_nothing_lost(postgres_url, load.accepted.values())
+            check_nothing_lost(postgres_url, long_runs)
+            check_ran_through(postgres_url, long_runs)
             check_queue_verifies(jobledger_cli, shared)
             deployment.check_alive()
         refused = [r for r in answers if r is not None and r.status_code == 503]
@@ -379,6 +421,8 @@ def test_every_role_rides_out_a_postgresql_restart(
         migrated = jobledger_cli.run("migrate", env=jobledger_cli.environment(**shared))
         assert migrated.returncode == 0, migrated.stderr
         with under_load(tmp_path, jobledger_cli, shared) as (deployment, load):
+            # They finish while the store is down: their outcomes wait in the workers.
+            long_runs = start_long_runs(deployment.api_url, cluster.url, OUTAGE_SECONDS - 2)
             answers = outage(deployment, cluster.stop, cluster.start)
             wait_for(lambda: (r := ready(deployment.api_url)) is not None and r.is_success, "ready")
             accepted_after = len(load.accepted)
@@ -390,7 +434,9 @@ def test_every_role_rides_out_a_postgresql_restart(
                     again = load.submit(client, key)
                     assert again is not None
                     assert again.status_code == HTTPStatus.ACCEPTED, again.text
-            check_nothing_lost(cluster.url, load.accepted)
+            check_nothing_lost(cluster.url, load.accepted.values())
+            check_nothing_lost(cluster.url, long_runs)
+            check_ran_through(cluster.url, long_runs)
             check_queue_verifies(jobledger_cli, shared)
             deployment.check_alive()
         refused = [r for r in answers if r is not None and r.status_code == 503]
