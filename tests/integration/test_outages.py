@@ -33,6 +33,7 @@ from tests.integration.test_deployment import (
     admin_client,
     free_port,
     launch,
+    total,
     wait_for,
     wait_until_serving,
 )
@@ -242,13 +243,28 @@ def under_load(
 
 
 def outage(
-    deployment: Deployment, stop: Callable[[], None], start: Callable[[], None]
+    deployment: Deployment, dependency: str, stop: Callable[[], None], start: Callable[[], None]
 ) -> list[httpx.Response | None]:
-    """Stop a store for OUTAGE_SECONDS and start it again; what /ready said meanwhile."""
+    """Stop a store for OUTAGE_SECONDS and start it again; what /ready said meanwhile.
+    The API's gauge says the store is down by the end of it."""
     stop()
     answers = during(OUTAGE_SECONDS, deployment, lambda: ready(deployment.api_url))
+    api = deployment.roles["api"].scrape()
+    assert total(api, "jobledger_dependency_up", dependency=dependency) == 0
     start()
     return answers
+
+
+def check_back_up(deployment: Deployment, dependency: str) -> None:
+    """Every role's gauge says the store is back, and the API counted no 500."""
+
+    def up() -> bool:
+        samples = [role.scrape() for role in deployment.roles.values()]
+        return all(total(s, "jobledger_dependency_up", dependency=dependency) == 1 for s in samples)
+
+    wait_for(up, f"every role sees {dependency} again")
+    api = deployment.roles["api"].scrape()
+    assert total(api, "jobledger_http_requests_total", status="500") == 0
 
 
 def logged(role: Role, name: str, dependency: str) -> list[dict[str, Any]]:
@@ -382,7 +398,7 @@ def test_every_role_rides_out_a_redis_restart_that_lost_its_data(
     try:
         with under_load(tmp_path, jobledger_cli, shared) as (deployment, load):
             long_runs = start_long_runs(deployment.api_url, postgres_url, OUTAGE_SECONDS - 2)
-            answers = outage(deployment, server.kill, server.start)
+            answers = outage(deployment, "redis", server.kill, server.start)
             restarted = time.monotonic()
             with admin_client(deployment.api_url) as client:
                 probe = client.post("/api/v1/executions", json={"handler": "test.echo"})
@@ -395,6 +411,7 @@ def test_every_role_rides_out_a_redis_restart_that_lost_its_data(
             check_nothing_lost(postgres_url, long_runs)
             check_ran_through(postgres_url, long_runs)
             check_queue_verifies(jobledger_cli, shared)
+            check_back_up(deployment, "redis")
             deployment.check_alive()
         refused = [r for r in answers if r is not None and r.status_code == 503]
         assert refused, [r.status_code if r else None for r in answers]
@@ -423,7 +440,7 @@ def test_every_role_rides_out_a_postgresql_restart(
         with under_load(tmp_path, jobledger_cli, shared) as (deployment, load):
             # They finish while the store is down: their outcomes wait in the workers.
             long_runs = start_long_runs(deployment.api_url, cluster.url, OUTAGE_SECONDS - 2)
-            answers = outage(deployment, cluster.stop, cluster.start)
+            answers = outage(deployment, "postgresql", cluster.stop, cluster.start)
             wait_for(lambda: (r := ready(deployment.api_url)) is not None and r.is_success, "ready")
             accepted_after = len(load.accepted)
             wait_for(lambda: len(load.accepted) > accepted_after + 5, "executions accepted after")
@@ -438,6 +455,7 @@ def test_every_role_rides_out_a_postgresql_restart(
             check_nothing_lost(cluster.url, long_runs)
             check_ran_through(cluster.url, long_runs)
             check_queue_verifies(jobledger_cli, shared)
+            check_back_up(deployment, "postgresql")
             deployment.check_alive()
         refused = [r for r in answers if r is not None and r.status_code == 503]
         assert refused, [r.status_code if r else None for r in answers]
