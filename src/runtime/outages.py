@@ -168,11 +168,12 @@ class DependencyHealth:
 
 
 class OutageProbe(Background):
-    """Tries each store that is down with a quick probe, every ``interval`` seconds, so a
-    process that calls its stores only on demand (the API) sees an outage end without
-    waiting for the next request that needs them."""
+    """Probes a process's stores from a thread of its own, so a process that calls them
+    only on demand (the API) notices an outage, and its end, without traffic: every
+    ``interval`` seconds while one is down, every ``idle_interval`` seconds otherwise."""
 
     interval = 1.0
+    idle_interval = 5.0
 
     def __init__(self, health: DependencyHealth, probes: dict[str, Callable[[], object]]) -> None:
         self._health = health
@@ -180,18 +181,20 @@ class OutageProbe(Background):
         super().__init__("outage-probe")
 
     def _run(self) -> None:
-        while not self._stopping.wait(self.interval):
-            self.probe()
+        pause = self.idle_interval
+        while not self._stopping.wait(pause):
+            self.probe(self._probes)
+            pause = self.interval if self._health.down() else self.idle_interval
 
-    def probe(self) -> None:
+    def probe(self, probes: dict[str, Callable[[], object]] | None = None) -> None:
+        """Try each of ``probes`` (by default, those of the stores that are down)."""
         health = self._health
-        for dependency in health.down():
-            probe = self._probes.get(dependency)
-            if probe is None:
-                continue
+        if probes is None:
+            probes = {name: self._probes[name] for name in health.down() if name in self._probes}
+        for dependency, probe in probes.items():
             try:
                 probe()
-            except Exception as error:  # noqa: BLE001 (the outage goes on; said once already)
+            except Exception as error:  # noqa: BLE001 (a probe's failure is the finding)
                 health.report(error, health.clock())
             else:
                 health.succeeded(dependency, health.clock())

@@ -244,3 +244,20 @@ def test_a_follower_reports_an_outage_through_the_tracker() -> None:
         run_follower(step, health, calls)
     events = [e["event"] for e in logs]
     assert events == ["dependency.down", "dependency.up", "follower.step_failed"], events
+
+
+def test_the_idle_probe_notices_an_outage_without_traffic() -> None:
+    """If no request comes while Redis goes away, then the probe of every store (what the
+    API's probe thread runs when all looks well) finds the outage and says it once."""
+    health = DependencyHealth("api")
+
+    def redis_ping() -> None:
+        raise redis.ConnectionError("Error 111 connecting")
+
+    probes: dict[str, Callable[[], object]] = {POSTGRESQL: lambda: None, REDIS: redis_ping}
+    probe = OutageProbe(health, probes)
+    with capture_logs() as logs:
+        probe.probe(probes)
+        probe.probe(probes)
+    assert list(health.down()) == [REDIS]
+    assert [e["event"] for e in logs] == ["dependency.down"]
