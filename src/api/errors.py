@@ -199,8 +199,10 @@ def unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[E
     seconds = health.retry_after()
     return error_response(
         HTTP_503_SERVICE_UNAVAILABLE,
-        f"{dependency} is unreachable; nothing was saved unless the change is now visible",
-        fix=f"retry in {seconds} s (with the same Idempotency-Key, if the request had one)",
+        f"{dependency} is unreachable for now; a change this request asked for was saved"
+        " whole or not at all",
+        fix=f"retry in {seconds} s; repeat a change with the same Idempotency-Key to make"
+        " sure it is saved once",
         headers={"Retry-After": str(seconds)},
     )
 
