@@ -38,7 +38,7 @@ from tests.integration.test_deployment import (
     wait_until_serving,
 )
 
-from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.execution import ExecutionStatus, trigger_execution_id
 from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import open_ledger
 
@@ -338,6 +338,23 @@ def check_ran_through(database_url: str, ids: list[str]) -> None:
         ledger.close()
 
 
+def check_whole_or_nothing(database_url: str, keys: list[str], *, retried: bool = False) -> None:
+    """Each request refused with 503 left its execution absent or whole (one
+    ExecutionEnqueued with the request's payload); after the retry, present once."""
+    ledger = open_ledger(load_settings({}, database_url=database_url))
+    try:
+        for key in keys:
+            history = list(ledger.history(trigger_execution_id(None, key)))
+            assert [type(e).__name__ for e in history].count("Enqueued") <= 1, history
+            if retried:
+                assert history, key
+            if history:
+                assert type(history[0]).__name__ == "Enqueued"
+                assert ledger.get_execution(history[0].originator_id).spec.payload == {"key": key}
+    finally:
+        ledger.close()
+
+
 def check_outage_said_once(deployment: Deployment, dependency: str) -> None:
     """The roles that noticed the outage said so in a line or two, not one per try, and
     said when it ended."""
@@ -445,12 +462,15 @@ def test_every_role_rides_out_a_postgresql_restart(
             accepted_after = len(load.accepted)
             wait_for(lambda: len(load.accepted) > accepted_after + 5, "executions accepted after")
             load.stop()
+            check_whole_or_nothing(cluster.url, list(load.refused))
             with admin_client(deployment.api_url) as client:
                 # Refused during the outage, then sent again with the same key.
                 for key in list(load.refused):
                     again = load.submit(client, key)
                     assert again is not None
                     assert again.status_code == HTTPStatus.ACCEPTED, again.text
+                    assert again.json()["id"] == str(trigger_execution_id(None, key))
+            check_whole_or_nothing(cluster.url, list(load.refused), retried=True)
             check_nothing_lost(cluster.url, load.accepted.values())
             check_nothing_lost(cluster.url, long_runs)
             check_ran_through(cluster.url, long_runs)
