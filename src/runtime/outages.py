@@ -64,7 +64,9 @@ class Backoff:
     between half and all of ``min(cap, initial * 2**(n-1))``."""
 
     initial: float = 0.1
-    cap: float = 5.0
+    # Low enough that a store that is back is used within seconds; each try is one
+    # cheap call, so even many processes trying this often do not weigh on it.
+    cap: float = 2.0
 
     def delay(self, failures: int, rand: float) -> float:
         """The pause after ``failures`` failures in a row; ``rand`` is in [0, 1)."""

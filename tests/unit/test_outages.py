@@ -106,7 +106,7 @@ def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends() -> None:
     assert logs[1]["outage_seconds"] == 12.5
     assert logs[1]["failures"] == 10
     assert pauses == sorted(pauses)
-    assert pauses[-1] == 0.75 * 5.0  # capped, with the jitter's midpoint
+    assert pauses[-1] == 0.75 * 2.0  # capped, with the jitter's midpoint
     assert health.down() == {}
 
 
