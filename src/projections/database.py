@@ -53,6 +53,9 @@ class PostgresDatabase:
             name="jobledger-projections",
             timeout=wait,
             reconnect_timeout=wait,
+            # One empty query at checkout: a connection the server dropped (a restart)
+            # is replaced there, instead of failing the caller once per connection.
+            check=ConnectionPool.check_connection,
         )
 
     @contextlib.contextmanager
