@@ -46,15 +46,30 @@ OUTAGE_ERRORS = _REDIS_ERRORS + _POSTGRES_ERRORS + _WRAPPED_ERRORS
 _MAX_ERROR_TEXT = 300
 
 
+# The server's own codes for "not reachable now": a connection exception (class 08),
+# too many connections or no resources (class 53), and a shutdown or start-up in
+# progress. Other operational errors (a lock or statement timeout, a cancelled query)
+# come from a server that answers.
+_UNREACHABLE_CLASSES = frozenset({"08", "53"})
+_UNREACHABLE_CODES = frozenset({"57P01", "57P02", "57P03"})
+
+
 def dependency_of(error: BaseException) -> str | None:
     """The store ``error`` says is unreachable, or None if it says something else."""
     if isinstance(error, _REDIS_ERRORS):
         return REDIS
-    if isinstance(error, _POSTGRES_ERRORS):
-        return POSTGRESQL
     if isinstance(error, _WRAPPED_ERRORS):
-        # The embedded store is a local SQLite file: a locked or missing file is no outage.
-        return None if isinstance(error.__cause__, sqlite3.Error) else POSTGRESQL
+        cause = error.__cause__
+        if isinstance(cause, sqlite3.Error):
+            return None  # the embedded store is a local file: no server to lose
+        if isinstance(cause, psycopg.Error):
+            return dependency_of(cause)
+        return POSTGRESQL
+    if isinstance(error, _POSTGRES_ERRORS):
+        # No code: the client's own finding (refused, closed, no pooled connection).
+        code = getattr(error, "sqlstate", None)
+        if code is None or code[:2] in _UNREACHABLE_CLASSES or code in _UNREACHABLE_CODES:
+            return POSTGRESQL
     return None
 
 
