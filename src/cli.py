@@ -47,6 +47,7 @@ from jobledger.runtime.dead_letters import (
 from jobledger.runtime.demo import seed_demo_jobs
 from jobledger.runtime.errors import RuntimeLayerError, SettingsError
 from jobledger.runtime.logging import configure_logging
+from jobledger.runtime.outages import OutageProbe
 from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
@@ -176,13 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(args, settings)
     except (RuntimeLayerError, DomainError) as error:
         print(f"jobledger: {error}", file=sys.stderr)
-    except redis.RedisError as error:
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        # The start check, or a one-shot command: a role that runs rides out an outage.
         detail = " ".join(str(error).split())
         print(
             f"jobledger: cannot reach Redis ({PREFIX}REDIS_URL={mask_url(settings.redis_url)}): "
             f"{detail}; check that redis-server runs at that host and port",
             file=sys.stderr,
         )
+    except redis.RedisError as error:
+        detail = " ".join(str(error).split())
+        print(f"jobledger: Redis refused a command: {detail}", file=sys.stderr)
     return EXIT_USER_ERROR
 
 
@@ -199,7 +204,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _run_dev(args, settings)
     if command == "queue" and not settings.redis_url:
         _refuse_embedded_queue(args.queue_command)
-    with bootstrap(settings) as container:
+    with bootstrap(settings, role=command) as container:
         if command in _ROLES:
             _preflight(container)
         return _run_with(args, container)
@@ -238,6 +243,8 @@ def _preflight(container: Container) -> None:
     a handler module that does not import."""
     container.ping()
     container.handlers()
+    # From here on a store that goes away is an outage to ride out, not a reason to exit.
+    container.health.expect(*container.dependencies())
 
 
 def _run_with(args: argparse.Namespace, container: Container) -> int:
@@ -270,7 +277,7 @@ def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
     from jobledger.api.devserver import DevOptions, run_dev  # noqa: PLC0415
 
     migrate(settings)
-    with bootstrap(settings) as container:
+    with bootstrap(settings, role="dev") as container:
         _preflight(container)
         run_dev(container, _say, DevOptions(demo=not args.no_demo))
     return 0
@@ -496,9 +503,13 @@ def _run_api(container: Container, *, with_projector: bool) -> int:
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()
+    # Requests report outages as they meet them; the probe sees them end.
+    probe = OutageProbe(container.health, dict(container.probes().values()))
+    probe.start()
     try:
         serve(container)
     finally:
+        probe.stop()
         if projector is not None:
             projector.stop()
     return 0
@@ -511,7 +522,7 @@ def _run_scheduler(container: Container, *, with_projector: bool) -> int:
     projector = container.projector() if with_projector else None
     if projector is not None:
         projector.start()
-    SchedulerService(container.scheduler()).run_until(stop)
+    SchedulerService(container.scheduler(), health=container.health).run_until(stop)
     if projector is not None:
         projector.stop()
     return 0

@@ -105,7 +105,7 @@ def _background(container: Container) -> Iterator[None]:
     scheduler and the worker; stopped in the reverse order."""
     projector = container.projector()
     projector.start()
-    scheduler = SchedulerService(container.scheduler())
+    scheduler = SchedulerService(container.scheduler(), health=container.health)
     worker = _WorkerThread(container.worker())
     try:
         scheduler.start()

@@ -2,12 +2,13 @@
 
 Every error body is ``{"error": {"status", "code", "message", "field"?, "fix"?}}``. A
 user's mistake gets a 4xx and a message that names the problem (and the fix where
-there is one); anything else gets a 500 with no internals and is logged.
+there is one); a store that cannot be reached gets a 503 with ``Retry-After``; anything
+else gets a 500 with no internals and is logged.
 """
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -25,6 +26,7 @@ from litestar.status_codes import (
     HTTP_422_UNPROCESSABLE_ENTITY,
     HTTP_429_TOO_MANY_REQUESTS,
     HTTP_500_INTERNAL_SERVER_ERROR,
+    HTTP_503_SERVICE_UNAVAILABLE,
 )
 
 from jobledger.domain.errors import (
@@ -38,6 +40,10 @@ from jobledger.domain.errors import (
 )
 from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.runtime import accounts
+from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
+
+if TYPE_CHECKING:
+    from jobledger.api.state import ApiState
 
 log = structlog.get_logger(__name__)
 
@@ -210,6 +216,26 @@ def _recursion(request: Request[Any, Any, Any], error: RecursionError) -> Respon
     )
 
 
+def unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
+    """A store the request needed is unreachable: a 503 the client may retry, and the
+    outage goes to the process's tracker (one line when it starts, not one per request)."""
+    dependency = dependency_of(error)
+    if dependency is None:
+        return _unexpected(request, error)
+    state: ApiState = request.app.state["api"]
+    health = state.container.health
+    health.report(error, health.clock())
+    seconds = health.retry_after()
+    return error_response(
+        HTTP_503_SERVICE_UNAVAILABLE,
+        f"{dependency} is unreachable for now; a change this request asked for was saved"
+        " whole or not at all",
+        fix=f"retry in {seconds} s; repeat a change with the same Idempotency-Key to make"
+        " sure it is saved once",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
 def _unexpected(request: Request[Any, Any, Any], error: Exception) -> Response[ErrorBody]:
     log.error(
         "api.unhandled_error",
@@ -230,7 +256,7 @@ _DESCRIPTIONS = {
     413: "The request body is larger than the configured limit.",
     HTTP_422_UNPROCESSABLE_ENTITY: "The definition breaks a rule; the field and the fix are named.",
     HTTP_429_TOO_MANY_REQUESTS: "Too many failed logins; retry after the given seconds.",
-    503: "A dependency is not ready.",
+    503: "A store is unreachable (retry after Retry-After), or a dependency is not ready.",
 }
 
 
@@ -267,5 +293,6 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = 
     ValidationException: _validation,
     HTTPException: _http,
     RecursionError: _recursion,
+    **dict.fromkeys(OUTAGE_ERRORS, unavailable),
     Exception: _unexpected,
 }

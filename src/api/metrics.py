@@ -7,6 +7,7 @@ from litestar.middleware import MiddlewareProtocol
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import dependency_of
 
 # Requests the router matched no route for never reach route middleware; this label is
 # for the rest that carry no template.
@@ -36,8 +37,9 @@ class MetricsMiddleware(MiddlewareProtocol):
         try:
             await self.app(scope, receive, send_counting)
         except Exception as error:
-            # Raised by a middleware below (auth): the exception handler answers outside.
-            status = getattr(error, "status_code", 500)
+            # Raised by a middleware below (auth): the exception handler answers outside,
+            # with a 503 for an unreachable store.
+            status = getattr(error, "status_code", 503 if dependency_of(error) else 500)
             raise
         finally:
             self._record(scope, status, time.perf_counter() - started)

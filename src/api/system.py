@@ -44,6 +44,8 @@ class Check(msgspec.Struct):
 class Readiness(msgspec.Struct):
     ready: bool
     checks: dict[str, Check]
+    # The stores that cannot be reached now (postgresql, redis), if any.
+    unreachable: list[str] = msgspec.field(default_factory=list)
     # Events a follower set aside: the process serves (200), the projections are
     # degraded until the events are retried (ADR "quarantined events").
     degraded: bool = False
@@ -113,10 +115,12 @@ def ready(request: Request[Any, Any, Any]) -> Response[Readiness]:
     """The store, the queue backend and the projections answer, and the projections are
     close to the head of the log."""
     state = state_of(request)
-    checks = _readiness_checks(state)
+    checks, unreachable = _dependency_checks(state)
+    if not unreachable:  # the lags need both
+        checks |= _lag_checks(state)
     ok = all(c.ok for c in checks.values())
     quarantined = _quarantined_count(state) if ok else 0
-    body = Readiness(ok, checks, degraded=quarantined > 0, quarantined=quarantined)
+    body = Readiness(ok, checks, unreachable, degraded=quarantined > 0, quarantined=quarantined)
     return Response(body, status_code=200 if ok else HTTP_503_SERVICE_UNAVAILABLE)
 
 
@@ -128,18 +132,30 @@ def _quarantined_count(state: ApiState) -> int:
         return 0
 
 
-def _readiness_checks(state: ApiState) -> dict[str, Check]:
+def _dependency_checks(state: ApiState) -> tuple[dict[str, Check], list[str]]:
+    """The store and the queue backend, each probed; an outage goes to the tracker."""
     checks: dict[str, Check] = {}
-    limit = state.container.settings.ready_max_lag
-    for name, probe in (("store", state.container.head), ("queue", state.container.ping)):
+    unreachable: list[str] = []
+    health = state.container.health
+    for name, (dependency, probe) in state.container.probes().items():
         try:
             checks[name] = Check(ok=True, detail=str(probe()))
         except Exception as error:  # noqa: BLE001 (any failure means "not ready")
-            checks[name] = Check(ok=False, detail=f"{type(error).__name__}: {error}")
-    if checks["store"].ok:
-        for name, lag in _lags(state).items():
-            checks[f"{name}_lag"] = Check(ok=lag <= limit, detail=f"{lag} events behind")
-    return checks
+            detail = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            checks[name] = Check(ok=False, detail=f"{dependency} unreachable: {detail}")
+            health.report(error, health.clock())
+            unreachable.append(dependency)
+        else:
+            health.succeeded(dependency, health.clock())
+    return checks, unreachable
+
+
+def _lag_checks(state: ApiState) -> dict[str, Check]:
+    limit = state.container.settings.ready_max_lag
+    return {
+        f"{name}_lag": Check(ok=lag <= limit, detail=f"{lag} events behind")
+        for name, lag in _lags(state).items()
+    }
 
 
 def _lags(state: ApiState) -> dict[str, int]:

@@ -38,9 +38,24 @@ class Database(Protocol):
 
 
 class PostgresDatabase:
-    def __init__(self, conninfo: str, *, max_size: int = 4) -> None:
+    def __init__(self, conninfo: str, *, max_size: int = 4, wait: float = 3.0) -> None:
+        # ``wait``: how long a caller waits for a connection. While the server is down
+        # none comes, and a request should hear so in seconds (a 503), not in the
+        # pool's default half minute. ``reconnect_timeout``: the pool retries a lost
+        # connection with a doubling pause; giving up after a few seconds lets the
+        # next caller start afresh, so a server that is back is used within seconds,
+        # not after a pause that grew through the whole outage.
         self._pool = ConnectionPool(
-            conninfo, min_size=1, max_size=max_size, open=True, name="jobledger-projections"
+            conninfo,
+            min_size=1,
+            max_size=max_size,
+            open=True,
+            name="jobledger-projections",
+            timeout=wait,
+            reconnect_timeout=wait,
+            # One empty query at checkout: a connection the server dropped (a restart)
+            # is replaced there, instead of failing the caller once per connection.
+            check=ConnectionPool.check_connection,
         )
 
     @contextlib.contextmanager

@@ -10,7 +10,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 from uuid import UUID
 
 import psycopg
@@ -107,6 +107,18 @@ def _rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
     return SQL(_ROWS).format(Identifier(schema), Identifier(table), topic_filter)
 
 
+class StepHealth(Protocol):
+    """Where a follower or the listener reports its tries: the process's dependency
+    tracker, which says an outage once and paces the tries while it lasts."""
+
+    def failed(self, error: BaseException) -> float | None:
+        """The pause before the next try if ``error`` means a store is unreachable;
+        None for any other error (the caller logs that one itself)."""
+        ...
+
+    def succeeded(self) -> None: ...
+
+
 class Wakeup:
     """A flag set by LISTEN notifications (or anyone) that a follower waits on."""
 
@@ -132,8 +144,10 @@ class PostgresListener(Background):
         wakeups: Sequence[Wakeup],
         *,
         reconnect_delay: float = 0.5,
+        health: StepHealth | None = None,
     ) -> None:
         self._conninfo = conninfo
+        self._health = health
         self._channel = channel
         self._wakeups = tuple(wakeups)
         self._reconnect_delay = reconnect_delay
@@ -143,18 +157,24 @@ class PostgresListener(Background):
 
     def _run(self) -> None:
         while not self._stopping.is_set():
+            pause = self._reconnect_delay
             try:
                 self._listen()
             except psycopg.Error as error:
-                log.warning("log.listen_lost", channel=self._channel, error=str(error))
+                outage = None if self._health is None else self._health.failed(error)
+                if outage is None:
+                    log.warning("log.listen_lost", channel=self._channel, error=str(error))
+                pause = max(pause, outage or 0.0)
             # Whatever was missed while disconnected, the poll or this wake-up catches.
             self._wake()
-            self._stopping.wait(self._reconnect_delay)
+            self._stopping.wait(pause)
 
     def _listen(self) -> None:
         with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
             self.connections += 1
+            if self._health is not None:
+                self._health.succeeded()
             self.backend_pid = conn.info.backend_pid
             log.info("log.listening", channel=self._channel, pid=self.backend_pid)
             self._wake()
@@ -185,6 +205,7 @@ class Follower(Background):
         poll_interval: float = 0.5,
         max_backoff: float = 5.0,
         coalesce: float = 0.0,
+        health: StepHealth | None = None,
     ) -> None:
         self.name = name
         self._step = step
@@ -194,6 +215,7 @@ class Follower(Background):
         # many events costs about what a page of one does (a query and a transaction).
         self._coalesce = coalesce
         self._max_backoff = max_backoff
+        self._health = health
         self.failures = 0
         super().__init__(name)
 
@@ -207,10 +229,15 @@ class Follower(Background):
                 busy = self._step()
             except Exception as error:
                 self.failures += 1
-                log.exception("follower.step_failed", follower=self.name, error=str(error))
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self._max_backoff)
+                # An unreachable store is the tracker's to report, once per outage.
+                pause = None if self._health is None else self._health.failed(error)
+                if pause is None:
+                    log.exception("follower.step_failed", follower=self.name, error=str(error))
+                    pause, backoff = backoff, min(backoff * 2, self._max_backoff)
+                self._stopping.wait(pause)
                 continue
+            if self._health is not None:
+                self._health.succeeded()
             backoff = 0.1
             if not busy and self._wakeup.wait(self._poll_interval) and self._coalesce:
                 self._stopping.wait(self._coalesce)

@@ -3,7 +3,7 @@
 import os
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Self
@@ -43,6 +43,7 @@ from jobledger.runtime.leader import (
     current_leader,
 )
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
@@ -50,6 +51,9 @@ from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger, projection_database, read_store_id
 from jobledger.runtime.worker import Worker, WorkerConfig
 from jobledger.runtime.writer import GroupCommitWriter
+
+REDIS_CONNECT_TIMEOUT = 5.0
+REDIS_TIMEOUT = 30.0
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Container:
     metrics: Metrics
     database: Database
     presence: Presence
+    health: DependencyHealth
     _redis: redis.Redis | None = None
     _local_breakers: Breakers | None = None
     _handlers: HandlerRegistry | None = None
@@ -93,6 +98,7 @@ class Container:
             epochs,
             timing=timing,
             name=f"{socket.gethostname()}-{os.getpid()}",
+            health=self.health,
         )
 
     def scheduler_config(self) -> SchedulerConfig:
@@ -138,6 +144,7 @@ class Container:
             breakers=self.breakers(),
             presence=self.presence,
             metrics=self.metrics,
+            health=self.health,
         )
 
     def handlers(self) -> HandlerRegistry:
@@ -175,6 +182,28 @@ class Container:
         self._redis.ping()
         return "redis"
 
+    def probes(self) -> dict[str, tuple[str, Callable[[], object]]]:
+        """What /ready checks, by check name: the dependency each stands for and a quick
+        probe that raises while it cannot be reached (and answers what it found)."""
+        store = POSTGRESQL if self.settings.uses_postgres else "sqlite"
+        queue = REDIS if self._redis is not None else "memory"
+        return {"store": (store, self._probe_store), "queue": (queue, self.ping)}
+
+    def _probe_store(self) -> int:
+        # Through the projection pool, which gives up within seconds: the event store's
+        # calls retry for far longer while the server is down.
+        with self.database.transaction() as cursor:
+            cursor.execute("SELECT 1")
+        return self.head()
+
+    def dependencies(self) -> tuple[str, ...]:
+        """The servers this process needs (none in the embedded mode)."""
+        return tuple(
+            dependency
+            for dependency, _ in self.probes().values()
+            if dependency in {POSTGRESQL, REDIS}
+        )
+
     def leader_status(self) -> tuple[str | None, int]:
         """(the leading scheduler's token or None, the leader epoch)."""
         if self._redis is None:
@@ -196,6 +225,7 @@ class Container:
                     fail_max=settings.breaker_fail_max,
                     reset_timeout=settings.breaker_reset_seconds,
                 ),
+                health=self.health,
             )
             if self._redis is None:
                 self._local_breakers = breakers
@@ -249,6 +279,7 @@ class Container:
             self.checkpoint,
             self.store_id,
             metrics=self.metrics,
+            health=self.health,
         )
 
     def accounts(self) -> Accounts:
@@ -269,16 +300,31 @@ class Container:
         self.close()
 
 
-def bootstrap(settings: Settings) -> Container:
+def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
+    """The wired objects of one process; ``role`` names it in outage lines."""
     ledger = open_ledger(settings)
     metrics = Metrics()
+    health = DependencyHealth(role, gauge=metrics.dependency_up)
     writer = GroupCommitWriter(
         ledger,
         max_batch=settings.writer_max_batch,
         max_delay=settings.writer_max_delay_ms / 1000,
         metrics=metrics,
+        health=health,
     )
-    client = redis.Redis.from_url(settings.redis_url) if settings.redis_url else None
+    client = (
+        # Timeouts: a Redis that stops answering without closing the connection (a
+        # network partition) must fail a call, so the loops back off instead of
+        # hanging. No call blocks on the server side, and the largest pipeline of a
+        # rebuild takes far less; options in the URL take precedence.
+        redis.Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
+            socket_timeout=REDIS_TIMEOUT,
+        )
+        if settings.redis_url
+        else None
+    )
     queue: QueueBackend
     if client is not None:
         queue = RedisQueue(client, prefix=settings.redis_prefix)
@@ -300,5 +346,6 @@ def bootstrap(settings: Settings) -> Container:
             if client is not None
             else MemoryPresence()
         ),
+        health=health,
         _redis=client,
     )

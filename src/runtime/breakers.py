@@ -6,9 +6,14 @@ it. The predecessor's "50% errors over 5 calls, retry after 30 s" maps to
 ``fail_max=3, reset_timeout=30``: three failures in a row (what a dead dependency
 produces) open it, a healthy one with occasional errors never does. While a breaker
 is open, executions of that handler are deferred, not failed: no attempt is spent.
+
+An unreachable Redis is no handler failure: pybreaker then reads a breaker as closed
+and skips its counting, so runs go on, and the outage is reported to the process's
+dependency tracker instead of as a traceback per call.
 """
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,6 +22,7 @@ from dataclasses import dataclass
 
 import pybreaker
 import redis
+import structlog
 
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.handlers.base import (
@@ -24,6 +30,9 @@ from jobledger.runtime.handlers.base import (
     HandlerCancelledError,
     PayloadRefusedError,
 )
+from jobledger.runtime.outages import DependencyHealth
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,19 @@ class BreakerSettings:
     success_threshold: int = 1
     # How stale a worker's view of a breaker opened elsewhere may be.
     refresh: float = 0.5
+
+
+class _RedisErrors:
+    """Stands in for pybreaker's logger, which it calls inside each ``except
+    RedisError`` it falls back from: hands the error to the dependency tracker."""
+
+    def __init__(self, health: DependencyHealth) -> None:
+        self._health = health
+
+    def exception(self, message: str) -> None:
+        error = sys.exc_info()[1]
+        if error is None or self._health.report(error, self._health.clock()) is None:
+            log.warning("breaker.redis_error", message=message, error=str(error))
 
 
 class _SharedStorage(pybreaker.CircuitRedisStorage):
@@ -46,11 +68,29 @@ class _SharedStorage(pybreaker.CircuitRedisStorage):
     breaker a little quicker to open.
     """
 
-    def __init__(self, state: str, client: redis.Redis, *, namespace: str, refresh: float) -> None:
+    def __init__(
+        self,
+        state: str,
+        client: redis.Redis,
+        *,
+        namespace: str,
+        refresh: float,
+        health: DependencyHealth,
+    ) -> None:
+        # Only .exception() is called on it; before super(): that talks to Redis at once.
+        self.logger = _RedisErrors(health)  # type: ignore[assignment]
         super().__init__(state, client, namespace=namespace)
         self._refresh = refresh
         self._state_cache: tuple[str, float] | None = None
         self._zero_until = 0.0
+
+    def _initialize_redis_state(self, state: str) -> None:
+        # pybreaker lets these errors through: a breaker made during an outage would
+        # fail the run that asked for it. The keys are set on a later read instead.
+        try:
+            super()._initialize_redis_state(state)
+        except redis.RedisError:
+            self.logger.exception("RedisError: state not initialised")
 
     @property
     def state(self) -> str:
@@ -86,8 +126,10 @@ class Breakers:
         client: redis.Redis | None,
         keys: Keys,
         settings: BreakerSettings = BreakerSettings(),
+        health: DependencyHealth | None = None,
     ) -> None:
         self._client = client
+        self._health = health or DependencyHealth("worker")
         self._keys = keys
         self._settings = settings
         self._breakers: dict[str, pybreaker.CircuitBreaker] = {}
@@ -124,6 +166,7 @@ class Breakers:
                 self._client,
                 namespace=self._keys.breaker(handler),
                 refresh=self._settings.refresh,
+                health=self._health,
             )
         return pybreaker.CircuitBreaker(
             fail_max=self._settings.fail_max,

@@ -27,6 +27,7 @@ import structlog
 from jobledger.projections.database import Database
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.errors import StoreNotMigratedError
+from jobledger.runtime.outages import REDIS, DependencyHealth
 
 log = structlog.get_logger(__name__)
 
@@ -152,8 +153,10 @@ class RedisLeadership:
         timing: LeaderTiming = LeaderTiming(),
         clock: Clock = time.monotonic,
         name: str = "scheduler",
+        health: DependencyHealth | None = None,
     ) -> None:
         self._client = client
+        self._health = health or DependencyHealth("scheduler")
         self._keys = keys
         self._epochs = epochs
         self._timing = timing
@@ -191,13 +194,21 @@ class RedisLeadership:
             else:
                 self._try_acquire(now)
         except redis.RedisError as error:
-            # Unreachable Redis: keep the deadline; acting stops when it passes.
-            log.warning("leader.redis_error", scheduler_id=self.token, error=str(error))
+            # Unreachable Redis: keep the deadline; acting stops when it passes. An
+            # outage is said once, by the tracker; tries go on at the poll interval.
+            if self._health.report(error, self._health.clock()) is None:
+                log.warning("leader.redis_error", scheduler_id=self.token, error=str(error))
             self._next_attempt = now + self._timing.poll
+        else:
+            self._health.succeeded(REDIS, self._health.clock())
 
     def release(self) -> None:
         if self._leading:
-            self._release(keys=[self._keys.leader], args=[self.token])
+            try:
+                self._release(keys=[self._keys.leader], args=[self.token])
+            except redis.RedisError as error:
+                # The lock lapses by its ttl instead.
+                self._health.report(error, self._health.clock())
             self._step_down("released")
 
     def _superseded(self) -> bool:
@@ -233,7 +244,10 @@ class RedisLeadership:
             return self._epochs.next_epoch(seen)
         except Exception as error:  # noqa: BLE001 (whatever the store says, do not lead)
             self._release(keys=[self._keys.leader], args=[self.token])
-            log.warning("leader.epoch_unavailable", scheduler_id=self.token, error=str(error))
+            # An unreachable store is an outage, said once by the tracker; anything
+            # else is worth a line each time.
+            if self._health.report(error, self._health.clock()) is None:
+                log.warning("leader.epoch_unavailable", scheduler_id=self.token, error=str(error))
             return None
 
     def _announce(self, epoch: int) -> bool:

@@ -63,6 +63,12 @@ class Metrics:
             "Events in the log that the queue projection has not applied yet.",
             registry=r,
         )
+        self.dependency_up = Gauge(
+            "jobledger_dependency_up",
+            "1 while this process reaches the store (postgresql, redis), 0 during an outage.",
+            ["dependency"],
+            registry=r,
+        )
         self._writer(r)
         self._worker(r)
         self._projector(r)

@@ -26,6 +26,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import CheckpointProjection, QueueProjection
 from jobledger.projections.read_models import ReadModels
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import projection_database
 
@@ -70,9 +71,12 @@ class _Gauges(Background):
         ledger: Ledger,
         backend: QueueBackend,
         positions: "_Positions",
+        *,
         quarantine: Quarantine,
+        health: DependencyHealth,
     ) -> None:
         self._metrics = metrics
+        self._health = health
         self._ledger = ledger
         self._backend = backend
         self._positions = positions
@@ -85,7 +89,9 @@ class _Gauges(Background):
             try:
                 self.observe()
             except Exception as error:  # noqa: BLE001 (a lost database must not end the gauges)
-                log.warning("projector.metrics_failed", error=str(error))
+                # An outage is the tracker's to say, once; the followers report its end.
+                if self._health.report(error, self._health.clock()) is None:
+                    log.warning("projector.metrics_failed", error=str(error))
 
     def observe(self) -> None:
         metrics = self._metrics
@@ -178,6 +184,7 @@ def build_projector(
     store_id: str,
     *,
     metrics: Metrics | None = None,
+    health: DependencyHealth | None = None,
 ) -> Projector:
     page = settings.projection_page_size
     poll = settings.projection_poll_ms / 1000
@@ -209,26 +216,50 @@ def build_projector(
         ledger, database, page_size=page, isolation=isolation(READ_MODELS_FOLLOWER)
     )
     wakeups = [Wakeup(), Wakeup(), Wakeup()]
+    health = health or DependencyHealth("projector")
+    # The stores each follower's step talks to: a step that went through reached them.
+    stores = _stores(settings)
+    tables = health.watch(*(name for name in stores if name == POSTGRESQL))
     followers = [
-        Follower(QUEUE_FOLLOWER, queue.step, wakeups[0], poll_interval=poll),
+        Follower(
+            QUEUE_FOLLOWER,
+            queue.step,
+            wakeups[0],
+            poll_interval=poll,
+            health=health.watch(*stores),
+        ),
         Follower(
             CHECKPOINT_FOLLOWER,
             checkpoint_projection.step,
             wakeups[1],
             poll_interval=poll,
             coalesce=batch,
+            health=tables,
         ),
         Follower(
-            READ_MODELS_FOLLOWER, read_models.step, wakeups[2], poll_interval=poll, coalesce=batch
+            READ_MODELS_FOLLOWER,
+            read_models.step,
+            wakeups[2],
+            poll_interval=poll,
+            coalesce=batch,
+            health=tables,
         ),
     ]
     listener = None
     if settings.uses_postgres:
-        listener = PostgresListener(settings.database_url, "jobledger_events", wakeups)
+        listener = PostgresListener(
+            settings.database_url, "jobledger_events", wakeups, health=tables
+        )
     gauges = None
     if metrics is not None:
         positions = _Positions(queue, checkpoint_projection, read_models)
-        gauges = _Gauges(metrics, ledger, backend, positions, quarantine)
+        gauges = _Gauges(metrics, ledger, backend, positions, quarantine=quarantine, health=health)
     return Projector(
         queue, checkpoint_projection, followers, listener, wakeups, read_models, database, gauges
     )
+
+
+def _stores(settings: Settings) -> tuple[str, ...]:
+    """(the log's server, then Redis), each only if this deployment has it."""
+    used = ((POSTGRESQL, settings.uses_postgres), (REDIS, bool(settings.redis_url)))
+    return tuple(name for name, present in used if present)

@@ -30,6 +30,7 @@ from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
 from jobledger.projections.queue_projection import LogReader
 from jobledger.runtime.leader import Leadership
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
@@ -258,9 +259,16 @@ class Scheduler:
 class SchedulerService(Background):
     """The scheduler process: election, ticks and recovery on a loop until stopped."""
 
-    def __init__(self, scheduler: Scheduler, *, now: Now = utc_now) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        *,
+        now: Now = utc_now,
+        health: DependencyHealth | None = None,
+    ) -> None:
         self.scheduler = scheduler
         self._now = now
+        self._health = health or DependencyHealth("scheduler")
         super().__init__("scheduler")
 
     def stop(self) -> None:
@@ -275,6 +283,8 @@ class SchedulerService(Background):
     def _run(self) -> None:
         config = self.scheduler.config
         next_recovery = 0.0
+        # Redis's side is reported by the election, which talks to it on every tick.
+        watch = self._health.watch(POSTGRESQL)
         while not self._stopping.is_set():
             report = TickReport(acted=False)
             tick_now = self._now()
@@ -285,8 +295,18 @@ class SchedulerService(Background):
                     self.scheduler.recover(self._now())
                     self.scheduler.observe(self._now())
                     next_recovery = time.monotonic() + config.recover_interval
+            except OUTAGE_ERRORS as error:
+                # A store is down: said once by the tracker; back off, then go on.
+                pause = watch.failed(error)
+                if pause is not None:
+                    self._stopping.wait(pause)
+                    continue
+                log.exception("scheduler.tick_failed", error=str(error))
             except Exception as error:  # the loop outlives any one failure
                 log.exception("scheduler.tick_failed", error=str(error))
+            else:
+                if report.acted:  # a standby's tick reads no table
+                    watch.succeeded()
             self._stopping.wait(self._pause(config.tick_interval, report, tick_now))
 
     def _pause(self, longest: float, report: TickReport, tick_now: datetime) -> float:

@@ -59,6 +59,10 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size),
         "POSTGRES_CONNECT_TIMEOUT": "5",
         "POSTGRES_LOCK_TIMEOUT": "10",
+        # One empty query at checkout: after a server restart every pooled connection
+        # is dead, and without it each would fail a call (a save's ten retries can all
+        # draw dead ones, and the call fails although the server is back).
+        "POSTGRES_PRE_PING": "y",
     }
 
 

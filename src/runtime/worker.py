@@ -7,6 +7,10 @@ leases of running executions, so it keeps beating even when a handler blocks the
 loop; a lease it cannot extend (cancelled, or expired and taken elsewhere) signals the
 handler to stop. Outcomes carry the lease id: a report from a worker whose lease was
 lost is rejected by the Execution aggregate and counted, never applied.
+
+A store outage stops nothing that runs: the lease loop and the heartbeat back off and
+try again (the process's dependency tracker says so once), running handlers go on, and
+their outcomes wait in the writer until the store answers.
 """
 
 import asyncio
@@ -31,6 +35,7 @@ from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
@@ -93,6 +98,7 @@ class Worker:
     breakers: Breakers | None = None
     presence: Presence | None = None
     metrics: Metrics = field(default_factory=Metrics)
+    health: DependencyHealth = field(default_factory=lambda: DependencyHealth("worker"))
     # Set when a running execution ends, so a full worker leases again at once instead
     # of after a poll interval (which would cap throughput at slots / idle_poll).
     _slot_freed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -118,12 +124,18 @@ class Worker:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
         heartbeat = _Heartbeat(self)
         heartbeat.start()
-        await asyncio.to_thread(self.report_presence)
+        # Listed at once, not at the first heartbeat; during an outage, at a later one.
+        with contextlib.suppress(*OUTAGE_ERRORS):
+            await asyncio.to_thread(self.report_presence)
         log.info("worker.started", worker_id=self.worker_id, slots=self.config.slots)
         try:
             while not stop.is_set():
                 self._slot_freed.clear()
-                if await self._fill_slots():
+                try:
+                    if await self._fill_slots():
+                        continue
+                except OUTAGE_ERRORS as error:
+                    await _wait(stop, self._outage_pause(error))
                     continue
                 if len(self.running) >= self.config.slots:
                     await _wait(stop, self.config.idle_poll, also=self._slot_freed)
@@ -132,9 +144,25 @@ class Worker:
             await self._shut_down()
         finally:
             heartbeat.stop()
-            if self.presence is not None:
-                await asyncio.to_thread(self.presence.leave, self.worker_id)
+            await asyncio.to_thread(self._leave)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
+
+    def _outage_pause(self, error: BaseException) -> float:
+        """The pause before trying again after ``error``, if it means a store is down;
+        any other error is raised again."""
+        pause = self.health.report(error, self.health.clock())
+        if pause is None:
+            raise error
+        return pause
+
+    def _leave(self) -> None:
+        if self.presence is None:
+            return
+        try:
+            self.presence.leave(self.worker_id)
+        except OUTAGE_ERRORS as error:
+            # Unreachable Redis: the entry ages out of the live list by itself.
+            self._outage_pause(error)
 
     # ---- leasing --------------------------------------------------------------------
 
@@ -143,12 +171,29 @@ class Worker:
         if free <= 0:
             return 0
         # One thread hop for the queue call and the batched save.
-        recorded = await asyncio.to_thread(lambda: self._record_leases(self._lease(free)))
+        recorded = await asyncio.to_thread(self._lease_and_record, free)
         for running in recorded:
             self.running[running.execution.id] = running
             running.task = asyncio.create_task(self._execute(running))
         self.metrics.slots_in_use.set(len(self.running))
         return len(recorded)
+
+    def _lease_and_record(self, free: int) -> list[_Running]:
+        leases = self._lease(free)
+        self.health.succeeded(REDIS, self.health.clock())
+        if not leases:
+            return []
+        try:
+            executions = load_many(self.ledger, Execution, [lease.execution_id for lease in leases])
+        except Exception:
+            # The log has not heard of these leases: hand them back now rather than
+            # leave them to expire (best effort: the recovery settles them anyway).
+            with contextlib.suppress(Exception):
+                for lease in leases:
+                    self._give_back(lease)
+            raise
+        self.health.succeeded(POSTGRESQL, self.health.clock())
+        return self._record_leases(leases, executions)
 
     def _lease(self, free: int) -> list[Lease]:
         self._send_acks()
@@ -163,9 +208,10 @@ class Worker:
             )
         return leases
 
-    def _record_leases(self, leases: list[Lease]) -> list[_Running]:
+    def _record_leases(
+        self, leases: list[Lease], executions: dict[uuid.UUID, Execution]
+    ) -> list[_Running]:
         """One batched save for every lease; a lease the log refuses goes back."""
-        executions = load_many(self.ledger, Execution, [lease.execution_id for lease in leases])
         prepared: list[tuple[_Running, Any]] = []
         for lease in leases:
             running = self._prepare(lease, executions.get(lease.execution_id))
@@ -278,18 +324,21 @@ class Worker:
 
     async def _report(self, running: _Running, outcome: str, **details: Any) -> None:  # noqa: ANN401
         """Record the outcome; on a conflict reload once, so a lost lease is told apart
-        from an unrelated change (the aggregate rejects the stale report)."""
+        from an unrelated change (the aggregate rejects the stale report). An outage
+        only delays it: the outcome is tried again on a fresh copy until the store
+        answers (the lease rules then decide what a late outcome means)."""
         running.finished = True
         if outcome == "fail":
             # Stored and logged alike: a handler's error may carry a whole response body.
             details["error"] = str(details["error"])[:MAX_ERROR_LENGTH]
-        for attempt in range(2):
-            execution = (
-                running.execution
-                if attempt == 0
-                else await asyncio.to_thread(self.ledger.get_execution, running.execution.id)
-            )
+        conflicts, reload = 0, False
+        while conflicts < 2:  # noqa: PLR2004 (the first try, and one after a reload)
+            execution = running.execution
             try:
+                if reload:
+                    execution = await asyncio.to_thread(
+                        self.ledger.get_execution, running.execution.id
+                    )
                 self._apply(execution, running.lease, outcome, details)
                 await self.writer.save_async(execution)
             except StaleLeaseError:
@@ -298,12 +347,26 @@ class Worker:
                     return
                 break
             except ConflictError:
+                conflicts, reload = conflicts + 1, True
                 continue
-            self._count(outcome, execution)
-            _log_outcome(running.context.log, outcome, execution, details)
-            if outcome == "complete":
-                self._acks.append(running.lease)
+            except OUTAGE_ERRORS as error:
+                # The store is down: wait, then try again on a fresh copy.
+                await asyncio.sleep(self._outage_pause(error))
+                reload = True
+                continue
+            self._recorded(running, outcome, execution, details)
             return
+        self._count_stale(running, outcome)
+
+    def _recorded(
+        self, running: _Running, outcome: str, execution: Execution, details: dict[str, Any]
+    ) -> None:
+        self._count(outcome, execution)
+        _log_outcome(running.context.log, outcome, execution, details)
+        if outcome == "complete":
+            self._acks.append(running.lease)
+
+    def _count_stale(self, running: _Running, outcome: str) -> None:
         self.stats.stale_reports += 1
         self.metrics.stale_reports.inc()
         running.context.log.warning("worker.stale_report", outcome=outcome)
@@ -362,7 +425,8 @@ class Worker:
         tasks = [r.task for r in self.running.values() if r.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=self.config.grace)
-        await asyncio.to_thread(self._send_acks)
+        with contextlib.suppress(Exception):  # acks only speed up what the projection does
+            await asyncio.to_thread(self._send_acks)
         for running in list(self.running.values()):
             running.context.cancelled.set()
             if running.task is not None:
@@ -376,12 +440,15 @@ class Worker:
             execution.defer(
                 lease_id=lease.lease_id, reason="worker shutting down", ready_at=self.now()
             )
-            await self.writer.save_async(execution)
-        except (DomainError, ConflictError) as error:
+            # Bounded: during an outage the writer would wait for the store, and a
+            # worker asked to stop must stop.
+            await asyncio.wait_for(self.writer.save_async(execution), self.config.grace)
+        except Exception as error:  # noqa: BLE001 (the lease expires and is recovered)
             running.context.log.warning("worker.hand_back_failed", error=str(error))
             return
         # Back in the queue now, not when the projection gets to the event.
-        await asyncio.to_thread(self._give_back, lease)
+        with contextlib.suppress(Exception):  # else the projection does it
+            await asyncio.to_thread(self._give_back, lease)
         self.stats.handed_back += 1
         self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
@@ -418,8 +485,16 @@ class _Heartbeat(Background):
 
     def _run(self) -> None:
         interval = self._worker.config.lease_ttl.total_seconds() / 3
+        health = self._worker.health
         while not self._stopping.wait(interval):
-            self.beat()
+            # Every beat is a try of its own: during an outage, once per interval.
+            try:
+                self.beat()
+            except Exception as error:
+                if health.report(error, health.clock()) is None:
+                    log.exception("worker.heartbeat_failed", worker_id=self._worker.worker_id)
+                continue
+            health.succeeded(REDIS, health.clock())
 
     def beat(self) -> None:
         worker = self._worker
@@ -436,10 +511,16 @@ class _Heartbeat(Background):
                 lease.queue, lease.execution_id, lease.lease_id, deadline=deadline
             )
             # A run that finished meanwhile may have left the queue already: not lost.
-            if not held and not running.lost and not running.finished:
+            if not held and not running.lost and not running.finished and _queue_kept(worker):
                 running.lost = True
                 running.context.cancelled.set()
                 running.context.log.warning("worker.lease_lost")
+
+
+def _queue_kept(worker: Worker) -> bool:
+    """False while the queue has lost its data (Redis came back empty) and the projection
+    has not rebuilt it yet: a lease missing then says nothing about who holds it."""
+    return worker.queue.read_meta() is not None
 
 
 async def _wait(stop: asyncio.Event, seconds: float, also: asyncio.Event | None = None) -> None:

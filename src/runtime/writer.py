@@ -8,6 +8,11 @@ waiting or ``max_delay`` has passed since the first one. When a batch hits a ver
 conflict it splits the batch to find the conflicting items and saves all the others;
 an item that builds on a failed item's aggregate fails with it, so no stream gets an
 event whose predecessor was rejected.
+
+A store that cannot be reached holds the batch back, not its callers' outcomes: the
+writer retries the same transaction with the back-off of the process's dependency
+tracker until the store answers again, so an outcome reported during an outage is saved
+when it ends. Only a closing writer gives up (its callers hear the error).
 """
 
 import asyncio
@@ -29,6 +34,7 @@ from jobledger.domain.errors import ConflictError
 from jobledger.domain.ledger import Ledger
 from jobledger.runtime.errors import WriterClosedError
 from jobledger.runtime.metrics import Metrics
+from jobledger.runtime.outages import POSTGRESQL, DependencyHealth
 
 log = structlog.get_logger(__name__)
 
@@ -67,9 +73,11 @@ class GroupCommitWriter:
         max_batch: int = 100,
         max_delay: float = 0.005,
         metrics: Metrics | None = None,
+        health: DependencyHealth | None = None,
     ) -> None:
         self._ledger = ledger
         self._metrics = metrics
+        self._health = health
         self._max_batch = max_batch
         self._max_delay = max_delay
         # Items, or a marker: _STOP ends the writer, _FLUSH ends the batch being gathered.
@@ -206,13 +214,31 @@ class GroupCommitWriter:
         """Save ``items`` in one transaction; returns the events saved."""
         events = [e for item in items for e in item.events]
         started = time.perf_counter()
-        self._ledger.save_events(events)
+        self._save_through_outages(events)
         self.stats.batches += 1
         self.stats.items += len(items)
         self.stats.events += len(events)
         if self._metrics is not None:
             self._record(self._metrics, events, time.perf_counter() - started)
         return events
+
+    def _save_through_outages(self, events: list[DomainEventProtocol[UUID]]) -> None:
+        """One transaction, tried again after each failure that means the store is
+        unreachable, until it answers or the writer closes."""
+        health = self._health
+        while True:
+            try:
+                self._ledger.save_events(events)
+            except Exception as error:
+                pause = None if health is None else health.report(error, health.clock())
+                if pause is None or self._closed.is_set():
+                    raise
+                # Woken early by close(), which gets one more try before giving up.
+                self._closed.wait(pause)
+                continue
+            if health is not None:
+                health.succeeded(POSTGRESQL, health.clock())
+            return
 
     @staticmethod
     def _record(metrics: Metrics, events: list[DomainEventProtocol[UUID]], seconds: float) -> None:

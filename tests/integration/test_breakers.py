@@ -1,10 +1,12 @@
 """Circuit breakers per handler, shared through Redis by every worker."""
 
 import asyncio
+import socket
 import uuid
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import bootstrap
@@ -14,6 +16,7 @@ from jobledger.runtime.handlers.base import (
     HandlerCancelledError,
     PayloadRefusedError,
 )
+from jobledger.runtime.outages import DependencyHealth
 from jobledger.runtime.settings import load_settings
 
 
@@ -139,3 +142,40 @@ def test_refused_payloads_never_open_a_breaker(redis_server: str) -> None:
         assert call(breakers, "http.webhook") == "failed"
     finally:
         client.close()
+
+
+def test_an_unreachable_redis_neither_fails_nor_counts_a_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If the breakers' Redis cannot be reached, then a run under a breaker goes ahead
+    (the breaker reads closed), a handler's own failure is still its own, the outage is
+    reported once to the tracker, and pybreaker logs no traceback per call."""
+    client = redis.Redis.from_url(f"redis://127.0.0.1:{closed_port()}/0", socket_timeout=1)
+    health = DependencyHealth("worker")
+    breakers = Breakers(
+        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1), health=health
+    )
+
+    async def succeeding() -> str:
+        with breakers.guard("test.echo"):
+            await asyncio.sleep(0)
+        return "ok"
+
+    try:
+        with capture_logs() as logs:
+            assert [asyncio.run(succeeding()) for _ in range(3)] == ["ok"] * 3
+            assert [call(breakers, "test.fail") for _ in range(3)] == ["failed"] * 3
+        assert breakers.states() == {"test.echo": "closed", "test.fail": "closed"}
+        assert list(health.down()) == ["redis"]
+        assert [e["event"] for e in logs] == ["dependency.down"]
+        assert not [r for r in caplog.records if r.name.startswith("pybreaker")]
+    finally:
+        client.close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port

@@ -152,6 +152,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
         "JobledgerDeadLetterGrowth",
         "JobledgerBreakerOpen",
         "JobledgerStaleReports",
+        "JobledgerDependencyDown",
     }
     assert all(r["annotations"]["summary"] for r in rules.values())
     assert unknown_metrics([r["expr"] for r in rules.values()]) == {}
@@ -160,6 +161,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
     assert rules["JobledgerNoLeader"]["for"] == "1m"
     assert "== 2" in rules["JobledgerBreakerOpen"]["expr"]  # 2 is open
     assert "jobledger_projection_quarantined_events" in rules["JobledgerEventsQuarantined"]["expr"]
+    assert rules["JobledgerDependencyDown"]["expr"] == "jobledger_dependency_up == 0"
     assert load_yaml("deploy/prometheus.yml")["rule_files"] == ["prometheus-alerts.yml"]
 
 
@@ -400,26 +402,32 @@ def deployment(
     # The release step, as an operator runs it before starting the processes.
     release = jobledger_cli.run("migrate", env=jobledger_cli.environment(**shared))
     assert release.returncode == 0, release.stderr
-    api_port = free_port()
     running = Deployment()
-    running.api_url = f"http://127.0.0.1:{api_port}"
-    plan = {
-        "api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD},
-        "scheduler1": {"metrics_port": str(free_port())},
-        "scheduler2": {"metrics_port": str(free_port())},
-        "worker1": {"metrics_port": str(free_port())},
-        "worker2": {"metrics_port": str(free_port())},
-        "projector": {"metrics_port": str(free_port())},
-    }
     try:
-        for name, own in plan.items():
-            environ = jobledger_cli.environment(**shared, **own)
-            role = Role(name, [name.rstrip("12")], environ, tmp_path)
-            running.roles[name] = role
+        launch(running, shared, tmp_path, jobledger_cli, "scheduler1", "scheduler2")
         yield running
     finally:
         for role in running.roles.values():
             role.stop()
+
+
+def launch(
+    deployment: Deployment,
+    shared: dict[str, str],
+    logs: Path,
+    jobledger_cli: "JobledgerCli",
+    *schedulers: str,
+) -> None:
+    """Start the api, the named schedulers, two workers and a projector into
+    ``deployment``, each with ``shared`` settings and a port of its own."""
+    api_port = free_port()
+    deployment.api_url = f"http://127.0.0.1:{api_port}"
+    plan = {"api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD}}
+    for name in (*schedulers, "worker1", "worker2", "projector"):
+        plan[name] = {"metrics_port": str(free_port())}
+    for name, own in plan.items():
+        environ = jobledger_cli.environment(**shared, **own)
+        deployment.roles[name] = Role(name, [name.rstrip("12")], environ, logs)
 
 
 @contextlib.contextmanager

@@ -15,9 +15,10 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 from litestar.types import ExceptionHandlersMap
 
-from jobledger.api.errors import error_response
+from jobledger.api.errors import error_response, unavailable
 from jobledger.api.security import SESSION_COOKIE
 from jobledger.domain.errors import NotFoundError
+from jobledger.runtime.outages import OUTAGE_ERRORS
 
 DASHBOARD = "/ui"
 LOGIN = f"{DASHBOARD}/login"
@@ -52,11 +53,14 @@ def _unauthenticated(
     return Redirect(login_url(request, expired=expired), status_code=HTTP_303_SEE_OTHER)
 
 
-def error_page(status: int, title: str, message: str) -> Template:
+def error_page(
+    status: int, title: str, message: str, headers: dict[str, str] | None = None
+) -> Template:
     return Template(
         template_name="error.html",
         context={"title": title, "message": message, "status": status},
         status_code=status,
+        headers=headers,
     )
 
 
@@ -73,9 +77,20 @@ def _not_found(request: Request[Any, Any, Any], error: Exception) -> Response[An
     return error_page(404, "Not found", message)
 
 
+def _unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
+    answer = unavailable(request, error)
+    if not wants_html(request) or "Retry-After" not in answer.headers:
+        return answer
+    message = answer.content.error.message
+    return error_page(
+        503, "Unavailable for now", message, {"Retry-After": answer.headers["Retry-After"]}
+    )
+
+
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     NotAuthorizedException: _unauthenticated,
     PermissionDeniedException: _forbidden,
     NotFoundException: _not_found,
     NotFoundError: _not_found,
+    **dict.fromkeys(OUTAGE_ERRORS, _unavailable),
 }

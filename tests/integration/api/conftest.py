@@ -3,6 +3,7 @@ over PostgreSQL and a private Redis, with one user and one API token per role.""
 
 import contextlib
 import functools
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -118,4 +119,14 @@ def module_api(
 ) -> Iterator[Api]:
     """One API for a whole module (the schema-driven tests make many requests)."""
     with serve_api(module_postgres_url, redis_server, live_server) as served:
+        yield served
+
+
+@pytest.fixture
+def api_without_redis(postgres_url: str, live_server: type["LiveServer"]) -> Iterator[Api]:
+    """The API over a migrated database, its Redis URL pointing where nothing listens."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with serve_api(postgres_url, f"redis://127.0.0.1:{port}/0", live_server) as served:
         yield served
