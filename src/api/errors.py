@@ -37,6 +37,7 @@ from jobledger.domain.errors import (
     InvalidTransitionError,
     JobNotActiveError,
     NotFoundError,
+    UndecodableEventError,
 )
 from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.runtime import accounts
@@ -131,6 +132,7 @@ _DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
     (ConflictError, HTTP_409_CONFLICT),
     (InvalidTransitionError, HTTP_409_CONFLICT),
     (JobNotActiveError, HTTP_409_CONFLICT),
+    (UndecodableEventError, HTTP_409_CONFLICT),
 )
 
 

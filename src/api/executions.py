@@ -35,6 +35,7 @@ from jobledger.api.schemas import (
 )
 from jobledger.api.security import OPERATOR, VIEWER, actor
 from jobledger.api.state import ApiState
+from jobledger.domain.execution import Execution
 from jobledger.projections import read_queries
 from jobledger.projections.read_queries import AttemptRow, ExecutionRow, Page
 from jobledger.runtime.dead_letters import (
@@ -127,8 +128,7 @@ class ExecutionController(Controller):
         self, request: Request[Any, Any, Any], execution_id: FromPath[UUID]
     ) -> list[EventOut]:
         ledger = state_of(request).container.ledger
-        ledger.get_execution(execution_id)
-        return [event_out(e) for e in ledger.history(execution_id)]
+        return [event_out(e) for e in ledger.history_of(Execution, execution_id)]
 
     @post("/{execution_id:uuid}/cancel", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def cancel_execution(

@@ -35,6 +35,7 @@ from jobledger.api.schemas import (
     to_definition,
 )
 from jobledger.api.security import OPERATOR, VIEWER, actor
+from jobledger.domain.job import Job
 from jobledger.domain.json_values import MAX_INT
 from jobledger.projections import read_queries
 from jobledger.projections.read_queries import Page
@@ -171,8 +172,7 @@ class JobController(Controller):
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def job_events(self, request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> list[EventOut]:
         ledger = state_of(request).container.ledger
-        ledger.get_job(job_id)  # a 404 for an id that is not a job
-        return [event_out(e) for e in ledger.history(job_id)]
+        return [event_out(e) for e in ledger.history_of(Job, job_id)]
 
     @get("/{job_id:uuid}/preview", opt=VIEWER, sync_to_thread=True)
     def job_preview(

@@ -40,3 +40,20 @@ class NotFoundError(DomainError):
 
 class ConflictError(DomainError):
     """Someone else changed it first; load it again and retry."""
+
+
+class UndecodableEventError(DomainError):
+    """A stored event of the aggregate no longer decodes, so it cannot be rebuilt."""
+
+    def __init__(
+        self, aggregate_id: object, version: int, topic: str, error: str, position: int | None
+    ) -> None:
+        self.aggregate_id = aggregate_id
+        self.version = version
+        self.position = position
+        where = f"log position {position}, " if position is not None else ""
+        super().__init__(
+            f"{aggregate_id} cannot be rebuilt: its event v{version} ({where}{topic}) "
+            f"cannot be decoded ({error}); the followers quarantine such events: see "
+            "`jobledger projections quarantine list`, and its history for the event"
+        )

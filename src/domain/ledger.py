@@ -13,14 +13,20 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import Aggregate, DomainEventProtocol, MutableOrImmutableAggregate
-from eventsourcing.persistence import IntegrityError, Mapper
-from eventsourcing.utils import Environment
+from eventsourcing.persistence import IntegrityError, Mapper, MapperDeserialisationError
+from eventsourcing.utils import Environment, TopicError
 
 from jobledger.domain.codec import MsgspecMapper
 from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, JobDefinition, Limits
-from jobledger.domain.errors import AlreadyExistsError, ConflictError, NotFoundError
+from jobledger.domain.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    NotFoundError,
+    UndecodableEventError,
+)
 from jobledger.domain.execution import Execution, Trigger, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
+from jobledger.domain.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -94,7 +100,9 @@ class Ledger(Application[UUID]):
     def job_as_of(self, job_id: UUID, at: datetime) -> Job:
         """The job as it was at ``at`` (the last event recorded at or before it)."""
         version = None
-        for domain_event in self.events.get(job_id):
+        for domain_event in self.history(job_id):
+            if isinstance(domain_event, UndecodableEvent):
+                raise _undecodable(domain_event)
             if typing.cast("Aggregate.Event", domain_event).timestamp > at:
                 break
             version = domain_event.originator_version
@@ -102,17 +110,38 @@ class Ledger(Application[UUID]):
             raise NotFoundError(f"job {job_id} did not exist at {at.isoformat()}")
         return self.get_job(job_id, version=version)
 
-    def history(self, aggregate_id: UUID) -> Iterator[DomainEventProtocol[UUID]]:
-        return self.events.get(aggregate_id)
+    def history(self, aggregate_id: UUID) -> Iterator[Any]:
+        """Every event of the aggregate, oldest first; one that no longer decodes comes
+        as an ``UndecodableEvent`` in its place, so a history can always be shown."""
+        for stored in self.recorder.select_events(aggregate_id):
+            yield decode_or_placeholder(self.mapper, stored)
+
+    def history_of(self, kind: type[Aggregate], aggregate_id: UUID) -> list[Any]:
+        """``history`` of a ``kind`` (a NotFoundError for an id that is none), without
+        rebuilding it: a stream with an undecodable event still has a history."""
+        events = list(self.history(aggregate_id))
+        known = [e for e in events if not isinstance(e, UndecodableEvent)]
+        if not events or (known and not isinstance(known[0], kind.Event)):
+            raise NotFoundError(f"no {kind.__name__.lower()} with id {aggregate_id}")
+        return events
 
     def _get(self, kind: type[A], aggregate_id: UUID, version: int | None) -> A:
         try:
             aggregate: Aggregate = self.repository.get(aggregate_id, version=version)
         except AggregateNotFoundError:
             raise NotFoundError(f"no {kind.__name__.lower()} with id {aggregate_id}") from None
+        except (MapperDeserialisationError, TopicError) as error:
+            raise self._first_undecodable(aggregate_id, error) from None
         if not isinstance(aggregate, kind):
             raise NotFoundError(f"{aggregate_id} is not a {kind.__name__.lower()}")
         return aggregate
+
+    def _first_undecodable(self, aggregate_id: UUID, error: Exception) -> UndecodableEventError:
+        """The error naming the event that stopped a rebuild (a snapshot, if no event)."""
+        for domain_event in self.history(aggregate_id):
+            if isinstance(domain_event, UndecodableEvent):
+                return _undecodable(domain_event)
+        return UndecodableEventError(aggregate_id, 0, "snapshot", error_text(error), None)
 
     # ---- commands -------------------------------------------------------------------
 
@@ -185,3 +214,13 @@ class Ledger(Application[UUID]):
             "persistence": self.env.get("PERSISTENCE_MODULE", ""),
             "max_notification_id": self.recorder.max_notification_id() or 0,
         }
+
+
+def _undecodable(placeholder: UndecodableEvent) -> UndecodableEventError:
+    return UndecodableEventError(
+        placeholder.originator_id,
+        placeholder.originator_version,
+        placeholder.topic,
+        placeholder.error,
+        placeholder.position,
+    )

@@ -14,6 +14,7 @@ from uuid import UUID
 from jobledger.domain.errors import ConflictError, DomainError
 from jobledger.domain.execution import Execution
 from jobledger.domain.ledger import Ledger
+from jobledger.domain.undecodable import UndecodableEvent
 from jobledger.projections.queue import QueueBackend, QueueItem, QueueState, decode_spec
 from jobledger.runtime.writer import GroupCommitWriter
 
@@ -55,11 +56,18 @@ def _matches(item: QueueItem, selection: DeadLetterFilter) -> bool:
 
 
 def attempt_history(ledger: Ledger, execution_id: UUID) -> list[dict[str, Any]]:
-    """Every event of the execution, oldest first, as plain fields."""
+    """Every event of the execution, oldest first, as plain fields (one that cannot
+    be decoded as ``undecodable`` with its topic and error)."""
     return [
-        {"event": type(e).__name__, "version": e.originator_version, **_fields(e)}
+        {"event": _name(e), "version": e.originator_version, **_fields(e)}
         for e in ledger.history(execution_id)
     ]
+
+
+def _name(domain_event: Any) -> str:  # noqa: ANN401 (any execution event)
+    if isinstance(domain_event, UndecodableEvent):
+        return "undecodable"
+    return type(domain_event).__name__
 
 
 def _fields(domain_event: Any) -> dict[str, Any]:  # noqa: ANN401 (any execution event)

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from eventsourcing.persistence import StoredEvent
 from tests.integration.api.conftest import PASSWORD
 from tests.integration.api.test_quarantine import POISON, Fault
 from tests.integration.api.test_quarantine import enqueue as enqueue_payload
+from tests.integration.raw_events import write_undecodable
 from tests.integration.test_queue_projection import NOW, wait_until
 
 from jobledger.api.app import create_app
@@ -50,16 +50,6 @@ def enqueue(ledger: Ledger, n: int) -> uuid.UUID:
     return execution.id
 
 
-def undecodable(ledger: Ledger, topic: str) -> uuid.UUID:
-    """An event of ``topic`` whose stored state no longer fits its class."""
-    originator = uuid.uuid4()
-    stored = StoredEvent(
-        originator_id=originator, originator_version=1, topic=topic, state=b'{"shape":"old"}'
-    )
-    ledger.recorder.insert_events([stored])
-    return originator
-
-
 def open_ids(container: Container) -> set[uuid.UUID]:
     backend = container.queue
     return {item.execution_id for name in backend.queues() for item in backend.items(name)}
@@ -78,8 +68,8 @@ def test_undecodable_events_are_isolated_by_every_follower_and_rebuild(
     keeps them, with one more attempt."""
     ledger = container.ledger
     before = enqueue(ledger, 1)
-    bad_execution = undecodable(ledger, Execution.Enqueued.TOPIC)
-    bad_job = undecodable(ledger, Job.Fired.TOPIC)
+    bad_execution = write_undecodable(ledger, Execution.Enqueued.TOPIC)
+    bad_job = write_undecodable(ledger, Job.Fired.TOPIC)
     after = enqueue(ledger, 2)
     projector = container.projector()
     projector.start()
@@ -123,7 +113,7 @@ def test_projections_rebuild_command_names_what_it_quarantined(
     finishes the replay and its last line names the quarantined event."""
     with bootstrap(store_settings) as container:
         enqueue(container.ledger, 1)
-        bad = undecodable(container.ledger, Execution.Completed.TOPIC)
+        bad = write_undecodable(container.ledger, Execution.Completed.TOPIC)
     result = jobledger_cli.run(
         "--database-url",
         store_settings.database_url,

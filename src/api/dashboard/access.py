@@ -17,7 +17,7 @@ from litestar.types import ExceptionHandlersMap
 
 from jobledger.api.errors import error_response, unavailable
 from jobledger.api.security import SESSION_COOKIE
-from jobledger.domain.errors import NotFoundError
+from jobledger.domain.errors import NotFoundError, UndecodableEventError
 from jobledger.runtime.outages import OUTAGE_ERRORS
 
 DASHBOARD = "/ui"
@@ -77,6 +77,12 @@ def _not_found(request: Request[Any, Any, Any], error: Exception) -> Response[An
     return error_page(404, "Not found", message)
 
 
+def _undecodable(request: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
+    if not wants_html(request):
+        return error_response(409, str(error))
+    return error_page(409, "Cannot be rebuilt", str(error))
+
+
 def _unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[Any]:
     answer = unavailable(request, error)
     if not wants_html(request) or "Retry-After" not in answer.headers:
@@ -92,5 +98,6 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     PermissionDeniedException: _forbidden,
     NotFoundException: _not_found,
     NotFoundError: _not_found,
+    UndecodableEventError: _undecodable,
     **dict.fromkeys(OUTAGE_ERRORS, _unavailable),
 }

@@ -137,6 +137,8 @@ def _changed(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> str:
 
 
 def summary_of(event: EventOut, previous: Mapping[str, Any] | None) -> str:
+    if event.undecodable:
+        return f"cannot be decoded: {event.error}"
     data = event.data
     parts = [_changed(previous, data["definition"])] if "definition" in data else []
     parts += [
@@ -169,7 +171,12 @@ def _execution(event: EventOut) -> str | None:
 def versions(events: Sequence[EventOut]) -> list[dict[str, Any]]:
     """The job's versions for the history slider: number, time and what made it."""
     return [
-        {"version": e.version, "at": e.timestamp.isoformat(), "type": e.type, "by": cause_of(e)}
+        {
+            "version": e.version,
+            "at": e.timestamp.isoformat() if e.timestamp else "",
+            "type": e.type,
+            "by": cause_of(e),
+        }
         for e in events
     ]
 
