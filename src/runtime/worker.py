@@ -33,7 +33,7 @@ from jobledger.projections.queue import Lease, QueueBackend, decode_spec
 from jobledger.projections.streams import load_many
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
-from jobledger.runtime.handlers.registry import HandlerRegistry
+from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler_error
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import Presence, WorkerInfo
@@ -287,9 +287,8 @@ class Worker:
         timeout = execution.spec.timeout.total_seconds()
         try:
             if handler is None:
-                await self._report(
-                    running, "fail", error=f"no handler named {execution.spec.handler!r}"
-                )
+                missing = missing_handler_error(execution.spec.handler)
+                await self._report(running, "fail", error=missing)
                 return
             with self._breaker(execution.spec.handler):
                 try:

@@ -229,3 +229,16 @@ def _status_or_none(harness: "Harness", execution_id: "UUID") -> ExecutionStatus
         return harness.status(execution_id)
     except NotFoundError:
         return None
+
+
+def test_a_run_of_a_disabled_test_handler_names_the_setting(harness: "Harness") -> None:
+    """If a run names a test handler and its worker runs with the test handlers off
+    (the run was enqueued before the setting changed), then the attempt's error says
+    the test handlers are off and names the setting that turns them on."""
+    execution = harness.run("test.echo", retries=0)
+    worker = harness.start_worker(test_handlers="false")
+    harness.wait_for_all([execution], ExecutionStatus.DEAD_LETTERED, 30)
+    worker.stop()
+    error = harness.events(execution.id)[-1].error
+    assert error.startswith("no handler named 'test.echo': the test handlers are off")
+    assert "JOBLEDGER_TEST_HANDLERS=true" in error

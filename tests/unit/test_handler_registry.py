@@ -93,3 +93,14 @@ def test_a_module_that_fails_while_importing_is_a_settings_error(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(SettingsError, match=f"cannot load handler 'report'.*{named}"):
         load_registry(f"report={module}:send")
+
+
+def test_a_missing_handler_names_the_setting_only_for_a_test_handler() -> None:
+    """If a worker has no handler for a run, then the error names the run's handler,
+    and for a built-in test handler says the test handlers are off and names the
+    setting; any other name gets no such advice."""
+    error = registry.missing_handler_error("test.crash")
+    assert error.startswith("no handler named 'test.crash': the test handlers are off")
+    assert "JOBLEDGER_TEST_HANDLERS=true" in error
+    assert registry.missing_handler_error("acme.x") == "no handler named 'acme.x'"
+    assert registry.missing_handler_error("test.nope") == "no handler named 'test.nope'"

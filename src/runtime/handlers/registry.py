@@ -44,6 +44,18 @@ def unknown_handler_fix(name: str, known: Iterable[str]) -> str:
     return f"use one of: {', '.join(sorted(known))}"
 
 
+def missing_handler_error(name: str) -> str:
+    """A run's error when its worker has no handler ``name``. A run enqueued while the
+    test handlers were on can reach a worker started with them off."""
+    error = f"no handler named {name!r}"
+    if name in BUILTIN:
+        return (
+            f"{error}: the test handlers are off on this worker; set "
+            f"{TEST_HANDLERS_SETTING}=true on the workers to run it, or cancel the run"
+        )
+    return error
+
+
 def load_registry(
     dotted: str = "",
     *,
