@@ -4,14 +4,17 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
+from eventsourcing.domain import Aggregate
 from litestar import Request
 from litestar.params import HeaderParameter, QueryParameter
 
 from jobledger.api.errors import ApiError
-from jobledger.api.schemas import NO_NUL
+from jobledger.api.schemas import NO_NUL, EventOut, event_out
 from jobledger.api.security import api_state
 from jobledger.api.state import ApiState
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.ledger import Ledger
+from jobledger.projections.log import stream_positions
 from jobledger.runtime.handlers.registry import unknown_handler_fix
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
@@ -59,3 +62,13 @@ def aware(name: str, value: datetime | None) -> datetime | None:
             fix="add an offset, e.g. 2026-11-29T10:00:00Z",
         )
     return value
+
+
+def history_out(ledger: Ledger, kind: type[Aggregate], aggregate_id: uuid.UUID) -> list[EventOut]:
+    """Every event of a job or an execution as shown, each with its log position; one
+    that cannot be decoded as a placeholder (a 404 for an id that is not a ``kind``)."""
+    positions = stream_positions(ledger.recorder, aggregate_id)
+    return [
+        event_out(e, position=positions.get(e.originator_version))
+        for e in ledger.history_of(kind, aggregate_id)
+    ]

@@ -40,6 +40,7 @@ from jobledger.domain.errors import (
     UndecodableEventError,
 )
 from jobledger.domain.json_values import MAX_DEPTH
+from jobledger.projections.log import stream_positions
 from jobledger.runtime import accounts
 from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
 
@@ -132,7 +133,6 @@ _DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
     (ConflictError, HTTP_409_CONFLICT),
     (InvalidTransitionError, HTTP_409_CONFLICT),
     (JobNotActiveError, HTTP_409_CONFLICT),
-    (UndecodableEventError, HTTP_409_CONFLICT),
 )
 
 
@@ -141,6 +141,19 @@ def _domain_error(_: Request[Any, Any, Any], error: DomainError) -> Response[Err
         (code for kind, code in _DOMAIN_STATUS if isinstance(error, kind)), HTTP_400_BAD_REQUEST
     )
     return error_response(status, str(error))
+
+
+def located(request: Request[Any, Any, Any], error: UndecodableEventError) -> UndecodableEventError:
+    """``error`` naming the event's log position, which the ledger cannot see."""
+    if error.position is not None:
+        return error
+    state: ApiState = request.app.state["api"]
+    positions = stream_positions(state.container.ledger.recorder, error.aggregate_id)
+    return error.at(positions.get(error.version))
+
+
+def _undecodable(request: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
+    return error_response(HTTP_409_CONFLICT, str(located(request, error)))
 
 
 _ACCOUNT_STATUS: tuple[tuple[type[accounts.AccountError], int], ...] = (
@@ -291,6 +304,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = 
     ApiError: _api_error,
     InvalidDefinitionError: _invalid_definition,
     DomainError: _domain_error,
+    UndecodableEventError: _undecodable,
     accounts.AccountError: _account_error,
     ValidationException: _validation,
     HTTPException: _http,

@@ -18,6 +18,7 @@ from jobledger.api.common import (
     Until,
     aware,
     check_handler,
+    history_out,
     key_or_new,
     state_of,
 )
@@ -30,7 +31,6 @@ from jobledger.api.schemas import (
     EventOut,
     ExecutionIn,
     ReasonIn,
-    event_out,
     to_spec,
 )
 from jobledger.api.security import OPERATOR, VIEWER, actor
@@ -127,8 +127,7 @@ class ExecutionController(Controller):
     def execution_events(
         self, request: Request[Any, Any, Any], execution_id: FromPath[UUID]
     ) -> list[EventOut]:
-        ledger = state_of(request).container.ledger
-        return [event_out(e) for e in ledger.history_of(Execution, execution_id)]
+        return history_out(state_of(request).container.ledger, Execution, execution_id)
 
     @post("/{execution_id:uuid}/cancel", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def cancel_execution(

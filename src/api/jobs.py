@@ -15,6 +15,7 @@ from jobledger.api.common import (
     Limit,
     Offset,
     check_handler,
+    history_out,
     key_or_new,
     state_of,
 )
@@ -28,7 +29,6 @@ from jobledger.api.schemas import (
     JobPatch,
     PreviewOut,
     ReasonIn,
-    event_out,
     from_definition,
     job_out,
     patched,
@@ -171,8 +171,7 @@ class JobController(Controller):
 
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def job_events(self, request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> list[EventOut]:
-        ledger = state_of(request).container.ledger
-        return [event_out(e) for e in ledger.history_of(Job, job_id)]
+        return history_out(state_of(request).container.ledger, Job, job_id)
 
     @get("/{job_id:uuid}/preview", opt=VIEWER, sync_to_thread=True)
     def job_preview(

@@ -1,5 +1,7 @@
 """Domain errors: one hierarchy, each with a message that names the problem and the fix."""
 
+from uuid import UUID
+
 
 class DomainError(Exception):
     """The request breaks a rule of the job ledger."""
@@ -46,14 +48,22 @@ class UndecodableEventError(DomainError):
     """A stored event of the aggregate no longer decodes, so it cannot be rebuilt."""
 
     def __init__(
-        self, aggregate_id: object, version: int, topic: str, error: str, position: int | None
+        self, aggregate_id: UUID, version: int, topic: str, error: str, position: int | None
     ) -> None:
         self.aggregate_id = aggregate_id
         self.version = version
+        self.topic = topic
+        self.error = error
         self.position = position
         where = f"log position {position}, " if position is not None else ""
         super().__init__(
             f"{aggregate_id} cannot be rebuilt: its event v{version} ({where}{topic}) "
             f"cannot be decoded ({error}); the followers quarantine such events: see "
             "`jobledger projections quarantine list`, and its history for the event"
+        )
+
+    def at(self, position: int | None) -> "UndecodableEventError":
+        """The same error, naming the event's log position."""
+        return UndecodableEventError(
+            self.aggregate_id, self.version, self.topic, self.error, position
         )

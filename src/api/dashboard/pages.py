@@ -25,14 +25,15 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
-from jobledger.api.common import state_of
+from jobledger.api.common import history_out, state_of
 from jobledger.api.dashboard import charts, views
 from jobledger.api.dashboard.access import DASHBOARD, EXCEPTION_HANDLERS, safe_next
 from jobledger.api.schedules import preview_fires
-from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, event_out, job_out
+from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, job_out
 from jobledger.api.security import OPEN, OPERATOR, SESSION_COOKIE, VIEWER, SessionAuth, principal_of
 from jobledger.api.system import audit_page, live_workers, system_view
-from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.job import Job
 from jobledger.domain.schedules import ManualSchedule, Schedule
 from jobledger.projections import read_queries
 from jobledger.projections.read_queries import Page
@@ -225,7 +226,7 @@ def job_detail(request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> Templ
     ledger = state.container.ledger
     domain_job = ledger.get_job(job_id)
     job = job_out(domain_job)
-    events = [event_out(e) for e in ledger.history(job_id)]
+    events = history_out(ledger, Job, job_id)
     return render(
         request,
         "job.html",
@@ -299,10 +300,8 @@ def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -
 def execution_detail(request: Request[Any, Any, Any], execution_id: FromPath[UUID]) -> Template:
     state = state_of(request)
     ledger = state.container.ledger
-    events = [event_out(e) for e in ledger.history(execution_id)]
+    events = history_out(ledger, Execution, execution_id)  # the 404 page for an unknown id
     row = read_queries.get_execution(state.database, execution_id)
-    if row is None and not events:
-        ledger.get_execution(execution_id)  # the 404 page for an unknown id
     return render(
         request,
         "execution.html",

@@ -29,10 +29,10 @@ def placeholder(events: list[dict[str, Any]], version: int) -> dict[str, Any]:
     return shown
 
 
-def assert_refused_rebuild(response: httpx.Response, job_id: uuid.UUID) -> None:
+def assert_refused_rebuild(response: httpx.Response, job_id: uuid.UUID, position: int) -> None:
     assert response.status_code == 409, response.text
     message = response.json()["error"]["message"]
-    assert f"{job_id} cannot be rebuilt: its event v2" in message
+    assert f"{job_id} cannot be rebuilt: its event v2 (log position {position}, " in message
     assert QUARANTINE_LIST in message
 
 
@@ -54,31 +54,35 @@ def test_readers_show_a_placeholder_for_an_undecodable_event(api: "Api") -> None
 
     job_events = viewer.get(f"/api/v1/jobs/{job_id}/events")
     assert job_events.status_code == 200, job_events.text
-    assert placeholder(job_events.json(), 2)["data"] == {"topic": Job.Updated.TOPIC}
+    bad_job = placeholder(job_events.json(), 2)
+    assert bad_job["data"] == {"topic": Job.Updated.TOPIC}
     run_events = viewer.get(f"/api/v1/executions/{execution_id}/events")
     assert run_events.status_code == 200, run_events.text
-    assert placeholder(run_events.json(), 2)["type"] == "ExecutionLeased"
+    bad_run = placeholder(run_events.json(), 2)
+    assert bad_run["type"] == "ExecutionLeased"
 
     audit = viewer.get("/api/v1/audit/events", params={"types": "JobUpdated,ExecutionLeased"})
     assert audit.status_code == 200, audit.text
     shown = audit.json()["items"]
-    assert {(e["aggregate_id"], e["undecodable"]) for e in shown} == {
-        (str(job_id), True),
-        (str(execution_id), True),
+    assert {(e["aggregate_id"], e["position"], e["undecodable"]) for e in shown} == {
+        (str(job_id), bad_job["position"], True),
+        (str(execution_id), bad_run["position"], True),
     }
-    assert all(isinstance(e["position"], int) for e in shown)
+    assert bad_job["position"] < bad_run["position"]
 
-    assert_refused_rebuild(viewer.get(f"/api/v1/jobs/{job_id}"), job_id)
-    now = datetime.now(tz=UTC).isoformat()
-    assert_refused_rebuild(viewer.get(f"/api/v1/jobs/{job_id}", params={"as_of": now}), job_id)
+    position = bad_job["position"]
+    assert_refused_rebuild(viewer.get(f"/api/v1/jobs/{job_id}"), job_id, position)
+    now = {"as_of": datetime.now(tz=UTC).isoformat()}
+    assert_refused_rebuild(viewer.get(f"/api/v1/jobs/{job_id}", params=now), job_id, position)
     before = viewer.get(f"/api/v1/jobs/{job_id}", params={"as_of": "1"})
     assert (before.status_code, before.json()["version"]) == (200, 1)
     operator = api.client(Role.OPERATOR)
-    assert_refused_rebuild(operator.post(f"/api/v1/jobs/{job_id}/pause"), job_id)
+    assert_refused_rebuild(operator.post(f"/api/v1/jobs/{job_id}/pause"), job_id, position)
 
     browser = api.session("admin")
     job_page = browser.get(f"/ui/jobs/{job_id}", headers=HTML)
     assert job_page.status_code == 409
+    assert f"log position {position}, " in job_page.text
     assert QUARANTINE_LIST in job_page.text
     run_page = browser.get(f"/ui/executions/{execution_id}", headers=HTML)
     assert run_page.status_code == 200, run_page.text
