@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from tests.integration.api.test_api_behaviour import CRON_JOB
-from tests.integration.api.test_quarantine import cli, enqueue
+from tests.integration.api.test_quarantine import BIG, cli, enqueue, enqueue_raw_big_int
 from tests.integration.raw_events import write_undecodable
 
 from jobledger.domain.execution import Execution
@@ -110,3 +110,16 @@ def test_a_stream_of_only_an_unknown_event_type_has_a_history(api: "Api") -> Non
     rebuilt = viewer.get(f"/api/v1/jobs/{stream}")
     assert rebuilt.status_code == 409, rebuilt.text
     assert QUARANTINE_LIST in rebuilt.json()["error"]["message"]
+
+
+def test_an_event_the_queue_cannot_carry_is_shown_whole(api: "Api") -> None:
+    """If an execution's payload holds an integer past 64 bits (the queue quarantines
+    it), then its events show it, value and all, and its dashboard page answers."""
+    execution_id = enqueue_raw_big_int(api.container.ledger)
+    events = api.client(Role.VIEWER).get(f"/api/v1/executions/{execution_id}/events")
+    assert events.status_code == 200, events.text
+    [enqueued] = events.json()
+    assert (enqueued["undecodable"], enqueued["data"]["spec"]["payload"]) == (False, {"big": BIG})
+    page = api.session("admin").get(f"/ui/executions/{execution_id}", headers=HTML)
+    assert page.status_code == 200, page.text
+    assert "cannot be decoded" not in page.text
