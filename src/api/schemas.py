@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
+from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import DEFAULT_PRIORITY, ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
@@ -321,11 +322,10 @@ def _event_out(domain_event: Any, position: int | None) -> EventOut:  # noqa: AN
 
 
 def _undecodable(domain_event: Any, error: Exception) -> UndecodableEvent:  # noqa: ANN401 (any event)
-    cls = type(domain_event)
     return UndecodableEvent(
         originator_id=domain_event.originator_id,
         originator_version=domain_event.originator_version,
-        topic=f"{cls.__module__}:{cls.__qualname__}",
+        topic=get_topic(type(domain_event)),
         error=error_text(error),
     )
 
