@@ -51,7 +51,7 @@ from jobledger.runtime.outages import OutageProbe
 from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
-from jobledger.runtime.store import migrate
+from jobledger.runtime.store import check_migrated, migrate
 
 log = structlog.get_logger(__name__)
 
@@ -239,8 +239,9 @@ _ROLES = frozenset({"api", "scheduler", "worker", "projector", "seed"})
 
 
 def _preflight(container: Container) -> None:
-    """Fail now, in one line, on what would otherwise fail later: an unreachable Redis,
-    a handler module that does not import."""
+    """Fail now, in one line, on what would otherwise fail later: a store that misses a
+    migration, an unreachable Redis, a handler module that does not import."""
+    check_migrated(container.settings)
     container.ping()
     container.handlers()
     # From here on a store that goes away is an outage to ride out, not a reason to exit.

@@ -51,6 +51,9 @@ class QueueItem(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime
     attempt: int  # PENDING: the attempt the next lease gets; LEASED: the leased attempt
     lease_id: UUID | None = None
+    # LEASED: when the lease was granted (its event's time). A rebuild derives the
+    # lease's ttl from it (``at - leased_at``); None for other states and old entries.
+    leased_at: datetime | None = None
     # What a worker needs to run it, encoded by the projection (opaque to backends).
     spec: bytes = b""
 

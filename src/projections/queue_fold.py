@@ -62,6 +62,7 @@ def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None
                 "at": domain_event.lease_expires_at,
                 "attempt": domain_event.attempt,
                 "lease_id": domain_event.lease_id,
+                "leased_at": domain_event.timestamp,
             }
         case Execution.Completed() | Execution.Cancelled() | Execution.Discarded():
             return None
@@ -77,12 +78,37 @@ def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None
                 "at": domain_event.timestamp,
                 "attempt": domain_event.attempts,
                 "lease_id": None,
+                "leased_at": None,
             }
     return msgspec.structs.replace(previous, **update)
 
 
 def _pending(ready_at: datetime, attempt: int) -> dict[str, Any]:
-    return {"state": QueueState.PENDING, "at": ready_at, "attempt": attempt, "lease_id": None}
+    return {
+        "state": QueueState.PENDING,
+        "at": ready_at,
+        "attempt": attempt,
+        "lease_id": None,
+        "leased_at": None,
+    }
+
+
+def restored(item: QueueItem, now: datetime) -> QueueItem:
+    """``item`` as a rebuild at ``now`` loads it: a lease gets at least one lease ttl
+    from ``now`` (see ADR 0008, "Restored leases").
+
+    The log holds a lease's first deadline only: the heartbeats that moved it on were
+    never events. So a rebuild would hand back long-running leases already expired,
+    and they would be retried under their live workers. With the grace window a live
+    worker's next heartbeat extends the restored lease (same lease id); a dead worker's
+    lease expires one ttl later than it would have.
+    """
+    if item.state is not QueueState.LEASED or item.leased_at is None:
+        return item
+    deadline = now + (item.at - item.leased_at)
+    if deadline <= item.at:
+        return item
+    return msgspec.structs.replace(item, at=deadline)
 
 
 def _enqueued(enqueued: Execution.Enqueued) -> QueueItem:

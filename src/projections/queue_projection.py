@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -33,14 +34,16 @@ from jobledger.projections.quarantine import (
     QUEUE_FOLLOWER,
     Isolation,
     Quarantine,
+    utc_now,
 )
 from jobledger.projections.queue import QueueBackend, QueueItem, QueueMeta, QueueState
-from jobledger.projections.queue_entries import EncodedEntry, decode_item
+from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_entry
 from jobledger.projections.queue_fold import (
     EXECUTION_TOPICS,
     QueueFold,
     latest_per_execution,
     next_item,
+    restored,
 )
 from jobledger.projections.redis_queue import RedisQueue
 
@@ -174,9 +177,11 @@ class QueueProjection:
         page_size: int = 2000,
         quarantine: Quarantine | None = None,
         counted: Callable[[str], None] | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.reader = LogReader(ledger, page_size)
         self.backend = backend
+        self._clock = clock
         self.store_id = store_id
         self.checkpoint = checkpoint
         self.fold = QueueFold(self._load_previous)
@@ -286,17 +291,20 @@ class QueueProjection:
         full: bool = False,
         progress: Progress = _no_progress,
         requested_by: str | None = None,
+        now: datetime | None = None,
     ) -> RebuildReport:
         """Start the backend over: from the checkpoint, or (``full``) from the whole log.
         ``requested_by`` names who asked (an operator); None when the projection
-        rebuilds by itself because the backend lost its data."""
+        rebuilds by itself because the backend lost its data. The leases it restores
+        run for at least one lease ttl from ``now`` (see ``restored``)."""
         self.rebuilds += 1
         self.fold.forget()
         epoch = uuid.uuid4().hex
+        now = self._clock() if now is None else now
         if self.checkpoint is not None and not full:
-            report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress)
+            report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress, now)
         else:
-            report = self._rebuild_from_log(epoch, progress, self.new_isolation())
+            report = self._rebuild_from_log(epoch, progress, self.new_isolation(), now)
         self.epoch, self.position = epoch, report.position
         log.info(
             "queue.rebuilt",
@@ -309,7 +317,7 @@ class QueueProjection:
         return report
 
     def _rebuild_from_checkpoint(
-        self, checkpoint: Checkpoint, epoch: str, progress: Progress
+        self, checkpoint: Checkpoint, epoch: str, progress: Progress, now: datetime
     ) -> RebuildReport:
         # A thread reads the checkpoint while this one writes the backend.
         batches = prefetched(checkpoint.entries(), name="checkpoint-read")
@@ -318,7 +326,9 @@ class QueueProjection:
             first = next(batches)
             position = first[0]
             self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
-            items = self._load_entries(itertools.chain([first], batches), epoch, progress)
+            read = itertools.chain([first], batches)
+            restoring = ((at, _restored_entries(batch, now)) for at, batch in read)
+            items = self._load_entries(restoring, epoch, progress)
         finally:
             batches.close()
         self.backend.write_position(position, epoch=epoch)
@@ -349,7 +359,7 @@ class QueueProjection:
         return items
 
     def _rebuild_from_log(
-        self, epoch: str, progress: Progress, isolation: Isolation
+        self, epoch: str, progress: Progress, isolation: Isolation, now: datetime
     ) -> RebuildReport:
         # Fold the whole log in memory first, then write only what is still open.
         head = self.reader.head()
@@ -358,7 +368,7 @@ class QueueProjection:
             events += count
             progress(position, max(head, position))
         self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
-        open_items = self.fold.open_items()
+        open_items = [restored(item, now) for item in self.fold.open_items()]
         self.backend.load(open_items, epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
         return RebuildReport("log", len(open_items), position, events, isolation.summary())
@@ -369,6 +379,16 @@ class QueueProjection:
             if item is not None and item.version == version - 1:
                 return item
         return self.reader.previous(execution_id, version)
+
+
+def _restored_entries(batch: list[EncodedEntry], now: datetime) -> list[EncodedEntry]:
+    """``restored`` for encoded entries: only leases (few) are decoded and re-encoded."""
+    return [
+        encode_entry(restored(decode_item(entry[7]), now))
+        if entry[3] == QueueState.LEASED.value
+        else entry
+        for entry in batch
+    ]
 
 
 class CheckpointProjection:

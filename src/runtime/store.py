@@ -158,7 +158,7 @@ def _one_line(text: str) -> str:
 
 def migrate(settings: Settings, progress: Progress = print) -> list[str]:
     """Create the event tables and apply new migrations; safe to run concurrently."""
-    dialect = "postgres" if settings.uses_postgres else "sqlite"
+    dialect = _dialect(settings)
     with _migration_lock(settings):
         ledger = _construct(settings, Limits(), create_table=True)
         ledger.close()
@@ -166,6 +166,46 @@ def migrate(settings: Settings, progress: Progress = print) -> list[str]:
         applied = _apply_sql_migrations(settings, dialect, progress)
     progress(f"migrations applied: {len(applied)} new")
     return applied
+
+
+def check_migrated(settings: Settings) -> None:
+    """Raise ``StoreNotMigratedError`` naming every migration of this release that the
+    store has not applied: every role checks it at start, so none runs into a missing
+    table or column later (where it would look like an outage, retried for ever)."""
+    missing = missing_migrations(settings)
+    if missing:
+        raise StoreNotMigratedError(
+            f"the event store misses {len(missing)} migration(s) of this release "
+            f"({', '.join(missing)}); run `jobledger migrate` with the same settings "
+            "(the release step), then start again"
+        )
+
+
+def missing_migrations(settings: Settings) -> list[str]:
+    """The migration files of this release not recorded as applied, in order."""
+    applied = _applied_migrations(settings)
+    return [name for name, _ in migration_files(_dialect(settings)) if name not in applied]
+
+
+def _applied_migrations(settings: Settings) -> set[str]:
+    query = "SELECT name FROM jobledger_migrations"
+    if settings.uses_postgres:
+        with _pg_connect(settings) as conn:
+            try:
+                return {str(row[0]) for row in conn.execute(query)}
+            except psycopg.errors.UndefinedTable:
+                return set()
+    with contextlib.closing(sqlite3.connect(settings.sqlite_path)) as conn:
+        try:
+            return {str(row[0]) for row in conn.execute(query)}
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return set()
+            raise _unavailable(settings, error) from None
+
+
+def _dialect(settings: Settings) -> str:
+    return "postgres" if settings.uses_postgres else "sqlite"
 
 
 def migration_files(dialect: str) -> list[tuple[str, str]]:

@@ -23,6 +23,7 @@ from jobledger.projections.queue import (
     QueueMeta,
     QueueState,
 )
+from jobledger.projections.queue_fold import restored
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import APPLY_CHUNK, RedisQueue
 
@@ -806,3 +807,30 @@ def test_a_bulk_load_with_a_stale_epoch_is_refused(backend: QueueBackend) -> Non
     with pytest.raises(QueueLostError):
         backend.load([entry()], epoch="not-the-epoch")
     assert backend.items(Q) == []
+
+
+def test_a_restored_lease_outlives_the_rebuild_by_one_ttl(backend: QueueBackend) -> None:
+    """If a rebuild long after a lease was granted restores it, then the lease expires
+    no sooner than one of its ttls after the rebuild (not at its first deadline), and
+    the worker that holds it extends it with the same lease id."""
+    lease_id = uuid.uuid4()
+    granted = entry(state=QueueState.LEASED, lease_id=lease_id, at=AT + TTL)
+    granted = msgspec.structs.replace(granted, leased_at=AT)
+    rebuilt_at = AT + timedelta(hours=2)
+    backend.load([restored(granted, rebuilt_at)], epoch=META.epoch)
+    pair = (granted.execution_id, lease_id)
+    assert backend.expired(Q, now=rebuilt_at + TTL - timedelta(seconds=1), limit=10) == []
+    assert backend.expired(Q, now=rebuilt_at + TTL, limit=10) == [pair]
+    assert backend.extend(Q, granted.execution_id, lease_id, deadline=rebuilt_at + 2 * TTL)
+    assert backend.expired(Q, now=rebuilt_at + TTL, limit=10) == []
+    assert backend.expired(Q, now=rebuilt_at + 2 * TTL, limit=10) == [pair]
+
+
+def test_a_restore_never_shortens_a_lease_nor_moves_the_rest(backend: QueueBackend) -> None:
+    """If a rebuild's clock is behind a lease's grant (clock skew), or an entry is not
+    leased, then the restore loads the entry as the log left it."""
+    fresh = msgspec.structs.replace(entry(state=QueueState.LEASED, at=AT + TTL), leased_at=AT)
+    pending = entry(at=AT - timedelta(hours=1))
+    skewed = AT - timedelta(seconds=5)
+    backend.load([restored(item, skewed) for item in (fresh, pending)], epoch=META.epoch)
+    assert open_items(backend) == {fresh.execution_id: fresh, pending.execution_id: pending}

@@ -283,3 +283,30 @@ def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> Non
     assert not {e.id for e in lost} & set(open_ids(container))
     assert {e.id for e in kept} & set(open_ids(container))
     assert verify_queue(container.reader(), container.queue) == []
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["checkpoint", "log"])
+def test_a_rebuild_restores_leases_for_one_more_ttl(container: Container, full: bool) -> None:
+    """If the queue is rebuilt (from the checkpoint or the log) long after a lease was
+    granted, then the lease expires no sooner than one of its ttls after the rebuild,
+    its worker's heartbeat (same lease id) extends it, and verify finds no difference."""
+    ttl = timedelta(seconds=30)
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.delay"), ready_at=NOW, trigger=Trigger.ADHOC
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(UTC) + ttl)
+    container.ledger.save(execution)
+    projector = container.projector()
+    while projector.queue.step() | projector.checkpoint.step():
+        pass
+    rebuilt_at = datetime.now(UTC) + timedelta(hours=1)
+    projector.queue.rebuild(full=full, now=rebuilt_at)
+    pair, second = (execution.id, lease_id), timedelta(seconds=1)
+    # The ttl is the event's deadline less the event's time: about the 30 s granted.
+    assert container.queue.expired("default", now=rebuilt_at + ttl - second, limit=9) == []
+    assert container.queue.expired("default", now=rebuilt_at + ttl + second, limit=9) == [pair]
+    later = rebuilt_at + 2 * ttl
+    assert container.queue.extend("default", execution.id, lease_id, deadline=later)
+    assert container.queue.expired("default", now=rebuilt_at + ttl + second, limit=9) == []
+    assert verify_queue(container.reader(), container.queue) == []

@@ -1,10 +1,18 @@
 """Bad settings stop every production role at start, in one line that names the
 setting and the fix, before anything is written; run as real processes."""
 
+import contextlib
+import sqlite3
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
+from tests.integration.test_deployment import free_port
+
+from jobledger.runtime.errors import StoreNotMigratedError
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import check_migrated, migrate, missing_migrations
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -132,3 +140,52 @@ def _written(url: str) -> tuple[int, int]:
     assert events is not None
     assert users is not None
     return (int(events[0]), int(users[0]))
+
+
+# The newest migration and what it adds: a store an older release migrated lacks both.
+NEWEST = "0008_execution_attempt_budget.sql"
+UNDO_NEWEST = "ALTER TABLE jobledger_rm_executions DROP COLUMN attempt_budget"
+
+
+@pytest.mark.parametrize("role", ["api", "scheduler", "worker", "projector", "seed"])
+def test_a_store_that_misses_a_migration_stops_every_role_in_one_line(
+    role: str, postgres_url: str, redis_server: str, jobledger_cli: "JobledgerCli"
+) -> None:
+    """If the store was migrated by an older release (the newest migration missing),
+    then each role exits 2 at once with one line naming the missing migration and
+    `jobledger migrate`, no traceback, and writes nothing."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(UNDO_NEWEST)
+        conn.execute("DELETE FROM jobledger_migrations WHERE name = %s", (NEWEST,))
+    settings = {
+        "database_url": postgres_url,
+        "redis_url": redis_server,
+        "admin_password": STRONG_PASSWORD,
+        "api_port": str(free_port()),
+        "test_handlers": "true",
+    }
+    result = jobledger_cli.run(role, env=jobledger_cli.environment(**settings), timeout=30)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr
+    assert lines == [lines[0]], result.stderr
+    assert lines[0].startswith("jobledger: the event store misses 1 migration(s)")
+    assert NEWEST in lines[0]
+    assert "run `jobledger migrate`" in lines[0]
+    assert _written(postgres_url) == (0, 0)
+
+
+def test_the_start_check_names_every_missing_migration_on_sqlite(tmp_path: Path) -> None:
+    """If a SQLite store has never been migrated, or misses some migrations, then the
+    start check names each missing one, in order, and passes once all are applied."""
+    settings = load_settings({}, data_dir=str(tmp_path))
+    settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    assert missing_migrations(settings)[:2] == [
+        "0001_store_identity.sql",
+        "0002_queue_checkpoint.sql",
+    ]
+    migrate(settings, progress=lambda _: None)
+    check_migrated(settings)
+    with contextlib.closing(sqlite3.connect(settings.sqlite_path)) as conn, conn:
+        conn.execute("DELETE FROM jobledger_migrations WHERE name LIKE '0006%'")
+    with pytest.raises(StoreNotMigratedError, match=r"0006_quarantine\.sql"):
+        check_migrated(settings)

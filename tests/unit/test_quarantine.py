@@ -1,5 +1,6 @@
 """Isolating events a follower cannot apply: the page fallback, held streams, outages."""
 
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -102,6 +103,8 @@ def test_later_events_of_an_isolated_stream_are_held() -> None:
         QueueLostError(),
         redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'"),
         psycopg.errors.UndefinedTable('relation "jobledger_rm_jobs" does not exist'),
+        psycopg.errors.UndefinedColumn('column "attempt_budget" does not exist'),
+        sqlite3.OperationalError("table jobledger_rm_executions has no column named x"),
         psycopg.errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),
     ],
 )
