@@ -63,6 +63,8 @@ def test_the_memory_queue_survives_a_restart_through_the_log(tmp_path: Path) -> 
         projector = second.projector()
         projector.start()
         try:
+            # The entries show while the rebuild loads them; its position comes last.
+            wait_until(lambda: projector.queue.position > 0)
             wait_until(lambda: len(open_ids(second)) == 40)
             assert open_ids(second) == {e.id for e in executions[10:]}
             assert verify_queue(second.reader(), second.queue) == []
