@@ -118,6 +118,15 @@ def storable_text(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
+def error_line(error: BaseException, *, max_chars: int, mark: str = "") -> str:
+    """``error`` as one line: its type and message, NUL replaced by U+FFFD, at most
+    ``max_chars`` characters (the last of them ``mark`` when it had to be cut)."""
+    text = " ".join(f"{type(error).__name__}: {error}".split()).replace("\x00", "\ufffd")
+    if len(text) <= max_chars:
+        return text
+    return text[: max_chars - len(mark)] + mark
+
+
 def _scalar_problem(item: object, where: str) -> JsonProblem | None:
     # bool before int: True is an int to Python, and always fits.
     if item is None or isinstance(item, (bool, dict, list)):

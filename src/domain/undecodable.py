@@ -11,6 +11,8 @@ from uuid import UUID
 
 from eventsourcing.persistence import Mapper, StoredEvent
 
+from jobledger.domain.json_values import error_line
+
 MAX_SHOWN_ERROR = 500  # characters of the decode error a placeholder carries
 
 
@@ -33,8 +35,7 @@ class UndecodableEvent:
 
 def error_text(error: BaseException) -> str:
     """The error in one line, without NUL, at most ``MAX_SHOWN_ERROR`` characters."""
-    text = " ".join(f"{type(error).__name__}: {error}".split()).replace("\x00", "\ufffd")
-    return text if len(text) <= MAX_SHOWN_ERROR else text[: MAX_SHOWN_ERROR - 1] + "…"
+    return error_line(error, max_chars=MAX_SHOWN_ERROR, mark="…")
 
 
 def decode_or_placeholder(

@@ -28,6 +28,7 @@ import redis
 import structlog
 from eventsourcing import persistence
 
+from jobledger.domain.json_values import error_line
 from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.errors import ProjectionError, QueueLostError
@@ -85,8 +86,7 @@ def is_outage(error: BaseException) -> bool:
 
 def describe(error: BaseException) -> str:
     """The error as stored: its type and message, one line, no NUL, bounded."""
-    text = " ".join(f"{type(error).__name__}: {error}".split()).replace("\x00", "\ufffd")
-    return text[:MAX_ERROR_CHARS]
+    return error_line(error, max_chars=MAX_ERROR_CHARS)
 
 
 # The first quarantined version of each held stream: that event and those after it wait.

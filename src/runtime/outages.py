@@ -22,6 +22,7 @@ import structlog
 from eventsourcing import persistence
 from prometheus_client import Gauge
 
+from jobledger.domain.json_values import error_line
 from jobledger.projections.background import Background
 
 log = structlog.get_logger(__name__)
@@ -96,11 +97,6 @@ class _Outage:
     error: str
 
 
-def _describe(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text}"[:_MAX_ERROR_TEXT]
-
-
 class DependencyHealth:
     """What one process knows of its stores; see the module docstring. Thread-safe."""
 
@@ -130,13 +126,14 @@ class DependencyHealth:
 
     def failed(self, dependency: str, error: BaseException, now: float) -> float:
         """Record a failed try; returns the seconds to wait before the next one."""
+        text = error_line(error, max_chars=_MAX_ERROR_TEXT)
         with self._lock:
             outage = self._outages.get(dependency)
             starts = outage is None
             if outage is None:
-                outage = self._outages[dependency] = _Outage(now, 0, _describe(error))
+                outage = self._outages[dependency] = _Outage(now, 0, text)
             outage.failures += 1
-            outage.error = _describe(error)
+            outage.error = text
             failures = outage.failures
         if starts:
             if self._gauge is not None:
