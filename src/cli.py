@@ -28,14 +28,11 @@ from jobledger.domain.schedules import (
     validate_schedule,
 )
 from jobledger.projections.quarantine import (
-    QUEUE_FOLLOWER,
     QuarantinedEvent,
     RetryReport,
     RetryStoppedError,
     event_type,
-    unapplied,
 )
-from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.dead_letters import (
     DeadLetterFilter,
@@ -376,11 +373,9 @@ def _rebuild_read_models(container: Container) -> int:
 
 
 def _verify_queue(container: Container) -> int:
-    isolation = container.isolation(QUEUE_FOLLOWER, persist=False)
-    differences = verify_queue(container.reader(), container.queue, isolation)
+    differences, found = container.verify_queue()
     for line in differences:
         print(line)
-    found = unapplied(isolation)
     for event in found.waiting:
         print(f"quarantined: {_describe_quarantined(event)}")
     for row, error in found.unrecorded:

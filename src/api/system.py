@@ -22,15 +22,13 @@ from jobledger.domain.undecodable import decode_or_placeholder
 from jobledger.projections import read_queries
 from jobledger.projections.log import LogRow
 from jobledger.projections.quarantine import (
-    QUEUE_FOLLOWER,
     QuarantinedEvent,
     RetryReport,
     RetryStoppedError,
     event_type,
-    unapplied,
 )
 from jobledger.projections.queue import Depths
-from jobledger.projections.queue_projection import LogReader, verify_queue
+from jobledger.projections.queue_projection import LogReader
 from jobledger.runtime.presence import WorkerInfo
 
 log = structlog.get_logger(__name__)
@@ -246,10 +244,7 @@ class SystemController(Controller):
     @get("/admin/queue/verify", opt=ADMIN, sync_to_thread=True)
     def verify(self, request: Request[Any, Any, Any]) -> VerifyReport:
         """Compare the queue with a fold of the log; lists every difference."""
-        container = state_of(request).container
-        isolation = container.isolation(QUEUE_FOLLOWER, persist=False)
-        differences = verify_queue(container.reader(), container.queue, isolation)
-        found = unapplied(isolation)
+        differences, found = state_of(request).container.verify_queue()
         rows = [(e.position, e.topic, e.originator_id, e.error) for e in found.waiting]
         rows += [(r[0], r[3], str(r[1]), error) for r, error in found.unrecorded]
         quarantined = [f"position {p} ({event_type(t)} of {o}): {e}" for p, t, o, e in rows]

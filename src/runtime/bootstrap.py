@@ -17,15 +17,18 @@ from jobledger.projections.job_index import JobIndex
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
+    QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
     ApplyOne,
     Isolation,
     Quarantine,
     RetryReport,
+    Unapplied,
     retry,
+    unapplied,
 )
 from jobledger.projections.queue import QueueBackend
-from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.queue_projection import LogReader, verify_queue
 from jobledger.projections.read_models import ReadModels
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
@@ -255,6 +258,13 @@ class Container:
             hold=follower != JOB_SCHEDULE_FOLLOWER,
             counted=self.metrics.count_quarantined,
         )
+
+    def verify_queue(self) -> tuple[list[str], Unapplied]:
+        """The queue's differences from a fold of the log, and the events that fold
+        could not apply, sorted by the quarantine table (nothing is recorded)."""
+        isolation = self.isolation(QUEUE_FOLLOWER, persist=False)
+        differences = verify_queue(self.reader(), self.queue, isolation)
+        return differences, unapplied(isolation)
 
     def quarantine_appliers(self, projector: Projector) -> dict[str, ApplyOne]:
         """Each follower's way of applying one quarantined event (for a retry)."""
