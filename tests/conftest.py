@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import psycopg
 import pytest
@@ -37,11 +37,16 @@ def services_required() -> bool:
     return bool(os.environ.get("JOBLEDGER_REQUIRE_SERVICES"))
 
 
-def _missing(what: str, error: Exception) -> None:
-    message = f"{what} is not reachable: {error}"
+def missing_service(message: str) -> NoReturn:
+    """A server or program a test needs is absent: fail where every service is required
+    (CI), skip elsewhere."""
     if services_required():
         pytest.fail(f"{message} (JOBLEDGER_REQUIRE_SERVICES is set)")
     pytest.skip(message)
+
+
+def _missing(what: str, error: Exception) -> NoReturn:
+    missing_service(f"{what} is not reachable: {error}")
 
 
 def _drop(admin: psycopg.Connection[tuple[object, ...]], name: str) -> None:
@@ -167,10 +172,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a private redis-server, started for this session and stopped after."""
     binary = shutil.which("redis-server")
     if binary is None:
-        message = "redis-server is not installed"
-        if os.environ.get("JOBLEDGER_REQUIRE_SERVICES"):
-            pytest.fail(f"{message} (JOBLEDGER_REQUIRE_SERVICES is set)")
-        pytest.skip(message)
+        missing_service("redis-server is not installed")
     workdir = tmp_path_factory.mktemp("redis")
     log = workdir / "redis.log"
     port = _free_port()

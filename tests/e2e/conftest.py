@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Error, Page, Playwright, expect, sync_playwright
+from tests.conftest import missing_service
 
 from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
@@ -39,16 +40,6 @@ expect.set_options(timeout=15_000)
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 CHROMIUM = os.environ.get("JOBLEDGER_CHROMIUM", "/usr/bin/chromium")
-
-
-def _required() -> bool:
-    return bool(os.environ.get("JOBLEDGER_REQUIRE_SERVICES"))
-
-
-def _missing(message: str) -> None:
-    if _required():
-        pytest.fail(f"{message} (JOBLEDGER_REQUIRE_SERVICES is set)")
-    pytest.skip(message)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -144,11 +135,11 @@ def playwright() -> Iterator[Playwright]:
 @pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
-        _missing(f"no Chromium at {CHROMIUM} (make test installs Debian's chromium)")
+        missing_service(f"no Chromium at {CHROMIUM} (make test installs Debian's chromium)")
     try:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
     except Error as error:
-        _missing(f"Chromium at {CHROMIUM} did not start: {error}")
+        missing_service(f"Chromium at {CHROMIUM} did not start: {error}")
         raise
     try:
         yield launched

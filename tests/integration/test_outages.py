@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import httpx
 import psycopg
 import pytest
+from tests.conftest import missing_service
 from tests.integration.test_deployment import (
     Deployment,
     Role,
@@ -52,12 +53,6 @@ OUTAGE_SECONDS = 5.0
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
-def _missing(what: str) -> None:
-    if os.environ.get("JOBLEDGER_REQUIRE_SERVICES"):
-        pytest.fail(f"{what} (JOBLEDGER_REQUIRE_SERVICES is set)")
-    pytest.skip(what)
-
-
 # ---- a redis-server this test may kill ---------------------------------------------
 
 
@@ -67,7 +62,7 @@ class PrivateRedis:
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            _missing("redis-server is not installed")
+            missing_service("redis-server is not installed")
         self._binary = binary or ""
         self._workdir = workdir
         self.port = free_port()
@@ -111,7 +106,7 @@ class PrivateCluster:
 
     def __init__(self) -> None:
         if not (PG_BIN / "initdb").exists():
-            _missing(f"PostgreSQL's server programs are not in {PG_BIN}")
+            missing_service(f"PostgreSQL's server programs are not in {PG_BIN}")
         self.folder = Path(tempfile.mkdtemp(prefix="jobledger-pg-"))
         self.data = self.folder / "data"
         self.port = free_port()
