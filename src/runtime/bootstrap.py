@@ -51,7 +51,12 @@ from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import open_ledger, projection_database, read_store_id
+from jobledger.runtime.store import (
+    check_migrated,
+    open_ledger,
+    projection_database,
+    read_store_id,
+)
 from jobledger.runtime.worker import Worker, WorkerConfig
 from jobledger.runtime.writer import GroupCommitWriter
 
@@ -84,8 +89,10 @@ class Container:
     def leadership(self) -> Leadership:
         """Redis election when Redis is configured; the embedded mode always leads.
         Epochs come from the store either way (ADR 9)."""
+        # Built without the CLI's start check too (tests, embedding): no leader may run
+        # on a store without its epoch counter, so check here as every role does.
+        check_migrated(self.settings)
         epochs = StoredEpochs(self.database)
-        epochs.check()
         if self._redis is None:
             return LocalLeadership(epochs)
         settings = self.settings

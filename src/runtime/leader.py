@@ -53,15 +53,6 @@ class StoredEpochs:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def check(self) -> None:
-        """Raise ``StoreNotMigratedError`` if the store has no epoch counter yet."""
-        try:
-            self.latest_epoch()
-        except Exception as error:
-            if _EPOCH_TABLE in str(error):
-                raise StoreNotMigratedError from None
-            raise
-
     def next_epoch(self, above: int = 0) -> int:
         with self._database.transaction() as cursor:
             cursor.execute(
