@@ -66,6 +66,8 @@ from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate
+from jobledger.services.actors import operator_of_store
+from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
     import argparse
@@ -596,7 +598,7 @@ def seed_jobs(settings: Settings, count: int) -> list[uuid.UUID]:
     with bootstrap(settings) as container:
         now = datetime.now(UTC)
         return [
-            container.ledger.schedule_job(definition(i), at=now, by="bench").id
+            Jobs(container.ledger).schedule(definition(i), at=now, by=operator_of_store("bench")).id
             for i in range(count)
         ]
 

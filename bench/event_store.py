@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from multiprocessing.queues import Queue
     from multiprocessing.synchronize import Barrier
 
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
 
 MAX_DELAY = 0.005
 MIN_THREADS = 64

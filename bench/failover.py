@@ -59,11 +59,13 @@ from jobledger.domain.schedules import OneShotSchedule
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger
+from jobledger.services.actors import operator_of_store
+from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
 
 TRIALS = 10
 QUICK_TRIALS = 3
@@ -224,15 +226,17 @@ def leader_pid(client: redis.Redis, keys: Keys) -> int | None:
 def schedule_jobs(ledger: Ledger, start: datetime, count: int) -> list[uuid.UUID]:
     """``count`` one-shot jobs due every STEP seconds from ``start``."""
     return [
-        ledger.schedule_job(
+        Jobs(ledger)
+        .schedule(
             JobDefinition(
                 name=f"failover {index}",
                 spec=ExecutionSpec(handler="test.echo"),
                 schedule=OneShotSchedule(start + timedelta(seconds=index * STEP)),
             ),
             at=datetime.now(UTC),
-            by="bench",
-        ).id
+            by=operator_of_store("bench"),
+        )
+        .id
         for index in range(count)
     ]
 

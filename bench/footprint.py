@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from uuid import UUID
 
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
 
 ROLES = (("api", 1), ("scheduler", 2), ("worker", 2), ("projector", 1))
 TARGET_MIB = 150.0  # per scheduler or worker process, lifetime peak

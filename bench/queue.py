@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterable, Iterator, Sequence
 
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
     from jobledger.projections.queue import QueueBackend
 
 QUEUES = ("default", "reports")

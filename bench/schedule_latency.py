@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
     from jobledger.projections.queue import QueueBackend
     from jobledger.runtime.scheduler import Scheduler, TickReport
 

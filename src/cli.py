@@ -1,13 +1,10 @@
 """The `jobledger` command."""
 
 import argparse
-import asyncio
 import getpass
 import json
 import os
-import signal
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,36 +16,35 @@ import msgspec
 import redis
 import structlog
 
+from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
-from jobledger.domain.json_values import check_reason
 from jobledger.domain.schedules import (
     CronSchedule,
     check_instant,
     upcoming_fires,
     validate_schedule,
 )
-from jobledger.projections.quarantine import (
-    QuarantinedEvent,
-    RetryReport,
-    RetryStoppedError,
-    event_type,
-)
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.dead_letters import (
-    DeadLetterFilter,
-    attempt_history,
-    dead_letters,
-    discard_dead_letters,
-    requeue_dead_letters,
-)
-from jobledger.runtime.demo import seed_demo_jobs
 from jobledger.runtime.errors import RuntimeLayerError, SettingsError
+from jobledger.runtime.lifecycle import (
+    MetricsServer,
+    Part,
+    WorkerRunner,
+    run_parts,
+    stop_on_signals,
+)
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.outages import OutageProbe
 from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import check_migrated, migrate
+from jobledger.services.actors import Actor, operator_of_store
+from jobledger.services.admin import QuarantinedEvent, RetryReport, event_type
+from jobledger.services.application import Services
+from jobledger.services.dead_letters import BulkReport, DeadLetterFilter
+from jobledger.services.demo import seed_demo_jobs
+from jobledger.services.errors import ServiceError
 
 log = structlog.get_logger(__name__)
 
@@ -172,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = msgspec.structs.replace(settings, mode="dev")
         configure_logging(settings)
         return _run(args, settings)
-    except (RuntimeLayerError, DomainError) as error:
+    except (RuntimeLayerError, DomainError, ServiceError) as error:
         print(f"jobledger: {error}", file=sys.stderr)
     except (redis.ConnectionError, redis.TimeoutError) as error:
         # The start check, or a one-shot command: a role that runs rides out an outage.
@@ -248,11 +244,17 @@ def _preflight(container: Container) -> None:
 def _run_with(args: argparse.Namespace, container: Container) -> int:
     """The commands that need the wired objects of a running jobledger."""
     runners: dict[str, Callable[[], int]] = {
-        "status": lambda: _print_json(container.ledger.describe()),
-        "projector": lambda: _run_projector(container),
+        "status": lambda: _print_json(_services(container).system.describe()),
+        "projector": lambda: _run_role(container, container.projector()),
         "api": lambda: _run_api(container, with_projector=args.with_projector),
-        "scheduler": lambda: _run_scheduler(container, with_projector=args.with_projector),
-        "worker": lambda: _run_worker(container, with_projector=args.with_projector),
+        "scheduler": lambda: _run_role(
+            container,
+            SchedulerService(container.scheduler(), health=container.health),
+            with_projector=args.with_projector,
+        ),
+        "worker": lambda: _run_role(
+            container, WorkerRunner(container.worker()), with_projector=args.with_projector
+        ),
         "dlq": lambda: _dead_letters(args, container),
         "queue": lambda: (
             _rebuild_queue(container, full=args.full)
@@ -277,8 +279,7 @@ def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
     migrate(settings)
     with bootstrap(settings, role="dev") as container:
         _preflight(container)
-        run_dev(container, _say, DevOptions(demo=not args.no_demo))
-    return 0
+        return run_dev(container, _say, DevOptions(demo=not args.no_demo))
 
 
 def _say(line: str) -> None:
@@ -293,63 +294,78 @@ def _seed(container: Container) -> int:
             f"the demo jobs run the test.* handlers, which are off in production mode; set "
             f"{PREFIX}TEST_HANDLERS=true for the API and the workers, or use jobledger dev"
         )
-    results = seed_demo_jobs(container.ledger, at=datetime.now(tz=UTC), by="jobledger seed")
-    for result in results:
+    at, by = utc_now(), operator_of_store("jobledger seed")
+    for result in seed_demo_jobs(_services(container).jobs, at=at, by=by):
         reason = f": {result.reason}" if result.reason else ""
         print(f"{result.outcome} {result.name!r} ({result.job_id}){reason}")
     return 0
 
 
+def _services(container: Container) -> Services:
+    """The use cases, for the commands that call them (the roles below need none)."""
+    return Services.build(container)
+
+
 def _dead_letters(args: argparse.Namespace, container: Container) -> int:
-    if args.dlq_command in {"requeue", "discard"}:
-        # Checked once here: per execution, a refusal would only count as "refused".
-        check_reason(args.by, args.reason)
+    services = _services(container)
+    dead = services.dead_letters
     if args.dlq_command == "show":
-        for entry in attempt_history(container.ledger, args.execution_id):
+        for entry in dead.show(args.execution_id):
             print(json.dumps(entry, default=str, sort_keys=True))
         return 0
-    # The queue lists dead letters; make sure it has every event of the log first.
-    projection = container.projector().queue
-    while projection.step():
-        pass
-    selection = DeadLetterFilter(queue=args.queue, handler=args.handler)
-    items = list(dead_letters(container.queue, selection))
+    # The read models list dead letters; make sure they have every event of the log.
+    services.admin.catch_up_read_models()
+    selection = DeadLetterFilter(
+        queue=args.queue,
+        handler=args.handler,
+        error_contains=getattr(args, "error_contains", None),
+    )
     if args.dlq_command == "list":
-        for item in items:
-            died = f"{item.at:%Y-%m-%d %H:%M:%S}"
-            print(f"{item.execution_id}  {item.queue}  attempts {item.attempt}  {died}")
-        print(f"{len(items)} dead letter(s)")
-        return 0
-    ids = [i.execution_id for i in items]
+        return _list_dead_letters(dead.page(selection, limit=100_000).items)
+    ids = dead.matching(selection)
     if args.ids:
         wanted = set(args.ids)
         ids = [i for i in ids if i in wanted]
-    options: dict[str, Any] = {
-        "by": args.by,
-        "reason": args.reason,
-        "error_contains": args.error_contains,
-        "dry_run": args.dry_run,
-    }
-    ledger, writer = container.ledger, container.writer
+    by = operator_of_store(args.by)
     if args.dlq_command == "requeue":
-        report = requeue_dead_letters(ledger, writer, ids, at=datetime.now(tz=UTC), **options)
+        report = dead.requeue(
+            ids,
+            by=by,
+            reason=args.reason,
+            at=utc_now(),
+            error_contains=args.error_contains,
+            dry_run=args.dry_run,
+        )
     else:
-        report = discard_dead_letters(ledger, writer, ids, **options)
-    verb = f"would {args.dlq_command}" if report.dry_run else args.dlq_command.rstrip("e") + "ed"
+        report = dead.discard(
+            ids, by=by, reason=args.reason, error_contains=args.error_contains, dry_run=args.dry_run
+        )
+    return _print_bulk(args.dlq_command, report)
+
+
+def _list_dead_letters(rows: list[Any]) -> int:
+    for row in rows:
+        died = f"{row.finished_at:%Y-%m-%d %H:%M:%S}" if row.finished_at else "-"
+        print(f"{row.id}  {row.queue}  attempts {row.attempt}  {died}")
+    print(f"{len(rows)} dead letter(s)")
+    return 0
+
+
+def _print_bulk(action: str, report: BulkReport) -> int:
+    verb = f"would {action}" if report.dry_run else action.rstrip("e") + "ed"
     done = report.matched if report.dry_run else report.changed
     print(f"{verb} {done} of {report.matched} matching dead letter(s); {report.refused} refused")
     return 0
 
 
+def _cli_actor() -> Actor:
+    return operator_of_store(_operator())
+
+
 def _rebuild_queue(container: Container, *, full: bool) -> int:
-    projector = container.projector()
-    by = _operator()
-    log.info("queue.rebuild_requested", requested_by=by, full=full, via="cli")
+    admin = _services(container).admin
     bar = ProgressBar("rebuilding queue")
-    try:
-        report = projector.queue.rebuild(full=full, progress=bar, requested_by=by)
-    finally:
-        projector.close()
+    report = admin.rebuild_queue(full=full, by=_cli_actor(), via="cli", progress=bar)
     bar.finish()
     print(
         f"queue rebuilt from the {report.source}: {report.items:,} open executions, "
@@ -363,17 +379,17 @@ def _rebuild_queue(container: Container, *, full: bool) -> int:
 def _rebuild_read_models(container: Container) -> int:
     bar = ProgressBar("rebuilding read models")
     started = time.monotonic()
-    models = container.read_models()
-    events = models.rebuild(progress=bar)
+    done = _services(container).admin.rebuild_read_models(by=_cli_actor(), progress=bar)
     bar.finish()
-    print(f"read models rebuilt: {events:,} events replayed in {time.monotonic() - started:.1f} s")
-    if summary := models.isolation.summary():
-        print(summary)
+    took = time.monotonic() - started
+    print(f"read models rebuilt: {done.events:,} events replayed in {took:.1f} s")
+    if done.isolated:
+        print(done.isolated)
     return 0
 
 
 def _verify_queue(container: Container) -> int:
-    differences, found = container.verify_queue()
+    differences, found = _services(container).admin.verify_queue(by=_cli_actor())
     for line in differences:
         print(line)
     for event in found.waiting:
@@ -408,8 +424,9 @@ def _describe_quarantined(event: QuarantinedEvent) -> str:
 
 
 def _quarantine(args: argparse.Namespace, container: Container) -> int:
+    admin = _services(container).admin
     if args.quarantine_command == "list":
-        events = container.quarantine().events()
+        events = admin.quarantined(by=_cli_actor())
         if args.json:
             print(msgspec.json.format(msgspec.json.encode(events)).decode())
             return 0
@@ -426,31 +443,18 @@ def _quarantine(args: argparse.Namespace, container: Container) -> int:
             file=sys.stderr,
         )
         return EXIT_USER_ERROR
-    try:
-        report = container.retry_quarantined(None if args.all else args.ids)
-    except RetryStoppedError as error:
-        print(f"jobledger: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return _print_retry(report)
+    return _print_retry(admin.retry_quarantined(None if args.all else args.ids, by=_cli_actor()))
 
 
 def _drop_quarantined(args: argparse.Namespace, container: Container) -> int:
-    quarantine, missing = container.quarantine(), 0
+    admin, missing = _services(container).admin, 0
+    by = operator_of_store(args.by)
     for event_id in args.ids:
-        dropped = quarantine.drop(event_id, by=args.by, reason=args.reason, at=datetime.now(tz=UTC))
+        dropped = admin.drop_quarantined(event_id, by=by, reason=args.reason, at=utc_now())
         if not dropped:
             print(f"no quarantined event #{event_id}")
             missing += 1
         for event in dropped:
-            log.warning(
-                "projection.quarantine_dropped",
-                id=event.id,
-                follower=event.follower,
-                position=event.position,
-                originator_id=event.originator_id,
-                by=args.by,
-                reason=args.reason,
-            )
             print(f"dropped: {_describe_quarantined(event)}")
     return 1 if missing else 0
 
@@ -471,77 +475,36 @@ def _print_retry(report: RetryReport) -> int:
     return 1 if report.failed or report.waiting or report.missing else 0
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    return stop
-
-
-def _run_projector(container: Container) -> int:
-    stop = _stop_on_signals()
-    if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
-    projector = container.projector()
-    projector.start()
-    stop.wait()
-    projector.stop()
-    return 0
+def _run_role(container: Container, *parts: Part, with_projector: bool = False) -> int:
+    """Run a role's ``parts`` until SIGINT or SIGTERM: after this process's metrics
+    server (if a port is set) and the projector (if asked for); stopped in reverse."""
+    settings = container.settings
+    before: list[Part] = []
+    if settings.metrics_port:
+        before.append(
+            MetricsServer(container.metrics, settings.metrics_port, settings.metrics_host)
+        )
+    if with_projector:
+        before.append(container.projector())
+    with stop_on_signals() as stop:
+        return run_parts([*before, *parts], stop)
 
 
 def _run_api(container: Container, *, with_projector: bool) -> int:
-    from jobledger.api.server import ensure_admin, serve  # noqa: PLC0415 (as in _run_dev)
+    from jobledger.api.server import ApiServer  # noqa: PLC0415 (as in _run_dev)
 
-    password = ensure_admin(container)
+    services = _services(container)
+    password = services.accounts.ensure_admin(container.settings, at=utc_now())
     if password is not None:
         name = container.settings.admin_username
         print(f"jobledger: created the admin {name!r} with the dev password {password!r}")
-    projector = container.projector() if with_projector else None
-    if projector is not None:
-        projector.start()
     # Requests report outages as they meet them; the probe sees them end.
     probe = OutageProbe(container.health, dict(container.probes().values()))
-    probe.start()
-    try:
-        serve(container)
-    finally:
-        probe.stop()
-        if projector is not None:
-            projector.stop()
-    return 0
-
-
-def _run_scheduler(container: Container, *, with_projector: bool) -> int:
-    stop = _stop_on_signals()
-    if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
-    projector = container.projector() if with_projector else None
-    if projector is not None:
-        projector.start()
-    SchedulerService(container.scheduler(), health=container.health).run_until(stop)
-    if projector is not None:
-        projector.stop()
-    return 0
-
-
-def _run_worker(container: Container, *, with_projector: bool) -> int:
-    if container.settings.metrics_port:
-        container.metrics.serve(container.settings.metrics_port, container.settings.metrics_host)
-    projector = container.projector() if with_projector else None
-    if projector is not None:
-        projector.start()
-    asyncio.run(_work(container))
-    if projector is not None:
-        projector.stop()
-    return 0
-
-
-async def _work(container: Container) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await container.worker().run(stop)
+    server = ApiServer(container, services)
+    # No metrics port of its own: the API serves its metrics at /metrics.
+    with stop_on_signals() as stop:
+        parts: list[Part] = [container.projector()] if with_projector else []
+        return run_parts([*parts, probe, server], stop)
 
 
 def _preview(args: argparse.Namespace) -> int:

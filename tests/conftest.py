@@ -23,14 +23,21 @@ from litestar import Litestar
 from psycopg import sql
 
 from jobledger.api.server import server_config
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.queue import WorkSpec
+from jobledger.runtime.accounts import Role
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger
+from jobledger.services.actors import Actor
 
 ADMIN_URL = os.environ.get(
     "JOBLEDGER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+
+
+def actor(name: str = "test") -> Actor:
+    """Someone with every right, for tests that act on the log through the use cases."""
+    return Actor(name, Role.ADMIN)
 
 
 def services_required() -> bool:

@@ -4,9 +4,6 @@ The OpenAPI document is served as JSON only (at /schema and /schema/openapi.json
 litestar's viewers load their scripts from CDNs, which would make the API's own
 origin run code from elsewhere. Point any OpenAPI viewer at the JSON instead."""
 
-from collections.abc import Callable
-from datetime import datetime
-
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.middleware.base import DefineMiddleware
@@ -16,6 +13,7 @@ from litestar.types import ControllerRouterHandler
 
 from jobledger.api.auth import AuthController, TokenController, UserController
 from jobledger.api.dashboard import pages
+from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController
 from jobledger.api.jobs import JobController
@@ -29,9 +27,11 @@ from jobledger.api.security import (
     no_sniffing,
     role_guard,
 )
-from jobledger.api.state import ApiState, utc_now
+from jobledger.api.state import ApiState
 from jobledger.api.system import SystemController, health, metrics, ready
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.runtime.bootstrap import Container
+from jobledger.services.application import Services
 
 ROUTES: list[ControllerRouterHandler] = [
     AuthController,
@@ -49,20 +49,20 @@ ROUTES: list[ControllerRouterHandler] = [
 ]
 
 
-def create_app(container: Container, *, now: Callable[[], datetime] = utc_now) -> Litestar:
-    """The app over ``container``; ``now`` is the clock every route reads."""
-    state = ApiState(
-        container=container,
-        accounts=container.accounts(),
-        handler_names=frozenset(container.handlers().names()),
-        now=now,
-    )
+def create_app(
+    container: Container, *, now: Clock = utc_now, services: Services | None = None
+) -> Litestar:
+    """The app over ``container`` (and its use cases, built from it unless given);
+    ``now`` is the clock every route reads."""
+    services = services or Services.build(container)
+    state = ApiState(container=container, services=services, now=now)
     auth = DefineMiddleware(
         AuthMiddleware, exclude_from_auth_key=PUBLIC, exclude=[f"^{SCHEMA_PATH}"]
     )
     counting = DefineMiddleware(MetricsMiddleware, metrics=container.metrics)
     app = Litestar(
         route_handlers=ROUTES,
+        dependencies=dependencies(services, now),
         middleware=[counting, auth],
         guards=[role_guard],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -7,11 +7,11 @@ from uuid import UUID
 import msgspec
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import Cookie
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
-from jobledger.api.common import state_of
-from jobledger.api.errors import ApiError, error_spec
+from jobledger.api.errors import error_spec
 from jobledger.api.schemas import NO_NUL, Short, Strict
 from jobledger.api.security import (
     ADMIN,
@@ -19,12 +19,13 @@ from jobledger.api.security import (
     SESSION_COOKIE,
     VIEWER,
     SessionAuth,
+    api_state,
     client_address,
     json_only,
     principal_of,
     served_over_https,
 )
-from jobledger.api.state import ApiState
+from jobledger.domain.clock import Clock
 from jobledger.runtime.accounts import (
     ApiToken,
     InvalidCredentialsError,
@@ -32,6 +33,8 @@ from jobledger.runtime.accounts import (
     Role,
     User,
 )
+from jobledger.services.accounts import AccountService
+from jobledger.services.actors import Actor
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]
 Password = Annotated[str, msgspec.Meta(max_length=1024, pattern=NO_NUL)]
@@ -73,7 +76,8 @@ class UserPatch(Strict):
     password: Password | None = None
 
 
-def _cookie(state: ApiState, request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
+def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
+    state = api_state(request)
     mode = state.container.settings.secure_cookies
     secure = mode == "always" or (
         mode == "auto" and served_over_https(request, state.trusted_proxies)
@@ -101,33 +105,38 @@ class AuthController(Controller):
         status_code=HTTP_200_OK,
         responses={415: error_spec("The body is not declared application/json.")},
     )
-    def login(self, request: Request[Any, Any, Any], data: JSONBody[LoginIn]) -> Response[Me]:
+    def login(
+        self,
+        request: Request[Any, Any, Any],
+        data: JSONBody[LoginIn],
+        accounts: NamedDependency[AccountService],
+        clock: NamedDependency[Clock],
+    ) -> Response[Me]:
         """Sign in: a new session (an earlier one of this browser ends once this one is
         open; a failed sign-in leaves it as it was). The body must be JSON."""
-        state = state_of(request)
-        now = state.now()
+        state = api_state(request)
+        now = clock()
         address = client_address(request, state.trusted_proxies)
         try:
-            user, ticket = state.accounts.login(
-                data.username, data.password, address=address, now=now
-            )
+            user, ticket = accounts.login(data.username, data.password, address=address, at=now)
         except (InvalidCredentialsError, LoginThrottledError) as error:
             reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
             state.container.metrics.login_failures.labels(reason=reason).inc()
             raise
         old = request.cookies.get(SESSION_COOKIE)
         if old:
-            state.accounts.logout(old)  # rotate: never keep a session id across a sign-in
+            accounts.logout(old)  # rotate: never keep a session id across a sign-in
         max_age = max(1, int((ticket.expires_at - now).total_seconds()))
         body = Me(user, user.role, "session", ticket.csrf_token, ticket.expires_at)
-        return Response(body, cookies=[_cookie(state, request, ticket.token, max_age)])
+        return Response(body, cookies=[_cookie(request, ticket.token, max_age)])
 
     @post("/logout", opt=VIEWER, sync_to_thread=True, status_code=HTTP_200_OK)
-    def logout(self, request: Request[Any, Any, Any]) -> Response[dict[str, str]]:
-        state = state_of(request)
+    def logout(
+        self, request: Request[Any, Any, Any], accounts: NamedDependency[AccountService]
+    ) -> Response[dict[str, str]]:
         if isinstance(request.auth, SessionAuth):
-            state.accounts.logout(request.auth.token)
-        return Response({"status": "signed out"}, cookies=[_cookie(state, request, "", 0)])
+            accounts.logout(request.auth.token)
+        return Response({"status": "signed out"}, cookies=[_cookie(request, "", 0)])
 
     @get("/me", opt=VIEWER, sync_to_thread=False)
     def me(self, request: Request[Any, Any, Any]) -> Me:
@@ -142,36 +151,35 @@ class TokenController(Controller):
 
     @post("/", opt=VIEWER, sync_to_thread=True, status_code=HTTP_201_CREATED)
     def create_token(
-        self, request: Request[Any, Any, Any], data: JSONBody[TokenIn]
+        self,
+        data: JSONBody[TokenIn],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> TokenCreated:
         """A Bearer token for programs; its secret is shown only in this response."""
-        state = state_of(request)
-        now = state.now()
-        expires = now + timedelta(days=data.expires_in_days) if data.expires_in_days else None
-        principal = principal_of(request)
-        token, secret = state.accounts.create_token(
-            principal.user.id, data.name, data.role, expires_at=expires, now=now, by=principal.role
+        expires_in = timedelta(days=data.expires_in_days) if data.expires_in_days else None
+        token, secret = accounts.create_token(
+            data.name, data.role, expires_in=expires_in, at=clock(), by=actor
         )
         return TokenCreated(token, secret)
 
     @get("/", opt=VIEWER, sync_to_thread=True)
-    def list_tokens(self, request: Request[Any, Any, Any]) -> list[ApiToken]:
+    def list_tokens(
+        self, accounts: NamedDependency[AccountService], actor: NamedDependency[Actor]
+    ) -> list[ApiToken]:
         """Your tokens; an admin sees everyone's."""
-        principal = principal_of(request)
-        owner = None if principal.role.includes(Role.ADMIN) else principal.user.id
-        return state_of(request).accounts.list_tokens(owner)
+        return accounts.tokens(by=actor)
 
     @delete("/{token_id:uuid}", opt=VIEWER, sync_to_thread=True, status_code=HTTP_200_OK)
     def revoke_token(
-        self, request: Request[Any, Any, Any], token_id: FromPath[UUID]
+        self,
+        token_id: FromPath[UUID],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> dict[str, str]:
-        state = state_of(request)
-        principal = principal_of(request)
-        mine = {t.id for t in state.accounts.list_tokens(principal.user.id)}
-        if token_id not in mine and not principal.role.includes(Role.ADMIN):
-            # Someone else's token answers like a missing one: ids are not disclosed.
-            raise ApiError(404, f"no API token {token_id} of yours")
-        state.accounts.revoke_token(token_id, now=state.now())
+        accounts.revoke_token(token_id, at=clock(), by=actor)
         return {"status": "revoked"}
 
 
@@ -180,33 +188,45 @@ class UserController(Controller):
     tags = ["users"]  # noqa: RUF012 (Litestar reads a class attribute)
 
     @get("/", opt=ADMIN, sync_to_thread=True)
-    def list_users(self, request: Request[Any, Any, Any]) -> list[User]:
-        return state_of(request).accounts.list_users()
+    def list_users(
+        self, accounts: NamedDependency[AccountService], actor: NamedDependency[Actor]
+    ) -> list[User]:
+        return accounts.users(by=actor)
 
     @post("/", opt=ADMIN, sync_to_thread=True, status_code=HTTP_201_CREATED)
-    def create_user(self, request: Request[Any, Any, Any], data: JSONBody[UserIn]) -> User:
-        state = state_of(request)
-        return state.accounts.create_user(
-            data.username, data.password, data.role, now=state.now(), by=principal_of(request).role
-        )
+    def create_user(
+        self,
+        data: JSONBody[UserIn],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> User:
+        return accounts.create_user(data.username, data.password, data.role, at=clock(), by=actor)
 
     @patch("/{user_id:uuid}", opt=ADMIN, sync_to_thread=True)
     def update_user(
-        self, request: Request[Any, Any, Any], user_id: FromPath[UUID], data: JSONBody[UserPatch]
+        self,
+        user_id: FromPath[UUID],
+        data: JSONBody[UserPatch],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> User:
-        state = state_of(request)
-        return state.accounts.update_user(
+        return accounts.update_user(
             user_id,
             role=data.role,
             disabled=data.disabled,
             password=data.password,
-            now=state.now(),
-            by=principal_of(request).role,
+            at=clock(),
+            by=actor,
         )
 
     @delete("/{user_id:uuid}", opt=ADMIN, sync_to_thread=True, status_code=HTTP_200_OK)
     def delete_user(
-        self, request: Request[Any, Any, Any], user_id: FromPath[UUID]
+        self,
+        user_id: FromPath[UUID],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
     ) -> dict[str, str]:
-        state_of(request).accounts.delete_user(user_id, by=principal_of(request).role)
+        accounts.delete_user(user_id, by=actor)
         return {"status": "deleted"}

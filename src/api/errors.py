@@ -40,9 +40,18 @@ from jobledger.domain.errors import (
     UndecodableEventError,
 )
 from jobledger.domain.json_values import MAX_DEPTH
-from jobledger.projections.log import stream_positions
 from jobledger.runtime import accounts
 from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
+from jobledger.services.errors import (
+    AlreadyRunningError,
+    InvalidRequestError,
+    KeyReusedError,
+    NotDeadLetteredError,
+    NotPermittedError,
+    NotYetVisibleError,
+    ServiceError,
+    StoresUnavailableError,
+)
 
 if TYPE_CHECKING:
     from jobledger.api.state import ApiState
@@ -143,17 +152,26 @@ def _domain_error(_: Request[Any, Any, Any], error: DomainError) -> Response[Err
     return error_response(status, str(error))
 
 
-def located(request: Request[Any, Any, Any], error: UndecodableEventError) -> UndecodableEventError:
-    """``error`` naming the event's log position, which the ledger cannot see."""
-    if error.position is not None:
-        return error
-    state: ApiState = request.app.state["api"]
-    positions = stream_positions(state.container.ledger.recorder, error.aggregate_id)
-    return error.at(positions.get(error.version))
+def _undecodable(_: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
+    return error_response(HTTP_409_CONFLICT, str(error))
 
 
-def _undecodable(request: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
-    return error_response(HTTP_409_CONFLICT, str(located(request, error)))
+_SERVICE_STATUS: tuple[tuple[type[ServiceError], int], ...] = (
+    (NotPermittedError, HTTP_403_FORBIDDEN),
+    (NotYetVisibleError, HTTP_404_NOT_FOUND),
+    (KeyReusedError, HTTP_409_CONFLICT),
+    (NotDeadLetteredError, HTTP_409_CONFLICT),
+    (AlreadyRunningError, HTTP_409_CONFLICT),
+    (InvalidRequestError, HTTP_422_UNPROCESSABLE_ENTITY),
+    (StoresUnavailableError, HTTP_503_SERVICE_UNAVAILABLE),
+)
+
+
+def _service_error(_: Request[Any, Any, Any], error: ServiceError) -> Response[ErrorBody]:
+    status = next(
+        (code for kind, code in _SERVICE_STATUS if isinstance(error, kind)), HTTP_400_BAD_REQUEST
+    )
+    return error_response(status, error.message, field=error.field, fix=error.fix)
 
 
 _ACCOUNT_STATUS: tuple[tuple[type[accounts.AccountError], int], ...] = (
@@ -305,6 +323,7 @@ EXCEPTION_HANDLERS: dict[type[Exception], Callable[..., Response[ErrorBody]]] = 
     InvalidDefinitionError: _invalid_definition,
     DomainError: _domain_error,
     UndecodableEventError: _undecodable,
+    ServiceError: _service_error,
     accounts.AccountError: _account_error,
     ValidationException: _validation,
     HTTPException: _http,

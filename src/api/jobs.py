@@ -1,29 +1,20 @@
 """Jobs: define, change, pause, resume, trigger, delete; their history and past states."""
 
 from datetime import datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated
 from uuid import UUID
 
 import msgspec
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, delete, get, patch, post
+from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from jobledger.api.common import (
-    Filter,
-    IdempotencyKey,
-    Limit,
-    Offset,
-    check_handler,
-    history_out,
-    key_or_new,
-    state_of,
-)
+from jobledger.api.common import Filter, IdempotencyKey, Limit, Offset, key_or_new
 from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import (
     NO_NUL,
-    EventOut,
     JobIn,
     JobOut,
     JobPatch,
@@ -34,11 +25,13 @@ from jobledger.api.schemas import (
     patched,
     to_definition,
 )
-from jobledger.api.security import OPERATOR, VIEWER, actor
-from jobledger.domain.job import Job
+from jobledger.api.security import OPERATOR, VIEWER
+from jobledger.domain.clock import Clock
 from jobledger.domain.json_values import MAX_INT
-from jobledger.projections import read_queries
-from jobledger.projections.read_queries import Page
+from jobledger.services.actors import Actor
+from jobledger.services.history import EventOut
+from jobledger.services.jobs import Jobs
+from jobledger.services.views import Page, Views
 
 AsOf = Annotated[
     str | None,
@@ -62,7 +55,7 @@ class JobController(Controller):
     @get("/", opt=VIEWER, sync_to_thread=True)
     def list_jobs(
         self,
-        request: Request[Any, Any, Any],
+        views: NamedDependency[Views],
         *,
         status: Filter = None,
         handler: Filter = None,
@@ -71,118 +64,112 @@ class JobController(Controller):
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> Page:
-        return read_queries.list_jobs(
-            state_of(request).database,
-            status=status,
-            handler=handler,
-            queue=queue,
-            search=search,
-            limit=limit,
-            offset=offset,
+        return views.jobs(
+            status=status, handler=handler, queue=queue, search=search, limit=limit, offset=offset
         )
 
     @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_201_CREATED)
     def create_job(
         self,
-        request: Request[Any, Any, Any],
         data: JSONBody[JobIn],
         idempotency_key: IdempotencyKey,
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> JobOut:
-        state = state_of(request)
-        check_handler(state, data.handler)
-        job = state.container.ledger.schedule_job(
-            to_definition(data), at=state.now(), by=actor(request), key=idempotency_key
-        )
+        job = jobs.schedule(to_definition(data), at=clock(), by=actor, key=idempotency_key)
         return job_out(job)
 
     @get("/{job_id:uuid}", opt=VIEWER, sync_to_thread=True)
     def get_job(
-        self, request: Request[Any, Any, Any], job_id: FromPath[UUID], as_of: AsOf = None
+        self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs], as_of: AsOf = None
     ) -> JobOut:
-        ledger = state_of(request).container.ledger
         if as_of is None:
-            return job_out(ledger.get_job(job_id))
+            return job_out(jobs.get(job_id))
         if as_of.isascii() and as_of.isdigit():
-            return job_out(ledger.get_job(job_id, version=_version(as_of)))
+            return job_out(jobs.get(job_id, version=_version(as_of)))
         moment = _parse_moment(as_of)
-        return job_out(ledger.job_as_of(job_id, moment), as_of=moment)
+        return job_out(jobs.as_of(job_id, moment), as_of=moment)
 
     @patch("/{job_id:uuid}", opt=OPERATOR, sync_to_thread=True)
     def update_job(
-        self, request: Request[Any, Any, Any], job_id: FromPath[UUID], data: JSONBody[JobPatch]
+        self,
+        job_id: FromPath[UUID],
+        data: JSONBody[JobPatch],
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> JobOut:
-        state = state_of(request)
-        ledger = state.container.ledger
-        current = from_definition(ledger.get_job(job_id).definition)
-        wanted = patched(current, data)
-        check_handler(state, wanted.handler)
-        job = ledger.update_job(job_id, to_definition(wanted), at=state.now(), by=actor(request))
-        return job_out(job)
+        wanted = patched(from_definition(jobs.get(job_id).definition), data)
+        return job_out(jobs.update(job_id, to_definition(wanted), at=clock(), by=actor))
 
     @delete("/{job_id:uuid}", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
-    def delete_job(self, request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> JobOut:
-        ledger = state_of(request).container.ledger
-        return job_out(ledger.delete_job(job_id, by=actor(request)))
+    def delete_job(
+        self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs], actor: NamedDependency[Actor]
+    ) -> JobOut:
+        return job_out(jobs.delete(job_id, by=actor))
 
     @post("/{job_id:uuid}/pause", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def pause_job(
         self,
-        request: Request[Any, Any, Any],
         job_id: FromPath[UUID],
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
         data: JSONBody[ReasonIn | None] = None,
     ) -> JobOut:
-        ledger = state_of(request).container.ledger
         reason = data.reason if data is not None else ""
-        return job_out(ledger.pause_job(job_id, by=actor(request), reason=reason))
+        return job_out(jobs.pause(job_id, by=actor, reason=reason))
 
     @post("/{job_id:uuid}/resume", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
-    def resume_job(self, request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> JobOut:
-        state = state_of(request)
-        job = state.container.ledger.resume_job(job_id, at=state.now(), by=actor(request))
-        return job_out(job)
+    def resume_job(
+        self,
+        job_id: FromPath[UUID],
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> JobOut:
+        return job_out(jobs.resume(job_id, at=clock(), by=actor))
 
     @post(
         "/{job_id:uuid}/trigger", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_202_ACCEPTED
     )
     def trigger_job(
         self,
-        request: Request[Any, Any, Any],
         job_id: FromPath[UUID],
         idempotency_key: IdempotencyKey,
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
     ) -> ExecutionRef:
-        state = state_of(request)
-        execution = state.container.ledger.trigger_job(
-            job_id, key=key_or_new(idempotency_key), at=state.now(), by=actor(request)
-        )
+        key = key_or_new(idempotency_key)
+        execution = jobs.trigger(job_id, key=key, at=clock(), by=actor)
         return ExecutionRef(execution.id, str(execution.status))
 
     @get("/{job_id:uuid}/executions", opt=VIEWER, sync_to_thread=True)
     def job_executions(
         self,
-        request: Request[Any, Any, Any],
         job_id: FromPath[UUID],
+        views: NamedDependency[Views],
         status: Filter = None,
         limit: Limit = 50,
         offset: Offset = 0,
     ) -> Page:
-        return read_queries.list_executions(
-            state_of(request).database, job_id=job_id, status=status, limit=limit, offset=offset
-        )
+        return views.executions(job_id=job_id, status=status, limit=limit, offset=offset)
 
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
-    def job_events(self, request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> list[EventOut]:
-        return history_out(state_of(request).container.ledger, Job, job_id)
+    def job_events(self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs]) -> list[EventOut]:
+        return jobs.history(job_id)
 
     @get("/{job_id:uuid}/preview", opt=VIEWER, sync_to_thread=True)
     def job_preview(
         self,
-        request: Request[Any, Any, Any],
         job_id: FromPath[UUID],
+        jobs: NamedDependency[Jobs],
+        clock: NamedDependency[Clock],
         count: Annotated[int, QueryParameter(ge=1, le=100)] = 10,
     ) -> PreviewOut:
-        state = state_of(request)
-        job = state.container.ledger.get_job(job_id)
-        after = state.now() - timedelta(microseconds=1)
+        job = jobs.get(job_id)
+        after = clock() - timedelta(microseconds=1)
         return preview_fires(job.definition.schedule, after=after, count=count)
 
 

@@ -1,23 +1,18 @@
 """Schedule previews: the next fire times of a schedule, before or after it is saved."""
 
 from datetime import datetime, timedelta
-from typing import Any
 from zoneinfo import ZoneInfo
 
-from litestar import Request, post
+from litestar import post
+from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from litestar.status_codes import HTTP_200_OK
 
-from jobledger.api.common import state_of
 from jobledger.api.schemas import Fire, PreviewIn, PreviewOut, to_schedule
 from jobledger.api.security import VIEWER
-from jobledger.domain.schedules import (
-    CronSchedule,
-    Schedule,
-    check_instant,
-    upcoming_fires,
-    validate_schedule,
-)
+from jobledger.domain.clock import Clock
+from jobledger.domain.schedules import CronSchedule, Schedule, check_instant, upcoming_fires
+from jobledger.services.jobs import Jobs
 
 # Far enough for any cron to reach its count (a yearly one needs count years).
 _HORIZON = timedelta(days=366 * 100)
@@ -39,11 +34,11 @@ def preview_fires(schedule: Schedule, *, after: datetime, count: int) -> Preview
     status_code=HTTP_200_OK,
     tags=["jobs"],
 )
-def preview_schedule(request: Request[Any, Any, Any], data: JSONBody[PreviewIn]) -> PreviewOut:
+def preview_schedule(
+    data: JSONBody[PreviewIn], jobs: NamedDependency[Jobs], clock: NamedDependency[Clock]
+) -> PreviewOut:
     """The next fires of a schedule with the DST policy applied; refuses what the job
     definition would refuse, naming the field."""
-    state = state_of(request)
-    schedule = to_schedule(data.schedule)
-    validate_schedule(schedule, min_interval=state.container.ledger.limits.min_interval)
-    after = state.now() if data.after is None else check_instant("after", data.after)
+    schedule = jobs.check_schedule(to_schedule(data.schedule))
+    after = clock() if data.after is None else check_instant("after", data.after)
     return preview_fires(schedule, after=after, count=data.count)

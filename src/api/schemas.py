@@ -10,13 +10,11 @@ from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
-from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import DEFAULT_PRIORITY, ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, OneShotSchedule, Schedule
-from jobledger.domain.undecodable import UndecodableEvent, error_text
 
 # Bounds that keep a number convertible (a duration of 1e300 s is an overflow, not a
 # validation message); the domain checks the real limits and names the fix.
@@ -168,33 +166,6 @@ class PreviewOut(msgspec.Struct):
     fires: list[Fire]
 
 
-class EventOut(msgspec.Struct, kw_only=True):
-    """One event of the log with its fields, for history and audit views."""
-
-    type: str
-    aggregate_id: UUID
-    version: int
-    timestamp: datetime | None  # None for an event that cannot be decoded
-    data: dict[str, Any]
-    position: int | None = None
-    # The event is in the log but no longer decodes: data holds its topic, error why.
-    undecodable: bool = False
-    error: str | None = None
-
-
-class EventPage(msgspec.Struct):
-    items: list[EventOut]
-    next_after: int
-    head: int
-
-
-class BulkReport(msgspec.Struct):
-    matched: int
-    changed: int
-    refused: int
-    dry_run: bool
-
-
 # ---- mapping ---------------------------------------------------------------------------
 
 
@@ -295,49 +266,4 @@ def job_out(job: Job, *, as_of: datetime | None = None) -> JobOut:
         fired_count=job.fired_count,
         definition=from_definition(job.definition),
         as_of=as_of,
-    )
-
-
-def event_out(domain_event: Any, position: int | None = None) -> EventOut:  # noqa: ANN401 (any event)
-    """The event as shown; a placeholder for one that cannot be decoded or shown."""
-    if isinstance(domain_event, UndecodableEvent):
-        return _placeholder_out(domain_event, position)
-    try:
-        return _event_out(domain_event, position)
-    except (TypeError, ValueError, msgspec.EncodeError) as error:
-        return _placeholder_out(_undecodable(domain_event, error), position)
-
-
-def _event_out(domain_event: Any, position: int | None) -> EventOut:  # noqa: ANN401 (any event)
-    skip = {"originator_id", "originator_version", "originator_topic", "timestamp"}
-    data = {k: v for k, v in vars(domain_event).items() if k not in skip}
-    return EventOut(
-        type=type(domain_event).__qualname__.replace(".", ""),
-        aggregate_id=domain_event.originator_id,
-        version=domain_event.originator_version,
-        timestamp=domain_event.timestamp,
-        data=msgspec.to_builtins(data),
-        position=position,
-    )
-
-
-def _undecodable(domain_event: Any, error: Exception) -> UndecodableEvent:  # noqa: ANN401 (any event)
-    return UndecodableEvent(
-        originator_id=domain_event.originator_id,
-        originator_version=domain_event.originator_version,
-        topic=get_topic(type(domain_event)),
-        error=error_text(error),
-    )
-
-
-def _placeholder_out(placeholder: UndecodableEvent, position: int | None) -> EventOut:
-    return EventOut(
-        type=placeholder.type,
-        aggregate_id=placeholder.originator_id,
-        version=placeholder.originator_version,
-        timestamp=None,
-        data={"topic": placeholder.topic},
-        position=placeholder.position if position is None else position,
-        undecodable=True,
-        error=placeholder.error,
     )

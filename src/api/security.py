@@ -84,11 +84,11 @@ def _bearer(header: str | None) -> str | None:
 
 
 def _resolve_token(state: ApiState, token: str) -> Principal | None:
-    return state.accounts.resolve_token(token, now=state.now())
+    return state.services.accounts.token_principal(token, at=state.now())
 
 
 def _resolve_session(state: ApiState, token: str) -> tuple[Principal, str] | None:
-    return state.accounts.resolve_session(token, now=state.now())
+    return state.services.accounts.session(token, at=state.now())
 
 
 def _check_csrf(connection: ASGIConnection[Any, Any, Any, Any], expected: str) -> None:
@@ -211,12 +211,6 @@ def principal_of(connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
     if not isinstance(principal, Principal):
         raise NotAuthorizedException("sign in first")
     return principal
-
-
-def actor(connection: ASGIConnection[Any, Any, Any, Any]) -> str:
-    """Who to record in an event: the user, and the token when it was one."""
-    principal = principal_of(connection)
-    return principal.user.username
 
 
 VIEWER: dict[str, Any] = {"role": Role.VIEWER}

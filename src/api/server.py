@@ -1,8 +1,10 @@
 """`jobledger api`: the app behind uvicorn, with the admin account ensured first."""
 
+import contextlib
 import socket
+import threading
+import time
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import structlog
@@ -10,28 +12,11 @@ import uvicorn
 from litestar.types import ASGIApp as ASGIApplication
 
 from jobledger.api.app import create_app
-from jobledger.api.state import utc_now
 from jobledger.runtime.bootstrap import Container
+from jobledger.runtime.errors import RuntimeLayerError
+from jobledger.services.application import Services
 
 log = structlog.get_logger(__name__)
-
-DEV_ADMIN_PASSWORD = "jobledger-dev-admin"  # noqa: S105 (printed on purpose, dev mode only)
-
-
-def ensure_admin(container: Container) -> str | None:
-    """Create the first admin if there is none; in dev mode, return the password to print
-    when the default was used."""
-    settings = container.settings
-    dev = settings.mode == "dev"
-    password = settings.admin_password or (DEV_ADMIN_PASSWORD if dev else None)
-    user, created = container.accounts().ensure_admin(
-        settings.admin_username, password, production=not dev, now=utc_now()
-    )
-    if created:
-        log.info("api.admin_created", username=user.username)
-    if created and dev and not settings.admin_password:
-        return DEV_ADMIN_PASSWORD
-    return None
 
 
 def server_config(app: ASGIApplication, **options: Any) -> uvicorn.Config:  # noqa: ANN401 (uvicorn's own options)
@@ -49,36 +34,52 @@ def server_config(app: ASGIApplication, **options: Any) -> uvicorn.Config:  # no
     )
 
 
-def serve(
-    container: Container,
-    *,
-    listener: socket.socket | None = None,
-    started: Callable[[], None] | None = None,
-) -> None:
-    """Run until SIGINT or SIGTERM (uvicorn handles both and drains requests): on
-    ``listener`` if given (bound beforehand), else on the configured host and port;
-    ``started`` is called once it listens."""
-    settings = container.settings
-    config = server_config(create_app(container), host=settings.api_host, port=settings.api_port)
-    if listener is None:
-        log.info("api.listening", url=f"http://{settings.api_host}:{settings.api_port}")
-    _Server(config, started).run(sockets=[listener] if listener is not None else None)
+class ApiServer:
+    """The API under uvicorn, on a thread of its own: a part of a role (uvicorn drains
+    the open requests when stopped). It listens on ``listener`` if given (bound
+    beforehand), else on the configured host and port; ``started`` is called once it
+    listens."""
 
+    name = "api"
+    stop_timeout = 30.0
 
-class _Server(uvicorn.Server):
-    """uvicorn that reports when it listens, and ends the process with status 0 on a
-    SIGTERM or SIGINT after its graceful shutdown (uvicorn re-raises the signal, which
-    reads as a crash to a supervisor)."""
+    def __init__(
+        self,
+        container: Container,
+        services: Services,
+        *,
+        listener: socket.socket | None = None,
+        started: Callable[[], None] | None = None,
+    ) -> None:
+        settings = container.settings
+        app = create_app(container, services=services)
+        config = server_config(app, host=settings.api_host, port=settings.api_port)
+        self._server = uvicorn.Server(config)
+        self._url = f"http://{settings.api_host}:{settings.api_port}"
+        self._sockets = [listener] if listener is not None else None
+        self._started = started
+        self._thread = threading.Thread(target=self._serve, name="jobledger-api", daemon=True)
 
-    def __init__(self, config: uvicorn.Config, started: Callable[[], None] | None) -> None:
-        super().__init__(config)
-        self._on_started = started
+    def start(self) -> None:
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeLayerError(f"the API could not listen on {self._url}; see the log")
+            time.sleep(0.02)
+        if self._sockets is None:
+            log.info("api.listening", url=self._url)
+        if self._started is not None:
+            self._started()
 
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started and self._on_started is not None:
-            self._on_started()
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(self.stop_timeout)
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        self._captured_signals.clear()
+    def wait(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _serve(self) -> None:
+        # Off the main thread uvicorn installs no signal handlers: the role has them.
+        with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot start
+            self._server.run(sockets=self._sockets)

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Database
 from jobledger.projections.log import LogRow

@@ -21,7 +21,6 @@ from eventsourcing.persistence import (
     OperationalError,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
@@ -106,31 +105,6 @@ def _select_rows(
 def _rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
     topic_filter = SQL(" AND topic = ANY(%s)") if filtered else SQL("")
     return SQL(_ROWS).format(Identifier(schema), Identifier(table), topic_filter)
-
-
-def stream_positions(recorder: ApplicationRecorder, originator_id: UUID) -> dict[int, int]:
-    """The log position of each event of one stream, by version ({} for a store that
-    cannot say)."""
-    if isinstance(recorder, PostgresApplicationRecorder):
-        datastore = recorder.datastore
-        statement = SQL(_POSITIONS).format(
-            Identifier(datastore.schema), Identifier(recorder.events_table_name)
-        )
-        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(statement, [originator_id])
-            return dict(cursor.fetchall())
-    if isinstance(recorder, SQLiteApplicationRecorder):
-        table = recorder.events_table_name  # the recorder's own name, not user input
-        with recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                f"SELECT originator_version, rowid FROM {table} WHERE originator_id = ?",  # noqa: S608 (see above)
-                [originator_id.hex],
-            )
-            return {row[0]: row[1] for row in cursor.fetchall()}
-    return {}
-
-
-_POSITIONS = "SELECT originator_version, notification_id FROM {}.{} WHERE originator_id = %s"
 
 
 class StepHealth(Protocol):

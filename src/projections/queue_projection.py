@@ -21,8 +21,8 @@ from uuid import UUID
 import structlog
 from eventsourcing.persistence import Mapper, StoredEvent
 
-from jobledger.domain.codec import MsgspecMapper
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint, to_ms
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.errors import QueueLostError

@@ -48,8 +48,8 @@ import structlog
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import to_ms
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Cursor, Database

@@ -18,7 +18,7 @@ from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 
 A = TypeVar("A", bound=Aggregate)
 

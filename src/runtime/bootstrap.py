@@ -10,7 +10,7 @@ from typing import Self
 
 import redis
 
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
 from jobledger.projections.job_index import JobIndex
@@ -83,8 +83,13 @@ class Container:
     _handlers: HandlerRegistry | None = None
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def reader(self) -> LogReader:
-        return LogReader(self.ledger, self.settings.projection_page_size)
+    def reader(self, *, topics: Sequence[str] | None = None) -> LogReader:
+        """A reader of the log: of the execution events, unless told other ``topics``
+        (``()`` reads every event)."""
+        page = self.settings.projection_page_size
+        if topics is None:
+            return LogReader(self.ledger, page)
+        return LogReader(self.ledger, page, topics=topics)
 
     def leadership(self) -> Leadership:
         """Redis election when Redis is configured; the embedded mode always leads.

@@ -4,8 +4,10 @@ The composition root builds one ``Metrics`` per process and hands it to the part
 that count. Names follow Prometheus conventions (``_total`` counters, base units).
 """
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -204,6 +206,7 @@ class Metrics:
         for handler, state in states.items():
             self.breaker_state.labels(handler=handler).set(BREAKER_STATES.get(state, 0))
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        """Expose /metrics on ``host:port`` (scheduler, worker and projector processes)."""
-        start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
+        """Expose /metrics on ``host:port`` (scheduler, worker and projector processes);
+        the server and its thread."""
+        return start_http_server(port, addr=host, registry=self.registry)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import structlog
 
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Cursor, Database
@@ -139,6 +139,8 @@ class Projector:
     database: Database | None = None  # closed on stop: the projector opened it
     gauges: _Gauges | None = None
 
+    name = "projector"
+
     def appliers(self) -> dict[str, ApplyOne]:
         """How each follower applies one event without moving (for quarantine retry)."""
         appliers: dict[str, ApplyOne] = {
@@ -163,6 +165,11 @@ class Projector:
         if self.gauges is not None:
             self.gauges.start()
         log.info("projector.started", followers=[f.name for f in self.followers])
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once any of its loops has ended (none does until it is stopped)."""
+        loops = [*self.followers, *([self.listener] if self.listener else [])]
+        return any(loop.wait(timeout) for loop in loops)
 
     def stop(self) -> None:
         if self.gauges is not None:

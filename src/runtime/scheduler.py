@@ -7,7 +7,6 @@ conflict in the store, counted here and skipped (ADR 9).
 """
 
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -21,8 +20,8 @@ from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import OverlapPolicy
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.job_index import JobIndex
@@ -273,11 +272,6 @@ class SchedulerService(Background):
 
     def stop(self) -> None:
         super().stop()
-        self.scheduler.leadership.release()
-
-    def run_until(self, stop: threading.Event) -> None:
-        self._stopping = stop
-        self._run()
         self.scheduler.leadership.release()
 
     def _run(self) -> None:

@@ -14,7 +14,7 @@ from eventsourcing.persistence import OperationalError, ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.domain.definitions import Limits
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database, PostgresDatabase, SqliteDatabase
 from jobledger.runtime.errors import (
     SettingsError,

@@ -27,7 +27,7 @@ import structlog
 
 from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
 from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
 from jobledger.projections.streams import load_many

@@ -31,7 +31,7 @@ from eventsourcing.domain import Aggregate, DomainEventProtocol
 from eventsourcing.persistence import IntegrityError
 
 from jobledger.domain.errors import ConflictError
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.errors import WriterClosedError
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import POSTGRESQL, DependencyHealth

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus
@@ -26,6 +27,7 @@ from jobledger.domain.policies import RetryPolicy
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.runtime.settings import load_settings
+from jobledger.services.executions import Executions
 
 
 @pytest.fixture
@@ -123,7 +125,7 @@ class Harness:
             timeout=timedelta(seconds=30),
         )
         at = ready_at or datetime.now(tz=UTC)
-        return self.container.ledger.run_adhoc(spec, key=uuid.uuid4().hex, at=at)
+        return Executions(self.container.ledger).run(spec, key=uuid.uuid4().hex, at=at, by=actor())
 
     def execution(self, execution_id: uuid.UUID) -> Execution:
         return self.container.ledger.get_execution(execution_id)

@@ -5,7 +5,7 @@ import uuid
 
 from eventsourcing.persistence import StoredEvent
 
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 
 OLD_SHAPE = b'{"shape":"old"}'  # a state no event class of this release decodes
 

@@ -11,8 +11,8 @@ from eventsourcing.domain import CanCreateTimestamp
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueueState

@@ -8,21 +8,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.policies import RetryPolicy
 from jobledger.projections.queue import QueueState
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.dead_letters import (
-    DeadLetterFilter,
-    attempt_history,
-    dead_letters,
-    discard_dead_letters,
-    requeue_dead_letters,
-)
 from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import migrate
+from jobledger.services.application import Services
+from jobledger.services.dead_letters import DeadLetterFilter
 
 AT = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 
@@ -53,10 +49,14 @@ def dead(container: Container, handler: str, error: str) -> Execution:
     return execution
 
 
-def project(container: Container) -> None:
+def project(container: Container) -> Services:
+    """The queue and the read models caught up with the log; the use cases on them."""
     projection = container.projector().queue
     while projection.step():
         pass
+    services = Services.build(container)
+    services.admin.catch_up_read_models()
+    return services
 
 
 def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
@@ -65,17 +65,14 @@ def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
     webhooks = [dead(container, "http.webhook", "HTTP 503") for _ in range(4)]
     webhooks.append(dead(container, "http.webhook", "timed out"))
     others = [dead(container, "test.fail", "boom") for _ in range(2)]
-    project(container)
-    listed = list(dead_letters(container.queue, DeadLetterFilter(handler="http.webhook")))
-    assert {i.execution_id for i in listed} == {e.id for e in webhooks}
-    ids = [i.execution_id for i in listed]
+    dead_letters = project(container).dead_letters
+    ids = dead_letters.matching(DeadLetterFilter(handler="http.webhook"))
+    assert set(ids) == {e.id for e in webhooks}
 
     def requeue(*, dry_run: bool = False) -> tuple[int, int, int]:
-        report = requeue_dead_letters(
-            container.ledger,
-            container.writer,
+        report = dead_letters.requeue(
             ids,
-            by="alice",
+            by=actor("alice"),
             reason="endpoint fixed",
             at=AT,
             error_contains="503",
@@ -93,7 +90,7 @@ def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
     assert [states[e.id] for e in webhooks[:4]] == [QueueState.PENDING] * 4
     assert states[webhooks[4].id] is QueueState.DEAD  # "timed out" did not match
     assert {states[e.id] for e in others} == {QueueState.DEAD}
-    history = attempt_history(container.ledger, webhooks[0].id)
+    history = dead_letters.show(webhooks[0].id)
     assert [h["event"] for h in history] == ["Enqueued", "Leased", "DeadLettered", "Requeued"]
     assert (history[-1]["by"], history[-1]["reason"]) == ("alice", "endpoint fixed")
     assert history[2]["error"] == "HTTP 503"
@@ -108,15 +105,13 @@ def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
     execution can be neither requeued nor discarded again."""
     doomed = [dead(container, "test.fail", "poison") for _ in range(3)]
     kept = dead(container, "test.fail", "flaky")
-    project(container)
+    dead_letters = project(container).dead_letters
     ids = [e.id for e in [*doomed, kept]]
 
     def discard(*, dry_run: bool = False) -> tuple[int, int, int]:
-        report = discard_dead_letters(
-            container.ledger,
-            container.writer,
+        report = dead_letters.discard(
             ids,
-            by="bob",
+            by=actor("bob"),
             reason="obsolete",
             error_contains="poison",
             dry_run=dry_run,
@@ -126,17 +121,14 @@ def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
     assert discard(dry_run=True) == (3, 0, 0)
     assert discard() == (3, 3, 0)
     project(container)
-    remaining = [i.execution_id for i in dead_letters(container.queue, DeadLetterFilter())]
-    assert remaining == [kept.id]
+    assert dead_letters.matching(DeadLetterFilter()) == [kept.id]
     assert container.queue.depths("default", now=AT).dead == 1
-    history = attempt_history(container.ledger, doomed[0].id)
+    history = dead_letters.show(doomed[0].id)
     assert [h["event"] for h in history][-1] == "Discarded"
     assert (history[-1]["by"], history[-1]["reason"]) == ("bob", "obsolete")
     assert container.ledger.get_execution(doomed[0].id).status is ExecutionStatus.DISCARDED
     assert discard() == (3, 0, 3)
-    requeued = requeue_dead_letters(
-        container.ledger, container.writer, [doomed[0].id], by="x", reason="y", at=AT
-    )
+    requeued = dead_letters.requeue([doomed[0].id], by=actor("x"), reason="y", at=AT)
     assert (requeued.changed, requeued.refused) == (0, 1)
 
 

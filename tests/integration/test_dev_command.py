@@ -17,8 +17,8 @@ import pytest
 
 from jobledger.domain.job import job_id_for_key
 from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.demo import KEY_PREFIX, demo_job_ids
 from jobledger.runtime.settings import load_settings
+from jobledger.services.demo import KEY_PREFIX, demo_job_ids
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

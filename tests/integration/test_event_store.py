@@ -8,16 +8,19 @@ from typing import Any
 import msgspec
 import pytest
 from eventsourcing.domain import DomainEventProtocol
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, MissedFires
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger
+from jobledger.services.executions import Executions
+from jobledger.services.jobs import Jobs
 
 AT = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 
@@ -102,7 +105,7 @@ def test_two_writers_saving_the_same_version_one_wins(
     store_settings: Settings, ledger: Ledger
 ) -> None:
     """If two processes save the same aggregate version at once, then exactly one wins."""
-    job = ledger.schedule_job(definition(), at=AT, by="alice")
+    job = Jobs(ledger).schedule(definition(), at=AT, by=actor("alice"))
     other = open_ledger(store_settings)
     try:
         copies = [ledger.get_job(job.id), other.get_job(job.id)]
@@ -135,7 +138,7 @@ def test_two_writers_saving_the_same_version_one_wins(
 
 def test_firing_the_same_occurrence_twice_yields_one_execution(ledger: Ledger) -> None:
     """If two schedulers fire the same occurrence, then the store keeps one execution."""
-    job = ledger.schedule_job(definition(), at=AT, by="alice")
+    job = Jobs(ledger).schedule(definition(), at=AT, by=actor("alice"))
     first, second = ledger.get_job(job.id), ledger.get_job(job.id)
     due = first.next_fire_at
     assert due is not None
@@ -159,18 +162,18 @@ def test_firing_the_same_occurrence_twice_yields_one_execution(ledger: Ledger) -
 
 def test_creating_a_job_with_the_same_key_is_idempotent(ledger: Ledger) -> None:
     """If a create is repeated with the same key, then the first job is returned."""
-    first = ledger.schedule_job(definition(), at=AT, by="a", key="k-1")
-    again = ledger.schedule_job(definition(), at=AT, by="a", key="k-1")
+    first = Jobs(ledger).schedule(definition(), at=AT, by=actor("a"), key="k-1")
+    again = Jobs(ledger).schedule(definition(), at=AT, by=actor("a"), key="k-1")
     assert again.id == first.id
     with pytest.raises(AlreadyExistsError, match="another definition"):
-        ledger.schedule_job(definition(name="other"), at=AT, by="a", key="k-1")
+        Jobs(ledger).schedule(definition(name="other"), at=AT, by=actor("a"), key="k-1")
 
 
 def test_a_job_reads_back_as_of_a_version(ledger: Ledger) -> None:
     """If a job changed, then each past version can still be read back."""
-    job = ledger.schedule_job(definition(), at=AT, by="a")
-    ledger.update_job(job.id, definition(name="second name"), at=AT, by="b")
-    ledger.pause_job(job.id, by="c")
+    job = Jobs(ledger).schedule(definition(), at=AT, by=actor("a"))
+    Jobs(ledger).update(job.id, definition(name="second name"), at=AT, by=actor("b"))
+    Jobs(ledger).pause(job.id, by=actor("c"))
     assert ledger.get_job(job.id, version=1).definition.name == "nightly report"
     assert ledger.get_job(job.id, version=2).definition.name == "second name"
     assert ledger.get_job(job.id).paused
@@ -180,12 +183,15 @@ def test_a_job_reads_back_as_of_a_version(ledger: Ledger) -> None:
 
 def test_trigger_and_adhoc_runs_are_idempotent_by_key(ledger: Ledger) -> None:
     """If a trigger or ad-hoc run repeats its key, then no second execution is made."""
-    job = ledger.schedule_job(definition(), at=AT, by="a")
-    one = ledger.trigger_job(job.id, key="t1", at=AT, by="a")
-    two = ledger.trigger_job(job.id, key="t1", at=AT, by="a")
+    job = Jobs(ledger).schedule(definition(), at=AT, by=actor("a"))
+    one = Jobs(ledger).trigger(job.id, key="t1", at=AT, by=actor("a"))
+    two = Jobs(ledger).trigger(job.id, key="t1", at=AT, by=actor("a"))
     assert one.id == two.id
     spec = ExecutionSpec(handler="test.echo")
-    assert ledger.run_adhoc(spec, key="x", at=AT).id == ledger.run_adhoc(spec, key="x", at=AT).id
+    assert (
+        Executions(ledger).run(spec, key="x", at=AT, by=actor()).id
+        == Executions(ledger).run(spec, key="x", at=AT, by=actor()).id
+    )
     triggered = [e for e in ledger.history(job.id) if type(e).__name__ == "Triggered"]
     assert len(triggered) == 1
 
@@ -208,7 +214,7 @@ def test_limits_come_from_the_settings(store_settings: Settings) -> None:
     ledger = open_ledger(strict)
     try:
         with pytest.raises(InvalidDefinitionError) as caught:
-            ledger.schedule_job(definition(cron="*/2 * * * *"), at=AT, by="a")
+            Jobs(ledger).schedule(definition(cron="*/2 * * * *"), at=AT, by=actor("a"))
         assert caught.value.field == "schedule.expression"
         assert ledger.recorder.max_notification_id() in {None, 0}
     finally:

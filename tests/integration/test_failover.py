@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import redis
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
@@ -24,6 +25,7 @@ from jobledger.domain.schedules import OneShotSchedule
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.settings import load_settings
+from jobledger.services.jobs import Jobs
 
 TTL_MS = 1000
 
@@ -68,14 +70,14 @@ def start_scheduler(container: Container, log: Path | None = None) -> subprocess
 def one_shots(container: Container, start: datetime, count: int, step: float) -> list[Job]:
     """``count`` one-shot jobs due every ``step`` seconds from ``start``."""
     return [
-        container.ledger.schedule_job(
+        Jobs(container.ledger).schedule(
             JobDefinition(
                 name=f"once {i}",
                 spec=ExecutionSpec(handler="test.echo"),
                 schedule=OneShotSchedule(start + timedelta(seconds=i * step)),
             ),
             at=datetime.now(tz=UTC),
-            by="test",
+            by=actor("test"),
         )
         for i in range(count)
     ]

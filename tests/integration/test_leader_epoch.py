@@ -2,7 +2,6 @@
 or go backwards (ADR 9)."""
 
 import itertools
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis
 import structlog
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
@@ -22,6 +22,7 @@ from jobledger.runtime.leader import LeaderTiming, LocalLeadership, RedisLeaders
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate
+from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 EPOCH_MIGRATION = "0007_leader_epoch.sql"
@@ -43,14 +44,14 @@ def pair(
 
 def minutely_jobs(container: Container, count: int) -> list[Job]:
     return [
-        container.ledger.schedule_job(
+        Jobs(container.ledger).schedule(
             JobDefinition(
                 name=f"minutely {n}",
                 spec=ExecutionSpec(handler="test.echo"),
                 schedule=CronSchedule("* * * * *"),
             ),
             at=T0 - timedelta(seconds=30),
-            by="test",
+            by=actor("test"),
         )
         for n in range(count)
     ]
@@ -162,21 +163,14 @@ def fast_clock(start: float) -> datetime:
 
 def run_flushing(services: list[SchedulerService], client: redis.Redis, flushes: int) -> None:
     """Run the scheduler loops in threads while Redis is flushed every 0.7 s."""
-    stops = [threading.Event() for _ in services]
-    threads = [
-        threading.Thread(target=service.run_until, args=(stop,))
-        for service, stop in zip(services, stops, strict=True)
-    ]
-    for thread in threads:
-        thread.start()
+    for service in services:
+        service.start()
     for _ in range(flushes):
         time.sleep(0.7)
         client.flushall()
     time.sleep(0.7)
-    for stop in stops:
-        stop.set()
-    for thread in threads:
-        thread.join(10)
+    for service in services:
+        service.stop()
 
 
 def test_two_schedulers_never_share_an_epoch_while_redis_is_flushed(

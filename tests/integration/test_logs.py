@@ -11,9 +11,12 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import IO, TYPE_CHECKING, Any
 
+from tests.conftest import actor
+
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.domain.policies import RetryPolicy
+from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -52,8 +55,8 @@ def _run_mixed_executions(harness: "Harness") -> dict[str, Any]:
     retry = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=200), jitter=False)
     spec = ExecutionSpec(handler="test.fail", payload={"error": f"lost {LEAKED_URL}"}, retry=retry)
     ledger, now = harness.container.ledger, datetime.now(tz=UTC)
-    job = ledger.schedule_job(JobDefinition(name="failing", spec=spec), at=now, by="test")
-    failing = ledger.trigger_job(job.id, key="k1", at=now, by="test")
+    job = Jobs(ledger).schedule(JobDefinition(name="failing", spec=spec), at=now, by=actor("test"))
+    failing = Jobs(ledger).trigger(job.id, key="k1", at=now, by=actor("test"))
     logging_run = harness.run("test.log", message=f"calling with Authorization: Bearer {BEARER}")
     webhook = harness.run(
         "http.webhook",

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.writer import GroupCommitWriter
 

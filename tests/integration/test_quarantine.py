@@ -19,7 +19,7 @@ from jobledger.api.app import create_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     JOB_SCHEDULE_FOLLOWER,

@@ -14,8 +14,8 @@ import structlog
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.queue import QueueMeta, QueueState
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap

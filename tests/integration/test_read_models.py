@@ -18,11 +18,11 @@ import pytest
 from eventsourcing.domain import CanCreateTimestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import MisfirePolicy, RetryPolicy
 from jobledger.domain.schedules import (
     CronSchedule,
@@ -31,6 +31,7 @@ from jobledger.domain.schedules import (
     OneShotSchedule,
     Schedule,
 )
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections import read_queries as rq
 from jobledger.projections.database import Database
 from jobledger.projections.read_models import (
@@ -45,6 +46,8 @@ from jobledger.projections.read_models import (
 )
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger, projection_database
+from jobledger.services.executions import Executions
+from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 _ORDER = {
@@ -98,12 +101,12 @@ class Story:
 
     def schedule(self, name: str, schedule: Schedule = ManualSchedule(), **spec: Any) -> uuid.UUID:
         definition = JobDefinition(name=name, spec=_spec(**spec), schedule=schedule)
-        return self.ledger.schedule_job(definition, at=self.tick(), by="alice").id
+        return Jobs(self.ledger).schedule(definition, at=self.tick(), by=actor("alice")).id
 
     def update(self, job_id: uuid.UUID, name: str, **spec: Any) -> None:
         old = self.ledger.get_job(job_id).definition
         definition = JobDefinition(name=name, spec=_spec(**spec), schedule=old.schedule)
-        self.ledger.update_job(job_id, definition, at=self.tick(), by="bob")
+        Jobs(self.ledger).update(job_id, definition, at=self.tick(), by=actor("bob"))
 
     def fire(self, job_id: uuid.UUID, *, late: timedelta = timedelta(seconds=2)) -> uuid.UUID:
         job = self.ledger.get_job(job_id)
@@ -123,10 +126,10 @@ class Story:
         self.ledger.save_all(job)
 
     def trigger(self, job_id: uuid.UUID, key: str) -> uuid.UUID:
-        return self.ledger.trigger_job(job_id, key=key, at=self.tick(), by="carol").id
+        return Jobs(self.ledger).trigger(job_id, key=key, at=self.tick(), by=actor("carol")).id
 
     def adhoc(self, key: str, at: datetime | None = None, **spec: Any) -> uuid.UUID:
-        return self.ledger.run_adhoc(_spec(**spec), key=key, at=self.tick(at)).id
+        return Executions(self.ledger).run(_spec(**spec), key=key, at=self.tick(at), by=actor()).id
 
     def act(
         self, execution_id: uuid.UUID, command: Callable[[Execution], None], at: datetime | None
@@ -216,8 +219,8 @@ def job_lifecycle(story: Story) -> dict[str, uuid.UUID]:
     manual run cancelled before it started."""
     job = story.schedule("beta", CronSchedule("0 * * * *", "Europe/Berlin"), handler="http.webhook")
     story.update(job, "beta v2", handler="http.webhook", queue="hooks", priority=8)
-    story.ledger.pause_job(job, by="bob", reason="maintenance")
-    story.ledger.resume_job(job, at=story.tick(), by="bob")
+    Jobs(story.ledger).pause(job, by=actor("bob"), reason="maintenance")
+    Jobs(story.ledger).resume(job, at=story.tick(), by=actor("bob"))
     run = story.fire(job)
     story.lease(run)
     story.defer(run)
@@ -251,7 +254,7 @@ def manual_job_deleted(story: Story) -> dict[str, uuid.UUID]:
     run = story.trigger(job, "manual-2")
     story.lease(run)
     story.cancel(run)
-    story.ledger.delete_job(job, by="alice")
+    Jobs(story.ledger).delete(job, by=actor("alice"))
     missing = story.schedule("epsilon", CronSchedule("* * * * *"))
     story.miss(missing, 3)
     return {"delta": job, "delta_run": run, "epsilon": missing}
@@ -534,8 +537,8 @@ def known_data(story: Story) -> dict[str, uuid.UUID]:
         "gamma": story.schedule("Gamma backup", queue="hooks"),
         "delta": story.schedule("delta", handler="shell.command"),
     }
-    story.ledger.pause_job(ids["beta"], by="bob")
-    story.ledger.delete_job(ids["gamma"], by="bob")
+    Jobs(story.ledger).pause(ids["beta"], by=actor("bob"))
+    Jobs(story.ledger).delete(ids["gamma"], by=actor("bob"))
     ids |= _first_minute(story, ids["alpha"])
     ids |= _second_minute(story, ids["delta"])
     return ids
@@ -717,7 +720,7 @@ def test_projections_rebuild_command_on_the_embedded_store(tmp_path: Path) -> No
     ledger = open_ledger(settings)
     try:
         for n in range(3):
-            ledger.run_adhoc(_spec(), key=f"run-{n}", at=datetime.now(UTC))
+            Executions(ledger).run(_spec(), key=f"run-{n}", at=datetime.now(UTC), by=actor())
         events = ledger.recorder.max_notification_id()
     finally:
         ledger.close()

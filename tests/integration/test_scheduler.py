@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import redis
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
@@ -23,6 +24,8 @@ from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.leader import LeaderTiming, RedisLeadership, StoredEpochs
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import load_settings
+from jobledger.services.executions import Executions
+from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 NEW_YORK = ZoneInfo("America/New_York")
@@ -66,7 +69,9 @@ def cron_job(container: Container, cron: str, *, zone: str = "UTC", **extra: Any
         schedule=CronSchedule(cron, zone),
         **extra,
     )
-    return container.ledger.schedule_job(definition, at=T0 - timedelta(seconds=30), by="test")
+    return Jobs(container.ledger).schedule(
+        definition, at=T0 - timedelta(seconds=30), by=actor("test")
+    )
 
 
 def fired(container: Container) -> list[tuple[uuid.UUID, datetime]]:
@@ -165,7 +170,7 @@ def test_catch_up_fires_follow_the_overlap_policy(containers: list[Container]) -
         )
         for _ in range(2)
     )
-    container.ledger.trigger_job(busy.id, key="still-running", by="test", at=T0)
+    Jobs(container.ledger).trigger(busy.id, key="still-running", by=actor("test"), at=T0)
     catch_up_checkpoint(container)
     report = scheduler.tick(T0 + timedelta(minutes=10, seconds=30))
     assert report.fired == 1
@@ -190,23 +195,23 @@ def test_dst_days_in_new_york(containers: list[Container], day: str) -> None:
     start = datetime.fromisoformat(day).replace(tzinfo=NEW_YORK) - timedelta(days=1)
     container = containers[0]
     at = start.astimezone(UTC) - timedelta(seconds=1)
-    daily = container.ledger.schedule_job(
+    daily = Jobs(container.ledger).schedule(
         JobDefinition(
             name="daily",
             spec=ExecutionSpec(handler="test.echo"),
             schedule=CronSchedule("30 2 * * *", "America/New_York"),
         ),
         at=at,
-        by="t",
+        by=actor("t"),
     )
-    hourly = container.ledger.schedule_job(
+    hourly = Jobs(container.ledger).schedule(
         JobDefinition(
             name="hourly",
             spec=ExecutionSpec(handler="test.echo"),
             schedule=CronSchedule("0 * * * *", "America/New_York"),
         ),
         at=at,
-        by="t",
+        by=actor("t"),
     )
     # Ticks every 15 minutes, with a grace that makes each fire on time, not late.
     config = SchedulerConfig(grace=timedelta(minutes=20))
@@ -291,10 +296,11 @@ def leader_changes(scheduler: Scheduler) -> float:
 
 
 def adhoc(container: Container, max_retries: int) -> Execution:
-    return container.ledger.run_adhoc(
+    return Executions(container.ledger).run(
         ExecutionSpec(handler="test.echo", retry=RetryPolicy(max_retries=max_retries)),
         key=uuid.uuid4().hex,
         at=T0,
+        by=actor(),
     )
 
 
@@ -358,7 +364,7 @@ def test_a_one_shot_saved_after_its_time_fires_at_once(containers: list[Containe
             spec=ExecutionSpec(handler="test.echo"),
             schedule=OneShotSchedule(run_at),
         )
-        return ledger.schedule_job(definition, at=T0, by="test")
+        return Jobs(ledger).schedule(definition, at=T0, by=actor("test"))
 
     late, ahead = once(T0 - timedelta(seconds=5)), once(T0 + timedelta(minutes=5))
     assert scheduler.tick(T0 + timedelta(seconds=1)).fired == 1

@@ -10,16 +10,18 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.policies import MisfirePolicy
 from jobledger.domain.schedules import CronSchedule, MissedFires
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.errors import StoreNotMigratedError
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import open_ledger
 from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.services.jobs import Jobs
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
 INTERVAL = 5
@@ -78,7 +80,7 @@ def test_fires_saved_by_the_writer_are_snapshotted_and_load_back_equal(cold: Set
     the job replayed from all its events, attribute for attribute."""
     ledger = open_ledger(cold)
     try:
-        job = ledger.schedule_job(definition(), at=AT, by="test")
+        job = Jobs(ledger).schedule(definition(), at=AT, by=actor("test"))
         fire_through_writer(ledger, job, 23)
         assert ledger.snapshots is not None
         versions = [s.originator_version for s in ledger.snapshots.get(job.id)]
@@ -126,7 +128,7 @@ def test_any_history_loads_the_same_from_snapshots(cold: Settings, commands: lis
     cold load equals the full replay."""
     ledger = open_ledger(cold)
     try:
-        job = ledger.schedule_job(definition(), at=AT, by="test")
+        job = Jobs(ledger).schedule(definition(), at=AT, by=actor("test"))
         at = AT
         for command in commands:
             at += timedelta(minutes=7)

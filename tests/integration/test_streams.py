@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

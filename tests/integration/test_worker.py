@@ -6,10 +6,13 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from tests.conftest import actor
+
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import NotFoundError
 from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
 from jobledger.domain.schedules import OneShotSchedule
+from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -207,8 +210,8 @@ def test_a_handler_knows_the_occurrence_it_runs_for(harness: "Harness") -> None:
     definition = JobDefinition(
         name="occurrence", spec=ExecutionSpec(handler="test.echo"), schedule=OneShotSchedule(run_at)
     )
-    job = ledger.schedule_job(definition, at=now, by="test")
-    triggered = ledger.trigger_job(job.id, key="by-hand", at=now, by="test")
+    job = Jobs(ledger).schedule(definition, at=now, by=actor("test"))
+    triggered = Jobs(ledger).trigger(job.id, key="by-hand", at=now, by=actor("test"))
     worker = harness.start_worker()
     scheduled = occurrence_execution_id(job.id, run_at)
     harness.wait_for(lambda: _status_or_none(harness, scheduled) is ExecutionStatus.COMPLETED, 20)

@@ -10,7 +10,7 @@ import pytest
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.errors import WriterClosedError
 from jobledger.runtime.writer import GroupCommitWriter
 

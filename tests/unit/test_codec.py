@@ -9,11 +9,11 @@ import pytest
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
 
-from jobledger.domain.codec import MsgspecMapper
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
+from jobledger.persistence.codec import MsgspecMapper
 
 AT = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 

@@ -3,9 +3,9 @@
 import uuid
 from datetime import UTC, datetime
 
-from jobledger.api.schemas import event_out
 from jobledger.domain.execution import Execution
-from jobledger.domain.undecodable import MAX_SHOWN_ERROR, UndecodableEvent, error_text
+from jobledger.persistence.undecodable import MAX_SHOWN_ERROR, UndecodableEvent, error_text
+from jobledger.services.history import event_out
 
 
 def test_an_event_whose_fields_cannot_be_shown_becomes_a_placeholder() -> None:

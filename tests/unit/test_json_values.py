@@ -11,7 +11,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobledger.domain.codec import MsgspecMapper
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
@@ -25,6 +24,7 @@ from jobledger.domain.json_values import (
     json_problem,
 )
 from jobledger.domain.policies import RetryPolicy
+from jobledger.persistence.codec import MsgspecMapper
 from jobledger.projections.queue import decode_spec, encode_spec
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from jobledger.runtime.outages import (
 from jobledger.runtime.writer import GroupCommitWriter
 
 if TYPE_CHECKING:
-    from jobledger.domain.ledger import Ledger
+    from jobledger.persistence.ledger import Ledger
 
 
 def wrapped(cause: Exception) -> persistence.OperationalError:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobledger.api.dashboard.views import timezones
+from jobledger.api.dashboard.presenters import timezones
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.schedules import (
     EARLIEST_INSTANT,

@@ -15,7 +15,7 @@ from litestar.response import Redirect, Template
 from litestar.status_codes import HTTP_303_SEE_OTHER
 from litestar.types import ExceptionHandlersMap
 
-from jobledger.api.errors import error_response, located, unavailable
+from jobledger.api.errors import error_response, unavailable
 from jobledger.api.security import SESSION_COOKIE
 from jobledger.domain.errors import NotFoundError, UndecodableEventError
 from jobledger.runtime.outages import OUTAGE_ERRORS
@@ -78,7 +78,7 @@ def _not_found(request: Request[Any, Any, Any], error: Exception) -> Response[An
 
 
 def _undecodable(request: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
-    message = str(located(request, error))
+    message = str(error)
     if not wants_html(request):
         return error_response(409, message)
     return error_page(409, "Cannot be rebuilt", message)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from jobledger.projections.read_queries import MinuteStats
+from jobledger.services.views import MinuteStats
 
 WIDTH = 600
 HEIGHT = 170

@@ -17,6 +17,7 @@ import msgspec
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import Request, Response, Router, get
 from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.di import NamedDependency
 from litestar.params import FromPath, QueryParameter
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
@@ -25,19 +26,30 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
-from jobledger.api.common import history_out, state_of
-from jobledger.api.dashboard import charts, views
+from jobledger.api.dashboard import charts, presenters
 from jobledger.api.dashboard.access import DASHBOARD, EXCEPTION_HANDLERS, safe_next
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, job_out
-from jobledger.api.security import OPEN, OPERATOR, SESSION_COOKIE, VIEWER, SessionAuth, principal_of
-from jobledger.api.system import audit_page, live_workers, system_view
-from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.job import Job
+from jobledger.api.security import (
+    OPEN,
+    OPERATOR,
+    SESSION_COOKIE,
+    VIEWER,
+    SessionAuth,
+    api_state,
+    principal_of,
+)
+from jobledger.api.system import parse_types
+from jobledger.domain.clock import Clock
+from jobledger.domain.execution import ExecutionStatus
 from jobledger.domain.schedules import ManualSchedule, Schedule
-from jobledger.projections import read_queries
-from jobledger.projections.read_queries import Page
 from jobledger.runtime.accounts import Role
+from jobledger.services.accounts import AccountService
+from jobledger.services.admin import Admin
+from jobledger.services.executions import Executions
+from jobledger.services.jobs import Jobs
+from jobledger.services.system import System
+from jobledger.services.views import JOB_STATUSES, Page, Views
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -80,7 +92,7 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(views.FILTERS)
+    environment.filters.update(presenters.FILTERS)
     environment.globals["asset_version"] = ASSET_VERSION
     return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
 
@@ -97,7 +109,7 @@ def render(request: Request[Any, Any, Any], template: str, **context: Any) -> Te
             "csrf": auth.csrf_token if isinstance(auth, SessionAuth) else "",
             "can_operate": principal.role.includes(Role.OPERATOR),
             "is_admin": principal.role.includes(Role.ADMIN),
-            "now": state_of(request).now(),
+            "now": api_state(request).now(),
             "path": request.url.path,
             **context,
         },
@@ -133,14 +145,15 @@ def _offset(page: int) -> int:
 @get("/login", opt=OPEN, sync_to_thread=True, name="ui-login")
 def login(
     request: Request[Any, Any, Any],
+    accounts: NamedDependency[AccountService],
+    clock: NamedDependency[Clock],
     target: Annotated[str | None, QueryParameter(name="next", max_length=2000)] = None,
     expired: Annotated[str | None, QueryParameter(max_length=10)] = None,
 ) -> Response[Any]:
     """The sign-in form; a browser that is signed in already goes straight on."""
-    state = state_of(request)
     destination = safe_next(target)
     cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie and state.accounts.resolve_session(cookie, now=state.now()) is not None:
+    if cookie and accounts.session(cookie, at=clock()) is not None:
         return Redirect(destination, status_code=HTTP_303_SEE_OTHER)
     return Template(
         template_name="login.html",
@@ -152,13 +165,15 @@ def login(
 
 
 @get("/", opt=VIEWER, sync_to_thread=True, name="ui-overview")
-def overview(request: Request[Any, Any, Any]) -> Template:
-    view = system_view(state_of(request))
+def overview(
+    request: Request[Any, Any, Any], system: NamedDependency[System], clock: NamedDependency[Clock]
+) -> Template:
+    view = system.view(at=clock())
     return render(
         request,
         "overview.html",
         view=view,
-        cards=views.cards(view),
+        cards=presenters.cards(view),
         charts=charts.overview_charts(view.minutes),
     )
 
@@ -167,8 +182,10 @@ def overview(request: Request[Any, Any, Any]) -> Template:
 
 
 @get("/jobs", opt=VIEWER, sync_to_thread=True, name="ui-jobs")
-def jobs(
+def jobs_page(
     request: Request[Any, Any, Any],
+    views: NamedDependency[Views],
+    jobs: NamedDependency[Jobs],
     *,
     status: Text = None,
     handler: Text = None,
@@ -176,9 +193,7 @@ def jobs(
     search: Text = None,
     page: PageNumber = 1,
 ) -> Template:
-    state = state_of(request)
-    found = read_queries.list_jobs(
-        state.database,
+    found = views.jobs(
         status=status or None,
         handler=handler or None,
         queue=queue or None,
@@ -193,52 +208,58 @@ def jobs(
         jobs=found.items,
         pager=pager(request, found),
         filters={k: v or "" for k, v in filters.items()},
-        statuses=read_queries.JOB_STATUSES,
-        handlers=sorted(state.handler_names),
+        statuses=JOB_STATUSES,
+        handlers=jobs.handlers.listed(),
     )
 
 
 @get("/jobs/new", opt=OPERATOR, sync_to_thread=False, name="ui-job-new")
-def new_job(request: Request[Any, Any, Any]) -> Template:
+def new_job(request: Request[Any, Any, Any], jobs: NamedDependency[Jobs]) -> Template:
     blank = JobIn(name="", handler="test.echo", schedule=CronIn(cron="0 * * * *"))
-    return _job_form(request, blank, job_id=None)
+    return _job_form(request, jobs, blank, job_id=None)
 
 
 @get("/jobs/{job_id:uuid}/edit", opt=OPERATOR, sync_to_thread=True, name="ui-job-edit")
-def edit_job(request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> Template:
-    job = state_of(request).container.ledger.get_job(job_id)
-    return _job_form(request, job_out(job).definition, job_id=job_id)
+def edit_job(
+    request: Request[Any, Any, Any], job_id: FromPath[UUID], jobs: NamedDependency[Jobs]
+) -> Template:
+    job = jobs.get(job_id)
+    return _job_form(request, jobs, job_out(job).definition, job_id=job_id)
 
 
-def _job_form(request: Request[Any, Any, Any], definition: JobIn, job_id: UUID | None) -> Template:
+def _job_form(
+    request: Request[Any, Any, Any], jobs: Jobs, definition: JobIn, job_id: UUID | None
+) -> Template:
     return render(
         request,
         "job_form.html",
         job_id=job_id,
         form=msgspec.to_builtins(definition),
-        **views.form_choices(state_of(request).handler_names),
+        **presenters.form_choices(jobs.handlers.listed()),
     )
 
 
 @get("/jobs/{job_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-job")
-def job_detail(request: Request[Any, Any, Any], job_id: FromPath[UUID]) -> Template:
-    state = state_of(request)
-    ledger = state.container.ledger
-    domain_job = ledger.get_job(job_id)
+def job_detail(
+    request: Request[Any, Any, Any],
+    job_id: FromPath[UUID],
+    jobs: NamedDependency[Jobs],
+    views: NamedDependency[Views],
+    clock: NamedDependency[Clock],
+) -> Template:
+    domain_job = jobs.get(job_id)
     job = job_out(domain_job)
-    events = history_out(ledger, Job, job_id)
+    events = jobs.history(job_id)
     return render(
         request,
         "job.html",
         job=job,
         definition=msgspec.to_builtins(job.definition),
-        fires=_next_fires(
-            domain_job.definition.schedule, state.now(), active=job.status == "active"
-        ),
-        executions=read_queries.list_executions(state.database, job_id=job_id, limit=_RECENT),
-        timeline=views.timeline(events),
+        fires=_next_fires(domain_job.definition.schedule, clock(), active=job.status == "active"),
+        executions=views.executions(job_id=job_id, limit=_RECENT),
+        timeline=presenters.timeline(events),
         event_count=len(events),
-        versions=views.versions(events),
+        versions=presenters.versions(events),
     )
 
 
@@ -252,8 +273,10 @@ def _next_fires(schedule: Schedule, now: datetime, *, active: bool) -> list[Fire
 
 
 @get("/executions", opt=VIEWER, sync_to_thread=True, name="ui-executions")
-def executions(
+def executions_page(
     request: Request[Any, Any, Any],
+    views: NamedDependency[Views],
+    jobs: NamedDependency[Jobs],
     *,
     status: Text = None,
     job_id: Text = None,
@@ -263,14 +286,11 @@ def executions(
     until: Text = None,
     page: PageNumber = 1,
 ) -> Template:
-    state = state_of(request)
     filters = {"status": status, "job_id": job_id, "handler": handler, "queue": queue}
     filters |= {"since": since, "until": until}
     problems: dict[str, str] = {}
     query = _execution_query(filters, problems)
-    found = read_queries.list_executions(
-        state.database, **query, limit=PAGE_SIZE, offset=_offset(page)
-    )
+    found = views.executions(**query, limit=PAGE_SIZE, offset=_offset(page))
     return render(
         request,
         "executions.html",
@@ -279,14 +299,18 @@ def executions(
         filters={k: v or "" for k, v in filters.items()},
         problems=problems,
         statuses=[s.value for s in ExecutionStatus],
-        handlers=sorted(state.handler_names),
+        handlers=jobs.handlers.listed(),
     )
 
 
 def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -> dict[str, Any]:
     """The list's filters; a value that does not parse is reported and left out."""
     query: dict[str, Any] = {k: filters[k] or None for k in ("status", "handler", "queue")}
-    parsers = {"job_id": views.parse_uuid, "since": views.parse_time, "until": views.parse_time}
+    parsers = {
+        "job_id": presenters.parse_uuid,
+        "since": presenters.parse_time,
+        "until": presenters.parse_time,
+    }
     for name, parse in parsers.items():
         try:
             query[name] = parse(filters[name])
@@ -297,18 +321,21 @@ def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -
 
 
 @get("/executions/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-execution")
-def execution_detail(request: Request[Any, Any, Any], execution_id: FromPath[UUID]) -> Template:
-    state = state_of(request)
-    ledger = state.container.ledger
-    events = history_out(ledger, Execution, execution_id)  # the 404 page for an unknown id
-    row = read_queries.get_execution(state.database, execution_id)
+def execution_detail(
+    request: Request[Any, Any, Any],
+    execution_id: FromPath[UUID],
+    executions: NamedDependency[Executions],
+    views: NamedDependency[Views],
+) -> Template:
+    events = executions.history(execution_id)  # the 404 page for an unknown id
+    row = views.execution(execution_id)
     return render(
         request,
         "execution.html",
         execution_id=execution_id,
         execution=row,
-        attempts=read_queries.list_attempts(state.database, execution_id) if row else [],
-        timeline=views.timeline(events),
+        attempts=views.attempts(execution_id) if row else [],
+        timeline=presenters.timeline(events),
         event_count=len(events),
     )
 
@@ -317,23 +344,25 @@ def execution_detail(request: Request[Any, Any, Any], execution_id: FromPath[UUI
 
 
 @get("/workers", opt=VIEWER, sync_to_thread=True, name="ui-workers")
-def workers(request: Request[Any, Any, Any]) -> Template:
-    live = live_workers(state_of(request))
+def workers(
+    request: Request[Any, Any, Any], system: NamedDependency[System], clock: NamedDependency[Clock]
+) -> Template:
+    live = system.live_workers(at=clock())
     return render(request, "workers.html", workers=sorted(live, key=lambda w: w.worker_id))
 
 
 @get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")
-def dead_letters(
+def dead_letters_page(
     request: Request[Any, Any, Any],
+    views: NamedDependency[Views],
+    jobs: NamedDependency[Jobs],
     *,
     queue: Text = None,
     handler: Text = None,
     error_contains: Text = None,
     page: PageNumber = 1,
 ) -> Template:
-    state = state_of(request)
-    found = read_queries.list_dead_letters(
-        state.database,
+    found = views.dead_letters(
         queue=queue or None,
         handler=handler or None,
         error_contains=error_contains or None,
@@ -347,38 +376,42 @@ def dead_letters(
         dead=found.items,
         pager=pager(request, found),
         filters={k: v or "" for k, v in filters.items()},
-        handlers=sorted(state.handler_names),
+        handlers=jobs.handlers.listed(),
     )
 
 
 @get("/system", opt=VIEWER, sync_to_thread=True, name="ui-system")
-def system(request: Request[Any, Any, Any]) -> Template:
-    state = state_of(request)
+def system_page(
+    request: Request[Any, Any, Any],
+    system: NamedDependency[System],
+    admin: NamedDependency[Admin],
+    clock: NamedDependency[Clock],
+) -> Template:
     return render(
         request,
         "system.html",
-        view=system_view(state),
-        breakers=state.breaker_states(),
-        rebuild=state.rebuild,
+        view=system.view(at=clock()),
+        breakers=system.breaker_states(),
+        rebuild=admin.rebuild_task,
     )
 
 
 @get("/audit", opt=VIEWER, sync_to_thread=True, name="ui-audit")
 def audit(
     request: Request[Any, Any, Any],
+    system: NamedDependency[System],
     *,
     after: Annotated[int | None, QueryParameter(ge=0, description="log position")] = None,
     types: Annotated[str | None, QueryParameter(max_length=2000, pattern=NO_NUL)] = None,
 ) -> Template:
-    state = state_of(request)
-    head = state.container.head()
+    head = system.head()
     start = max(0, head - _AUDIT_WINDOW) if after is None else after
-    wanted = frozenset(t.strip() for t in (types or "").split(",") if t.strip())
-    found = audit_page(state, after=start, types=wanted, since=None, until=None, limit=100)
+    wanted = parse_types(types)
+    found = system.audit_page(after=start, types=wanted, since=None, until=None, limit=100)
     return render(
         request,
         "audit.html",
-        events=[(e, views.cause_of(e)) for e in found.items],
+        events=[(e, presenters.cause_of(e)) for e in found.items],
         types=types or "",
         earlier=max(0, start - _AUDIT_WINDOW) if start > 0 else None,
         later=found.next_after if found.next_after < head else None,
@@ -391,15 +424,15 @@ PAGES = Router(
     route_handlers=[
         login,
         overview,
-        jobs,
+        jobs_page,
         new_job,
         edit_job,
         job_detail,
-        executions,
+        executions_page,
         execution_detail,
         workers,
-        dead_letters,
-        system,
+        dead_letters_page,
+        system_page,
         audit,
     ],
     exception_handlers=EXCEPTION_HANDLERS,

@@ -15,7 +15,7 @@ from tests.integration.test_queue_projection import run_cli
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.domain.ledger import Ledger
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections import queue, queue_fold, read_models
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,

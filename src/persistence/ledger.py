@@ -1,8 +1,9 @@
-"""The eventsourcing Application: commands in, events out, one log for both aggregates.
+"""The eventsourcing Application over the log: save, load and read back both aggregates.
 
 Jobs and executions share one application (one events table, one notification log) so
 that a fire saves ``JobFired`` and ``ExecutionEnqueued`` atomically, and every
-projection follows a single ordered log.
+projection follows a single ordered log. The commands that change them are use cases
+(``jobledger.services``); this class only persists and loads.
 """
 
 import typing
@@ -13,20 +14,24 @@ from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import Aggregate, DomainEventProtocol, MutableOrImmutableAggregate
-from eventsourcing.persistence import IntegrityError, Mapper, MapperDeserialisationError
-from eventsourcing.utils import Environment, TopicError
-
-from jobledger.domain.codec import MsgspecMapper
-from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, JobDefinition, Limits
-from jobledger.domain.errors import (
-    AlreadyExistsError,
-    ConflictError,
-    NotFoundError,
-    UndecodableEventError,
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    IntegrityError,
+    Mapper,
+    MapperDeserialisationError,
 )
-from jobledger.domain.execution import Execution, Trigger, trigger_execution_id
-from jobledger.domain.job import Job, job_id_for_key
-from jobledger.domain.undecodable import UndecodableEvent, decode_or_placeholder, error_text
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+from eventsourcing.utils import Environment, TopicError
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Identifier
+
+from jobledger.domain.definitions import DEFAULT_LIMITS, Limits
+from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEventError
+from jobledger.domain.execution import Execution
+from jobledger.domain.job import Job
+from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
 A = TypeVar("A", bound=Aggregate)
 
@@ -102,7 +107,7 @@ class Ledger(Application[UUID]):
         version = None
         for domain_event in self.history(job_id):
             if isinstance(domain_event, UndecodableEvent):
-                raise _undecodable(domain_event)
+                raise self._located(domain_event)
             if typing.cast("Aggregate.Event", domain_event).timestamp > at:
                 break
             version = domain_event.originator_version
@@ -140,73 +145,24 @@ class Ledger(Application[UUID]):
         """The error naming the event that stopped a rebuild (a snapshot, if no event)."""
         for domain_event in self.history(aggregate_id):
             if isinstance(domain_event, UndecodableEvent):
-                return _undecodable(domain_event)
+                return self._located(domain_event)
         return UndecodableEventError(aggregate_id, 0, "snapshot", error_text(error), None)
 
-    # ---- commands -------------------------------------------------------------------
-
-    def schedule_job(
-        self, definition: JobDefinition, *, at: datetime, by: str, key: str | None = None
-    ) -> Job:
-        """Create a job. With a key, repeating the same request returns the same job."""
-        job = Job.schedule(definition, at=at, by=by, key=key, limits=self.limits)
-        try:
-            self.save_all(job)
-        except ConflictError:
-            existing = self.get_job(job_id_for_key(key or ""))
-            if existing.definition != definition or existing.deleted:
-                raise AlreadyExistsError(
-                    f"a job with key {key!r} exists with another definition; "
-                    "use a new key or update that job"
-                ) from None
-            return existing
-        return job
-
-    def update_job(self, job_id: UUID, definition: JobDefinition, *, at: datetime, by: str) -> Job:
-        job = self.get_job(job_id)
-        job.update(definition, at=at, by=by, limits=self.limits)
-        self.save_all(job)
-        return job
-
-    def pause_job(self, job_id: UUID, *, by: str, reason: str = "") -> Job:
-        job = self.get_job(job_id)
-        job.pause(by=by, reason=reason)
-        self.save_all(job)
-        return job
-
-    def resume_job(self, job_id: UUID, *, at: datetime, by: str) -> Job:
-        job = self.get_job(job_id)
-        job.resume(at=at, by=by)
-        self.save_all(job)
-        return job
-
-    def delete_job(self, job_id: UUID, *, by: str) -> Job:
-        job = self.get_job(job_id)
-        job.delete(by=by)
-        self.save_all(job)
-        return job
-
-    def trigger_job(self, job_id: UUID, *, key: str, at: datetime, by: str) -> Execution:
-        """Run a job now. The same key returns the execution of the first request."""
-        job = self.get_job(job_id)
-        execution = job.trigger(trigger_key=key, at=at, by=by)
-        try:
-            self.save_all(job, execution)
-        except ConflictError:
-            return self.get_execution(trigger_execution_id(job_id, key))
-        return execution
-
-    def run_adhoc(self, spec: ExecutionSpec, *, key: str, at: datetime) -> Execution:
-        """Enqueue a handler run that belongs to no job, idempotent by key."""
-        spec.check(self.limits)
-        execution = Execution.enqueue(
-            spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key
+    def _located(self, placeholder: UndecodableEvent) -> UndecodableEventError:
+        """The error for ``placeholder``, naming its log position (an operator looks it
+        up in the quarantine list by that)."""
+        positions = self.positions(placeholder.originator_id)
+        return UndecodableEventError(
+            placeholder.originator_id,
+            placeholder.originator_version,
+            placeholder.topic,
+            placeholder.error,
+            positions.get(placeholder.originator_version),
         )
-        try:
-            self.save_all(execution)
-        except ConflictError:
-            return self.get_execution(execution.id)
-        return execution
+
+    def positions(self, aggregate_id: UUID) -> dict[int, int]:
+        """The log position of each event of one stream, by version."""
+        return stream_positions(self.recorder, aggregate_id)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -216,11 +172,26 @@ class Ledger(Application[UUID]):
         }
 
 
-def _undecodable(placeholder: UndecodableEvent) -> UndecodableEventError:
-    return UndecodableEventError(
-        placeholder.originator_id,
-        placeholder.originator_version,
-        placeholder.topic,
-        placeholder.error,
-        placeholder.position,
-    )
+def stream_positions(recorder: ApplicationRecorder, originator_id: UUID) -> dict[int, int]:
+    """The log position of each event of one stream, by version ({} for a store that
+    cannot say)."""
+    if isinstance(recorder, PostgresApplicationRecorder):
+        datastore = recorder.datastore
+        statement = SQL(_POSITIONS).format(
+            Identifier(datastore.schema), Identifier(recorder.events_table_name)
+        )
+        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
+            cursor.execute(statement, [originator_id])
+            return dict(cursor.fetchall())
+    if isinstance(recorder, SQLiteApplicationRecorder):
+        table = recorder.events_table_name  # the recorder's own name, not user input
+        with recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(
+                f"SELECT originator_version, rowid FROM {table} WHERE originator_id = ?",  # noqa: S608 (see above)
+                [originator_id.hex],
+            )
+            return {row[0]: row[1] for row in cursor.fetchall()}
+    return {}
+
+
+_POSITIONS = "SELECT originator_version, notification_id FROM {}.{} WHERE originator_id = %s"

@@ -1,6 +1,7 @@
 """Demo jobs for trying jobledger out: one of each built-in test handler, created by key
 so that seeding again finds them instead of adding copies."""
 
+import enum
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -8,8 +9,9 @@ from datetime import datetime, timedelta
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError, NotFoundError
 from jobledger.domain.job import job_id_for_key
-from jobledger.domain.ledger import Ledger
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, OneShotSchedule
+from jobledger.services.actors import Actor
+from jobledger.services.jobs import Jobs
 
 KEY_PREFIX = "jobledger-demo:"
 WELCOME_DELAY = timedelta(seconds=3)
@@ -67,14 +69,20 @@ def welcome_job(at: datetime) -> JobDefinition:
     )
 
 
+class Seeded(enum.StrEnum):
+    """What seeding did with one demo job."""
+
+    CREATED = "created"
+    FOUND = "found"  # it exists under its key: left as it is
+    SKIPPED = "skipped"  # the settings refuse it (``reason`` says why)
+
+
 @dataclass(frozen=True)
 class SeedResult:
-    """What seeding did with one demo job: ``created``, ``found`` or ``skipped``."""
-
     key: str
     name: str
     job_id: uuid.UUID
-    outcome: str
+    outcome: Seeded
     reason: str = ""
 
 
@@ -84,27 +92,27 @@ def demo_job_ids() -> list[uuid.UUID]:
     return [job_id_for_key(KEY_PREFIX + key) for key in keys]
 
 
-def seed_demo_jobs(ledger: Ledger, *, at: datetime, by: str) -> list[SeedResult]:
+def seed_demo_jobs(jobs: Jobs, *, at: datetime, by: Actor) -> list[SeedResult]:
     """Create every demo job that does not exist yet. A job that exists under its key
     is left alone, even when it was edited or deleted since: seeding never undoes what
     a user did. One the settings refuse (e.g. a larger minimum interval) is skipped."""
-    jobs = (*DEMO_JOBS, (WELCOME_KEY, welcome_job(at)))
-    return [_seed(ledger, key, definition, at=at, by=by) for key, definition in jobs]
+    demo = (*DEMO_JOBS, (WELCOME_KEY, welcome_job(at)))
+    return [_seed(jobs, key, definition, at=at, by=by) for key, definition in demo]
 
 
 def _seed(
-    ledger: Ledger, key: str, definition: JobDefinition, *, at: datetime, by: str
+    jobs: Jobs, key: str, definition: JobDefinition, *, at: datetime, by: Actor
 ) -> SeedResult:
     full_key = KEY_PREFIX + key
     job_id = job_id_for_key(full_key)
     try:
-        ledger.get_job(job_id)
+        jobs.get(job_id)
     except NotFoundError:
         pass
     else:
-        return SeedResult(key, definition.name, job_id, "found")
+        return SeedResult(key, definition.name, job_id, Seeded.FOUND)
     try:
-        job = ledger.schedule_job(definition, at=at, by=by, key=full_key)
+        job = jobs.schedule(definition, at=at, by=by, key=full_key)
     except DomainError as error:
-        return SeedResult(key, definition.name, job_id, "skipped", str(error))
-    return SeedResult(key, definition.name, job.id, "created")
+        return SeedResult(key, definition.name, job_id, Seeded.SKIPPED, str(error))
+    return SeedResult(key, definition.name, job.id, Seeded.CREATED)

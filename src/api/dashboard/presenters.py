@@ -10,10 +10,10 @@ from uuid import UUID
 import msgspec
 from markupsafe import Markup, escape
 
-from jobledger.api.schemas import EventOut
-from jobledger.api.system import SystemView
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
+from jobledger.services.history import EventOut
+from jobledger.services.system import SystemView
 
 # A job that fires every minute has tens of thousands of events in a month; the page
 # shows the newest ones and says how many it left out.

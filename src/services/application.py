@@ -1,0 +1,42 @@
+"""Every use case of one process, built once from its container."""
+
+from dataclasses import dataclass
+
+from jobledger.runtime.bootstrap import Container
+from jobledger.services.accounts import AccountService
+from jobledger.services.admin import Admin
+from jobledger.services.dead_letters import DeadLetters
+from jobledger.services.executions import Executions
+from jobledger.services.jobs import HandlerNames, Jobs
+from jobledger.services.system import System
+from jobledger.services.views import Views
+
+
+@dataclass(frozen=True)
+class Services:
+    """The use cases the API, the dashboard, the CLI and `jobledger dev` call."""
+
+    jobs: Jobs
+    executions: Executions
+    dead_letters: DeadLetters
+    accounts: AccountService
+    admin: Admin
+    system: System
+    views: Views
+
+    @classmethod
+    def build(cls, container: Container) -> "Services":
+        """The use cases over ``container``. Definitions naming a handler this process
+        does not have are refused: its workers have the same registry."""
+        names = frozenset(container.handlers().names())
+        handlers = HandlerNames(names)
+        views = Views(container.database, container.ledger)
+        return cls(
+            jobs=Jobs(container.ledger, handlers),
+            executions=Executions(container.ledger, handlers),
+            dead_letters=DeadLetters(container.ledger, container.writer, views),
+            accounts=AccountService(container.accounts()),
+            admin=Admin(container),
+            system=System(container, views, names),
+            views=views,
+        )

@@ -1,0 +1,193 @@
+"""Dead letters: list, show, requeue or discard them (one or many, with a dry run).
+
+One source for the API, the dashboard and the CLI: the read models list what is
+dead-lettered and select what a filter matches; every change is a command on the
+Execution aggregate, loaded from the log, recorded as an event with who did it and
+why, and saved through the group-commit writer in batches.
+"""
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+from jobledger.domain.errors import ConflictError, DomainError
+from jobledger.domain.execution import Execution
+from jobledger.domain.json_values import check_reason
+from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.undecodable import UndecodableEvent
+from jobledger.runtime.accounts import Role
+from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.services.actors import Actor
+from jobledger.services.errors import NotDeadLetteredError
+from jobledger.services.views import Page, Views
+
+_PAGE = 500
+
+
+class DeadLetterFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which dead letters an operation covers; empty fields match everything.
+    ``error_contains`` matches part of the last error, case and all."""
+
+    queue: str | None = None
+    handler: str | None = None
+    job_id: UUID | None = None
+    error_contains: str | None = None
+
+
+class BulkReport(msgspec.Struct):
+    """What an operation on dead letters did: ``changed`` requeued or discarded;
+    ``refused`` were no longer dead-lettered when it came to them."""
+
+    matched: int
+    changed: int
+    refused: int
+    dry_run: bool
+
+
+class DeadLetters:
+    def __init__(self, ledger: Ledger, writer: GroupCommitWriter, views: Views) -> None:
+        self.ledger = ledger
+        self.writer = writer
+        self.views = views
+
+    def page(self, selection: DeadLetterFilter, *, limit: int = 50, offset: int = 0) -> Page:
+        """Dead letters that match, the latest to die first."""
+        return self.views.dead_letters(
+            queue=selection.queue,
+            handler=selection.handler,
+            job_id=selection.job_id,
+            error_contains=selection.error_contains,
+            limit=limit,
+            offset=offset,
+        )
+
+    def matching(self, selection: DeadLetterFilter) -> list[UUID]:
+        """The ids of every dead letter that matches, page by page."""
+        ids: list[UUID] = []
+        while True:
+            page = self.page(selection, limit=_PAGE, offset=len(ids))
+            ids.extend(row.id for row in page.items)
+            if len(page.items) < _PAGE:
+                return ids
+
+    def show(self, execution_id: UUID) -> list[dict[str, Any]]:
+        """Every event of the execution, oldest first, as plain fields (one that cannot
+        be decoded as ``undecodable`` with its topic and error)."""
+        return [
+            {"event": _name(e), "version": e.originator_version, **_fields(e)}
+            for e in self.ledger.history(execution_id)
+        ]
+
+    def requeue(
+        self,
+        ids: list[UUID],
+        *,
+        by: Actor,
+        reason: str,
+        at: datetime,
+        error_contains: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkReport:
+        """Give each dead letter a fresh attempt budget; a dry run only counts."""
+        return self._change(
+            ids,
+            by=by,
+            reason=reason,
+            error_contains=error_contains,
+            dry_run=dry_run,
+            command=lambda e: e.requeue(by=by.name, reason=reason, at=at),
+        )
+
+    def discard(
+        self,
+        ids: list[UUID],
+        *,
+        by: Actor,
+        reason: str,
+        error_contains: str | None = None,
+        dry_run: bool = False,
+    ) -> BulkReport:
+        """Give up on each dead letter for good (the log keeps its history); a dry run
+        only counts."""
+        return self._change(
+            ids,
+            by=by,
+            reason=reason,
+            error_contains=error_contains,
+            dry_run=dry_run,
+            command=lambda e: e.discard(by=by.name, reason=reason),
+        )
+
+    def requeue_one(
+        self, execution_id: UUID, *, by: Actor, reason: str, at: datetime
+    ) -> BulkReport:
+        return _one(self.requeue([execution_id], by=by, reason=reason, at=at), execution_id)
+
+    def discard_one(self, execution_id: UUID, *, by: Actor, reason: str) -> BulkReport:
+        return _one(self.discard([execution_id], by=by, reason=reason), execution_id)
+
+    def _change(
+        self,
+        ids: list[UUID],
+        *,
+        by: Actor,
+        reason: str,
+        error_contains: str | None,
+        dry_run: bool,
+        command: Callable[[Execution], None],
+    ) -> BulkReport:
+        by.require(Role.OPERATOR)
+        # Checked once here: per execution, a refusal would only count as "refused".
+        check_reason(by.name, reason)
+        selected = self._select(ids, error_contains)
+        if dry_run:
+            return BulkReport(len(selected), 0, 0, dry_run=True)
+        return _apply(self.writer, selected, command)
+
+    def _select(self, ids: list[UUID], error_contains: str | None) -> list[Execution]:
+        executions = [self.ledger.get_execution(i) for i in ids]
+        if error_contains:
+            executions = [e for e in executions if error_contains in (e.last_error or "")]
+        return executions
+
+
+def _one(report: BulkReport, execution_id: UUID) -> BulkReport:
+    if report.refused:
+        raise NotDeadLetteredError(f"execution {execution_id} is not dead-lettered (any more)")
+    return report
+
+
+def _name(domain_event: Any) -> str:  # noqa: ANN401 (any execution event)
+    if isinstance(domain_event, UndecodableEvent):
+        return "undecodable"
+    return type(domain_event).__name__
+
+
+def _fields(domain_event: Any) -> dict[str, Any]:  # noqa: ANN401 (any execution event)
+    skip = {"originator_id", "originator_version", "originator_topic", "spec"}
+    return {k: v for k, v in vars(domain_event).items() if k not in skip}
+
+
+def _apply(
+    writer: GroupCommitWriter, executions: list[Execution], command: Callable[[Execution], None]
+) -> BulkReport:
+    futures = []
+    refused = 0
+    for execution in executions:
+        try:
+            command(execution)
+        except DomainError:
+            refused += 1  # no longer dead-lettered: someone else acted on it
+            continue
+        futures.append(writer.submit(execution))
+    changed = 0
+    for future in futures:
+        try:
+            future.result()
+            changed += 1
+        except ConflictError:
+            refused += 1
+    return BulkReport(len(executions), changed, refused, dry_run=False)

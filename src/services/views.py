@@ -1,0 +1,107 @@
+"""The read models as the API, the dashboard and the CLI query them: lists with filters
+and pages, one execution with its attempts, and the numbers behind the overview."""
+
+from datetime import datetime
+from typing import TypedDict, Unpack
+from uuid import UUID
+
+import msgspec
+
+from jobledger.persistence.ledger import Ledger
+from jobledger.projections import read_queries
+from jobledger.projections.database import Database
+from jobledger.projections.read_queries import (
+    JOB_STATUSES,
+    AttemptRow,
+    ExecutionRow,
+    JobRow,
+    MinuteStats,
+    Page,
+)
+from jobledger.services.errors import NotYetVisibleError
+
+__all__ = [
+    "JOB_STATUSES",
+    "AttemptRow",
+    "ExecutionDetail",
+    "ExecutionRow",
+    "JobRow",
+    "MinuteStats",
+    "Page",
+    "Views",
+]
+
+
+class Paging(TypedDict, total=False):
+    limit: int
+    offset: int
+
+
+class JobFilters(Paging, total=False):
+    status: str | None
+    handler: str | None
+    queue: str | None
+    search: str | None
+
+
+class ExecutionFilters(Paging, total=False):
+    status: str | None
+    job_id: UUID | None
+    queue: str | None
+    handler: str | None
+    since: datetime | None
+    until: datetime | None
+
+
+class DeadLetterFilters(Paging, total=False):
+    queue: str | None
+    handler: str | None
+    job_id: UUID | None
+    error_contains: str | None
+
+
+class ExecutionDetail(msgspec.Struct):
+    execution: ExecutionRow
+    attempts: list[AttemptRow]
+
+
+class Views:
+    """Queries of the read models (eventually consistent with the log; the ledger tells
+    what the log has that they do not show yet)."""
+
+    def __init__(self, database: Database, ledger: Ledger) -> None:
+        self.database = database
+        self._ledger = ledger
+
+    def jobs(self, **filters: Unpack[JobFilters]) -> Page:
+        return read_queries.list_jobs(self.database, **filters)
+
+    def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
+        return read_queries.list_executions(self.database, **filters)
+
+    def dead_letters(self, **filters: Unpack[DeadLetterFilters]) -> Page:
+        """Dead-lettered executions, the latest to die first."""
+        return read_queries.list_dead_letters(self.database, **filters)
+
+    def execution(self, execution_id: UUID) -> ExecutionRow | None:
+        return read_queries.get_execution(self.database, execution_id)
+
+    def execution_detail(self, execution_id: UUID) -> ExecutionDetail:
+        """The execution's row and its attempts."""
+        row = self.execution(execution_id)
+        if row is None:
+            self._ledger.get_execution(execution_id)  # NotFoundError if it does not exist
+            raise NotYetVisibleError(
+                f"execution {execution_id} is not in the read model yet",
+                fix="retry in a moment",
+            )
+        return ExecutionDetail(row, self.attempts(execution_id))
+
+    def attempts(self, execution_id: UUID) -> list[AttemptRow]:
+        return read_queries.list_attempts(self.database, execution_id)
+
+    def status_counts(self) -> dict[str, dict[str, int]]:
+        return read_queries.status_counts(self.database)
+
+    def minute_stats(self, *, since: datetime, until: datetime) -> list[MinuteStats]:
+        return read_queries.minute_stats(self.database, since=since, until=until)
