@@ -55,7 +55,7 @@ from psycopg import sql
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.projections.checkpoint import CHECKPOINT, from_ms, stored_row, to_ms
+from jobledger.projections.checkpoint import CHECKPOINT, stored_row
 from jobledger.projections.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import (
@@ -69,6 +69,7 @@ from jobledger.projections.queue import (
 from jobledger.projections.queue_fold import EXECUTION_TOPICS
 from jobledger.projections.queue_projection import QueueProjection
 from jobledger.projections.redis_queue import RedisQueue
+from jobledger.projections.times import from_ms, to_ms
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.settings import load_settings

@@ -5,6 +5,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 Clock = Callable[[], datetime]
+# Seconds from an arbitrary start that never jump (``time.monotonic``): for pauses,
+# deadlines and back-offs inside one process.
+MonotonicClock = Callable[[], float]
 
 
 def utc_now() -> datetime:

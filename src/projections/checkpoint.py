@@ -12,16 +12,17 @@ A rebuild copies those bytes; only the embedded mode decodes them into items.
 import contextlib
 import itertools
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
 
+from jobledger.projections import positions
 from jobledger.projections.database import Cursor, Database
+from jobledger.projections.positions import Position
 from jobledger.projections.queue import QueueChange, QueueItem, QueueState, decode_spec
 from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_item
-from jobledger.projections.redis_keys import due_score
+from jobledger.projections.times import due_score
 
 CHECKPOINT = "queue-checkpoint"
 SNAPSHOT_BATCH = 10_000  # entries per batch of ``entries`` and ``snapshot``
@@ -37,11 +38,6 @@ _UPSERT = (
     "WHERE excluded.version > jobledger_open_executions.version"
 )
 _DELETE = "DELETE FROM jobledger_open_executions WHERE execution_id = ? AND version < ?"
-_POSITION = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
-)
-_READ_POSITION = "SELECT position FROM jobledger_positions WHERE name = ?"
 # The columns of an ``EncodedEntry``, in its order.
 _ENTRY = "execution_id, queue, version, state, priority, lease_id, score, item"
 _SELECT_ENTRIES = f"SELECT {_ENTRY} FROM jobledger_open_executions"  # noqa: S608 (constant)
@@ -55,25 +51,16 @@ _COPY_ENTRIES = (
 _COPY_TYPES = ["text", "text", "int4", "text", "int2", "text", "int8", "bytea"]
 
 
-def to_ms(moment: datetime) -> int:
-    return round(moment.timestamp() * 1000)
-
-
-def from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
 class Checkpoint:
     """Open executions and the log position they were folded to."""
 
     def __init__(self, database: Database, name: str = CHECKPOINT) -> None:
         self._database = database
         self.name = name
+        self._position = Position(database, name)
 
     def position(self) -> int:
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(_READ_POSITION, (self.name,))
-            return _position(cursor)
+        return self._position.get()
 
     def commit(self, changes: Sequence[QueueChange], position: int | None) -> None:
         """Apply ``changes`` and move the position (unless None), in one transaction."""
@@ -85,12 +72,12 @@ class Checkpoint:
             if deletes:
                 cursor.executemany(_DELETE, deletes)
             if position is not None:
-                cursor.execute(_POSITION, (self.name, position))
+                self._position.write(cursor, position)
 
     def clear(self) -> None:
         with self._database.transaction() as cursor:
             cursor.execute("DELETE FROM jobledger_open_executions")
-            cursor.execute(_POSITION, (self.name, 0))
+            self._position.write(cursor, 0)
 
     def entries(self, batch: int = SNAPSHOT_BATCH) -> Iterator[tuple[int, list[EncodedEntry]]]:
         """Batches of open entries as stored, each with the position they belong to.
@@ -101,8 +88,8 @@ class Checkpoint:
         with self._database.transaction(snapshot=True) as cursor:
             # ``execute`` hands back the driver's cursor (DB-API); on PostgreSQL its COPY
             # reads the rows in this same snapshot, elsewhere the rows are streamed.
-            raw = cursor.execute(_READ_POSITION, (self.name,))
-            position = _position(cursor)
+            raw = cursor.execute(positions.READ, (self.name,))
+            position = positions.fetched(cursor)
             rows = _copied(raw) if isinstance(raw, psycopg.Cursor) else _streamed(cursor)
             # Closed first when the reader stops early: a COPY or a named cursor must
             # end before its transaction can.
@@ -133,11 +120,6 @@ class Checkpoint:
             )
             rows = cursor.fetchmany(10)
         return {QueueState(state): int(count) for state, count in rows}
-
-
-def _position(cursor: Cursor) -> int:
-    row = cursor.fetchone()
-    return 0 if row is None else int(row[0])
 
 
 def _copied(raw: psycopg.Cursor[Any]) -> Generator[EncodedEntry, None, None]:

@@ -11,39 +11,22 @@ from typing import Any
 from uuid import UUID
 
 from jobledger.domain.job import Job
+from jobledger.domain.topics import event_topics
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Database
-from jobledger.projections.log import LogRow
+from jobledger.projections.log import LogReader, LogRow
+from jobledger.projections.positions import Position
 from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
-from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.times import from_ms, to_ms
 
 POSITION = "job-schedule"
-JOB_TOPICS = tuple(
-    sorted(
-        getattr(Job, name).TOPIC
-        for name in (
-            "Scheduled",
-            "Updated",
-            "Paused",
-            "Resumed",
-            "Deleted",
-            "Fired",
-            "FiresMissed",
-            "Triggered",
-        )
-    )
-)
+JOB_TOPICS = event_topics(Job)
 _UPSERT = (
     "INSERT INTO jobledger_job_schedule (job_id, next_fire_at_ms, version) VALUES (?, ?, ?) "
     "ON CONFLICT (job_id) DO UPDATE SET next_fire_at_ms = excluded.next_fire_at_ms, "
     "version = excluded.version WHERE excluded.version > jobledger_job_schedule.version"
 )
 _VERSION_ONLY = "UPDATE jobledger_job_schedule SET version = ? WHERE job_id = ? AND version < ?"
-_POSITION = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
-)
 
 
 def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: ANN401 (any job event)
@@ -68,6 +51,7 @@ class JobIndex:
     ) -> None:
         self._reader = LogReader(ledger, page_size, topics=JOB_TOPICS)
         self._database = database
+        self._position = Position(database, POSITION)
         self.isolation = isolation or Isolation(JOB_SCHEDULE_FOLLOWER)
 
     def catch_up(self) -> int:
@@ -107,10 +91,7 @@ class JobIndex:
         return None if row is None or row[0] is None else from_ms(int(row[0]))
 
     def position(self) -> int:
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute("SELECT position FROM jobledger_positions WHERE name = ?", (POSITION,))
-            row = cursor.fetchone()
-        return 0 if row is None else int(row[0])
+        return self._position.get()
 
     def _commit(self, events: Iterable[Any], position: int | None) -> None:
         upserts: list[tuple[Any, ...]] = []
@@ -125,4 +106,4 @@ class JobIndex:
             if upserts:
                 cursor.executemany(_UPSERT, upserts)
             if position is not None:
-                cursor.execute(_POSITION, (POSITION, position))
+                self._position.write(cursor, position)

@@ -9,7 +9,7 @@ no notifications; followers there only poll.
 import functools
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeAlias
 from uuid import UUID
 
@@ -18,16 +18,24 @@ import structlog
 from eventsourcing.persistence import (
     ApplicationRecorder,
     InterfaceError,
+    Mapper,
     OperationalError,
+    StoredEvent,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
+from jobledger.domain.execution import Execution
+from jobledger.domain.topics import event_topics
+from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 
 log = structlog.get_logger(__name__)
+
+EXECUTION_EVENTS = event_topics(Execution)
 
 
 # (notification id, originator id, originator version, topic, state): one stored event
@@ -76,6 +84,62 @@ def read_rows(
     if len(rows) < limit:
         return RowPage(rows, head)
     return RowPage(rows, rows[-1][0])
+
+
+class LogReader:
+    """Events of the ledger's log, a page at a time: the execution events unless told
+    other ``topics`` (``()``: every event)."""
+
+    def __init__(
+        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = EXECUTION_EVENTS
+    ) -> None:
+        self.ledger = ledger
+        self.page_size = page_size
+        self.topics = tuple(topics)
+        mapper = ledger.mapper
+        self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
+            mapper.decode_event
+            if isinstance(mapper, MsgspecMapper)
+            else functools.partial(_decode_stored, mapper)
+        )
+
+    def head(self) -> int:
+        return self.ledger.recorder.max_notification_id() or 0
+
+    def page(self, after: int, stop: int | None = None) -> tuple[list[Any], int]:
+        page = self.rows(after, stop)
+        return list(self.events(page.rows)), page.position
+
+    def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
+        """The next page of events as stored rows (``events`` decodes them)."""
+        recorder = self.ledger.recorder
+        limit = limit or self.page_size
+        return read_rows(recorder, after, limit=limit, topics=self.topics, stop=stop)
+
+    def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
+        """The domain events of ``rows``, one at a time (a replay never holds a page)."""
+        decode = self._decode
+        for _id, originator_id, version, topic, state in rows:
+            yield decode(originator_id, version, topic, state)
+
+    def event(self, row: LogRow) -> Any:  # noqa: ANN401 (any domain event)
+        _id, originator_id, version, topic, state = row
+        return self._decode(originator_id, version, topic, state)
+
+    def row_at(self, position: int) -> LogRow | None:
+        """The stored event at ``position`` (any topic), or None."""
+        recorder = self.ledger.recorder
+        page = read_rows(recorder, position - 1, limit=1, stop=position)
+        return next((row for row in page.rows if row[0] == position), None)
+
+
+def _decode_stored(
+    mapper: Mapper[UUID], originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> Any:  # noqa: ANN401 (any domain event)
+    stored = StoredEvent(
+        originator_id=originator_id, originator_version=version, topic=topic, state=state
+    )
+    return mapper.to_domain_event(stored)
 
 
 _ROWS = (

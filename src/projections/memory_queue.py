@@ -8,7 +8,7 @@ process: on start the projection finds no meta record and rebuilds from the log.
 
 import bisect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
@@ -16,6 +16,7 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
 from jobledger.projections.queue import (
     PRIORITIES,
@@ -25,8 +26,10 @@ from jobledger.projections.queue import (
     QueueItem,
     QueueMeta,
     QueueState,
+    check_change,
 )
-from jobledger.projections.redis_keys import check_change, due_score, now_score
+from jobledger.projections.queue_entries import EncodedEntry, decode_item
+from jobledger.projections.times import due_score, now_score
 
 # (score, execution id as text, execution id): the text breaks score ties the way a
 # Redis sorted set does, by member.
@@ -88,7 +91,7 @@ class _Queue:
 class MemoryQueue:
     """A ``QueueBackend`` in a dict per queue, guarded by one lock."""
 
-    def __init__(self, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(self, *, clock: Clock = utc_now) -> None:
         # The clock only dates tombstones, for prune_tombstones.
         self._clock = clock
         self._lock = threading.Lock()
@@ -145,6 +148,13 @@ class MemoryQueue:
     def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
         changes = [QueueChange.put(item) for item in items]
         self.apply(changes, epoch=epoch, force=True)
+
+    def load_entries(self, batches: Iterable[Sequence[EncodedEntry]], *, epoch: str) -> int:
+        count = 0
+        for batch in batches:
+            self.load([decode_item(entry[7]) for entry in batch], epoch=epoch)
+            count += len(batch)
+        return count
 
     def _check_epoch(self, epoch: str) -> QueueMeta:
         if self._meta is None or self._meta.epoch != epoch:

@@ -19,7 +19,7 @@ skip the whole log.
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -28,11 +28,12 @@ import redis
 import structlog
 from eventsourcing import persistence
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.json_values import error_line
-from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.errors import ProjectionError, QueueLostError
 from jobledger.projections.log import LogRow, RowPage
+from jobledger.projections.times import from_ms, to_ms
 
 log = structlog.get_logger(__name__)
 
@@ -101,10 +102,6 @@ def is_held(row: LogRow, held: Held) -> bool:
 def _hold(held: Held, row: LogRow) -> None:
     stream = str(row[1])
     held[stream] = min(held.get(stream, row[2]), row[2])
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 class QuarantinedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -303,7 +300,7 @@ class Isolation:
     persist: bool = True
     hold: bool = True
     counted: Callable[[str], None] = lambda _follower: None
-    now: Callable[[], datetime] = utc_now
+    now: Clock = utc_now
     # What this run isolated (the stored state left out), the first MAX_KEPT of them.
     isolated: list[tuple[LogRow, str]] = field(default_factory=list)
     count: int = 0
@@ -473,7 +470,7 @@ def retry(
     read_row: ReadRow,
     *,
     ids: Sequence[int] | None = None,
-    now: Callable[[], datetime] = utc_now,
+    now: Clock = utc_now,
 ) -> RetryReport:
     """Apply quarantined events again, each in the follower it failed in.
 
@@ -515,7 +512,7 @@ class _Retry:
     quarantine: Quarantine
     appliers: Mapping[str, ApplyOne]
     read_row: ReadRow
-    now: Callable[[], datetime]
+    now: Clock
     report: RetryReport = field(default_factory=RetryReport)
     stopped: set[tuple[str, str]] = field(default_factory=set)  # streams that failed
 

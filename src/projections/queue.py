@@ -23,12 +23,16 @@ projection rebuilds.
 """
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 import msgspec
+
+if TYPE_CHECKING:
+    # The stored form of an entry (queue_entries builds it from the items defined here).
+    from jobledger.projections.queue_entries import EncodedEntry
 
 PRIORITIES = range(9, -1, -1)  # leasing order: highest first
 
@@ -132,6 +136,11 @@ class QueueBackend(Protocol):
         """
         ...
 
+    def load_entries(self, batches: "Iterable[Sequence[EncodedEntry]]", *, epoch: str) -> int:
+        """``load`` for entries already encoded (as the checkpoint stores them), in
+        batches; returns how many."""
+        ...
+
     def write_position(self, position: int, *, epoch: str) -> None:
         """Record how far the log has been applied. QueueLostError as for ``apply``."""
         ...
@@ -204,3 +213,18 @@ def encode_spec(spec: WorkSpec) -> bytes:
 
 def decode_spec(data: bytes) -> WorkSpec:
     return _spec_decoder.decode(data)
+
+
+def check_change(change: QueueChange) -> None:
+    """Reject an entry the layout cannot hold, before anything is written."""
+    item = change.item
+    if item is None:
+        return
+    if item.execution_id != change.execution_id or item.queue != change.queue:
+        raise ValueError(f"change for {change.execution_id} in {change.queue!r} carries {item}")
+    if item.priority not in PRIORITIES:
+        raise ValueError(f"priority {item.priority} of {item.execution_id} is not in 0..9")
+    if item.state is QueueState.LEASED and item.lease_id is None:
+        raise ValueError(f"leased entry {item.execution_id} has no lease id")
+    if item.at.utcoffset() is None:
+        raise ValueError(f"queue times must be zone-aware, got {item.at!r}")

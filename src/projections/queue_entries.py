@@ -12,7 +12,7 @@ from typing import TypeAlias
 import msgspec
 
 from jobledger.projections.queue import QueueItem
-from jobledger.projections.redis_keys import due_score
+from jobledger.projections.times import due_score
 
 # (execution id, queue, version, state, priority, lease id, score, item): one open
 # entry as the checkpoint holds it. ``state`` is a ``QueueState`` value, ``score`` the

@@ -14,6 +14,7 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.execution import Execution
+from jobledger.domain.topics import event_topics
 from jobledger.projections.queue import (
     QueueChange,
     QueueItem,
@@ -26,21 +27,7 @@ from jobledger.projections.queue import (
 # a page starts in the middle of an execution's history and no cache knows it.
 PreviousLoader = Callable[[UUID, int], QueueItem | None]
 
-EXECUTION_TOPICS = frozenset(
-    getattr(Execution, name).TOPIC
-    for name in (
-        "Enqueued",
-        "Leased",
-        "Completed",
-        "Retried",
-        "DeadLettered",
-        "LeaseExpired",
-        "Deferred",
-        "Requeued",
-        "Cancelled",
-        "Discarded",
-    )
-)
+EXECUTION_TOPICS = frozenset(event_topics(Execution))
 
 
 def is_execution_event(topic: str) -> bool:

@@ -15,18 +15,16 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 import structlog
-from eventsourcing.persistence import Mapper, StoredEvent
 
-from jobledger.persistence.codec import MsgspecMapper
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.checkpoint import Checkpoint, to_ms
+from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.log import LogRow, RowPage, read_rows
+from jobledger.projections.log import LogReader, LogRow, RowPage
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.prefetch import prefetched
 from jobledger.projections.quarantine import (
@@ -34,23 +32,20 @@ from jobledger.projections.quarantine import (
     QUEUE_FOLLOWER,
     Isolation,
     Quarantine,
-    utc_now,
 )
 from jobledger.projections.queue import QueueBackend, QueueItem, QueueMeta, QueueState
 from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_entry
 from jobledger.projections.queue_fold import (
-    EXECUTION_TOPICS,
     QueueFold,
     latest_per_execution,
     next_item,
     restored,
 )
-from jobledger.projections.redis_queue import RedisQueue
+from jobledger.projections.times import to_ms
 
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[int, int], None]  # (done, total)
-_TOPICS = tuple(sorted(EXECUTION_TOPICS))
 # Events per page of a full replay: fewer, larger queries than the following pages.
 REPLAY_PAGE = 10_000
 # How long a follower waits for another process's rebuild to finish loading before it
@@ -71,66 +66,12 @@ class RebuildReport:
     quarantined: str = ""  # what the replay isolated, in one line ('' if nothing)
 
 
-class LogReader:
-    """Events of the ledger's log (execution events unless told other topics), and the
-    history of one execution."""
-
-    def __init__(
-        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = _TOPICS
-    ) -> None:
-        self.ledger = ledger
-        self.page_size = page_size
-        self.topics = tuple(topics)
-        mapper = ledger.mapper
-        self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
-            mapper.decode_event
-            if isinstance(mapper, MsgspecMapper)
-            else functools.partial(_decode_stored, mapper)
-        )
-
-    def head(self) -> int:
-        return self.ledger.recorder.max_notification_id() or 0
-
-    def page(self, after: int, stop: int | None = None) -> tuple[list[Any], int]:
-        page = self.rows(after, stop)
-        return list(self.events(page.rows)), page.position
-
-    def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
-        """The next page of events as stored rows (``events`` decodes them)."""
-        recorder = self.ledger.recorder
-        limit = limit or self.page_size
-        return read_rows(recorder, after, limit=limit, topics=self.topics, stop=stop)
-
-    def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
-        """The domain events of ``rows``, one at a time (a replay never holds a page)."""
-        decode = self._decode
-        for _id, originator_id, version, topic, state in rows:
-            yield decode(originator_id, version, topic, state)
-
-    def event(self, row: LogRow) -> Any:  # noqa: ANN401 (any domain event)
-        _id, originator_id, version, topic, state = row
-        return self._decode(originator_id, version, topic, state)
-
-    def row_at(self, position: int) -> LogRow | None:
-        """The stored event at ``position`` (any topic), or None."""
-        recorder = self.ledger.recorder
-        page = read_rows(recorder, position - 1, limit=1, stop=position)
-        return next((row for row in page.rows if row[0] == position), None)
-
-    def previous(self, execution_id: UUID, version: int) -> QueueItem | None:
-        item: QueueItem | None = None
-        for domain_event in self.ledger.events.get(execution_id, lte=version - 1):
-            item = next_item(domain_event, item)
-        return item
-
-
-def _decode_stored(
-    mapper: Mapper[UUID], originator_id: UUID | str, version: int, topic: str, state: bytes
-) -> Any:  # noqa: ANN401 (any domain event)
-    stored = StoredEvent(
-        originator_id=originator_id, originator_version=version, topic=topic, state=state
-    )
-    return mapper.to_domain_event(stored)
+def previous_item(ledger: Ledger, execution_id: UUID, version: int) -> QueueItem | None:
+    """The queue entry an execution had before ``version`` (None if it had none)."""
+    item: QueueItem | None = None
+    for domain_event in ledger.events.get(execution_id, lte=version - 1):
+        item = next_item(domain_event, item)
+    return item
 
 
 def _row_pages(reader: LogReader, stop: int | None) -> Iterator[RowPage]:
@@ -177,7 +118,7 @@ class QueueProjection:
         page_size: int = 2000,
         quarantine: Quarantine | None = None,
         counted: Callable[[str], None] | None = None,
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock = utc_now,
     ) -> None:
         self.reader = LogReader(ledger, page_size)
         self.backend = backend
@@ -349,14 +290,8 @@ class QueueProjection:
                 done += len(batch)
                 progress(done, done)
 
-        if isinstance(self.backend, RedisQueue):
-            # Redis stores the very bytes the checkpoint holds: no item is built.
-            return self.backend.load_entries(counted(), epoch=epoch)
-        items = 0
-        for batch in counted():
-            self.backend.load([decode_item(entry[7]) for entry in batch], epoch=epoch)
-            items += len(batch)
-        return items
+        # Redis stores the very bytes the checkpoint holds: no item is built there.
+        return self.backend.load_entries(counted(), epoch=epoch)
 
     def _rebuild_from_log(
         self, epoch: str, progress: Progress, isolation: Isolation, now: datetime
@@ -378,7 +313,7 @@ class QueueProjection:
             item = self.checkpoint.load(execution_id)
             if item is not None and item.version == version - 1:
                 return item
-        return self.reader.previous(execution_id, version)
+        return previous_item(self.reader.ledger, execution_id, version)
 
 
 def _restored_entries(batch: list[EncodedEntry], now: datetime) -> list[EncodedEntry]:
@@ -439,7 +374,7 @@ class CheckpointProjection:
         item = self.checkpoint.load(execution_id)
         if item is not None and item.version == version - 1:
             return item
-        return self.reader.previous(execution_id, version)
+        return previous_item(self.reader.ledger, execution_id, version)
 
 
 def expected_queue(reader: LogReader, *, stop: int, isolation: Isolation) -> MemoryQueue:
@@ -447,7 +382,7 @@ def expected_queue(reader: LogReader, *, stop: int, isolation: Isolation) -> Mem
     the streams ``isolation`` holds (as the projection leaves them out)."""
     memory = MemoryQueue()
     memory.reset(QueueMeta(store_id="verify", epoch="verify", position=0))
-    fold = QueueFold(reader.previous)
+    fold = QueueFold(functools.partial(previous_item, reader.ledger))
     for _page in replay(reader, fold, isolation, stop=stop):
         pass  # the fold remembers every open entry
     memory.load(fold.open_items(), epoch="verify")

@@ -50,15 +50,15 @@ from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, Execution
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.checkpoint import to_ms
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.job_index import JOB_TOPICS
-from jobledger.projections.log import LogRow, RowPage
+from jobledger.projections.log import LogReader, LogRow, RowPage
+from jobledger.projections.positions import Position
 from jobledger.projections.prefetch import prefetched
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation
 from jobledger.projections.queue_fold import EXECUTION_TOPICS
-from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.times import to_ms
 
 log = structlog.get_logger(__name__)
 
@@ -178,13 +178,6 @@ _SELECT_ATTEMPTS = (
     f"SELECT {', '.join('a.' + c for c in ATTEMPT_COLUMNS)} FROM {ATTEMPTS} a "  # noqa: S608 (constant)
     f"JOIN {EXECUTIONS} e ON e.id = a.execution_id AND e.lease_seq = a.seq WHERE e.id IN "
 )
-_INSERT_POSITION = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, 0) ON CONFLICT (name) DO NOTHING"
-)
-# A no-op write: it takes the row's lock, so concurrent appliers of a page queue up here.
-_LOCK_POSITION = "UPDATE jobledger_positions SET position = position WHERE name = ?"
-_READ_POSITION = "SELECT position FROM jobledger_positions WHERE name = ?"
-_WRITE_POSITION = "UPDATE jobledger_positions SET position = ? WHERE name = ?"
 _FINAL = ", ".join(f"'{status}'" for status in FINAL_STATUSES)
 _PRUNE_ATTEMPTS = (
     f"DELETE FROM {ATTEMPTS} WHERE execution_id IN (SELECT id FROM {EXECUTIONS} "  # noqa: S608 (constant)
@@ -636,15 +629,6 @@ def _add_status_counts(cursor: Cursor, changes: Sequence[tuple[str, str, int]]) 
         cursor.execute(_DROP_ZERO_COUNTS)
 
 
-def _claim(cursor: Cursor, start: int) -> bool:
-    """Lock the position; True if it is still ``start`` (nobody applied the page)."""
-    cursor.execute(_INSERT_POSITION, (POSITION,))
-    cursor.execute(_LOCK_POSITION, (POSITION,))
-    cursor.execute(_READ_POSITION, (POSITION,))
-    row = cursor.fetchone()
-    return row is not None and int(row[0]) == start
-
-
 def _pages(reader: LogReader) -> Iterator[tuple[int, RowPage]]:
     """(start, page) from the beginning of the log to its head."""
     position = 0
@@ -668,6 +652,7 @@ class ReadModels:
         isolation: Isolation | None = None,
     ) -> None:
         self._database = database
+        self._position = Position(database, POSITION)
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._replay_reader = LogReader(ledger, max(page_size, REPLAY_PAGE), topics=TOPICS)
         self.isolation = isolation or Isolation(READ_MODELS_FOLLOWER)
@@ -678,10 +663,7 @@ class ReadModels:
         return self._next_page(self._reader, self.isolation) is not None
 
     def position(self) -> int:
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(_READ_POSITION, (POSITION,))
-            row = cursor.fetchone()
-        return 0 if row is None else int(row[0])
+        return self._position.get()
 
     def lag(self) -> int:
         """Events in the log that the read models have not seen yet."""
@@ -718,10 +700,10 @@ class ReadModels:
 
     def _reset(self) -> None:
         with self._database.transaction() as cursor:
-            _claim(cursor, 0)
+            self._position.lock(cursor)
             for table in TABLES:
                 cursor.execute(f"DELETE FROM {table}")  # noqa: S608 (constant names)
-            cursor.execute(_WRITE_POSITION, (0, POSITION))
+            self._position.write(cursor, 0)
 
     def _next_page(self, reader: LogReader, isolation: Isolation) -> int | None:
         """Events read from the next page; None when there was no page."""
@@ -740,8 +722,7 @@ class ReadModels:
         event = self._reader.event(row)
         key = str(event.originator_id)
         with self._database.transaction() as cursor:
-            cursor.execute(_INSERT_POSITION, (POSITION,))
-            cursor.execute(_LOCK_POSITION, (POSITION,))
+            self._position.lock(cursor)
             fold = _read_fold(cursor, [(key, event)])
             fold.apply(key, event)
             _write_fold(cursor, fold)
@@ -751,13 +732,13 @@ class ReadModels:
         in one transaction; False if the position had moved meanwhile."""
         events = [(str(e.originator_id), e) for e in self._reader.events(page.rows)]
         with self._database.transaction() as cursor:
-            if not _claim(cursor, start):
+            if not self._position.claim(cursor, start):
                 return False
             fold = _read_fold(cursor, events)
             for key, event in events:
                 fold.apply(key, event)
             _write_fold(cursor, fold)
-            cursor.execute(_WRITE_POSITION, (page.position, POSITION))
+            self._position.write(cursor, page.position)
         return True
 
 

@@ -22,7 +22,6 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.execution import ExecutionStatus
-from jobledger.projections.checkpoint import from_ms, to_ms
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.read_models import (
     ATTEMPTS,
@@ -38,6 +37,7 @@ from jobledger.projections.read_models import (
     bucket_value,
     minute_of,
 )
+from jobledger.projections.times import from_ms, to_ms
 
 MAX_LIMIT = 1000
 MAX_STATS_MINUTES = 7 * 24 * 60

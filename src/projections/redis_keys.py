@@ -40,22 +40,17 @@ Workers report themselves in ``jl:{workers}:info`` (hash: worker id -> JSON) and
 Circuit breakers keep their state under ``jl:{breaker}:<handler>`` (pybreaker adds
 ``:state``, ``:fail_counter``, ``:success_counter`` and ``:opened_at``).
 
-Scores are integer milliseconds since the Unix epoch. A time that makes an entry due
-(ready_at, deadline) is rounded up and ``now`` is rounded down, so an entry is never
-leased or expired before its time, only up to a millisecond late. The memory backend
-uses the same scores, and the same ``check_change``, so that both backends order, time
-and refuse entries identically.
+Scores are integer milliseconds since the Unix epoch (``jobledger.projections.times``);
+the memory backend uses the same scores, and the same ``check_change``, so that both
+backends order, time and refuse entries identically.
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 
-from jobledger.projections.queue import PRIORITIES, QueueChange, QueueState
+from jobledger.projections.queue import PRIORITIES
 
 DEFAULT_PREFIX = "jl"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _GLOB_SPECIALS = frozenset("*?[]\\")
 
 
@@ -161,45 +156,3 @@ class Keys:
     def queue_pattern(self) -> str:
         """A SCAN pattern for every queue key under this prefix, and no other prefix's."""
         return f"{_glob_escape(self.prefix)}:{{q:*"
-
-
-def check_change(change: QueueChange) -> None:
-    """Reject an entry the layout cannot hold, before anything is written."""
-    item = change.item
-    if item is None:
-        return
-    if item.execution_id != change.execution_id or item.queue != change.queue:
-        raise ValueError(f"change for {change.execution_id} in {change.queue!r} carries {item}")
-    if item.priority not in PRIORITIES:
-        raise ValueError(f"priority {item.priority} of {item.execution_id} is not in 0..9")
-    if item.state is QueueState.LEASED and item.lease_id is None:
-        raise ValueError(f"leased entry {item.execution_id} has no lease id")
-    _micros(item.at)  # zone-aware
-
-
-# ---- scores and stored times ----------------------------------------------------------
-
-
-def _micros(at: datetime) -> int:
-    if at.utcoffset() is None:
-        raise ValueError(f"queue times must be zone-aware, got {at!r}")
-    return (at - _EPOCH) // _MICROSECOND
-
-
-def due_score(at: datetime) -> int:
-    """The score of a time that makes an entry due: rounded up to the millisecond."""
-    return -(-_micros(at) // 1000)
-
-
-def now_score(now: datetime) -> int:
-    """The score of the current time: rounded down to the millisecond."""
-    return _micros(now) // 1000
-
-
-def encode_time(at: datetime) -> str:
-    """An exact time as stored in the ``state`` hash (microseconds)."""
-    return str(_micros(at))
-
-
-def decode_time(text: str) -> datetime:
-    return _EPOCH + int(text) * _MICROSECOND

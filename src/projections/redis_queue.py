@@ -13,7 +13,7 @@ partial loss); the scripts repeat the per-queue check atomically before writing.
 """
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from typing import TypeVar
@@ -23,6 +23,7 @@ import msgspec
 import redis
 from redis.commands.core import Script
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
 from jobledger.projections.queue import (
     Depths,
@@ -31,19 +32,12 @@ from jobledger.projections.queue import (
     QueueItem,
     QueueMeta,
     QueueState,
+    check_change,
 )
 from jobledger.projections.queue_entries import EncodedEntry, encode_entry, encode_item
 from jobledger.projections.redis_bulk import EntryPacker, pack, packed_pipeline
-from jobledger.projections.redis_keys import (
-    DEFAULT_PREFIX,
-    Keys,
-    QueueKeys,
-    check_change,
-    decode_time,
-    due_score,
-    encode_time,
-    now_score,
-)
+from jobledger.projections.redis_keys import DEFAULT_PREFIX, Keys, QueueKeys
+from jobledger.projections.times import decode_time, due_score, encode_time, now_score
 
 _T = TypeVar("_T")
 _Arg = str | int | bytes  # a script argument
@@ -113,7 +107,7 @@ class RedisQueue:
         client: redis.Redis,
         prefix: str = DEFAULT_PREFIX,
         *,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock = utc_now,
     ) -> None:
         if client.get_encoder().decode_responses:
             raise ValueError("RedisQueue needs a client with decode_responses=False")

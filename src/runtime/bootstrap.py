@@ -14,6 +14,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
 from jobledger.projections.job_index import JobIndex
+from jobledger.projections.log import LogReader
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
@@ -28,7 +29,7 @@ from jobledger.projections.quarantine import (
     unapplied,
 )
 from jobledger.projections.queue import QueueBackend
-from jobledger.projections.queue_projection import LogReader, verify_queue
+from jobledger.projections.queue_projection import verify_queue
 from jobledger.projections.read_models import ReadModels
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue

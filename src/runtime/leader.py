@@ -16,22 +16,24 @@ the log (deterministic execution ids and the Job's expected version): see ADR 9.
 
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import redis
 import structlog
 
+from jobledger.domain.clock import MonotonicClock
 from jobledger.projections.database import Database
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.errors import StoreNotMigratedError
 from jobledger.runtime.outages import REDIS, DependencyHealth
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 log = structlog.get_logger(__name__)
 
-Clock = Callable[[], float]
 
 _EPOCH_TABLE = "jobledger_leader_epoch"
 
@@ -142,7 +144,7 @@ class RedisLeadership:
         epochs: EpochSource,
         *,
         timing: LeaderTiming = LeaderTiming(),
-        clock: Clock = time.monotonic,
+        clock: MonotonicClock = time.monotonic,
         name: str = "scheduler",
         health: DependencyHealth | None = None,
     ) -> None:

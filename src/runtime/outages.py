@@ -22,6 +22,7 @@ import structlog
 from eventsourcing import persistence
 from prometheus_client import Gauge
 
+from jobledger.domain.clock import MonotonicClock
 from jobledger.domain.json_values import error_line
 from jobledger.projections.background import Background
 
@@ -30,7 +31,6 @@ log = structlog.get_logger(__name__)
 POSTGRESQL = "postgresql"
 REDIS = "redis"
 
-Clock = Callable[[], float]
 
 _POSTGRES_ERRORS: tuple[type[Exception], ...] = (
     psycopg.OperationalError,  # AdminShutdown, a refused connection, a pool timeout
@@ -106,7 +106,7 @@ class DependencyHealth:
         *,
         gauge: Gauge | None = None,
         backoff: Backoff = Backoff(),
-        clock: Clock = time.monotonic,
+        clock: MonotonicClock = time.monotonic,
         rand: Callable[[], float] = random.random,
     ) -> None:
         self.role = role

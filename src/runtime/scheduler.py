@@ -8,14 +8,14 @@ conflict in the store, counted here and skipped (ADR 9).
 
 import random
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from uuid import UUID
 
 import structlog
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
@@ -26,7 +26,7 @@ from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
-from jobledger.projections.queue_projection import LogReader
+from jobledger.projections.queue_projection import previous_item
 from jobledger.runtime.leader import Leadership
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
@@ -34,12 +34,7 @@ from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
 
-Now = Callable[[], datetime]
 INDEX_RESOLUTION = timedelta(milliseconds=1)
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
 
 
 @dataclass
@@ -102,7 +97,6 @@ class Scheduler:
         self.config = config
         self.stats = SchedulerStats()
         self.metrics = metrics or Metrics()
-        self._reader = LogReader(ledger)
         self._changes_counted = 0
 
     # ---- firing ---------------------------------------------------------------------
@@ -240,7 +234,7 @@ class Scheduler:
 
     def _repair(self, backend: QueueBackend, queue: str, execution: Execution) -> None:
         """The queue holds a lease the log never recorded: write what the log says."""
-        item = self._reader.previous(execution.id, execution.version + 1)
+        item = previous_item(self.ledger, execution.id, execution.version + 1)
         change = QueueChange(
             execution_id=execution.id, queue=queue, version=execution.version, item=item
         )
@@ -262,7 +256,7 @@ class SchedulerService(Background):
         self,
         scheduler: Scheduler,
         *,
-        now: Now = utc_now,
+        now: Clock = utc_now,
         health: DependencyHealth | None = None,
     ) -> None:
         self.scheduler = scheduler

@@ -8,6 +8,7 @@ from datetime import datetime
 
 import structlog
 
+from jobledger.domain.clock import Clock
 from jobledger.projections.quarantine import (
     QuarantinedEvent,
     RetryReport,
@@ -34,7 +35,6 @@ __all__ = [
 log = structlog.get_logger(__name__)
 
 Progress = Callable[[int, int], None]
-Clock = Callable[[], datetime]
 
 
 def _no_progress(_done: int, _total: int) -> None:
