@@ -142,7 +142,7 @@ class Container:
     def worker(self, worker_id: str | None = None) -> Worker:
         settings = self.settings
         config = WorkerConfig(
-            queues=tuple(q.strip() for q in settings.worker_queues.split(",") if q.strip()),
+            queues=settings.worker_queues,
             slots=settings.worker_slots,
             lease_ttl=timedelta(seconds=settings.worker_lease_ttl_seconds),
             grace=settings.worker_grace_seconds,
@@ -175,7 +175,7 @@ class Container:
         return load_registry(
             settings.handlers,
             webhook=WebhookSettings(
-                allow=tuple(a.strip() for a in settings.webhook_allow.split(",") if a.strip()),
+                allow=settings.webhook_allow,
                 timeout=settings.webhook_timeout_seconds,
             ),
             shell=ShellSettings(

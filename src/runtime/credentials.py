@@ -18,13 +18,15 @@ USERNAME_RULE = "3 to 64 characters: a-z, 0-9, dot, underscore or hyphen"
 MAX_PASSWORD_LENGTH = 1024
 MIN_DISTINCT_CHARACTERS = 5
 API_TOKEN_PREFIX = "jl_"  # noqa: S105 (a public prefix, not a secret)
-# re.ASCII: a letter that only lower-cases to ASCII (the Kelvin sign) is not allowed in.
-_USERNAME = re.compile(r"[a-z0-9._-]{3,64}", re.ASCII | re.IGNORECASE)
+# (?a): a letter that only lower-cases to ASCII (the Kelvin sign) is not allowed in.
+# Anchored, as the settings' declared pattern is searched, not matched whole.
+USERNAME_PATTERN = r"(?ai)\A[a-z0-9._-]{3,64}\Z"
+_USERNAME = re.compile(USERNAME_PATTERN)
 
 
 def username_problem(username: str) -> str | None:
     """What is wrong with a username (as typed; it is stored lower-case), or None."""
-    if _USERNAME.fullmatch(username) is None:
+    if _USERNAME.match(username) is None:
         return f"a username has {USERNAME_RULE}"
     return None
 

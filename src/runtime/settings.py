@@ -1,17 +1,26 @@
-"""One frozen settings object, read from ``JOBLEDGER_*`` variables and CLI flags."""
+"""One frozen settings object, read from ``JOBLEDGER_*`` variables and CLI flags.
+
+What a setting may hold is declared on its field (``msgspec.Meta`` bounds and
+patterns, ``Literal`` choices), so msgspec refuses a bad value as it reads it; the
+field's ``extra={"use": ...}`` says how to fix one, ``{range}`` standing for what the
+bounds allow. Only rules that relate two settings or parse a value are written out.
+"""
 
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+import reprlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 import msgspec
+import msgspec.inspect
 import psycopg
+from msgspec import Meta
 from psycopg.conninfo import conninfo_to_dict
 
-from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_RULE, username_problem
+from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_PATTERN, USERNAME_RULE
 from jobledger.runtime.errors import SettingsError
 
 PREFIX = "JOBLEDGER_"
@@ -24,6 +33,14 @@ _SECRET_VALUES = frozenset({"admin_password"})
 _FALLBACKS = {"admin_username": "ADMIN_USERNAME", "admin_password": "ADMIN_PASSWORD"}
 MAX_SESSION_HOURS = 30 * 24
 MINUTES_PER_DAY = 24 * 60
+MAX_PORT = 65_535
+
+# Shared by several fields.
+_Seconds = Annotated[float, Meta(gt=0, extra={"use": "{range} seconds"})]
+_Minutes = Annotated[float, Meta(gt=0, le=MINUTES_PER_DAY, extra={"use": "{range} minutes"})]
+_Port = Annotated[int, Meta(ge=1, le=MAX_PORT, extra={"use": "a TCP port, {range}"})]
+# A comma-separated list in the environment and in a flag, split once as it is read.
+_List = tuple[str, ...]
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,49 +49,88 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     data_dir: str = ".jobledger"
     database_url: str = ""
     redis_url: str = ""
-    redis_prefix: str = "jl"
-    database_pool_size: int = 5
-    aggregate_cache_size: int = 10_000
-    writer_max_batch: int = 100
-    writer_max_delay_ms: float = 5.0
-    projection_page_size: int = 2000
-    projection_poll_ms: float = 500.0
-    projection_batch_ms: float = 20.0
-    leader_ttl_ms: int = 3000
-    leader_renew_ms: int = 1000
-    leader_poll_ms: int = 500
-    scheduler_tick_ms: int = 50
-    misfire_grace_seconds: float = 60.0
-    max_payload_bytes: int = 64 * 1024
-    min_interval_seconds: float = 60.0
-    worker_queues: str = "default"
-    worker_slots: int = 4
-    worker_lease_ttl_seconds: float = 30.0
-    worker_grace_seconds: float = 10.0
-    handlers: str = ""
-    webhook_allow: str = ""
-    webhook_timeout_seconds: float = 30.0
+    redis_prefix: Annotated[
+        str, Meta(pattern=r"\A[^{]+\Z", extra={"use": "a short name without braces"})
+    ] = "jl"
+    database_pool_size: Annotated[int, Meta(ge=1)] = 5
+    aggregate_cache_size: Annotated[
+        int, Meta(ge=0, extra={"use": "{range} aggregates, 0 for no cache"})
+    ] = 10_000
+    writer_max_batch: Annotated[
+        int, Meta(ge=1, le=MAX_WRITER_BATCH, extra={"use": "{range} items"})
+    ] = 100
+    writer_max_delay_ms: Annotated[
+        float, Meta(ge=0, le=MAX_WRITER_DELAY_MS, extra={"use": "{range} ms"})
+    ] = 5.0
+    projection_page_size: Annotated[
+        int, Meta(ge=1, le=MAX_WRITER_BATCH, extra={"use": "{range} events"})
+    ] = 2000
+    projection_poll_ms: Annotated[float, Meta(gt=0, extra={"use": "{range} milliseconds"})] = 500.0
+    projection_batch_ms: Annotated[
+        float, Meta(ge=0, le=1000, extra={"use": "{range} milliseconds"})
+    ] = 20.0
+    leader_ttl_ms: Annotated[int, Meta(ge=100, extra={"use": "{range} ms"})] = 3000
+    # Below the ttl too: checked in _check, as it relates two settings.
+    leader_renew_ms: Annotated[int, Meta(ge=1, extra={"use": "{range} ms"})] = 1000
+    leader_poll_ms: Annotated[int, Meta(ge=10, extra={"use": "{range} ms"})] = 500
+    scheduler_tick_ms: Annotated[int, Meta(ge=1, extra={"use": "{range} ms"})] = 50
+    misfire_grace_seconds: Annotated[float, Meta(ge=0, extra={"use": "{range} seconds"})] = 60.0
+    max_payload_bytes: Annotated[int, Meta(ge=1, extra={"use": "{range} bytes"})] = 64 * 1024
+    # Two fires of a 5-field cron are at least a minute apart anyway.
+    min_interval_seconds: Annotated[float, Meta(ge=60, extra={"use": "{range} seconds"})] = 60.0
+    worker_queues: Annotated[
+        _List, Meta(min_length=1, extra={"use": "one or more queue names, comma-separated"})
+    ] = ("default",)
+    worker_slots: Annotated[
+        int, Meta(ge=1, le=1000, extra={"use": "{range} concurrent executions"})
+    ] = 4
+    worker_lease_ttl_seconds: Annotated[float, Meta(ge=1, extra={"use": "{range} seconds"})] = 30.0
+    worker_grace_seconds: Annotated[float, Meta(ge=0, extra={"use": "{range} seconds"})] = 10.0
+    handlers: _List = ()
+    webhook_allow: _List = ()
+    webhook_timeout_seconds: _Seconds = 30.0
     shell_commands: str = ""
-    shell_timeout_seconds: float = 60.0
-    breaker_fail_max: int = 3
-    breaker_reset_seconds: float = 30.0
-    metrics_port: int = 0
-    metrics_host: str = "127.0.0.1"
-    log_level: str = "info"
-    log_format: str = "auto"
-    mode: str = "production"
-    admin_username: str = "admin"
-    admin_password: str = ""
-    session_idle_minutes: float = 30.0
-    session_absolute_hours: float = 12.0
-    login_max_failures: int = 5
-    login_window_minutes: float = 15.0
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
-    api_max_body_bytes: int = 1_048_576
-    secure_cookies: str = "auto"
-    ready_max_lag: int = 10_000
-    trusted_proxies: str = ""
+    shell_timeout_seconds: _Seconds = 60.0
+    breaker_fail_max: Annotated[int, Meta(ge=1, extra={"use": "{range} consecutive failures"})] = 3
+    breaker_reset_seconds: _Seconds = 30.0
+    metrics_port: Annotated[
+        int, Meta(ge=0, le=MAX_PORT, extra={"use": "a TCP port, {range}, 0 for none"})
+    ] = 0
+    metrics_host: Annotated[
+        str, Meta(pattern=r"\S", extra={"use": "an address, e.g. 127.0.0.1 or 0.0.0.0"})
+    ] = "127.0.0.1"
+    # Read in any case (logging's own names are upper case); stored lower case.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["auto", "console", "json"] = "auto"
+    mode: Literal["dev", "production"] = "production"
+    admin_username: Annotated[str, Meta(pattern=USERNAME_PATTERN, extra={"use": USERNAME_RULE})] = (
+        "admin"
+    )
+    # A secret read from a file often keeps its line break; that would be part of it.
+    admin_password: Annotated[
+        str,
+        Meta(
+            max_length=MAX_PASSWORD_LENGTH,
+            pattern=r"(?s)\A(?!\s)(.*\S)?\Z",
+            extra={"use": "{range} characters, without spaces or line breaks around it"},
+        ),
+    ] = ""
+    session_idle_minutes: _Minutes = 30.0
+    session_absolute_hours: Annotated[
+        float, Meta(gt=0, le=MAX_SESSION_HOURS, extra={"use": "{range} hours"})
+    ] = 12.0
+    login_max_failures: Annotated[int, Meta(ge=1, le=1000, extra={"use": "{range} failures"})] = 5
+    login_window_minutes: _Minutes = 15.0
+    api_host: Annotated[str, Meta(pattern=r"\A\S+\Z", extra={"use": "a host or address"})] = (
+        "127.0.0.1"
+    )
+    api_port: _Port = 8000
+    api_max_body_bytes: Annotated[
+        int, Meta(ge=1024, le=100 * 1024 * 1024, extra={"use": "{range} bytes"})
+    ] = 1_048_576
+    secure_cookies: Literal["auto", "always", "never"] = "auto"
+    ready_max_lag: Annotated[int, Meta(ge=0, extra={"use": "{range} events"})] = 10_000
+    trusted_proxies: _List = ()
     # None: on in dev mode, off in production; an explicit true or false wins.
     test_handlers: bool | None = None
 
@@ -90,11 +146,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def proxy_networks(self) -> tuple[IPNetwork, ...]:
         """``trusted_proxies`` as networks (an address is a network of one)."""
-        return tuple(
-            ipaddress.ip_network(entry.strip("[]"), strict=False)
-            for entry in (e.strip() for e in self.trusted_proxies.split(","))
-            if entry
-        )
+        return tuple(_as_network(entry) for entry in self.trusted_proxies)
 
     @property
     def sqlite_path(self) -> Path:
@@ -103,8 +155,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return Path(self.data_dir) / "events.sqlite3"
 
     def masked(self) -> dict[str, Any]:
-        """The effective settings with secrets (in URLs, or whole values) as ``***``."""
-        shown = msgspec.structs.asdict(self)
+        """The effective settings as plain JSON values (lists as lists), with secrets
+        (in URLs, or whole values) as ``***``."""
+        shown: dict[str, Any] = {
+            name: list(value) if isinstance(value, tuple) else value
+            for name, value in msgspec.structs.asdict(self).items()
+        }
         for name in _SECRET_FIELDS:
             shown[name] = mask_url(shown[name])
         for name in _SECRET_VALUES:
@@ -137,190 +193,230 @@ def mask_url(text: str) -> str:
 
 def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -> Settings:
     """Settings from the environment, then overrides (CLI flags) on top."""
-    values = _from_environ(environ)
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    given = _given(environ, overrides)
+    values = {field: _parsed(field, raw) for field, (_, raw) in given.items()}
     if values.get("test_handlers") == "":
         del values["test_handlers"]  # set but empty: the mode decides
     try:
         settings = msgspec.convert(values, Settings, strict=False)
     except msgspec.ValidationError as error:
-        raise SettingsError(_explain(error)) from None
-    _check(settings)
+        raise SettingsError(_explain(error, given)) from None
+    names = {field: PREFIX + field.upper() for field in Settings.__struct_fields__}
+    names |= {field: name for field, (name, _) in given.items()}
+    _check(settings, names)
     return settings
 
 
-def _from_environ(environ: Mapping[str, str]) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name in Settings.__struct_fields__:
-        variable = PREFIX + name.upper()
-        fallback = _FALLBACKS.get(name)
-        if variable in environ:
-            values[name] = environ[variable]
-        elif fallback is not None and fallback in environ:
-            values[name] = environ[fallback]
-    return values
+# (the variable or flag a setting came from, its value as given)
+Given = tuple[str, object]
 
 
-def _explain(error: msgspec.ValidationError) -> str:
-    # msgspec names the path as `$.field`; turn it into the variable a user sets.
+def _given(environ: Mapping[str, str], overrides: Mapping[str, object]) -> dict[str, Given]:
+    """The settings that were set, each with where it came from: the flag, the
+    variable, or the variable's unprefixed fallback."""
+    given: dict[str, Given] = {}
+    for field in Settings.__struct_fields__:
+        variable = PREFIX + field.upper()
+        fallback = _FALLBACKS.get(field, "")
+        if overrides.get(field) is not None:
+            given[field] = ("--" + field.replace("_", "-"), overrides[field])
+        elif variable in environ:
+            given[field] = (variable, environ[variable])
+        elif fallback in environ:
+            given[field] = (fallback, environ[fallback])
+    return given
+
+
+def _parsed(field: str, raw: object) -> object:
+    if not isinstance(raw, str):
+        return raw
+    if field in _LISTS:
+        return tuple(entry for entry in (part.strip() for part in raw.split(",")) if entry)
+    if field == "log_level":
+        return raw.lower()
+    return raw
+
+
+_AT_FIELD = re.compile(r"`\$\.(?P<field>\w+)")
+
+
+def _explain(error: msgspec.ValidationError, given: Mapping[str, Given]) -> str:
+    """msgspec's message (`Expected `int` >= 1 - at `$.worker_slots``) as the line a
+    user can act on: the variable or flag, what it takes, and what it was given."""
     text = str(error)
-    if "$." in text:
-        field = text.rsplit("$.", 1)[1].split("[", maxsplit=1)[0].strip("` ")
+    found = _AT_FIELD.search(text)
+    if found is None:
+        return text
+    field = found["field"]
+    name, raw = given.get(field, (PREFIX + field.upper(), None))
+    fix = _FIXES.get(field)
+    if not fix:
         problem = text.split(" - ", maxsplit=1)[0]
-        if "`bool" in problem:
-            return f"{PREFIX}{field.upper()}: use true or false"
-        return f"{PREFIX}{field.upper()}: {problem}; set it to a valid value"
-    return text
+        return f"{name}: {problem}; set it to a valid value"
+    if field in _SECRET_FIELDS | _SECRET_VALUES:
+        return f"{name}: use {fix}"
+    return f"{name}: use {fix}; got {reprlib.repr(raw)}"
 
 
-def _check(settings: Settings) -> None:
-    _check_urls(settings)
-    if not 0 < settings.leader_renew_ms < settings.leader_ttl_ms:
+def _declared() -> list[tuple[str, msgspec.inspect.Type, dict[str, Any], object]]:
+    """(name, type, the ``Meta`` extra, default) of each field, as msgspec reads them."""
+    info = msgspec.inspect.type_info(Settings)
+    if not isinstance(info, msgspec.inspect.StructType):  # pragma: no cover (a Struct)
+        raise TypeError(info)
+    declared = []
+    for field in info.fields:
+        kind, extra = field.type, {}
+        if isinstance(field.type, msgspec.inspect.Metadata):
+            kind, extra = field.type.type, field.type.extra or {}
+        declared.append((field.name, kind, extra, field.default))
+    return declared
+
+
+def _fixes() -> dict[str, str]:
+    """For each field, what it takes as a user reads it: from its declared bounds or
+    choices, its ``use`` text, and for a number its default."""
+    fixes: dict[str, str] = {}
+    hints = get_type_hints(Settings)
+    for name, kind, extra, default in _declared():
+        # msgspec sorts a Literal's values; the declared order reads better.
+        allowed = _allowed(kind)
+        if isinstance(kind, msgspec.inspect.LiteralType):
+            allowed = _either(get_args(hints[name]))
+        fix = str(extra.get("use", "{range}")).format(range=allowed)
+        if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+            fix += f" (default {_number(default)})"
+        fixes[name] = fix
+    return fixes
+
+
+def _allowed(kind: msgspec.inspect.Type) -> str:
+    """The values a type's bounds allow, in words: "1 to 1000", "more than 0 and at most
+    1440", "at most 1024" (characters or entries), "true or false"."""
+    if isinstance(kind, msgspec.inspect.UnionType) and any(
+        isinstance(each, msgspec.inspect.BoolType) for each in kind.types
+    ):
+        return "true or false"
+    if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        return _between(kind.gt, kind.ge, kind.lt, kind.le)
+    if isinstance(kind, msgspec.inspect.StrType | msgspec.inspect.VarTupleType):
+        return _between(None, kind.min_length, None, kind.max_length)
+    return ""
+
+
+def _between(gt: float | None, ge: float | None, lt: float | None, le: float | None) -> str:
+    if ge is not None and le is not None:
+        return f"{_number(ge)} to {_number(le)}"
+    low = f"more than {_number(gt)}" if gt is not None else ""
+    low = f"at least {_number(ge)}" if ge is not None else low
+    high = f"less than {_number(lt)}" if lt is not None else ""
+    high = f"at most {_number(le)}" if le is not None else high
+    if low and high:
+        return f"{low} and {high}"
+    if ge is not None:
+        return f"{_number(ge)} or more"
+    return low or high
+
+
+def _either(choices: tuple[object, ...]) -> str:
+    words = [str(choice) for choice in choices]
+    return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def _number(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+_FIXES = _fixes()
+_LISTS = frozenset(
+    name for name, kind, _, _ in _declared() if isinstance(kind, msgspec.inspect.VarTupleType)
+)
+
+
+def _check(settings: Settings, names: Mapping[str, str]) -> None:
+    """The rules msgspec cannot check from a field's declaration: those that relate two
+    settings, and those that parse a value (URLs, addresses and networks)."""
+    _check_urls(settings, names)
+    _check_entries(settings, names)
+    if settings.leader_renew_ms >= settings.leader_ttl_ms:
         raise SettingsError(
-            f"{PREFIX}LEADER_RENEW_MS: renew more often than the ttl "
-            f"({settings.leader_ttl_ms} ms), e.g. every third of it"
+            f"{names['leader_renew_ms']}: renew more often than the ttl "
+            f"({names['leader_ttl_ms']}: {settings.leader_ttl_ms} ms), e.g. every third of it"
         )
-    for field, valid, fix in _RULES:
-        if not valid(getattr(settings, field)):
-            raise SettingsError(f"{PREFIX}{field.upper()}: {fix}")
     if settings.api_max_body_bytes < settings.max_payload_bytes:
         raise SettingsError(
-            f"{PREFIX}API_MAX_BODY_BYTES: a job's payload travels in the request body; use "
-            f"at least {PREFIX}MAX_PAYLOAD_BYTES ({settings.max_payload_bytes})"
+            f"{names['api_max_body_bytes']}: a job's payload travels in the request body; use "
+            f"at least {names['max_payload_bytes']} ({settings.max_payload_bytes})"
         )
 
 
-# (field, test, how to fix) for every setting with a bounded range.
-_RULES: list[tuple[str, Callable[[Any], bool], str]] = [
-    ("writer_max_batch", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 items"),
-    ("writer_max_delay_ms", lambda v: 0 <= v <= MAX_WRITER_DELAY_MS, "use 0 to 10000 ms"),
-    ("projection_page_size", lambda v: 1 <= v <= MAX_WRITER_BATCH, "use 1 to 10000 events"),
-    ("projection_poll_ms", lambda v: v > 0, "use a positive number of milliseconds"),
-    ("projection_batch_ms", lambda v: 0 <= v <= 1000, "use 0 to 1000 milliseconds"),  # noqa: PLR2004
-    ("database_pool_size", lambda v: v >= 1, "use 1 or more"),
-    ("leader_ttl_ms", lambda v: v >= 100, "use 100 ms or more (default 3000)"),  # noqa: PLR2004
-    ("leader_poll_ms", lambda v: v >= 10, "use 10 ms or more (default 500)"),  # noqa: PLR2004
-    ("scheduler_tick_ms", lambda v: v >= 1, "use 1 ms or more (default 50)"),
-    ("misfire_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
-    ("worker_slots", lambda v: 1 <= v <= 1000, "use 1 to 1000 concurrent executions"),  # noqa: PLR2004
-    ("worker_lease_ttl_seconds", lambda v: v >= 1, "use 1 second or more (default 30)"),
-    ("worker_grace_seconds", lambda v: v >= 0, "use 0 or more seconds"),
-    ("breaker_fail_max", lambda v: v >= 1, "use 1 or more consecutive failures"),
-    ("webhook_timeout_seconds", lambda v: v > 0, "use a positive number of seconds"),
-    ("shell_timeout_seconds", lambda v: v > 0, "use a positive number of seconds"),
-    ("breaker_reset_seconds", lambda v: v > 0, "use a positive number of seconds"),
-    ("worker_queues", lambda v: bool(v.strip(", ")), "name one or more queues, comma-separated"),
-    ("metrics_port", lambda v: 0 <= v <= 65535, "use a TCP port, or 0 for none"),  # noqa: PLR2004
-    ("metrics_host", lambda v: bool(v.strip()), "name an address, e.g. 127.0.0.1 or 0.0.0.0"),
-    ("aggregate_cache_size", lambda v: v >= 0, "use 0 (no cache) or more"),
-    ("log_format", lambda v: v in {"auto", "console", "json"}, "use auto, console or json"),
-    (
-        "log_level",
-        lambda v: v.lower() in {"debug", "info", "warning", "error"},
-        "use debug, info, warning or error",
-    ),
-    # Two fires of a 5-field cron are at least a minute apart anyway.
-    ("min_interval_seconds", lambda v: v >= 60, "use 60 or more"),  # noqa: PLR2004
-    ("redis_prefix", lambda v: bool(v) and "{" not in v, "use a short name without braces"),
-    ("mode", lambda v: v in {"dev", "production"}, "use dev or production"),
-    ("admin_username", lambda v: username_problem(v) is None, f"use {USERNAME_RULE}"),
-    (
-        "admin_password",
-        # A secret read from a file often keeps its line break; that would be part of it.
-        lambda v: len(v) <= MAX_PASSWORD_LENGTH and v == v.strip(),
-        f"use at most {MAX_PASSWORD_LENGTH} characters, without spaces or line breaks around it",
-    ),
-    (
-        "session_idle_minutes",
-        lambda v: 0 < v <= MINUTES_PER_DAY,
-        "use more than 0 and at most 1440 minutes (default 30)",
-    ),
-    (
-        "session_absolute_hours",
-        lambda v: 0 < v <= MAX_SESSION_HOURS,
-        "use more than 0 and at most 720 hours (default 12)",
-    ),
-    ("login_max_failures", lambda v: 1 <= v <= 1000, "use 1 to 1000 failures (default 5)"),  # noqa: PLR2004
-    (
-        "login_window_minutes",
-        lambda v: 0 < v <= MINUTES_PER_DAY,
-        "use more than 0 and at most 1440 minutes (default 15)",
-    ),
-    ("api_host", lambda v: bool(v) and not any(c.isspace() for c in v), "use a host or address"),
-    ("api_port", lambda v: 1 <= v <= 65535, "use a TCP port, 1 to 65535"),  # noqa: PLR2004
-    (
-        "api_max_body_bytes",
-        lambda v: 1024 <= v <= 100 * 1024 * 1024,  # noqa: PLR2004
-        "use 1024 to 104857600 bytes (default 1048576)",
-    ),
-    ("secure_cookies", lambda v: v in {"auto", "always", "never"}, "use auto, always or never"),
-    ("ready_max_lag", lambda v: v >= 0, "use 0 or more events"),
-]
-
-
-def _check_urls(settings: Settings) -> None:
+def _check_urls(settings: Settings, names: Mapping[str, str]) -> None:
     # No message quotes a URL's text: a password with an unencoded special character
     # can land in any part of it.
     if settings.database_url:
         scheme = urlsplit(settings.database_url).scheme
         if scheme not in {"postgresql", "postgres", "sqlite"}:
             raise SettingsError(
-                f"{PREFIX}DATABASE_URL: scheme {scheme!r} is not supported; use "
+                f"{names['database_url']}: scheme {scheme!r} is not supported; use "
                 "postgresql://user:password@host:5432/dbname or sqlite:///path/to/events.sqlite3"
             )
         if scheme != "sqlite":
-            _check_postgres_url(settings.database_url)
+            _check_postgres_url(settings.database_url, names["database_url"])
     if settings.redis_url:
-        _check_redis_url(settings.redis_url)
-    for entry in (e.strip() for e in settings.trusted_proxies.split(",")):
-        if entry and not _network(entry):
+        _check_redis_url(settings.redis_url, names["redis_url"])
+
+
+def _check_entries(settings: Settings, names: Mapping[str, str]) -> None:
+    for entry in settings.trusted_proxies:
+        if not _network(entry):
             raise SettingsError(
-                f"{PREFIX}TRUSTED_PROXIES: {entry!r} is not an address or a network; list "
+                f"{names['trusted_proxies']}: {entry!r} is not an address or a network; list "
                 "the proxies in front of the API, e.g. 10.0.0.5,192.168.0.0/24,::1"
             )
-    for entry in (e.strip() for e in settings.webhook_allow.split(",")):
-        if entry and not _allowable(entry):
+    for entry in settings.webhook_allow:
+        if not _allowable(entry):
             raise SettingsError(
-                f"{PREFIX}WEBHOOK_ALLOW: {entry!r} is neither a host name nor an address or "
-                "network; use e.g. 10.0.0.0/8,192.168.1.20,hooks.internal"
+                f"{names['webhook_allow']}: {entry!r} is neither a host name nor an address "
+                "or network; use e.g. 10.0.0.0/8,192.168.1.20,hooks.internal"
             )
 
 
 _ENCODE_FIX = "percent-encode special characters in the password (# as %23, / as %2F)"
 
 
-def _check_postgres_url(url: str) -> None:
+def _check_postgres_url(url: str, name: str) -> None:
     """As libpq reads it (several hosts and ports for fail-over included)."""
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         raise SettingsError(
-            f"{PREFIX}DATABASE_URL cannot be read as a PostgreSQL URL; use "
+            f"{name} cannot be read as a PostgreSQL URL; use "
             f"postgresql://user:password@host:5432/dbname and {_ENCODE_FIX}"
         ) from None
     if not all(_valid_port(port) for port in str(params.get("port") or "").split(",")):
         raise SettingsError(
-            f"{PREFIX}DATABASE_URL: a port is not a number from 1 to 65535; use "
+            f"{name}: a port is not a number from 1 to 65535; use "
             f"postgresql://user:password@host:5432/dbname and {_ENCODE_FIX}"
         )
 
 
-def _check_redis_url(url: str) -> None:
+def _check_redis_url(url: str, name: str) -> None:
     fix = f"use redis://:password@host:6379/0 and {_ENCODE_FIX}"
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (reading the port is the check)
     except ValueError:
-        raise SettingsError(f"{PREFIX}REDIS_URL: the host or port cannot be read; {fix}") from None
+        raise SettingsError(f"{name}: the host or port cannot be read; {fix}") from None
     if parts.scheme not in {"redis", "rediss"}:
-        raise SettingsError(f"{PREFIX}REDIS_URL: the scheme must be redis or rediss; {fix}")
+        raise SettingsError(f"{name}: the scheme must be redis or rediss; {fix}")
     database = parts.path.strip("/")
     if database and not database.isdigit():
-        raise SettingsError(f"{PREFIX}REDIS_URL: the database (after the /) is not a number; {fix}")
+        raise SettingsError(f"{name}: the database (after the /) is not a number; {fix}")
 
 
 def _valid_port(port: str) -> bool:
-    return not port or (port.isdigit() and 1 <= int(port) <= 65535)  # noqa: PLR2004
+    return not port or (port.isdigit() and 1 <= int(port) <= MAX_PORT)
 
 
 _HOST_NAME = re.compile(
@@ -328,9 +424,14 @@ _HOST_NAME = re.compile(
 )
 
 
+def _as_network(entry: str) -> IPNetwork:
+    """An address or a network as ``ip_network`` reads it, an IPv6 one in brackets too."""
+    return ipaddress.ip_network(entry.strip("[]"), strict=False)
+
+
 def _network(entry: str) -> bool:
     try:
-        ipaddress.ip_network(entry.strip("[]"), strict=False)
+        _as_network(entry)
     except ValueError:
         return False
     return True

@@ -63,6 +63,35 @@ def test_config_masks_secrets(jobledger_cli: "JobledgerCli") -> None:
     assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"
 
 
+def test_a_bad_flag_fails_in_one_line_naming_the_flag(
+    tmp_path: Path, jobledger_cli: "JobledgerCli"
+) -> None:
+    """If a flag's value is out of range, then the command exits 2 with one line naming
+    the flag, the allowed range and the value, and creates no store."""
+    result = jobledger_cli.run("--data-dir", str(tmp_path), "--worker-slots", "0", "migrate")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "jobledger: --worker-slots: use 1 to 1000 concurrent executions (default 4); got '0'"
+    ]
+    assert not (tmp_path / "events.sqlite3").exists()
+
+
+def test_config_prints_list_settings_as_json_arrays(jobledger_cli: "JobledgerCli") -> None:
+    """If list settings are given comma-separated, then config prints each as a JSON
+    array of its entries."""
+    result = jobledger_cli.run(
+        "--trusted-proxies",
+        "10.0.0.5, 192.168.0.0/24",
+        "config",
+        env={"JOBLEDGER_WORKER_QUEUES": "high,default"},
+    )
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert shown["worker_queues"] == ["high", "default"]
+    assert shown["trusted_proxies"] == ["10.0.0.5", "192.168.0.0/24"]
+    assert shown["handlers"] == []
+
+
 def test_config_masks_passwords_in_url_queries(jobledger_cli: "JobledgerCli") -> None:
     """If a password is given as ?password= in the database or the Redis URL, then
     config prints it masked and keeps the rest of the URL."""

@@ -96,7 +96,18 @@ CASES = [
         "JOBLEDGER_WEBHOOK_ALLOW: '10.0.0.0/33'",
         "use e.g. 10.0.0.0/8",
     ),
-    ("scheduler", {"leader_ttl_ms": "soon"}, "JOBLEDGER_LEADER_TTL_MS", "set it to a valid value"),
+    (
+        "scheduler",
+        {"leader_ttl_ms": "soon"},
+        "JOBLEDGER_LEADER_TTL_MS: use 100 or more ms (default 3000); got 'soon'",
+        "use 100 or more ms",
+    ),
+    (
+        "worker",
+        {"worker_queues": ","},
+        "JOBLEDGER_WORKER_QUEUES: use one or more queue names",
+        "comma-separated",
+    ),
 ]
 
 

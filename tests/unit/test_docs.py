@@ -3,7 +3,10 @@
 import re
 from pathlib import Path
 
-from jobledger.runtime.settings import PREFIX, Settings
+import pytest
+
+from jobledger.runtime.errors import SettingsError
+from jobledger.runtime.settings import PREFIX, Settings, load_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `(JOBLEDGER_[A-Z0-9_]+)` \|", re.MULTILINE)
@@ -16,3 +19,22 @@ def test_every_setting_has_a_row_in_the_configuration_table() -> None:
     documented = ROW.findall(section)
     assert len(documented) == len(set(documented))
     assert set(documented) == {PREFIX + name.upper() for name in Settings.__struct_fields__}
+
+
+# A row whose meaning states a range: "| `JOBLEDGER_X` | default | ... 1 to 10 ... |".
+RANGE_ROW = re.compile(
+    r"^\| `JOBLEDGER_([A-Z0-9_]+)` \| [^|]* \| [^|]*?\b(\d+) to (\d+)\b", re.MULTILINE
+)
+
+
+def test_a_range_in_the_configuration_table_is_the_one_declared() -> None:
+    """If the README's table gives a setting's range ("1024 to 104857600"), then the
+    settings refuse a value just outside either end with that range in the message."""
+    section = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    ranges = RANGE_ROW.findall(section)
+    assert ranges
+    for name, low, high in ranges:
+        variable = PREFIX + name
+        for outside in (int(low) - 1, int(high) + 1):
+            with pytest.raises(SettingsError, match=f"^{variable}: use {low} to {high}\\b"):
+                load_settings({variable: str(outside)})

@@ -16,7 +16,7 @@ from jobledger.runtime.settings import load_settings
 def test_a_dotted_path_adds_a_handler() -> None:
     """If JOBLEDGER_HANDLERS names a function, then the registry has it beside the
     built-ins."""
-    handlers = load_registry("stamp=json:dumps", test_handlers=True)
+    handlers = load_registry(("stamp=json:dumps",), test_handlers=True)
     assert {"stamp", "test.echo", "http.webhook"} <= set(handlers.names())
 
 
@@ -64,7 +64,7 @@ def test_a_bad_dotted_path_names_the_setting(dotted: str, message: str) -> None:
     """If JOBLEDGER_HANDLERS cannot be loaded, then the error names the variable and
     what is wrong with the entry."""
     with pytest.raises(SettingsError, match=f"JOBLEDGER_HANDLERS: .*{message}"):
-        load_registry(dotted)
+        load_registry((dotted,))
 
 
 def test_a_broken_entry_point_is_a_settings_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +92,7 @@ def test_a_module_that_fails_while_importing_is_a_settings_error(
     (tmp_path / f"{module}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(SettingsError, match=f"cannot load handler 'report'.*{named}"):
-        load_registry(f"report={module}:send")
+        load_registry((f"report={module}:send",))
 
 
 def test_a_missing_handler_names_the_setting_only_for_a_test_handler() -> None:

@@ -1,5 +1,6 @@
 """Settings: one frozen object from JOBLEDGER_* variables and flags, clear errors."""
 
+import typing
 from pathlib import Path
 
 import pytest
@@ -159,7 +160,15 @@ def test_the_admin_password_is_masked() -> None:
 def test_the_webhook_allowlist_takes_names_addresses_and_networks() -> None:
     """If the allowlist holds host names, addresses and networks, then it is accepted."""
     entries = "10.0.0.0/8, hooks.internal,192.168.1.20,::1,[fe80::1],fd00::/8,svc_a.local."
-    assert load_settings({"JOBLEDGER_WEBHOOK_ALLOW": entries}).webhook_allow == entries
+    assert load_settings({"JOBLEDGER_WEBHOOK_ALLOW": entries}).webhook_allow == (
+        "10.0.0.0/8",
+        "hooks.internal",
+        "192.168.1.20",
+        "::1",
+        "[fe80::1]",
+        "fd00::/8",
+        "svc_a.local.",
+    )
 
 
 @pytest.mark.parametrize(
@@ -288,3 +297,143 @@ def test_trusted_proxies_are_read_as_networks() -> None:
         "::1/128",
     ]
     assert load_settings({}).proxy_networks == ()
+
+
+@pytest.mark.parametrize(
+    ("environ", "line"),
+    [
+        (
+            {"JOBLEDGER_WORKER_SLOTS": "0"},
+            "JOBLEDGER_WORKER_SLOTS: use 1 to 1000 concurrent executions (default 4); got '0'",
+        ),
+        (
+            {"JOBLEDGER_WORKER_SLOTS": "1001"},
+            "JOBLEDGER_WORKER_SLOTS: use 1 to 1000 concurrent executions (default 4); got '1001'",
+        ),
+        (
+            {"JOBLEDGER_LEADER_TTL_MS": "soon"},
+            "JOBLEDGER_LEADER_TTL_MS: use 100 or more ms (default 3000); got 'soon'",
+        ),
+        (
+            {"JOBLEDGER_WEBHOOK_TIMEOUT_SECONDS": "0"},
+            "JOBLEDGER_WEBHOOK_TIMEOUT_SECONDS: use more than 0 seconds (default 30); got '0'",
+        ),
+        (
+            {"JOBLEDGER_SESSION_IDLE_MINUTES": "1441"},
+            (
+                "JOBLEDGER_SESSION_IDLE_MINUTES: use more than 0 and at most 1440 minutes "
+                "(default 30); got '1441'"
+            ),
+        ),
+        (
+            {"JOBLEDGER_METRICS_PORT": "70000"},
+            (
+                "JOBLEDGER_METRICS_PORT: use a TCP port, 0 to 65535, 0 for none (default 0); "
+                "got '70000'"
+            ),
+        ),
+        (
+            {"JOBLEDGER_LOG_LEVEL": "verbose"},
+            "JOBLEDGER_LOG_LEVEL: use debug, info, warning or error; got 'verbose'",
+        ),
+        (
+            {"JOBLEDGER_WORKER_QUEUES": " , "},
+            "JOBLEDGER_WORKER_QUEUES: use one or more queue names, comma-separated; got ' , '",
+        ),
+        ({"JOBLEDGER_REDIS_PREFIX": "{jl}"}, "JOBLEDGER_REDIS_PREFIX: use a short name without "),
+        (
+            {"ADMIN_USERNAME": "a b"},
+            (
+                "ADMIN_USERNAME: use 3 to 64 characters: a-z, 0-9, dot, underscore or hyphen; "
+                "got 'a b'"
+            ),
+        ),
+    ],
+)
+def test_a_refused_value_is_explained_in_the_project_words(
+    environ: dict[str, str], line: str
+) -> None:
+    """If a value breaks a declared bound, pattern or choice, then the error is one line
+    that names the variable it was read from, what the setting takes (range, unit,
+    default, or the choices) and the value given; msgspec's own words never show."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings(environ)
+    assert str(refused.value).startswith(line)
+    assert "Expected" not in str(refused.value)
+    assert "$." not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "line"),
+    [
+        ({"worker_slots": "0"}, "--worker-slots: use 1 to 1000 concurrent executions"),
+        ({"mode": "staging"}, "--mode: use dev or production; got 'staging'"),
+        ({"trusted_proxies": "proxy.internal"}, "--trusted-proxies: 'proxy.internal' is not"),
+        ({"database_url": "mysql://db/x"}, "--database-url: scheme 'mysql' is not supported"),
+        (
+            {"leader_renew_ms": "4000"},
+            "--leader-renew-ms: renew more often than the ttl (JOBLEDGER_LEADER_TTL_MS: 3000 ms)",
+        ),
+    ],
+)
+def test_a_bad_flag_is_named_as_the_flag(flags: dict[str, str], line: str) -> None:
+    """If a bad value came from a flag, then the error names the flag, not the variable
+    (which may be set to something valid)."""
+    environ = {f"JOBLEDGER_{name.upper()}": "" for name in flags}
+    with pytest.raises(SettingsError) as refused:
+        load_settings(environ | {"JOBLEDGER_WORKER_SLOTS": "8"}, **flags)
+    assert str(refused.value).startswith(line)
+
+
+def test_every_number_setting_declares_its_range() -> None:
+    """If any number setting is given a value below every allowed one, then the error
+    names the variable, the allowed range and the default, for each such setting."""
+    hints = typing.get_type_hints(Settings)
+    numbers = [name for name, hint in hints.items() if hint in {int, float}]
+    assert "worker_slots" in numbers
+    assert "session_idle_minutes" in numbers
+    for name in numbers:
+        variable = f"JOBLEDGER_{name.upper()}"
+        with pytest.raises(SettingsError) as refused:
+            load_settings({variable: "-1"})
+        default = getattr(Settings(), name)
+        assert str(refused.value).startswith(f"{variable}: use "), name
+        assert f"(default {default:.15g}); got '-1'" in str(refused.value), name
+
+
+def test_a_refused_secret_is_never_quoted() -> None:
+    """If the admin password is refused, then the error says what to use but does not
+    quote the password."""
+    with pytest.raises(SettingsError) as refused:
+        load_settings({"JOBLEDGER_ADMIN_PASSWORD": " hunter2 hunter2"})
+    assert str(refused.value).startswith("JOBLEDGER_ADMIN_PASSWORD: use at most 1024")
+    assert "hunter2" not in str(refused.value)
+
+
+def test_lists_are_split_once_as_they_are_read() -> None:
+    """If a list setting is comma-separated, with spaces and empty entries, then it is
+    read as a tuple of its entries, from a variable and from a flag alike, and the
+    printed settings show it as a JSON list."""
+    environ = {
+        "JOBLEDGER_WORKER_QUEUES": " high, default,,",
+        "JOBLEDGER_HANDLERS": "report = acme.reports:send , stamp=json:dumps",
+    }
+    settings = load_settings(environ, trusted_proxies="10.0.0.5,")
+    assert settings.worker_queues == ("high", "default")
+    assert settings.handlers == ("report = acme.reports:send", "stamp=json:dumps")
+    assert settings.trusted_proxies == ("10.0.0.5",)
+    shown = settings.masked()
+    assert shown["worker_queues"] == ["high", "default"]
+    assert shown["webhook_allow"] == []
+    defaults = load_settings({})
+    assert (defaults.worker_queues, defaults.handlers, defaults.webhook_allow) == (
+        ("default",),
+        (),
+        (),
+    )
+
+
+def test_the_log_level_is_read_in_any_case() -> None:
+    """If the log level is written in capitals, as the logging module names levels, then
+    it is accepted and kept in lower case."""
+    assert load_settings({"JOBLEDGER_LOG_LEVEL": "WARNING"}).log_level == "warning"

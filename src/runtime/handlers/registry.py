@@ -57,7 +57,7 @@ def missing_handler_error(name: str) -> str:
 
 
 def load_registry(
-    dotted: str = "",
+    dotted: tuple[str, ...] = (),
     *,
     webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
     shell: ShellSettings | None = None,
@@ -65,7 +65,7 @@ def load_registry(
     read_models: Database | None = None,
     test_handlers: bool = False,
 ) -> HandlerRegistry:
-    """Built-ins, then entry points, then ``name=module:attr`` pairs (comma-separated).
+    """Built-ins, then entry points, then ``name=module:attr`` pairs (``JOBLEDGER_HANDLERS``).
     The ``test.*`` built-ins only with ``test_handlers``: ``test.crash`` lets whoever
     may start a run end a worker."""
     handlers: dict[str, Handler] = dict(BUILTIN) if test_handlers else {}
@@ -76,7 +76,7 @@ def load_registry(
         handlers[CLEANUP] = make_cleanup_handler(queue, read_models)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = _load_entry_point(point)
-    for pair in filter(None, (p.strip() for p in dotted.split(","))):
+    for pair in dotted:
         name, _, path = pair.partition("=")
         handlers[name.strip()] = _import(name.strip(), path.strip())
     return HandlerRegistry(handlers)
