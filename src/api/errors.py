@@ -145,11 +145,15 @@ _DOMAIN_STATUS: tuple[tuple[type[DomainError], int], ...] = (
 )
 
 
+def _status_of(
+    error: Exception, table: tuple[tuple[type[Exception], int], ...], default: int
+) -> int:
+    """The status of the first kind in ``table`` that ``error`` is."""
+    return next((code for kind, code in table if isinstance(error, kind)), default)
+
+
 def _domain_error(_: Request[Any, Any, Any], error: DomainError) -> Response[ErrorBody]:
-    status = next(
-        (code for kind, code in _DOMAIN_STATUS if isinstance(error, kind)), HTTP_400_BAD_REQUEST
-    )
-    return error_response(status, str(error))
+    return error_response(_status_of(error, _DOMAIN_STATUS, HTTP_400_BAD_REQUEST), str(error))
 
 
 def _undecodable(_: Request[Any, Any, Any], error: UndecodableEventError) -> Response[Any]:
@@ -168,9 +172,7 @@ _SERVICE_STATUS: tuple[tuple[type[ServiceError], int], ...] = (
 
 
 def _service_error(_: Request[Any, Any, Any], error: ServiceError) -> Response[ErrorBody]:
-    status = next(
-        (code for kind, code in _SERVICE_STATUS if isinstance(error, kind)), HTTP_400_BAD_REQUEST
-    )
+    status = _status_of(error, _SERVICE_STATUS, HTTP_400_BAD_REQUEST)
     return error_response(status, error.message, field=error.field, fix=error.fix)
 
 
@@ -192,10 +194,7 @@ def _account_error(_: Request[Any, Any, Any], error: accounts.AccountError) -> R
             fix=f"wait {seconds} s before trying again",
             headers={"Retry-After": str(seconds)},
         )
-    status = next(
-        (code for kind, code in _ACCOUNT_STATUS if isinstance(error, kind)),
-        HTTP_422_UNPROCESSABLE_ENTITY,
-    )
+    status = _status_of(error, _ACCOUNT_STATUS, HTTP_422_UNPROCESSABLE_ENTITY)
     return error_response(status, str(error))
 
 

@@ -18,7 +18,6 @@ from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
 from jobledger.runtime.handlers.webhook import WebhookSettings, make_webhook_handler
 
 ENTRY_POINT_GROUP = "jobledger.handlers"
-TEST_PREFIX = "test."
 TEST_HANDLERS_SETTING = "JOBLEDGER_TEST_HANDLERS"
 
 
@@ -34,8 +33,9 @@ class HandlerRegistry:
 
 
 def unknown_handler_fix(name: str, known: Iterable[str]) -> str:
-    """How to fix a job that names a handler this deployment does not have."""
-    if name.startswith(TEST_PREFIX):
+    """How to fix a job that names a handler this deployment does not have: a built-in
+    test handler while they are off, or a name that is none of the known ones."""
+    if name in BUILTIN:
         return (
             f"{name!r} is a test handler, off in production mode; set "
             f"{TEST_HANDLERS_SETTING}=true on the API and the workers to turn the test "

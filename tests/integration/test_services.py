@@ -1,0 +1,145 @@
+"""The use cases on the embedded store: each is the one home of its rule, whoever calls
+it (the API, the dashboard, the CLI)."""
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from tests.integration.test_dead_letters import dead
+
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.execution import Execution
+from jobledger.domain.job import Job
+from jobledger.domain.schedules import CronSchedule
+from jobledger.domain.topics import event_topics
+from jobledger.runtime.accounts import Role
+from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import migrate
+from jobledger.services.actors import Actor
+from jobledger.services.application import Services
+from jobledger.services.dead_letters import DeadLetterFilter
+from jobledger.services.errors import (
+    AlreadyRunningError,
+    KeyReusedError,
+    NotDeadLetteredError,
+    NotPermittedError,
+)
+
+AT = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+ALICE = Actor("alice", Role.OPERATOR)
+ADMIN = Actor("root", Role.ADMIN)
+DEFINITION = JobDefinition(
+    name="hourly",
+    spec=ExecutionSpec(handler="test.echo"),
+    schedule=CronSchedule("0 * * * *"),
+)
+
+
+@pytest.fixture
+def container(tmp_path: Path) -> Iterator[Container]:
+    settings = load_settings({}, data_dir=str(tmp_path), test_handlers="true")
+    migrate(settings, progress=lambda _: None)
+    with bootstrap(settings) as built:
+        yield built
+
+
+@pytest.fixture
+def services(container: Container) -> Services:
+    return Services.build(container)
+
+
+def test_a_caller_without_the_role_is_refused_before_anything_is_written(
+    container: Container, services: Services
+) -> None:
+    """If a viewer asks a use case for a change, then it is refused naming the role it
+    needs, and the log has not moved."""
+    viewer = Actor("vic", Role.VIEWER)
+    head = container.head()
+    with pytest.raises(NotPermittedError, match="operator"):
+        services.jobs.schedule(DEFINITION, at=AT, by=viewer)
+    with pytest.raises(NotPermittedError, match="admin"):
+        services.admin.quarantined(by=ALICE)
+    assert container.head() == head
+
+
+def test_a_definition_naming_an_unknown_handler_is_refused_with_a_fix(
+    services: Services,
+) -> None:
+    """If a job or a run names a handler no worker has, then saving it is refused on the
+    handler field, with the names that exist."""
+    wrong = ExecutionSpec(handler="test.ech")
+    with pytest.raises(InvalidDefinitionError) as raised:
+        services.executions.run(wrong, key="k", at=AT, by=ALICE)
+    assert raised.value.field == "handler"
+    assert "test.echo" in raised.value.fix
+
+
+def test_a_key_names_one_run_and_refuses_another(services: Services) -> None:
+    """If a run is asked for twice under one key, then both get the same execution; a
+    different run under that key is refused naming the key."""
+    spec = ExecutionSpec(handler="test.echo", payload={"n": 1})
+    first = services.executions.run(spec, key="once", at=AT, by=ALICE)
+    again = services.executions.run(spec, key="once", at=AT + timedelta(1), by=ALICE)
+    assert first.id == again.id
+    with pytest.raises(KeyReusedError) as raised:
+        services.executions.run(
+            ExecutionSpec(handler="test.echo", payload={"n": 2}), key="once", at=AT, by=ALICE
+        )
+    assert raised.value.field == "Idempotency-Key"
+
+
+def test_a_trigger_key_returns_the_first_run(services: Services) -> None:
+    """If a job is triggered twice with one key, then one execution exists for it."""
+    job = services.jobs.schedule(DEFINITION, at=AT, by=ALICE, key="reports")
+    one = services.jobs.trigger(job.id, key="by-hand", at=AT, by=ALICE)
+    two = services.jobs.trigger(job.id, key="by-hand", at=AT, by=ALICE)
+    assert one.id == two.id
+    assert services.jobs.get(job.id).version == 2  # scheduled, triggered once
+
+
+def test_dead_letters_are_listed_and_requeued_through_the_read_models(
+    container: Container, services: Services
+) -> None:
+    """If runs died, then the read models list them for any caller; requeueing one that
+    is not dead-lettered is refused, and requeueing all gives each a new budget."""
+    died = [dead(container, "test.fail", f"boom {n}") for n in range(3)]
+    services.admin.catch_up_read_models()
+    ids = services.dead_letters.matching(DeadLetterFilter(error_contains="boom"))
+    assert set(ids) == {e.id for e in died}
+    report = services.dead_letters.requeue(ids, by=ALICE, reason="fixed", at=AT)
+    assert (report.matched, report.changed, report.refused) == (3, 3, 0)
+    with pytest.raises(NotDeadLetteredError):
+        services.dead_letters.requeue_one(died[0].id, by=ALICE, reason="again", at=AT)
+    shown = services.dead_letters.show(died[0].id)
+    assert [e["event"] for e in shown][-1] == "Requeued"
+
+
+def test_a_background_rebuild_reports_its_end_and_refuses_a_second(
+    services: Services,
+) -> None:
+    """If a queue rebuild runs in the background, then it ends done at the clock's time;
+    while one is running, asking for another is refused."""
+    status = services.admin.start_queue_rebuild(full=True, by=ADMIN, clock=lambda: AT)
+    deadline = time.monotonic() + 10
+    while status.state == "running" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert status.state == "done", status.message
+    assert status.finished_at == AT
+    status.state = "running"  # as while a rebuild of a long log is still going
+    with pytest.raises(AlreadyRunningError):
+        services.admin.start_queue_rebuild(full=True, by=ADMIN, clock=lambda: AT)
+
+
+def test_the_topics_followers_read_are_every_recorded_event_type() -> None:
+    """If the aggregates' event classes are read, then their topics are every event
+    they record: not the placeholder Created, not the Event base."""
+    assert "jobledger:JobFired" in event_topics(Job)
+    assert "jobledger:JobCreated" not in event_topics(Job)
+    executions = event_topics(Execution)
+    assert len(executions) == 10
+    assert "jobledger:ExecutionEnqueued" in executions
+    assert "jobledger:ExecutionCreated" not in executions
