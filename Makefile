@@ -58,7 +58,7 @@ test: setup browser compose
 check: lint typecheck imports test
 
 bench: setup
-	$(BIN)/python bench/event_store.py
+	$(BIN)/python -m bench.event_store
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .pytest_cache .ruff_cache

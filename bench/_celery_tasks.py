@@ -1,7 +1,7 @@
 """The Celery side of throughput.py: one no-op task on a Redis broker.
 
-Imported by ``celery -A _celery_tasks worker`` and by the benchmark, from the folder the
-benchmark copies it into; ``BENCH_BROKER_URL`` names the private redis-server and a
+Imported by ``celery -A bench._celery_tasks worker`` (run from the repository) and by
+the benchmark; ``BENCH_BROKER_URL`` names the private redis-server and a
 database number of its own. No result backend: completions are counted by
 ``_completions.record``.
 """
@@ -9,15 +9,11 @@ database number of its own. No result backend: completions are counted by
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import redis
 from celery import Celery
 
-if TYPE_CHECKING:
-    from bench import _completions as completions
-else:  # run from the copy folder, where it is a top-level module
-    import _completions as completions
+from bench import _completions as completions
 
 QUEUE = "bench"
 BROKER_URL = os.environ["BENCH_BROKER_URL"]

@@ -1,7 +1,7 @@
 """The Dramatiq side of throughput.py: one no-op actor on a Redis broker.
 
-Imported by ``dramatiq _dramatiq_tasks`` (which finds ``broker`` here) and by the
-benchmark, from the folder the benchmark copies it into; ``BENCH_BROKER_URL`` names the
+Imported by ``dramatiq bench._dramatiq_tasks`` (which finds ``broker`` here; run from
+the repository) and by the benchmark; ``BENCH_BROKER_URL`` names the
 private redis-server and a database number of its own. No results middleware:
 completions are counted by ``_completions.record``.
 """
@@ -9,16 +9,12 @@ completions are counted by ``_completions.record``.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 import dramatiq
 import redis
 from dramatiq.brokers.redis import RedisBroker
 
-if TYPE_CHECKING:
-    from bench import _completions as completions
-else:  # run from the copy folder, where it is a top-level module
-    import _completions as completions
+from bench import _completions as completions
 
 QUEUE = "bench"
 BROKER_URL = os.environ["BENCH_BROKER_URL"]

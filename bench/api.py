@@ -1,4 +1,3 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """REST API: requests per second and latency of one `jobledger api` process.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
@@ -6,7 +5,7 @@ loopback port (persistence off); seeds 1,000 cron jobs through the ledger, then 
 ``python -m jobledger.cli api --with-projector`` in a session of its own. Stops the API
 process and the server and drops the database at the end, also on an error or Ctrl-C.
 
-    python bench/api.py [--quick] [--concurrency N] [--duration S] [--profile]
+    python -m bench.api [--quick] [--concurrency N] [--duration S] [--profile]
         [--py-spy PATH] [--admin-url URL]
 
 Each scenario runs N client threads (8 by default), each with its own keep-alive
@@ -23,25 +22,6 @@ server, so take the figures from a run without it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import collections
 import contextlib
 import itertools
@@ -51,15 +31,19 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.schedules import CronSchedule
 from jobledger.runtime.bootstrap import bootstrap

@@ -1,11 +1,10 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Events per second appended to the event store: single saves vs the group-commit writer.
 
 Creates a throwaway PostgreSQL database (or, with ``--sqlite``, a SQLite file in a
 temporary folder), migrates it, runs each scenario in freshly spawned processes and
 removes the store at the end, also on an error or Ctrl-C.
 
-    python bench/event_store.py [--quick] [--sqlite] [--admin-url URL]
+    python -m bench.event_store [--quick] [--sqlite] [--admin-url URL]
 
 Every aggregate is a new ``Execution`` with one pending event, built before the clock
 starts. A writer row runs enough producer threads per process to keep full batches
@@ -16,35 +15,20 @@ round trip of one aggregate (for the single row: one ``ledger.save`` call).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import contextlib
 import multiprocessing
 import os
 import queue
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.runtime.settings import load_settings

@@ -1,11 +1,10 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Scheduler fail-over: kill -9 of the leader of two `jobledger scheduler` processes.
 
 Starts a private redis-server on a free loopback port (persistence off) and, for every
 trial, a throwaway PostgreSQL database and a Redis prefix of its own; stops the server,
 the scheduler processes and drops the databases at the end, also on an error or Ctrl-C.
 
-    python bench/failover.py [--quick] [--trials N] [--admin-url URL]
+    python -m bench.failover [--quick] [--trials N] [--admin-url URL]
 
 Each trial schedules one-shot jobs due every 0.25 s, starts two scheduler processes
 with the shipped leader timing (no JOBLEDGER_LEADER_* variables), waits until fires
@@ -16,25 +15,6 @@ gap is the first fire of the new leader's epoch (its event timestamp) minus the 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import argparse
 import contextlib
 import json
@@ -43,16 +23,19 @@ import random
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Self
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
 
 import redis
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import OneShotSchedule

@@ -1,4 +1,3 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Footprint: the resident memory (RSS) of each production role, idle and under load.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
@@ -7,7 +6,7 @@ as processes of the installed ``jobledger`` command: the API, 2 schedulers, 2 wo
 and the projector. Stops them all and the server, and drops the database at the end,
 also on an error or Ctrl-C.
 
-    python bench/footprint.py [--quick] [--rate R] [--seconds S] [--idle S] [--slots N]
+    python -m bench.footprint [--quick] [--rate R] [--seconds S] [--idle S] [--slots N]
         [--set JOBLEDGER_NAME=VALUE ...] [--admin-url URL]
 
 Phases: idle (every role up, no job, 20 s); create (this process saves rate x seconds
@@ -26,25 +25,6 @@ fired once and its execution completed once.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import argparse
 import collections
 import contextlib
@@ -53,11 +33,14 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import psycopg
@@ -65,6 +48,7 @@ import redis
 from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job

@@ -1,10 +1,9 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Dashboard pages: server time per page with 1,000 jobs and 100,000 executions.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off); stops both at the end, also on an error or Ctrl-C.
 
-    python bench/pages.py [--quick] [--requests N] [--admin-url URL]
+    python -m bench.pages [--quick] [--requests N] [--admin-url URL]
 
 Seeding goes through the ledger in big transactions (``ledger.save_all``): 1,000 cron
 jobs (every tenth runs ``test.fail`` with no retries), each triggered 100 times, so
@@ -19,37 +18,22 @@ microseconds.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import contextlib
 import os
 import random
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.job import Job
 from jobledger.domain.policies import RetryPolicy

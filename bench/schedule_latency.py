@@ -1,11 +1,10 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Schedule latency: how late due jobs are enqueued and leased, with the shipped settings.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off); stops the server and drops the database at the end,
 also on an error or Ctrl-C.
 
-    python bench/schedule_latency.py [--quick] [--profile] [--tick-ms MS] [--seed N]
+    python -m bench.schedule_latency [--quick] [--profile] [--tick-ms MS] [--seed N]
         [--admin-url URL]
 
 One-shot jobs fall due at uniformly random instants over the window. In this process
@@ -26,37 +25,22 @@ where the time goes, not for the latency figures).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import bisect
 import cProfile
 import itertools
 import os
 import pstats
 import random
+import sys
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job

@@ -1,11 +1,10 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Throughput: enqueue N no-op jobs, then drain them with 1 and with 2 worker processes.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off); stops every process it started and the server, and
 drops the database at the end, also on an error or Ctrl-C.
 
-    python bench/throughput.py [--quick] [--jobs N] [--slots S] [--systems NAME ...]
+    python -m bench.throughput [--quick] [--jobs N] [--slots S] [--systems NAME ...]
         [--profile] [--admin-url URL]
 
 jobledger: a ``jobledger projector`` process follows the log into the Redis queue for
@@ -28,31 +27,6 @@ of its threads holds the GIL, and the functions with the most samples are printe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, LiteralString, cast
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _completions as completions
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    def _load(name: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(name, _FOLDER / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # the task modules import _completions by this name
-        spec.loader.exec_module(module)
-        return module
-
-    support = _load("_support")
-    completions = _load("_completions")
-
 import collections
 import contextlib
 import importlib
@@ -61,12 +35,15 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, LiteralString, cast
 
 import psycopg
 import redis
@@ -74,6 +51,8 @@ from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
 import jobledger
+from bench import _completions as completions
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.runtime.bootstrap import Container, bootstrap
@@ -92,8 +71,9 @@ SPEC = ExecutionSpec(handler="test.echo", queue=QUEUE)
 PREFIX = "bench-tp"  # jobledger's Redis key prefix
 SYSTEMS = ("jobledger", "celery", "dramatiq")
 REDIS_DB = {"jobledger": 0, "celery": 1, "dramatiq": 2}
-TASK_MODULES = {"celery": "_celery_tasks", "dramatiq": "_dramatiq_tasks"}
-TASK_FILES = ("_completions.py", "_celery_tasks.py", "_dramatiq_tasks.py")
+TASK_MODULES = {"celery": "bench._celery_tasks", "dramatiq": "bench._dramatiq_tasks"}
+# The repository: the workers import the task modules from the bench package in it.
+ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JOBS = 20_000
 QUICK_JOBS = 1_000
 DEFAULT_SLOTS = 32
@@ -199,7 +179,7 @@ class Processes:
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 env=dict(env),
-                cwd=self.folder,  # not bench/: its queue.py would shadow the stdlib's
+                cwd=ROOT,
                 start_new_session=True,
             )
         self._running[process.pid] = (name, process)
@@ -231,19 +211,15 @@ class Processes:
 
 @contextlib.contextmanager
 def work_folder() -> Iterator[Path]:
-    """A temporary folder holding copies of the Celery and Dramatiq task modules: the
-    workers import them from there, with bench/ (and its queue.py) off their path."""
+    """A temporary folder for the processes' logs."""
     with tempfile.TemporaryDirectory(prefix="jobledger-bench-throughput-") as name:
-        folder = Path(name)
-        for file in TASK_FILES:
-            shutil.copyfile(_FOLDER / file, folder / file)
-        yield folder
+        yield Path(name)
 
 
-def subprocess_env(folder: Path, **variables: str) -> dict[str, str]:
-    """This environment without JOBLEDGER_* variables, the task folder on the path."""
+def subprocess_env(**variables: str) -> dict[str, str]:
+    """This environment without JOBLEDGER_* variables, the repository on the path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["JOBLEDGER_TEST_HANDLERS"] = "true"  # jobledger's runs use test.echo
     env.update(variables)
     return env
@@ -683,7 +659,6 @@ class JobledgerRun:
             log_level="warning",
         )
         self.env = subprocess_env(
-            processes.folder,
             JOBLEDGER_DATABASE_URL=url,
             JOBLEDGER_REDIS_URL=jl_redis,
             JOBLEDGER_REDIS_PREFIX=PREFIX,
@@ -841,11 +816,9 @@ def importable(system: str) -> bool:
     return True
 
 
-def load_tasks(system: str, folder: Path, broker_url: str) -> ModuleType:
-    """The task module, imported from the work folder with the broker URL it reads."""
+def load_tasks(system: str, broker_url: str) -> ModuleType:
+    """The task module, imported with the broker URL it reads."""
     os.environ["BENCH_BROKER_URL"] = broker_url
-    if str(folder) not in sys.path:
-        sys.path.append(str(folder))
     return importlib.import_module(TASK_MODULES[system])
 
 
@@ -872,7 +845,7 @@ def send_all(send: Callable[[], object], jobs: int) -> float:
     return time.perf_counter() - begun
 
 
-def worker_command(system: str, folder: Path, slots: int, name: str) -> list[str]:
+def worker_command(system: str, slots: int, name: str) -> list[str]:
     if system == "celery":
         # One process with `slots` threads: jobledger's worker is one process with
         # `slots` asyncio tasks, and both run Python on one core at a time.
@@ -884,7 +857,7 @@ def worker_command(system: str, folder: Path, slots: int, name: str) -> list[str
         ]  # fmt: skip
     return [
         sys.executable, "-m", "dramatiq", TASK_MODULES[system],
-        "--processes", "1", "--threads", str(slots), "--path", str(folder),
+        "--processes", "1", "--threads", str(slots), "--path", str(ROOT),
         "--queues", "bench",
     ]  # fmt: skip
 
@@ -893,13 +866,13 @@ def run_library(
     system: str, redis_url: str, base: Groups, size: Sizes, processes: Processes
 ) -> Outcome:
     broker_url = with_db(redis_url, REDIS_DB[system])
-    tasks = load_tasks(system, processes.folder, broker_url)
+    tasks = load_tasks(system, broker_url)
     send: Callable[[], object] = tasks.noop.delay if system == "celery" else tasks.noop.send
     client = redis.Redis.from_url(broker_url)
     outcome = Outcome()
     try:
         client.flushdb()
-        env = subprocess_env(processes.folder, BENCH_BROKER_URL=broker_url)
+        env = subprocess_env(BENCH_BROKER_URL=broker_url)
         for round_number, workers in enumerate(WORKER_COUNTS, start=1):
             label = f"{system}, {workers} worker{'s' * (workers > 1)}"
             completions.reset(client)
@@ -911,7 +884,7 @@ def run_library(
             spawned = [
                 processes.start(
                     f"{system}-worker-r{round_number}-{k}",
-                    worker_command(system, processes.folder, size.slots, f"bench{k}"),
+                    worker_command(system, size.slots, f"bench{k}"),
                     env,
                 )
                 for k in range(workers)

@@ -1,11 +1,10 @@
-# ruff: noqa: E402, A005 (run as a script: the sys.path guard below precedes the imports)
 """Work-queue speed: lease+ack throughput, projection lag, and rebuild times on Redis.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off), runs every measurement, then stops the server and
 drops the database, also on an error or Ctrl-C.
 
-    python bench/queue.py [--quick] [--admin-url URL]
+    python -m bench.work_queue [--quick] [--admin-url URL]
 
 1. lease+ack: N pending entries are applied to an empty queue, then leased in batches
    of 1, 10 or 100 and each lease acked, on Redis and on the in-memory backend.
@@ -21,37 +20,21 @@ drops the database, also on an error or Ctrl-C.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and this file (queue.py)
-# would shadow the standard library's `queue` for every library that imports it.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import itertools
 import os
+import sys
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import psycopg
 import redis
 from psycopg import sql
 
+from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
@@ -78,6 +61,7 @@ from jobledger.runtime.store import migrate
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterable, Iterator, Sequence
+    from pathlib import Path
 
     from jobledger.persistence.ledger import Ledger
     from jobledger.projections.queue import QueueBackend
