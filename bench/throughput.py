@@ -9,7 +9,7 @@ drops the database at the end, also on an error or Ctrl-C.
 
 jobledger: a ``jobledger projector`` process follows the log into the Redis queue for
 the whole run. Enqueue: this process saves N ad-hoc ``test.echo`` executions (what
-``Ledger.run_adhoc`` saves) through the group-commit writer, with up to 2,000 saves in
+``Executions.run`` saves) through the group-commit writer, with up to 2,000 saves in
 flight; timed until every save has committed, and until all N are ready in Redis.
 Drain: ``jobledger worker`` processes with S slots each, timed from the first to the
 last ``ExecutionCompleted`` in the log; the log is checked afterwards (N completions,
@@ -371,7 +371,7 @@ class Saver:
                 self._window.acquire()
                 if self.errors:
                     return
-                # As Ledger.run_adhoc builds it; the save goes to the writer instead.
+                # As Executions.run builds it; the save goes to the writer instead.
                 SPEC.check(limits)
                 execution = Execution.enqueue(
                     spec=SPEC,
