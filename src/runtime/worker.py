@@ -18,13 +18,13 @@ import contextlib
 import random
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
+from typing import Any, assert_never
 
 import structlog
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.persistence.ledger import Ledger
@@ -36,17 +36,15 @@ from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler_error
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
+from jobledger.runtime.outcomes import Cancelled, Completed, Deferred, Failed, Outcome, Report
 from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
 _handler_log = structlog.get_logger("jobledger.handler")
 
-MAX_ERROR_LENGTH = 2000
-
-
-def utc_now() -> datetime:
-    return datetime.now(tz=UTC)
+# A hand-back's reason: the run is ready again at once, on another worker.
+SHUTTING_DOWN = "worker shutting down"
 
 
 @dataclass(frozen=True)
@@ -92,7 +90,7 @@ class Worker:
     handlers: HandlerRegistry
     worker_id: str = field(default_factory=lambda: f"worker-{uuid.uuid4().hex[:8]}")
     config: WorkerConfig = field(default_factory=WorkerConfig)
-    now: Callable[[], datetime] = utc_now
+    now: Clock = utc_now
     stats: WorkerStats = field(default_factory=WorkerStats)
     running: dict[uuid.UUID, _Running] = field(default_factory=dict)
     breakers: Breakers | None = None
@@ -281,37 +279,37 @@ class Worker:
     # ---- running --------------------------------------------------------------------
 
     async def _execute(self, running: _Running) -> None:
+        try:
+            await self._report(running, await self._attempt(running))
+        finally:
+            self.running.pop(running.execution.id, None)
+            self.metrics.slots_in_use.set(len(self.running))
+            self._slot_freed.set()
+
+    async def _attempt(self, running: _Running) -> Report:
+        """Run the handler under its breaker and timeout; what it came to."""
         execution, context = running.execution, running.context
-        handler = self.handlers.get(execution.spec.handler)
+        name = execution.spec.handler
+        handler = self.handlers.get(name)
+        if handler is None:
+            return Failed(missing_handler_error(name))
         started = time.monotonic()
         timeout = execution.spec.timeout.total_seconds()
         try:
-            if handler is None:
-                missing = missing_handler_error(execution.spec.handler)
-                await self._report(running, "fail", error=missing)
-                return
-            with self._breaker(execution.spec.handler):
+            with self._breaker(name):
                 try:
                     result = await asyncio.wait_for(handler(context), timeout=timeout)
                 finally:
                     # Inside the breaker: a run the open breaker refused took no time.
-                    self._observe_duration(execution.spec.handler, started)
+                    self._observe_duration(name, started)
         except CircuitOpenError as error:
-            await self._report(running, "defer", error=str(error))
+            return Deferred(str(error), ready_at=self.now() + self.config.defer_when_open)
         except TimeoutError:
             context.cancelled.set()
-            await self._report(running, "fail", error=f"timed out after {timeout:g} s")
-        except asyncio.CancelledError:
-            raise
+            return Failed(f"timed out after {timeout:g} s")
         except Exception as error:  # noqa: BLE001 (a handler's failure is the attempt's outcome)
-            await self._report(running, "fail", error=f"{type(error).__name__}: {error}")
-        else:
-            duration = timedelta(seconds=time.monotonic() - started)
-            await self._report(running, "complete", duration=duration, result=result)
-        finally:
-            self.running.pop(execution.id, None)
-            self.metrics.slots_in_use.set(len(self.running))
-            self._slot_freed.set()
+            return Failed(f"{type(error).__name__}: {error}")
+        return Completed(result, duration=timedelta(seconds=time.monotonic() - started))
 
     def _observe_duration(self, handler: str, started: float) -> None:
         self.metrics.execution_duration.labels(handler=handler).observe(time.monotonic() - started)
@@ -321,15 +319,12 @@ class Worker:
             return contextlib.nullcontext()
         return self.breakers.guard(handler)
 
-    async def _report(self, running: _Running, outcome: str, **details: Any) -> None:  # noqa: ANN401
-        """Record the outcome; on a conflict reload once, so a lost lease is told apart
+    async def _report(self, running: _Running, report: Report) -> None:
+        """Record the report; on a conflict reload once, so a lost lease is told apart
         from an unrelated change (the aggregate rejects the stale report). An outage
-        only delays it: the outcome is tried again on a fresh copy until the store
-        answers (the lease rules then decide what a late outcome means)."""
+        only delays it: the report is tried again on a fresh copy until the store
+        answers (the lease rules then decide what a late report means)."""
         running.finished = True
-        if outcome == "fail":
-            # Stored and logged alike: a handler's error may carry a whole response body.
-            details["error"] = str(details["error"])[:MAX_ERROR_LENGTH]
         conflicts, reload = 0, False
         while conflicts < 2:  # noqa: PLR2004 (the first try, and one after a reload)
             execution = running.execution
@@ -338,11 +333,11 @@ class Worker:
                     execution = await asyncio.to_thread(
                         self.ledger.get_execution, running.execution.id
                     )
-                self._apply(execution, running.lease, outcome, details)
+                self._apply(execution, running.lease, report)
                 await self.writer.save_async(execution)
             except StaleLeaseError:
                 if execution.status is ExecutionStatus.CANCELLED:
-                    self._count_cancelled(running, execution)
+                    self._recorded(running, Cancelled(), execution)
                     return
                 break
             except ConflictError:
@@ -353,41 +348,37 @@ class Worker:
                 await asyncio.sleep(self._outage_pause(error))
                 reload = True
                 continue
-            self._recorded(running, outcome, execution, details)
+            self._recorded(running, report, execution)
             return
-        self._count_stale(running, outcome)
+        self._count_stale(running, report)
 
-    def _recorded(
-        self, running: _Running, outcome: str, execution: Execution, details: dict[str, Any]
-    ) -> None:
+    def _recorded(self, running: _Running, outcome: Outcome, execution: Execution) -> None:
         self._count(outcome, execution)
-        _log_outcome(running.context.log, outcome, execution, details)
-        if outcome == "complete":
+        _log_outcome(running.context.log, outcome, execution)
+        if isinstance(outcome, Completed):
             self._acks.append(running.lease)
 
-    def _count_stale(self, running: _Running, outcome: str) -> None:
+    def _count_stale(self, running: _Running, report: Report) -> None:
         self.stats.stale_reports += 1
         self.metrics.stale_reports.inc()
-        running.context.log.warning("worker.stale_report", outcome=outcome)
+        running.context.log.warning("worker.stale_report", outcome=report.kind)
 
-    def _apply(
-        self, execution: Execution, lease: Lease, outcome: str, details: dict[str, Any]
-    ) -> None:
+    def _apply(self, execution: Execution, lease: Lease, report: Report) -> None:
         lease_id = lease.lease_id
-        if outcome == "complete":
-            execution.complete(
-                lease_id=lease_id, duration=details["duration"], result=details["result"]
-            )
-        elif outcome == "defer":
-            ready_at = self.now() + self.config.defer_when_open
-            execution.defer(lease_id=lease_id, reason=details["error"], ready_at=ready_at)
-        else:
-            execution.fail(
-                lease_id=lease_id,
-                error=details["error"],
-                at=self.now(),
-                rand=random.random(),  # noqa: S311 (jitter)
-            )
+        match report:
+            case Completed(result=result, duration=duration):
+                execution.complete(lease_id=lease_id, duration=duration, result=result)
+            case Deferred(reason=reason, ready_at=ready_at):
+                execution.defer(lease_id=lease_id, reason=reason, ready_at=ready_at)
+            case Failed(error=error):
+                execution.fail(
+                    lease_id=lease_id,
+                    error=error,
+                    at=self.now(),
+                    rand=random.random(),  # noqa: S311 (jitter)
+                )
+            case _:
+                assert_never(report)
 
     def _send_acks(self) -> None:
         # Swap first: the event loop may append while this thread sends.
@@ -395,27 +386,34 @@ class Worker:
         for lease in acks:
             self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
 
-    def _count_cancelled(self, running: _Running, execution: Execution) -> None:
-        """An operator cancelled the run while it ran: its outcome is moot, not stale."""
-        self.stats.cancelled += 1
-        self.metrics.completions.labels(handler=execution.spec.handler, outcome="cancelled").inc()
-        running.context.log.info("worker.execution_cancelled", handler=execution.spec.handler)
+    def _count(self, outcome: Outcome, execution: Execution) -> None:
+        label = self._tally(outcome, execution)
+        self.metrics.completions.labels(handler=execution.spec.handler, outcome=label).inc()
 
-    def _count(self, outcome: str, execution: Execution) -> None:
-        metrics = self.metrics
-        if outcome == "complete":
-            self.stats.completed += 1
-            label = "completed"
-        elif outcome == "defer":
-            self.stats.deferred += 1
-            metrics.deferrals.inc()
-            label = "deferred"
-        else:
-            self.stats.failed += 1
-            dead = execution.status is ExecutionStatus.DEAD_LETTERED
-            (metrics.dead_letters if dead else metrics.retries).inc()
-            label = "dead_lettered" if dead else "retried"
-        metrics.completions.labels(handler=execution.spec.handler, outcome=label).inc()
+    def _tally(self, outcome: Outcome, execution: Execution) -> str:
+        """Count ``outcome`` in the stats and its own counter; its metrics label."""
+        stats, metrics = self.stats, self.metrics
+        match outcome:
+            case Completed():
+                stats.completed += 1
+                return "completed"
+            case Deferred():
+                stats.deferred += 1
+                metrics.deferrals.inc()
+                return "deferred"
+            case Failed() if _dead_lettered(execution):
+                stats.failed += 1
+                metrics.dead_letters.inc()
+                return "dead_lettered"
+            case Failed():
+                stats.failed += 1
+                metrics.retries.inc()
+                return "retried"
+            case Cancelled():
+                stats.cancelled += 1
+                return "cancelled"
+            case _:
+                assert_never(outcome)
 
     # ---- shutdown -------------------------------------------------------------------
 
@@ -436,9 +434,7 @@ class Worker:
         running.finished = True
         execution, lease = running.execution, running.lease
         try:
-            execution.defer(
-                lease_id=lease.lease_id, reason="worker shutting down", ready_at=self.now()
-            )
+            self._apply(execution, lease, Deferred(SHUTTING_DOWN, ready_at=self.now()))
             # Bounded: during an outage the writer would wait for the store, and a
             # worker asked to stop must stop.
             await asyncio.wait_for(self.writer.save_async(execution), self.config.grace)
@@ -454,25 +450,34 @@ class Worker:
         self.metrics.slots_in_use.set(len(self.running))
 
 
+def _dead_lettered(execution: Execution) -> bool:
+    """Whether a recorded failure spent the last attempt of the budget."""
+    return execution.status is ExecutionStatus.DEAD_LETTERED
+
+
 def _log_outcome(
     logger: Any,  # noqa: ANN401 (a structlog bound logger)
-    outcome: str,
+    outcome: Outcome,
     execution: Execution,
-    details: dict[str, Any],
 ) -> None:
     """One line per recorded outcome; a completion only at debug, as there are many."""
     handler = execution.spec.handler
-    if outcome == "complete":
-        logger.debug("worker.execution_completed", handler=handler)
-    elif outcome == "defer":
-        logger.info("worker.execution_deferred", handler=handler, reason=details["error"])
-    elif execution.status is ExecutionStatus.DEAD_LETTERED:
-        logger.error("worker.execution_dead_lettered", handler=handler, error=details["error"])
-    else:
-        retry_at = execution.ready_at.isoformat()
-        logger.warning(
-            "worker.execution_failed", handler=handler, error=details["error"], retry_at=retry_at
-        )
+    match outcome:
+        case Completed():
+            logger.debug("worker.execution_completed", handler=handler)
+        case Deferred(reason=reason):
+            logger.info("worker.execution_deferred", handler=handler, reason=reason)
+        case Failed(error=error) if _dead_lettered(execution):
+            logger.error("worker.execution_dead_lettered", handler=handler, error=error)
+        case Failed(error=error):
+            retry_at = execution.ready_at.isoformat()
+            logger.warning(
+                "worker.execution_failed", handler=handler, error=error, retry_at=retry_at
+            )
+        case Cancelled():
+            logger.info("worker.execution_cancelled", handler=handler)
+        case _:
+            assert_never(outcome)
 
 
 class _Heartbeat(Background):

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 import redis
 from tests.conftest import actor
+from tests.integration.executions import LogReads, adhoc_spec
 
-from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.policies import RetryPolicy
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.runtime.settings import load_settings
@@ -81,7 +80,7 @@ class WorkerProcess:
         return self._text
 
 
-class Harness:
+class Harness(LogReads):
     """A ledger on PostgreSQL and Redis with its projector and scheduler running here,
     and the worker subprocesses started on it."""
 
@@ -113,28 +112,15 @@ class Harness:
         **payload: Any,
     ) -> Execution:
         """An ad-hoc execution of ``handler``, ready now unless ``ready_at`` says later."""
-        spec = ExecutionSpec(
-            handler=handler,
-            payload=payload,
-            retry=RetryPolicy(
-                max_retries=retries,
-                initial_backoff=timedelta(milliseconds=500),
-                max_backoff=timedelta(seconds=5),
-                jitter=False,
-            ),
-            timeout=timedelta(seconds=30),
+        spec = adhoc_spec(
+            handler,
+            payload,
+            retries=retries,
+            backoff=timedelta(milliseconds=500),
+            max_backoff=timedelta(seconds=5),
         )
         at = ready_at or datetime.now(tz=UTC)
         return Executions(self.container.ledger).run(spec, key=uuid.uuid4().hex, at=at, by=actor())
-
-    def execution(self, execution_id: uuid.UUID) -> Execution:
-        return self.container.ledger.get_execution(execution_id)
-
-    def status(self, execution_id: uuid.UUID) -> ExecutionStatus:
-        return self.execution(execution_id).status
-
-    def events(self, execution_id: uuid.UUID) -> list[Any]:
-        return list(self.container.ledger.history(execution_id))
 
     def wait_for_all(
         self, executions: Iterable[Execution], status: ExecutionStatus, timeout: float
