@@ -10,6 +10,7 @@ from typing import Self
 
 import redis
 
+from jobledger.domain.clock import Clock, utc_now
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
@@ -139,7 +140,9 @@ class Container:
             metrics=self.metrics,
         )
 
-    def worker(self, worker_id: str | None = None) -> Worker:
+    def worker(self, worker_id: str | None = None, *, now: Clock = utc_now) -> Worker:
+        """A worker on this container's stores; ``now`` is its clock (its lease
+        deadlines and ready times)."""
         settings = self.settings
         config = WorkerConfig(
             queues=settings.worker_queues,
@@ -161,6 +164,7 @@ class Container:
             presence=self.presence,
             metrics=self.metrics,
             health=self.health,
+            now=now,
         )
 
     def handlers(self) -> HandlerRegistry:
