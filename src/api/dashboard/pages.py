@@ -139,6 +139,32 @@ def _offset(page: int) -> int:
     return (page - 1) * PAGE_SIZE
 
 
+def _chosen(filters: dict[str, str | None]) -> dict[str, Any]:
+    """The filters a list query takes: an empty field filters nothing."""
+    return {name: value or None for name, value in filters.items()}
+
+
+def _listing(
+    request: Request[Any, Any, Any],
+    template: str,
+    found: Page,
+    filters: dict[str, str | None],
+    jobs: Jobs,
+    **context: Any,  # noqa: ANN401 (template values)
+) -> Template:
+    """A list page: its rows (``items``), the pager, the filters as typed, and the
+    handlers to filter by."""
+    return render(
+        request,
+        template,
+        items=found.items,
+        pager=pager(request, found),
+        filters={k: v or "" for k, v in filters.items()},
+        handlers=jobs.handlers.listed(),
+        **context,
+    )
+
+
 # ---- sign-in ---------------------------------------------------------------------------
 
 
@@ -193,24 +219,9 @@ def jobs_page(
     search: Text = None,
     page: PageNumber = 1,
 ) -> Template:
-    found = views.jobs(
-        status=status or None,
-        handler=handler or None,
-        queue=queue or None,
-        search=search or None,
-        limit=PAGE_SIZE,
-        offset=_offset(page),
-    )
     filters = {"status": status, "handler": handler, "queue": queue, "search": search}
-    return render(
-        request,
-        "jobs.html",
-        jobs=found.items,
-        pager=pager(request, found),
-        filters={k: v or "" for k, v in filters.items()},
-        statuses=JOB_STATUSES,
-        handlers=jobs.handlers.listed(),
-    )
+    found = views.jobs(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
+    return _listing(request, "jobs.html", found, filters, jobs, statuses=JOB_STATUSES)
 
 
 @get("/jobs/new", opt=OPERATOR, sync_to_thread=False, name="ui-job-new")
@@ -291,15 +302,9 @@ def executions_page(
     problems: dict[str, str] = {}
     query = _execution_query(filters, problems)
     found = views.executions(**query, limit=PAGE_SIZE, offset=_offset(page))
-    return render(
-        request,
-        "executions.html",
-        executions=found.items,
-        pager=pager(request, found),
-        filters={k: v or "" for k, v in filters.items()},
-        problems=problems,
-        statuses=[s.value for s in ExecutionStatus],
-        handlers=jobs.handlers.listed(),
+    statuses = [s.value for s in ExecutionStatus]
+    return _listing(
+        request, "executions.html", found, filters, jobs, problems=problems, statuses=statuses
     )
 
 
@@ -362,22 +367,9 @@ def dead_letters_page(
     error_contains: Text = None,
     page: PageNumber = 1,
 ) -> Template:
-    found = views.dead_letters(
-        queue=queue or None,
-        handler=handler or None,
-        error_contains=error_contains or None,
-        limit=PAGE_SIZE,
-        offset=_offset(page),
-    )
     filters = {"queue": queue, "handler": handler, "error_contains": error_contains}
-    return render(
-        request,
-        "dlq.html",
-        dead=found.items,
-        pager=pager(request, found),
-        filters={k: v or "" for k, v in filters.items()},
-        handlers=jobs.handlers.listed(),
-    )
+    found = views.dead_letters(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
+    return _listing(request, "dlq.html", found, filters, jobs)
 
 
 @get("/system", opt=VIEWER, sync_to_thread=True, name="ui-system")
