@@ -52,8 +52,11 @@ compose:
 			--no-install-recommends docker-compose; } >/dev/null 2>&1 \
 		|| echo "docker-compose could not be installed: the compose test cannot run" >&2; }
 
+# Two processes for the bulk of the tests (they mostly wait on servers and subprocesses);
+# the tests marked serial run alone afterwards, as they measure rates or load the machine.
 test: setup browser compose
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -m serial
 
 check: lint typecheck imports test
 
