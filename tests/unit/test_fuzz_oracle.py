@@ -104,6 +104,14 @@ def test_a_refusal_without_the_error_shape_is_flagged(content: bytes) -> None:
     assert kinds(trigger(409, content)) == {"error shape"}
 
 
+def test_a_refused_input_must_name_its_fix() -> None:
+    """If a 400 or 422 names no fix, then it is flagged; other refusals need none."""
+    bare = b'{"error": {"status": 422, "code": "invalid", "message": "no"}}'
+    assert kinds(trigger(422, bare)) == {"no fix"}
+    fixed = bare.replace(b'"no"}', b'"no", "fix": "send a valid one"}')
+    assert kinds(trigger(422, fixed)) == set()
+
+
 def test_a_server_error_is_flagged() -> None:
     """If the answer is a 5xx, then it is flagged, whatever its body."""
     assert "5xx" in kinds(trigger(500, b'{"error": {"status": 500, "code": "c", "message": "m"}}'))

@@ -123,7 +123,7 @@ class Answer:
 
     method: str
     route: str  # the path template, e.g. /api/v1/jobs/{job_id}
-    path: str
+    path: str  # as sent, with its query
     body: bytes
     status: int
     content: bytes
@@ -240,6 +240,8 @@ def _problems(
         return
     if (problem := error_problem(answer.content, answer.status)) is not None:
         yield "error shape", problem
+    elif answer.status in {400, 422} and "fix" not in json.loads(answer.content)["error"]:
+        yield "no fix", "a refused input whose error names no fix"
     if after.head != before.head:
         yield "write on refusal", f"the log head moved from {before.head} to {after.head}"
     if after.accounts != before.accounts:

@@ -274,7 +274,25 @@ def schedules() -> Field:
     once = body({"kind": Field(st.just("once"), kinds), "run_at": when()}, {})
     manual = st.just({"kind": "manual"})
     odd: st.SearchStrategy[Any] = st.sampled_from([None, [], "cron", {}])
-    return Field(st.one_of(cron.usual, once.usual, manual), st.one_of(cron.edge, once.edge, odd))
+    # The cron, its zone and the one-shot time are what the edges are about: each is at
+    # its edge more often than the kind or an unknown field.
+    edges = st.one_of(
+        st.fixed_dictionaries({"kind": st.just("cron"), "cron": crons.edge}),
+        st.fixed_dictionaries(
+            {"kind": st.just("cron"), "cron": crons.usual, "timezone": zones.edge}
+        ),
+        st.fixed_dictionaries({"kind": st.just("once"), "run_at": when().edge}),
+        cron.edge,
+        once.edge,
+        odd,
+    )
+    return Field(st.one_of(cron.usual, once.usual, manual), edges)
+
+
+def scheduled() -> st.SearchStrategy[dict[str, Any]]:
+    """A job of usual values with a schedule at its edge."""
+    job = {"name": st.just("at the edge"), "handler": st.just("test.echo")}
+    return st.fixed_dictionaries(job | {"schedule": schedules().edge})
 
 
 def payloads(base: st.SearchStrategy[dict[str, Any]]) -> Field:

@@ -130,7 +130,8 @@ class Checked(RecordingStateMachine):
         text = " ".join(str(failure).split())
         if isinstance(failure, Failure):
             text = " ".join(f"{failure.title}: {failure.message}".split())
-        self.tally.violation(kind, f"{case.operation.label}: {text[:FAILURE_TEXT]}")
+        sent = answer(response, case).describe()
+        self.tally.violation(kind, f"{text[:FAILURE_TEXT]}: {sent}")
 
     def step(self, input: StepInput) -> StepOutput:  # noqa: A002 (the base's name)
         if input.transition is not None:
@@ -166,17 +167,22 @@ def classify(
         if path.startswith(("/api/v1/jobs/{job_id}", "/api/v1/executions/{execution_id}")):
             # docs/api.md: a deleted job, a discarded dead letter keep their history.
             return "history after delete", True
-    if isinstance(failure, AcceptedNegativeData) and _RETYPED.search(failure.message):
-        return "coerced", False  # a number taken as a time: see ``fuzz_definitions.Mismatch``
+    if isinstance(failure, AcceptedNegativeData) and " in query " in failure.message:
+        if "became object)" in failure.message:
+            # An object is sent as its keys, parameters the route does not take.
+            return "unknown query parameter", False
+        if _RETYPED.search(failure.message):
+            return "coerced", False  # a number taken as a time: see ``fuzz_definitions``
     return "contract", False
 
 
 def answer(response: Response, case: schemathesis.Case[Any]) -> Answer:
     sent = response.request.body
+    url = urllib.parse.urlsplit(response.request.url or "")
     return Answer(
         method=case.operation.method.upper(),
         route=case.operation.path,
-        path=urllib.parse.urlsplit(response.request.url or "").path,
+        path=f"{url.path}?{url.query}" if url.query else url.path,
         body=sent.encode() if isinstance(sent, str) else sent if isinstance(sent, bytes) else b"",
         status=response.status_code,
         content=response.content,
