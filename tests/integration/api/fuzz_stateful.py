@@ -2,6 +2,7 @@
 a job, trigger it, cancel the run; list the dead letters, requeue one...) as one role,
 and every step is checked by ``fuzz_checks`` besides Schemathesis's own checks."""
 
+import json
 import re
 import time
 import urllib.parse
@@ -162,7 +163,7 @@ def classify(
         # docs/api.md: an execution read a moment after it was created may answer 404.
         return "read model lag", True
     if isinstance(failure, UseAfterFree):
-        if path == "/api/v1/jobs/{job_id}/preview":
+        if path == "/api/v1/jobs/{job_id}/preview" and _lists_fires(response):
             return "preview after delete", False
         if path.startswith(("/api/v1/jobs/{job_id}", "/api/v1/executions/{execution_id}")):
             # docs/api.md: a deleted job, a discarded dead letter keep their history.
@@ -174,6 +175,13 @@ def classify(
         if _RETYPED.search(failure.message):
             return "coerced", False  # a number taken as a time: see ``fuzz_definitions``
     return "contract", False
+
+
+def _lists_fires(response: Response) -> bool:
+    try:
+        return bool(json.loads(response.content)["fires"])
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 def answer(response: Response, case: schemathesis.Case[Any]) -> Answer:
