@@ -1,11 +1,15 @@
 """The fuzz campaign's checks, on answers made up here: they flag what they must."""
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from schemathesis.core.failures import AcceptedNegativeData
+from schemathesis.openapi.checks import EnsureResourceAvailability, UseAfterFree
 from tests.integration.api.fuzz_checks import Answer, Snapshot, Tally, Target, check_answer
 from tests.integration.api.fuzz_definitions import Mismatch, difference, same
 from tests.integration.api.fuzz_inputs import Raw, encode, read
+from tests.integration.api.fuzz_stateful import classify
 
 from jobledger.runtime.accounts import Role
 
@@ -156,3 +160,92 @@ def test_values_are_written_as_raw_json_text() -> None:
     assert encode("\ud800", ascii_only=False) == b'"\xed\xa0\x80"'
     assert read(text) is not None
     assert read(b'{"b": NaN}') is read(b"\xed\xa0\x80") is read(b"[" * 100_000)
+
+
+def failed(path: str, content: bytes) -> tuple[Any, Any]:
+    """A case of ``path`` and its answer, as far as ``classify`` reads them."""
+    case = SimpleNamespace(operation=SimpleNamespace(path=path))
+    return case, SimpleNamespace(content=content)
+
+
+def negative(component: str) -> AcceptedNegativeData:
+    message = (
+        f"Invalid data should have been rejected\nExpected: 400\nInvalid component: {component}"
+    )
+    return AcceptedNegativeData(
+        operation="GET", message=message, status_code=200, expected_statuses=[]
+    )
+
+
+@pytest.mark.parametrize(
+    ("failure", "path", "content", "kind", "documented"),
+    [
+        pytest.param(
+            UseAfterFree(operation="GET", message="m", free="DELETE", usage="GET"),
+            "/api/v1/jobs/{job_id}/preview",
+            b'{"timezone": "UTC", "fires": [{"at": "2027-01-01T00:00:00Z"}]}',
+            "preview after delete",
+            False,
+            id="preview-with-fires",
+        ),
+        pytest.param(
+            UseAfterFree(operation="GET", message="m", free="DELETE", usage="GET"),
+            "/api/v1/jobs/{job_id}/preview",
+            b'{"timezone": "UTC", "fires": []}',
+            "history after delete",
+            True,
+            id="empty-preview",
+        ),
+        pytest.param(
+            UseAfterFree(operation="GET", message="m", free="DELETE", usage="GET"),
+            "/api/v1/users/{user_id}",
+            b"{}",
+            "contract",
+            False,
+            id="user-after-delete",
+        ),
+        pytest.param(
+            EnsureResourceAvailability(
+                operation="GET", message="m", created_with="POST", not_available_with="GET"
+            ),
+            "/api/v1/executions/{execution_id}",
+            b'{"error": {"message": "execution x is not in the read model yet"}}',
+            "read model lag",
+            True,
+            id="read-model-lag",
+        ),
+        pytest.param(
+            negative(
+                "parameters `until`, `status` in query\n  - violates (was null, became integer)"
+            ),
+            "/api/v1/executions",
+            b"{}",
+            "coerced",
+            False,
+            id="number-as-time",
+        ),
+        pytest.param(
+            negative("parameter `handler` in query - violates (was null, became object)"),
+            "/api/v1/executions",
+            b"{}",
+            "unknown query parameter",
+            False,
+            id="object-as-keys",
+        ),
+        pytest.param(
+            negative("in body - violates (was string, became integer)"),
+            "/api/v1/jobs",
+            b"{}",
+            "contract",
+            False,
+            id="body",
+        ),
+    ],
+)
+def test_schemathesis_failures_are_told_apart(
+    failure: Exception, path: str, content: bytes, kind: str, documented: bool
+) -> None:
+    """If Schemathesis reports a failure, then what the API documents is counted apart,
+    a known finding gets its own kind, and anything else is a contract violation."""
+    case, response = failed(path, content)
+    assert classify(failure, case, response) == (kind, documented)
