@@ -1,4 +1,3 @@
-# ruff: noqa: E402 (run as a script: the sys.path guard below precedes the imports)
 """Fuzz campaign: the test suite's campaign against a live API, for as long as asked.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
@@ -10,7 +9,7 @@ the followers' check. The time is shared evenly between the four parts; each rep
 rounds until its share is used. Stops the server and drops the database at the end,
 also on an error or Ctrl-C.
 
-    python bench/fuzz.py [--minutes N] [--admin-url URL]
+    python -m bench.fuzz [--minutes N] [--admin-url URL]
 
 Prints a table (inputs tried, statuses seen and violations per part and role), the
 violations found, and writes the same as JSON to ``bench/results/fuzz.json``. Exits 1
@@ -20,29 +19,11 @@ when a violation was found.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-# Run as a script, this file's folder is first on sys.path, and bench/queue.py would
-# shadow the standard library's `queue` for every library that imports it. The
-# campaign lives with the tests, imported from the repository's root.
-_FOLDER = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _FOLDER]
-sys.path.insert(0, str(_FOLDER.parent))
-
-if TYPE_CHECKING:
-    from bench import _support as support
-else:  # the folder is off sys.path now: load the shared code by its file path
-    import importlib.util
-
-    _SPEC = importlib.util.spec_from_file_location("_support", _FOLDER / "_support.py")
-    support = importlib.util.module_from_spec(_SPEC)
-    sys.modules[_SPEC.name] = support
-    _SPEC.loader.exec_module(support)
-
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from bench import _support as support
 from tests.conftest import JsonValues, LiveServer
 from tests.integration.api.conftest import serve_api
 from tests.integration.api.fuzz_campaign import (
@@ -60,6 +41,7 @@ from jobledger.runtime.store import migrate
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
+    from pathlib import Path
 
     from tests.integration.api.fuzz_checks import Tally
 

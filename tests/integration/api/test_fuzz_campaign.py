@@ -1,6 +1,6 @@
 """The fuzz campaign over a live API (see ``fuzz_campaign``): generated requests as each
 role, inputs at the codec's edges, and the followers after them. It prints how many
-inputs each part tried; ``bench/fuzz.py`` runs it for longer."""
+inputs each part tried; ``python -m bench.fuzz`` runs it for longer."""
 
 from typing import TYPE_CHECKING, Any
 
