@@ -18,6 +18,7 @@ from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, doc
 from jobledger.api.executions import DeadLetterController, ExecutionController
 from jobledger.api.jobs import JobController
 from jobledger.api.metrics import MetricsMiddleware
+from jobledger.api.openapi_links import add_links
 from jobledger.api.schedules import preview_schedule
 from jobledger.api.schemas import strict_bodies
 from jobledger.api.security import (
@@ -82,4 +83,5 @@ def create_app(
     )
     document_errors(app)
     document_closed_bodies(app, {kind.__name__ for kind in strict_bodies()})
+    add_links(app)
     return app
