@@ -23,7 +23,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bench import _support as support
 from tests.conftest import JsonValues, LiveServer
 from tests.integration.api.conftest import serve_api
 from tests.integration.api.fuzz_campaign import (
@@ -34,6 +33,7 @@ from tests.integration.api.fuzz_campaign import (
     usual_payloads,
 )
 
+from bench import _support as support
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import migrate
