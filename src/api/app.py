@@ -29,6 +29,7 @@ from jobledger.api.security import (
     role_guard,
 )
 from jobledger.api.state import ApiState
+from jobledger.api.strictness import strict_request
 from jobledger.api.system import SystemController, health, metrics, ready
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.runtime.bootstrap import Container
@@ -65,7 +66,7 @@ def create_app(
         route_handlers=ROUTES,
         dependencies=dependencies(services, now),
         middleware=[counting, auth],
-        guards=[role_guard],
+        guards=[role_guard, strict_request],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(
             title="jobledger",

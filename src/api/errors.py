@@ -195,7 +195,7 @@ def _account_error(_: Request[Any, Any, Any], error: accounts.AccountError) -> R
             headers={"Retry-After": str(seconds)},
         )
     status = _status_of(error, _ACCOUNT_STATUS, HTTP_422_UNPROCESSABLE_ENTITY)
-    return error_response(status, str(error))
+    return error_response(status, str(error), field=error.field, fix=error.fix)
 
 
 def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Response[ErrorBody]:

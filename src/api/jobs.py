@@ -170,7 +170,10 @@ class JobController(Controller):
     ) -> PreviewOut:
         job = jobs.get(job_id)
         after = clock() - timedelta(microseconds=1)
-        return preview_fires(job.definition.schedule, after=after, count=count)
+        preview = preview_fires(job.definition.schedule, after=after, count=count)
+        if job.deleted:  # a deleted job never fires again
+            preview.fires = []
+        return preview
 
 
 def _version(text: str) -> int:

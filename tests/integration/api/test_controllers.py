@@ -184,3 +184,25 @@ def test_an_unknown_job_is_a_404_naming_it(app: App) -> None:
         answer = app.client.request(method, path, headers=app.as_(Role.OPERATOR))
         assert answer.status_code == 404, (method, path)
         assert str(missing) in answer.json()["error"]["message"]
+
+
+def test_a_query_parameter_given_twice_is_refused(app: App) -> None:
+    """If a filter that takes one value is given twice, then the list is refused with
+    400 naming it, instead of one value being picked silently."""
+    answer = app.client.get(
+        "/api/v1/jobs?status=active&status=paused", headers=app.as_(Role.VIEWER)
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["field"] == "status"
+    assert answer.json()["error"]["fix"] == "give it once"
+
+
+def test_a_nested_flag_sent_as_text_is_refused_with_its_path(app: App) -> None:
+    """If a nested flag of a body is sent as text, then the 400 names its path and
+    nothing is written."""
+    head = app.container.head()
+    body = {**JOB, "retry": {"jitter": "false"}}
+    answer = app.client.post("/api/v1/jobs", json=body, headers=app.as_(Role.OPERATOR))
+    assert answer.status_code == 400
+    assert answer.json()["error"]["field"] == "retry.jitter"
+    assert app.container.head() == head

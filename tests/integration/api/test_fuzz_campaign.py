@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # are each read back from the log.
 BUDGET = Budget(scenarios=40, steps=15, definitions=300)
 # Violations counted but not failed on here, each with a test of its own below.
-KNOWN = frozenset({"coerced", "preview after delete", "no fix", "unknown query parameter"})
+KNOWN: frozenset[str] = frozenset()
 
 
 @pytest.mark.slow
@@ -58,11 +58,6 @@ LOOSE: list[Any] = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Litestar converts request bodies with msgspec's strict=False: text that reads "
-    "as a number is taken as one, and 0 or 1 as a flag (found by the fuzz campaign)",
-)
 @pytest.mark.parametrize(("fields", "field"), LOOSE)
 def test_numbers_and_flags_sent_as_another_type_are_refused(
     module_api: "Api", fields: dict[str, Any], field: str
@@ -76,10 +71,6 @@ def test_numbers_and_flags_sent_as_another_type_are_refused(
     assert response.json()["error"]["field"] == field
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the preview reads the schedule, not the job's state (found by the fuzz campaign)",
-)
 def test_a_deleted_job_previews_no_fires(module_api: "Api") -> None:
     """If a job is deleted, then its preview lists no fires, as its next fire is none:
     a deleted job stops firing."""
@@ -96,11 +87,6 @@ def test_a_deleted_job_previews_no_fires(module_api: "Api") -> None:
     assert preview.json()["fires"] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Litestar converts query values with msgspec's strict=False: a number is read "
-    "as seconds since 1970 (found by the fuzz campaign)",
-)
 @pytest.mark.parametrize("name", ["since", "until"])
 def test_a_time_sent_as_a_number_is_refused(module_api: "Api", name: str) -> None:
     """If a list's time filter is a bare number, then it is refused with 400 naming the
@@ -110,10 +96,6 @@ def test_a_time_sent_as_a_number_is_refused(module_api: "Api", name: str) -> Non
     assert response.json()["error"]["field"] == name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="account refusals carry the rule in the message only (found by the fuzz campaign)",
-)
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -133,10 +115,6 @@ def test_a_refused_account_names_the_field_and_the_fix(
     assert error.get("fix"), error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="query parameters a route does not take are ignored (found by the fuzz campaign)",
-)
 def test_a_misspelt_filter_is_refused(module_api: "Api") -> None:
     """If a list is asked for with a filter it does not take (a typo), then it is refused
     with 400 naming it, as an unknown field of a body is, instead of listing all."""
