@@ -10,7 +10,6 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import structlog
 from litestar import Litestar, MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
@@ -42,6 +41,7 @@ from jobledger.domain.errors import (
 from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.runtime import accounts
 from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
+from jobledger.schemas.system import ErrorBody, ErrorDetail
 from jobledger.services.errors import (
     AlreadyRunningError,
     InvalidRequestError,
@@ -72,18 +72,6 @@ _CODES = {
     HTTP_500_INTERNAL_SERVER_ERROR: "internal_error",
     503: "unavailable",
 }
-
-
-class ErrorDetail(msgspec.Struct, omit_defaults=True):
-    status: int
-    code: str
-    message: str
-    field: str | None = None
-    fix: str | None = None
-
-
-class ErrorBody(msgspec.Struct):
-    error: ErrorDetail
 
 
 class ApiError(Exception):

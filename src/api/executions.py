@@ -19,10 +19,10 @@ from jobledger.api.common import (
     aware,
     key_or_new,
 )
-from jobledger.api.jobs import ExecutionRef
 from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ExecutionIn, ReasonIn, to_spec
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
+from jobledger.schemas.executions import ExecutionRef
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import Executions

@@ -4,7 +4,6 @@ from datetime import datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
-import msgspec
 from litestar import Controller, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
@@ -28,6 +27,7 @@ from jobledger.api.schemas import (
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.domain.json_values import MAX_INT
+from jobledger.schemas.executions import ExecutionRef
 from jobledger.services.actors import Actor
 from jobledger.services.history import EventOut
 from jobledger.services.jobs import Jobs
@@ -41,11 +41,6 @@ AsOf = Annotated[
         description="the job as it was: an ISO 8601 time with offset, or a version number",
     ),
 ]
-
-
-class ExecutionRef(msgspec.Struct):
-    id: UUID
-    status: str
 
 
 class JobController(Controller):

@@ -20,9 +20,12 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.schemas.executions import BulkReport
 from jobledger.services.actors import Actor
 from jobledger.services.errors import NotDeadLetteredError
 from jobledger.services.views import Page, Views
+
+__all__ = ["BulkReport", "DeadLetterFilter", "DeadLetters"]
 
 _PAGE = 500
 
@@ -35,16 +38,6 @@ class DeadLetterFilter(msgspec.Struct, frozen=True, kw_only=True):
     handler: str | None = None
     job_id: UUID | None = None
     error_contains: str | None = None
-
-
-class BulkReport(msgspec.Struct):
-    """What an operation on dead letters did: ``changed`` requeued or discarded;
-    ``refused`` were no longer dead-lettered when it came to them."""
-
-    matched: int
-    changed: int
-    refused: int
-    dry_run: bool
 
 
 class DeadLetters:

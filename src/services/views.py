@@ -5,8 +5,6 @@ from datetime import datetime
 from typing import TypedDict, Unpack
 from uuid import UUID
 
-import msgspec
-
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections import read_queries
 from jobledger.projections.database import Database
@@ -18,6 +16,7 @@ from jobledger.projections.read_queries import (
     MinuteStats,
     Page,
 )
+from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.errors import NotYetVisibleError
 
 __all__ = [
@@ -58,11 +57,6 @@ class DeadLetterFilters(Paging, total=False):
     handler: str | None
     job_id: UUID | None
     error_contains: str | None
-
-
-class ExecutionDetail(msgspec.Struct):
-    execution: ExecutionRow
-    attempts: list[AttemptRow]
 
 
 class Views:
