@@ -10,6 +10,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 
 from jobledger.api.common import (
+    Cursor,
     Filter,
     IdempotencyKey,
     Limit,
@@ -66,6 +67,7 @@ class ExecutionController(Controller):
         until: Until = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         return views.executions(
             status=status,
@@ -76,6 +78,7 @@ class ExecutionController(Controller):
             until=aware("until", until),
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
 
     @get("/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True)
@@ -121,11 +124,12 @@ class DeadLetterController(Controller):
         ] = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         selection = DeadLetterFilter(
             queue=queue, handler=handler, job_id=job_id, error_contains=error_contains
         )
-        return dead_letters.page(selection, limit=limit, offset=offset)
+        return dead_letters.page(selection, limit=limit, offset=offset, cursor=cursor)
 
     @post(
         "/{execution_id:uuid}/requeue", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK

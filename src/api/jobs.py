@@ -9,7 +9,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from jobledger.api.common import Filter, IdempotencyKey, Limit, Offset, key_or_new
+from jobledger.api.common import Cursor, Filter, IdempotencyKey, Limit, Offset, key_or_new
 from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import (
@@ -58,9 +58,16 @@ class JobController(Controller):
         search: Annotated[str | None, QueryParameter(max_length=200, pattern=NO_NUL)] = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         return views.jobs(
-            status=status, handler=handler, queue=queue, search=search, limit=limit, offset=offset
+            status=status,
+            handler=handler,
+            queue=queue,
+            search=search,
+            limit=limit,
+            offset=offset,
+            cursor=cursor,
         )
 
     @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_201_CREATED)
@@ -145,11 +152,15 @@ class JobController(Controller):
         self,
         job_id: FromPath[UUID],
         views: NamedDependency[Views],
+        *,
         status: Filter = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
-        return views.executions(job_id=job_id, status=status, limit=limit, offset=offset)
+        return views.executions(
+            job_id=job_id, status=status, limit=limit, offset=offset, cursor=cursor
+        )
 
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def job_events(self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs]) -> list[EventOut]:

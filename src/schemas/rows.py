@@ -90,3 +90,5 @@ class Page(msgspec.Struct, frozen=True, kw_only=True):
     total: int
     limit: int
     offset: int
+    # Opaque: pass it as ``cursor`` for the page after this one; None on the last page.
+    next_cursor: str | None = None

@@ -46,7 +46,14 @@ class DeadLetters:
         self.writer = writer
         self.views = views
 
-    def page(self, selection: DeadLetterFilter, *, limit: int = 50, offset: int = 0) -> Page:
+    def page(
+        self,
+        selection: DeadLetterFilter,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
         """Dead letters that match, the latest to die first."""
         return self.views.dead_letters(
             queue=selection.queue,
@@ -55,16 +62,19 @@ class DeadLetters:
             error_contains=selection.error_contains,
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
 
     def matching(self, selection: DeadLetterFilter) -> list[UUID]:
         """The ids of every dead letter that matches, page by page."""
         ids: list[UUID] = []
+        cursor: str | None = None
         while True:
-            page = self.page(selection, limit=_PAGE, offset=len(ids))
+            page = self.page(selection, limit=_PAGE, cursor=cursor)
             ids.extend(row.id for row in page.items)
-            if len(page.items) < _PAGE:
+            if page.next_cursor is None:
                 return ids
+            cursor = page.next_cursor
 
     def show(self, execution_id: UUID) -> list[dict[str, Any]]:
         """Every event of the execution, oldest first, as plain fields (one that cannot
