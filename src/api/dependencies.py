@@ -37,6 +37,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "admin": services.admin,
         "system": services.system,
         "views": services.views,
+        "waits": services.waits,
         "clock": clock,
     }
     provided = {

@@ -1,6 +1,7 @@
 """Executions: ad-hoc runs, lists and details with every attempt, cancellation; and the
 dead-letter queue: list, requeue one or many, discard."""
 
+import asyncio
 from typing import Annotated
 from uuid import UUID
 
@@ -29,7 +30,17 @@ from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLe
 from jobledger.services.executions import Executions
 from jobledger.services.history import EventOut
 from jobledger.services.views import ExecutionDetail, Page, Views
+from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
 
+Wait = Annotated[
+    float | None,
+    QueryParameter(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description=f"wait up to this many seconds (at most {MAX_WAIT_SECONDS:g}) for the "
+        "execution to finish",
+    ),
+]
 Reason = Annotated[
     str, QueryParameter(max_length=2000, pattern=NO_NUL, description="why (recorded in the event)")
 ]
@@ -81,11 +92,20 @@ class ExecutionController(Controller):
             cursor=cursor,
         )
 
-    @get("/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True)
-    def get_execution(
-        self, execution_id: FromPath[UUID], views: NamedDependency[Views]
+    @get("/{execution_id:uuid}", opt=VIEWER)
+    async def get_execution(
+        self,
+        execution_id: FromPath[UUID],
+        views: NamedDependency[Views],
+        waits: NamedDependency[ExecutionWaits],
+        wait: Wait = None,
     ) -> ExecutionDetail:
-        return views.execution_detail(execution_id)
+        """One execution with its attempts. With ``wait``, the answer comes when the
+        execution finishes (completed, dead-lettered, cancelled or discarded) or after
+        that many seconds, whichever is first: a long-poll that holds no thread."""
+        if wait:
+            return await waits.detail(execution_id, wait=wait)
+        return await asyncio.to_thread(views.execution_detail, execution_id)
 
     @get("/{execution_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def execution_events(

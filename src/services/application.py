@@ -10,6 +10,7 @@ from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.system import System
 from jobledger.services.views import Views
+from jobledger.services.waits import ExecutionWaits
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class Services:
     admin: Admin
     system: System
     views: Views
+    waits: ExecutionWaits
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -39,4 +41,5 @@ class Services:
             admin=Admin(container),
             system=System(container, views, names),
             views=views,
+            waits=ExecutionWaits(views),
         )

@@ -123,6 +123,10 @@ class Views:
             )
         return ExecutionDetail(row, self.attempts(execution_id))
 
+    def statuses(self, execution_ids: list[UUID]) -> dict[UUID, str]:
+        """The status of each of these executions that the read model shows."""
+        return read_queries.execution_statuses(self.database, execution_ids)
+
     def attempts(self, execution_id: UUID) -> list[AttemptRow]:
         return read_queries.list_attempts(self.database, execution_id)
 
