@@ -38,6 +38,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "system": services.system,
         "views": services.views,
         "waits": services.waits,
+        "declared_jobs": services.declared_jobs,
         "clock": clock,
     }
     provided = {

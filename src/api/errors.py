@@ -118,7 +118,9 @@ _API_FIELDS = {
 def _invalid_definition(
     _: Request[Any, Any, Any], error: InvalidDefinitionError
 ) -> Response[ErrorBody]:
-    field = _API_FIELDS.get(error.field, error.field)
+    # A definition of a set names its job first: jobs[billing.monthly].schedule.cron.
+    job, dot, inner = error.field.rpartition("].")
+    field = f"{job}{dot}{_API_FIELDS.get(inner, inner)}"
     return error_response(
         HTTP_422_UNPROCESSABLE_ENTITY, f"{field}: {error.problem}", field=field, fix=error.fix
     )

@@ -92,7 +92,7 @@ _JOB_SELECT = (
     "SELECT id, name, handler, queue, priority, schedule_kind, cron, timezone, run_at_ms, "  # noqa: S608 (constant names)
     "status, next_fire_at_ms, last_fired_at_ms, last_execution_id, last_status, "
     "last_finished_at_ms, created_at_ms, created_by, updated_at_ms, updated_by, version, "
-    f"definition FROM {JOBS}"
+    f"definition, source FROM {JOBS}"
 )
 
 
@@ -117,6 +117,7 @@ def _job(row: Sequence[Any]) -> JobRow:
         updated_by=row[18],
         version=int(row[19]),
         definition=msgspec.json.decode(row[20]),
+        source=row[21],
     )
 
 
@@ -338,15 +339,18 @@ def list_jobs(
     handler: str | None = None,
     queue: str | None = None,
     search: str | None = None,
+    source: str | None = None,
     limit: int = 50,
     offset: int = 0,
     cursor: str | None = None,
 ) -> Page:
-    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case."""
+    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case;
+    ``source`` is "code" for the jobs `jobledger apply` manages, "api" for the others."""
     where = _Where()
     where.add("status = ?", status)
     where.add("handler = ?", handler)
     where.add("queue = ?", queue)
+    where.add("source = ?", source)
     where.add("lower(name) LIKE ? ESCAPE '\\'", _contains_pattern(search) if search else None)
     return _page(
         db,
@@ -358,7 +362,7 @@ def list_jobs(
         limit=limit,
         offset=offset,
         cursor=cursor,
-        counted=(JOB_KIND, status) if _none(handler, queue, search) else None,
+        counted=(JOB_KIND, status) if _none(handler, queue, search, source) else None,
     )
 
 

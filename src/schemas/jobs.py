@@ -1,7 +1,7 @@
 """Job bodies: a definition as the API takes it, a job as it answers, schedule previews."""
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -101,6 +101,56 @@ class JobOut(msgspec.Struct, kw_only=True):
     fired_count: int
     definition: JobIn
     as_of: datetime | None = None
+    # "code" for a job that `jobledger apply` manages (by ``key``), else "api".
+    source: str = "api"
+    key: str | None = None
+
+
+# ---- jobs declared in code, applied as a set ---------------------------------------
+
+Key = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        pattern="^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description="the job's stable name in code, e.g. billing.monthly",
+    ),
+]
+
+
+class ManagedJobIn(JobIn, kw_only=True):
+    """A job that code declares: a definition, and the stable key it is applied by."""
+
+    key: Key
+
+
+class ApplyIn(Strict):
+    """The whole set of jobs code declares. ``prune`` deletes the managed jobs the set
+    no longer has; ``dry_run`` only plans."""
+
+    jobs: Annotated[list[ManagedJobIn], msgspec.Meta(max_length=10_000)]
+    prune: bool = False
+    dry_run: bool = False
+
+
+class FieldChange(msgspec.Struct):
+    field: str  # a dotted path into the definition, e.g. schedule.cron
+    old: Any
+    new: Any
+
+
+class PlannedChange(msgspec.Struct, kw_only=True):
+    key: str
+    action: Literal["create", "update", "unchanged", "delete"]
+    job_id: UUID
+    name: str
+    changes: list[FieldChange] = msgspec.field(default_factory=list)
+
+
+class ApplyOut(msgspec.Struct, kw_only=True):
+    plan: list[PlannedChange]
+    applied: bool  # False for a dry run, and when nothing was to change
 
 
 class Fire(msgspec.Struct):

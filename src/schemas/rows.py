@@ -29,6 +29,7 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_by: str | None
     version: int
     definition: dict[str, Any]
+    source: str = "api"  # "code": `jobledger apply` manages it
 
 
 class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,6 +6,7 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
 from jobledger.services.dead_letters import DeadLetters
+from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.system import System
@@ -25,13 +26,15 @@ class Services:
     system: System
     views: Views
     waits: ExecutionWaits
+    declared_jobs: DeclaredJobs
 
     @classmethod
     def build(cls, container: Container) -> "Services":
         """The use cases over ``container``. Definitions naming a handler this process
         does not have are refused: its workers have the same registry."""
-        names = frozenset(container.handlers().names())
-        handlers = HandlerNames(names)
+        registry = container.handlers()
+        names = frozenset(registry.names())
+        handlers = HandlerNames(names, {name: registry.info(name) for name in names})
         views = Views(container.database, container.ledger)
         return cls(
             jobs=Jobs(container.ledger, handlers),
@@ -42,4 +45,5 @@ class Services:
             system=System(container, views, names),
             views=views,
             waits=ExecutionWaits(views),
+            declared_jobs=DeclaredJobs(container.ledger, views, handlers),
         )

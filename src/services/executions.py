@@ -26,7 +26,7 @@ class Executions:
         """Enqueue a handler run that belongs to no job. The same key returns the first
         run; the same key for a different run is refused."""
         by.require(Role.OPERATOR)
-        self.handlers.check(spec.handler)
+        self.handlers.check(spec.handler, spec.payload)
         spec.check(self.ledger.limits)
         execution = Execution.enqueue(
             spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key

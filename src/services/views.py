@@ -44,6 +44,7 @@ class JobFilters(Paging, total=False):
     handler: str | None
     queue: str | None
     search: str | None
+    source: str | None
 
 
 class ExecutionFilters(Paging, total=False):
