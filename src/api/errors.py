@@ -94,8 +94,9 @@ def error_response(
     field: str | None = None,
     fix: str | None = None,
     headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> Response[ErrorBody]:
-    detail = ErrorDetail(status, _CODES.get(status, "error"), message, field, fix)
+    detail = ErrorDetail(status, code or _CODES.get(status, "error"), message, field, fix)
     return Response(
         ErrorBody(detail), status_code=status, media_type=MediaType.JSON, headers=headers
     )
@@ -161,9 +162,17 @@ _SERVICE_STATUS: tuple[tuple[type[ServiceError], int], ...] = (
 )
 
 
+# Codes finer than the status's, where a client acts on the difference: a run not in
+# the read model yet is worth waiting for, one that does not exist is not.
+_SERVICE_CODES: tuple[tuple[type[ServiceError], str], ...] = (
+    (NotYetVisibleError, "not_visible_yet"),
+)
+
+
 def _service_error(_: Request[Any, Any, Any], error: ServiceError) -> Response[ErrorBody]:
     status = _status_of(error, _SERVICE_STATUS, HTTP_400_BAD_REQUEST)
-    return error_response(status, error.message, field=error.field, fix=error.fix)
+    code = next((code for kind, code in _SERVICE_CODES if isinstance(error, kind)), None)
+    return error_response(status, error.message, field=error.field, fix=error.fix, code=code)
 
 
 _ACCOUNT_STATUS: tuple[tuple[type[accounts.AccountError], int], ...] = (

@@ -2,6 +2,7 @@
 dead-letter queue: list, requeue one or many, discard."""
 
 import asyncio
+from datetime import datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
@@ -21,10 +22,11 @@ from jobledger.api.common import (
     aware,
     key_or_new,
 )
-from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ExecutionIn, ReasonIn, to_spec
+from jobledger.api.errors import ApiError
+from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
-from jobledger.schemas.executions import ExecutionRef
+from jobledger.schemas.executions import ExecutionRef, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import Executions
@@ -53,16 +55,19 @@ class ExecutionController(Controller):
     @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_202_ACCEPTED)
     def run_execution(
         self,
-        data: JSONBody[ExecutionIn],
+        data: JSONBody[RunIn],
         idempotency_key: IdempotencyKey,
         executions: NamedDependency[Executions],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
     ) -> ExecutionRef:
-        """Run a handler now, outside any job; the same Idempotency-Key returns the
-        first run instead of starting another."""
+        """Run a handler outside any job, now or later (``run_at``, ``delay_seconds``);
+        the same Idempotency-Key returns the first run instead of starting another."""
         key = key_or_new(idempotency_key)
-        execution = executions.run(to_spec(data), key=key, at=clock(), by=actor)
+        now = clock()
+        execution = executions.run(
+            to_spec(data), key=key, at=now, by=actor, ready_at=_ready_at(data, now)
+        )
         return ExecutionRef(execution.id, str(execution.status))
 
     @get("/", opt=VIEWER, sync_to_thread=True)
@@ -199,3 +204,17 @@ class DeadLetterController(Controller):
     ) -> BulkReport:
         """Give up on a dead letter for good; the log keeps its history."""
         return dead_letters.discard_one(execution_id, by=actor, reason=reason)
+
+
+def _ready_at(body: RunIn, now: datetime) -> datetime:
+    """When an ad-hoc run is due: now, at ``run_at``, or ``delay_seconds`` from now."""
+    if body.run_at is not None and body.delay_seconds is not None:
+        raise ApiError(
+            422,
+            "run_at and delay_seconds: give one of them, not both",
+            field="delay_seconds",
+            fix="drop delay_seconds to run at run_at, or run_at to run after the delay",
+        )
+    if body.run_at is not None:
+        return body.run_at
+    return now + timedelta(seconds=body.delay_seconds or 0)

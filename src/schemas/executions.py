@@ -5,8 +5,17 @@ from uuid import UUID
 
 import msgspec
 
-from jobledger.schemas.fields import Short, Strict, Text, Tiny
+from jobledger.schemas.fields import AwareTime, Seconds, Short, Strict, Text, Tiny
+from jobledger.schemas.jobs import ExecutionIn
 from jobledger.schemas.rows import AttemptRow, ExecutionRow
+
+
+class RunIn(ExecutionIn, kw_only=True):
+    """An ad-hoc run: what to run, and when: now, at ``run_at``, or ``delay_seconds``
+    from now (give one of the two at most)."""
+
+    run_at: AwareTime | None = None
+    delay_seconds: Seconds | None = None
 
 
 class ExecutionRef(msgspec.Struct):
