@@ -16,6 +16,7 @@ import msgspec
 import redis
 import structlog
 
+from jobledger import apply_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import (
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     _add_projection_commands(commands)
+    apply_cli.add_parser(commands)
     return parser
 
 
@@ -195,6 +197,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
+    if command == "apply":  # a client of a running API: no store of its own
+        return apply_cli.run(args)
     if command == "queue" and not settings.redis_url:
         _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings, role=command) as container:

@@ -24,15 +24,20 @@ what importing msgspec does.
 """
 
 import functools
+import importlib
 import inspect
+import re
+import sys
 import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
 import msgspec
 
 from jobledger.domain.policies import DEFAULT_PRIORITY, MisfirePolicy, OverlapPolicy
+from jobledger.schemas.fields import Strict
 from jobledger.schemas.jobs import CronIn, ManagedJobIn, RetryIn
 
 P = ParamSpec("P")
@@ -242,3 +247,63 @@ def _handlers_of(module: types.ModuleType) -> Iterator[HandlerDeclaration[..., A
 def payload_schema(payload_type: type[msgspec.Struct]) -> dict[str, Any]:
     """The JSON schema of a payload struct (definitions inline under ``$defs``)."""
     return msgspec.json.schema(payload_type)
+
+
+# ---- loading the jobs to apply ---------------------------------------------------------
+
+
+class JobsFile(Strict):
+    """A TOML file of jobs to apply: ``[[jobs]]`` tables, each a job definition as the
+    API takes it, with its ``key``."""
+
+    jobs: list[ManagedJobIn] = msgspec.field(default_factory=list)
+
+
+def jobs_of_module(name: str) -> list[ManagedJobIn]:
+    """The jobs a module (and what it imports at its top level) declares with
+    ``@jobledger.periodic``; the current folder is searched first, as ``python -m``
+    does."""
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        module = importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001 (any failure to import is the module's)
+        raise DeclarationError(
+            f"cannot import module {name!r} ({type(error).__name__}: {error}); run from the "
+            "folder that holds it, or install it"
+        ) from None
+    return list(declared_in(module).jobs.values())
+
+
+_AT = re.compile(r" - at `\$\.jobs\[(?P<index>\d+)\](?P<path>[^`]*)`$")
+
+
+def jobs_of_file(path: Path) -> list[ManagedJobIn]:
+    """The jobs of a TOML jobs file; a job that does not fit is named by its index and
+    key, with the field."""
+    try:
+        text = path.read_bytes()
+    except OSError as error:
+        raise DeclarationError(f"cannot read {path}: {error.strerror}") from None
+    try:
+        declared = msgspec.toml.decode(text, type=JobsFile)
+    except msgspec.ValidationError as error:
+        raise DeclarationError(f"{path}: {_where(str(error), text)}") from None
+    except msgspec.DecodeError as error:
+        raise DeclarationError(f"{path} is not TOML ({error})") from None
+    found = Declared()
+    for job in declared.jobs:
+        found.add_job(job, str(path))
+    return declared.jobs
+
+
+def _where(message: str, text: bytes) -> str:
+    """msgspec's "... - at `$.jobs[1].schedule.cron`" as "jobs[1] (its key).schedule.cron: ..."."""
+    at = _AT.search(message)
+    if at is None:
+        return message
+    index = int(at["index"])
+    raw = msgspec.toml.decode(text).get("jobs", [])
+    key = raw[index].get("key") if index < len(raw) and isinstance(raw[index], dict) else None
+    job = f"jobs[{index}]" + (f" ({key})" if key else "")
+    return f"{job}{at['path']}: {message[: at.start()]}"
