@@ -46,6 +46,7 @@ from jobledger.services.application import Services
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter
 from jobledger.services.demo import seed_demo_jobs
 from jobledger.services.errors import ServiceError
+from jobledger.services.outbox import relay_part
 
 log = structlog.get_logger(__name__)
 
@@ -254,6 +255,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "scheduler": lambda: _run_role(
             container,
             SchedulerService(container.scheduler(), health=container.health),
+            *_outbox_relay(container),
             with_projector=args.with_projector,
         ),
         "worker": lambda: _run_role(
@@ -273,6 +275,12 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "seed": lambda: _seed(container),
     }
     return runners[args.command]()
+
+
+def _outbox_relay(container: Container) -> list[Part]:
+    """The scheduler also relays runs enqueued in applications' transactions."""
+    relay = relay_part(container, _services(container).outbox)
+    return [relay] if relay is not None else []
 
 
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:

@@ -32,6 +32,7 @@ from jobledger.client.errors import (
     ValidationError,
     WaitTimedOutError,
 )
+from jobledger.client.outbox import enqueue_in_transaction
 from jobledger.client.sync_client import Client
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "UnavailableError",
     "ValidationError",
     "WaitTimedOutError",
+    "enqueue_in_transaction",
 ]

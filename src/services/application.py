@@ -9,6 +9,7 @@ from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
+from jobledger.services.outbox import Outbox
 from jobledger.services.system import System
 from jobledger.services.views import Views
 from jobledger.services.waits import ExecutionWaits
@@ -27,6 +28,7 @@ class Services:
     views: Views
     waits: ExecutionWaits
     declared_jobs: DeclaredJobs
+    outbox: Outbox | None  # PostgreSQL only
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -46,4 +48,9 @@ class Services:
             views=views,
             waits=ExecutionWaits(views),
             declared_jobs=DeclaredJobs(container.ledger, views, handlers),
+            outbox=(
+                Outbox(container.database, container.ledger, container.writer, handlers)
+                if container.settings.uses_postgres
+                else None
+            ),
         )
