@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
-from tests.integration.api.conftest import serve_api
+from tests.integration.api.conftest import serve_api, worker_for
 
 from jobledger.client import Client, enqueue_in_transaction
 from jobledger.domain.errors import NotFoundError
 from jobledger.domain.execution import Execution
 from jobledger.runtime.accounts import Role
-from jobledger.runtime.lifecycle import WorkerRunner
 from jobledger.services.application import Services
 from jobledger.services.outbox import Outbox, relay_part
 
@@ -32,15 +31,13 @@ class OrderFailedError(Exception):
 def served(
     module_postgres_url: str, redis_server: str, live_server: type["LiveServer"]
 ) -> Iterator["Api"]:
-    with serve_api(
-        module_postgres_url, redis_server, live_server, handlers="tests.integration.code_jobs"
-    ) as api:
-        worker = WorkerRunner(api.container.worker())
-        worker.start()
-        try:
-            yield api
-        finally:
-            worker.stop()
+    with (
+        serve_api(
+            module_postgres_url, redis_server, live_server, handlers="tests.integration.code_jobs"
+        ) as api,
+        worker_for(api),
+    ):
+        yield api
 
 
 @pytest.fixture
