@@ -10,7 +10,8 @@
 
 Results are the API's own msgspec structs (``jobledger.schemas``); refusals raise a
 ``JobledgerError`` subclass (``jobledger.client.errors``). ``enqueue_in_transaction``
-writes a run into the application's own PostgreSQL transaction instead. The client
+(and ``enqueue_in_transaction_async``) writes a run into the application's own
+PostgreSQL transaction instead. The client
 needs httpx and msgspec only: it loads nothing of the server.
 """
 
@@ -32,7 +33,7 @@ from jobledger.client.errors import (
     ValidationError,
     WaitTimedOutError,
 )
-from jobledger.client.outbox import enqueue_in_transaction
+from jobledger.client.outbox import enqueue_in_transaction, enqueue_in_transaction_async
 from jobledger.client.sync_client import Client
 
 __all__ = [
@@ -54,4 +55,5 @@ __all__ = [
     "ValidationError",
     "WaitTimedOutError",
     "enqueue_in_transaction",
+    "enqueue_in_transaction_async",
 ]
