@@ -307,3 +307,48 @@ def test_the_async_client_runs_many_requests_at_once(served: "Api") -> None:
 
     results = asyncio.run(scenario())
     assert sorted(result["amount"] for result in results) == list(range(20))
+
+
+def test_the_async_client_covers_the_same_routes(served: "Api") -> None:
+    """If the AsyncClient drives a job and runs through their lives, then each method
+    answers with the same typed structs as the blocking client's."""
+
+    async def scenario() -> None:
+        async with AsyncClient(served.url, served.tokens[Role.OPERATOR]) as client:
+            job = await client.create_job(NIGHTLY, idempotency_key=f"async-{uuid.uuid4()}")
+            assert (await client.get_job(job.id, as_of=1)).version == 1
+            await client.update_job(job.id, {"priority": 6})
+            assert (await client.pause_job(job.id)).status == "paused"
+            assert (await client.resume_job(job.id)).status == "active"
+            assert len((await client.preview_job(job.id, count=2)).fires) == 2
+            assert (await client.preview_schedule(CronIn(cron="0 * * * *"), count=1)).fires
+            run = await client.trigger_job(job.id)
+            assert (await client.wait(run, timeout=30))["sent_to"] == "acme"
+            assert (await client.job_executions(job.id)).items[0].id == run.id
+            assert (await client.job_history(job.id))[-1].type == "JobTriggered"
+            assert (await client.list_jobs(search="nightly")).total >= 1
+            assert (await client.delete_job(job.id)).status == "deleted"
+            assert {h.name for h in await client.handlers()} >= {"billing.send_invoice"}
+            assert (await client.health()).ready
+            detail = await client.get_execution(run, wait=1)
+            assert detail.execution.status == "completed"
+            assert (await client.execution_history(run))[-1].type == "ExecutionCompleted"
+            assert (await client.list_executions(job_id=job.id)).items[0].id == run.id
+            slow = await client.enqueue("test.delay", {"seconds": 30})
+            assert (await client.cancel(slow)).status == "cancelled"
+            dead = await client.enqueue("test.fail", retry=RetryIn(max_retries=0))
+            with pytest.raises(ExecutionFailedError):
+                await client.wait(dead, timeout=30)
+            assert dead.id in [row.id async for row in client.iter_dead_letters()]
+            assert (await client.list_dead_letters(handler="test.fail")).total >= 1
+            selection = BulkRequeueIn(handler="test.fail", dry_run=True)
+            assert (await client.requeue_matching(selection)).dry_run
+            assert (await client.requeue(dead, reason="again")).changed == 1
+            with pytest.raises(ExecutionFailedError):
+                await client.wait(dead, timeout=30)
+            assert (await client.discard(dead, reason="done")).changed == 1
+            assert [row.id async for row in client.iter_executions(job_id=job.id)] == [run.id]
+            applied = await client.apply([], dry_run=True)
+            assert not applied.applied
+
+    asyncio.run(scenario())
