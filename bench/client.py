@@ -86,33 +86,34 @@ def _body(queue: str) -> dict[str, Any]:
 # ---- enqueue ------------------------------------------------------------------------------
 
 
+def _one_at_a_time(runs: int, one: Callable[[], object]) -> tuple[list[float], float]:
+    """``runs`` calls of ``one`` in turn: each call's latency, and the whole time."""
+    latencies = []
+    begun = time.perf_counter()
+    for _ in range(runs):
+        sent = time.perf_counter()
+        one()
+        latencies.append(time.perf_counter() - sent)
+    return latencies, time.perf_counter() - begun
+
+
 def raw_sync(base_url: str, token: str, runs: int) -> Row:
     headers = {"Authorization": f"Bearer {token}"}
-    latencies = []
     with httpx.Client(base_url=base_url, headers=headers, timeout=30) as http:
-        begun = time.perf_counter()
-        for _ in range(runs):
-            sent = time.perf_counter()
-            answer = http.post(
-                "/api/v1/executions",
-                json=_body(IDLE_QUEUE),
-                headers={"Idempotency-Key": uuid.uuid4().hex},
-            )
-            answer.raise_for_status()
-            latencies.append(time.perf_counter() - sent)
-        seconds = time.perf_counter() - begun
+
+        def one() -> None:
+            key = {"Idempotency-Key": uuid.uuid4().hex}
+            http.post("/api/v1/executions", json=_body(IDLE_QUEUE), headers=key).raise_for_status()
+
+        latencies, seconds = _one_at_a_time(runs, one)
     return row("raw httpx, one at a time", latencies, seconds, runs)
 
 
 def client_sync(base_url: str, token: str, runs: int) -> Row:
-    latencies = []
     with Client(base_url, token) as client:
-        begun = time.perf_counter()
-        for _ in range(runs):
-            sent = time.perf_counter()
-            client.enqueue("test.echo", {"n": 1}, queue=IDLE_QUEUE)
-            latencies.append(time.perf_counter() - sent)
-        seconds = time.perf_counter() - begun
+        latencies, seconds = _one_at_a_time(
+            runs, lambda: client.enqueue("test.echo", {"n": 1}, queue=IDLE_QUEUE)
+        )
     return row("Client.enqueue, one at a time", latencies, seconds, runs)
 
 
@@ -175,30 +176,24 @@ class Counting(httpx.HTTPTransport):
 
 def client_wait(base_url: str, token: str, runs: int) -> Row:
     transport = Counting()
-    latencies = []
     with Client(base_url, token, transport=transport) as client:
-        begun = time.perf_counter()
-        for _ in range(runs):
-            sent = time.perf_counter()
-            client.wait(client.enqueue("test.echo", {"n": 1}), timeout=60)
-            latencies.append(time.perf_counter() - sent)
-        seconds = time.perf_counter() - begun
+        latencies, seconds = _one_at_a_time(
+            runs, lambda: client.wait(client.enqueue("test.echo", {"n": 1}), timeout=60)
+        )
     return row("Client enqueue + wait(), one at a time", latencies, seconds, transport.sent)
 
 
 def polling_wait(base_url: str, token: str, runs: int) -> Row:
     """What a client without the long-poll does: GET every 100 ms until it is done."""
     transport = Counting()
-    latencies = []
     with Client(base_url, token, transport=transport) as client:
-        begun = time.perf_counter()
-        for _ in range(runs):
-            sent = time.perf_counter()
+
+        def one() -> None:
             run = client.enqueue("test.echo", {"n": 1})
             while not _finished(client, run.id):
                 time.sleep(POLL_SECONDS)
-            latencies.append(time.perf_counter() - sent)
-        seconds = time.perf_counter() - begun
+
+        latencies, seconds = _one_at_a_time(runs, one)
     return row("enqueue + GET every 100 ms, one at a time", latencies, seconds, transport.sent)
 
 
