@@ -26,7 +26,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
-	$(BIN)/mypy tests bench
+	$(BIN)/mypy tests bench examples
 
 imports: setup
 	$(BIN)/lint-imports

@@ -16,6 +16,7 @@ import msgspec
 import redis
 import structlog
 
+from jobledger import apply_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
 from jobledger.domain.schedules import (
@@ -45,6 +46,7 @@ from jobledger.services.application import Services
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter
 from jobledger.services.demo import seed_demo_jobs
 from jobledger.services.errors import ServiceError
+from jobledger.services.outbox import relay_part
 
 log = structlog.get_logger(__name__)
 
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     _add_projection_commands(commands)
+    apply_cli.add_parser(commands)
     return parser
 
 
@@ -195,6 +198,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
+    if command == "apply":  # a client of a running API: no store of its own
+        return apply_cli.run(args)
     if command == "queue" and not settings.redis_url:
         _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings, role=command) as container:
@@ -250,6 +255,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "scheduler": lambda: _run_role(
             container,
             SchedulerService(container.scheduler(), health=container.health),
+            *_outbox_relay(container),
             with_projector=args.with_projector,
         ),
         "worker": lambda: _run_role(
@@ -269,6 +275,12 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "seed": lambda: _seed(container),
     }
     return runners[args.command]()
+
+
+def _outbox_relay(container: Container) -> list[Part]:
+    """The scheduler also relays runs enqueued in applications' transactions."""
+    relay = relay_part(container, _services(container).outbox)
+    return [relay] if relay is not None else []
 
 
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:

@@ -16,7 +16,7 @@ from jobledger.api.dashboard import pages
 from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController
-from jobledger.api.jobs import JobController
+from jobledger.api.jobs import JobController, apply_jobs, list_handlers
 from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.openapi_links import add_links
 from jobledger.api.schedules import preview_schedule
@@ -48,6 +48,9 @@ ROUTES: list[ControllerRouterHandler] = [
     ready,
     metrics,
     *pages.ROUTES,
+    # Application code: its handlers, and the jobs it declares.
+    list_handlers,
+    apply_jobs,
 ]
 
 

@@ -1,4 +1,4 @@
-"""Retry, misfire and overlap policies, and the backoff rule."""
+"""Retry, misfire and overlap policies, the backoff rule, and the priority range."""
 
 import enum
 from datetime import timedelta
@@ -9,6 +9,10 @@ from jobledger.domain.errors import InvalidDefinitionError
 
 MAX_RETRIES_LIMIT = 100
 MAX_BACKOFF_LIMIT = timedelta(days=7)
+# Higher runs first; the API's bodies take the default from here too.
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+DEFAULT_PRIORITY = 5
 
 
 class MisfirePolicy(enum.StrEnum):

@@ -18,6 +18,7 @@ import contextlib
 import random
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, assert_never
@@ -104,6 +105,10 @@ class Worker:
     # completion costs no thread hop of its own. The projection removes the entry when
     # it reads ExecutionCompleted anyway: the ack only makes that immediate.
     _acks: list[Lease] = field(default_factory=list)
+    # Threads for handlers' blocking code (plain-function handlers), apart from the
+    # threads the worker's own store calls use: twice the slots, so a run that outlived
+    # its timeout in a thread that cannot be stopped leaves the next one a thread.
+    _handler_threads: ThreadPoolExecutor | None = None
 
     def report_presence(self) -> None:
         if self.presence is None:
@@ -120,6 +125,9 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
+        self._handler_threads = ThreadPoolExecutor(
+            max_workers=2 * self.config.slots, thread_name_prefix=f"{self.worker_id}-handler"
+        )
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
@@ -142,6 +150,8 @@ class Worker:
             await self._shut_down()
         finally:
             heartbeat.stop()
+            # Threads still blocked in handler code were handed back already.
+            self._handler_threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self._leave)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
 
@@ -262,6 +272,7 @@ class Worker:
             lease_deadline=lease.deadline,
             payload=dict(spec.payload),
             scheduled_for=execution.scheduled_for,
+            threads=self._handler_threads,
             # Every line about this attempt, the handler's own included, names it.
             log=_handler_log.bind(
                 execution_id=str(execution.id),

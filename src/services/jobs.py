@@ -1,10 +1,15 @@
 """Jobs: schedule, update, pause, resume, delete and trigger; a job now, as it was at a
 version or a time, and its history."""
 
-from collections.abc import Collection
+import re
+from collections.abc import Collection, Mapping
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+import msgspec
+
+from jobledger.declarations import payload_schema
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, trigger_execution_id
@@ -12,30 +17,71 @@ from jobledger.domain.job import Job, job_id_for_key
 from jobledger.domain.schedules import Schedule, validate_schedule
 from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.accounts import Role
-from jobledger.runtime.handlers.registry import unknown_handler_fix
+from jobledger.runtime.handlers.registry import HandlerInfo, unknown_handler_fix
+from jobledger.schemas.handlers import HandlerOut
 from jobledger.services.actors import Actor
 from jobledger.services.history import EventOut, history
 
 
 class HandlerNames:
-    """The handlers a worker can run. A definition naming another would only fail into
-    the dead-letter queue later, so it is refused when it is saved. ``None`` knows them
-    all (a tool that saves for workers it cannot see)."""
+    """The handlers a worker can run, and the payloads they declare. A definition naming
+    another handler, or a payload its handler's struct refuses, would only fail into the
+    dead-letter queue later, so it is refused when it is saved. ``None`` knows them all
+    (a tool that saves for workers it cannot see)."""
 
-    def __init__(self, names: Collection[str] | None) -> None:
+    def __init__(
+        self, names: Collection[str] | None, info: Mapping[str, HandlerInfo] | None = None
+    ) -> None:
         self.names = None if names is None else frozenset(names)
+        self.info = dict(info or {})
 
     def listed(self) -> list[str]:
         """The names, sorted (none when any is allowed)."""
         return sorted(self.names or ())
 
-    def check(self, handler: str) -> None:
+    def described(self) -> list[HandlerOut]:
+        """Every handler with what it does and the JSON schema of its payload."""
+        return [_handler_out(name, self.info.get(name, HandlerInfo())) for name in self.listed()]
+
+    def check(self, handler: str, payload: Mapping[str, Any] | None = None) -> None:
+        """Refuse an unknown handler, or a payload its declared struct refuses (naming
+        the payload's field)."""
         if self.names is not None and handler not in self.names:
             raise InvalidDefinitionError(
                 "handler",
                 f"{handler!r} is not a registered handler",
                 unknown_handler_fix(handler, self.names),
             )
+        kind = self.info.get(handler, HandlerInfo()).payload_type
+        if kind is not None and payload is not None:
+            _check_payload(handler, kind, payload)
+
+
+def _handler_out(name: str, info: HandlerInfo) -> HandlerOut:
+    schema = payload_schema(info.payload_type) if info.payload_type is not None else None
+    return HandlerOut(name=name, description=info.description, payload_schema=schema)
+
+
+# msgspec's "... - at `$.items[0].sku`", and the field a missing one names.
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"missing required field `(?P<name>[^`]+)`")
+
+
+def _check_payload(handler: str, kind: type[msgspec.Struct], payload: Mapping[str, Any]) -> None:
+    try:
+        msgspec.convert(payload, kind, strict=False)
+    except msgspec.ValidationError as error:
+        text = str(error)
+        at = _AT.search(text)
+        problem = text[: at.start()] if at else text
+        field = "payload" + (at["path"] if at else "")
+        if missing := _MISSING.search(problem):
+            field += f".{missing['name']}"
+        raise InvalidDefinitionError(
+            field,
+            f"{problem} (handler {handler} declares its payload as {kind.__name__})",
+            f"send the payload {handler} declares; GET /api/v1/handlers shows its schema",
+        ) from None
 
 
 ANY_HANDLER = HandlerNames(None)
@@ -56,7 +102,7 @@ class Jobs:
     ) -> Job:
         """Create a job. With a key, repeating the same request returns the same job."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler)
+        self.handlers.check(definition.spec.handler, definition.spec.payload)
         job = Job.schedule(definition, at=at, by=by.name, key=key, limits=self.ledger.limits)
         try:
             self.ledger.save_all(job)
@@ -70,11 +116,20 @@ class Jobs:
             return existing
         return job
 
-    def update(self, job_id: UUID, definition: JobDefinition, *, at: datetime, by: Actor) -> Job:
+    def update(
+        self,
+        job_id: UUID,
+        definition: JobDefinition,
+        *,
+        at: datetime,
+        by: Actor,
+        override: bool = False,
+    ) -> Job:
+        """Change a job's definition; one that code manages only with ``override``."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler)
+        self.handlers.check(definition.spec.handler, definition.spec.payload)
         job = self.ledger.get_job(job_id)
-        job.update(definition, at=at, by=by.name, limits=self.ledger.limits)
+        job.update(definition, at=at, by=by.name, limits=self.ledger.limits, override=override)
         return self._saved(job)
 
     def pause(self, job_id: UUID, *, by: Actor, reason: str = "") -> Job:
@@ -89,10 +144,11 @@ class Jobs:
         job.resume(at=at, by=by.name)
         return self._saved(job)
 
-    def delete(self, job_id: UUID, *, by: Actor) -> Job:
+    def delete(self, job_id: UUID, *, by: Actor, override: bool = False) -> Job:
+        """Delete a job (its history stays); one that code manages only with ``override``."""
         by.require(Role.OPERATOR)
         job = self.ledger.get_job(job_id)
-        job.delete(by=by.name)
+        job.delete(by=by.name, override=override)
         return self._saved(job)
 
     def trigger(self, job_id: UUID, *, key: str, at: datetime, by: Actor) -> Execution:

@@ -79,8 +79,13 @@ def every_event_type() -> list[DomainEventProtocol[uuid.UUID]]:
     dropped.lease(worker_id="w3", lease_id=lease_5, lease_expires_at=AT)
     dropped.fail(lease_id=lease_5, error="poison", at=AT)
     dropped.discard(by="erin", reason="obsolete report")
+    # A job code manages: its events carry the source, and a change by hand the override.
+    managed = Job.declare(definition(), key="billing.monthly", incarnation=0, at=AT, by="ci")
+    managed.update(definition(cron="0 5 * * *"), at=AT, by="frank", override=True)
+    managed.delete(by="ci", source="code")
     return [
         *job.collect_events(),
+        *managed.collect_events(),
         *fired.collect_events(),
         *triggered.collect_events(),
         *dropped.collect_events(),

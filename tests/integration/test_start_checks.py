@@ -87,8 +87,8 @@ CASES = [
     (
         "projector",
         {"handlers": "acme_jobs.reports"},
-        "JOBLEDGER_HANDLERS: 'acme_jobs.reports' is not name=package.module:function",
-        "separate several with commas",
+        "JOBLEDGER_HANDLERS: cannot import module 'acme_jobs.reports'",
+        "check that it is installed (or on PYTHONPATH)",
     ),
     (
         "worker",

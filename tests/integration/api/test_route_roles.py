@@ -74,6 +74,8 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/ui/audit"): VIEW,
     ("GET", "/ui/jobs/new"): OPERATE,
     ("GET", "/ui/jobs/{job_id:uuid}/edit"): OPERATE,
+    ("GET", "/api/v1/handlers"): VIEW,
+    ("POST", "/api/v1/jobs:apply"): OPERATE,
 }
 # Routes whose success changes what later requests see; they run last, once per role.
 _LAST = {("POST", "/api/v1/admin/queue/rebuild")}
