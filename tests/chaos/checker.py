@@ -46,7 +46,6 @@ from tests.chaos.folds import (
     QUEUE,
     READ_MODELS,
     ROLE_EXIT,
-    TERMINAL,
     Job,
     Lease,
     Run,
@@ -57,6 +56,7 @@ from tests.chaos.folds import (
 from tests.chaos.history import Effect, Event, Fault, History
 
 from jobledger.domain.definitions import JobDefinition
+from jobledger.domain.execution import TERMINAL
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 
 # Handlers that write the effects ledger: their completions must show a side effect.

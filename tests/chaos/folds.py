@@ -13,6 +13,7 @@ from uuid import UUID
 from tests.chaos.history import Event
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.execution import TERMINAL, ExecutionStatus
 
 LOST = "lost"
 DOUBLE_FIRE = "double fire"
@@ -32,9 +33,9 @@ EFFECT = "effect"
 QUARANTINE = "quarantine"
 ROLE_EXIT = "role exited"
 
-PENDING, RUNNING, COMPLETED = "pending", "running", "completed"
-DEAD_LETTERED, CANCELLED, DISCARDED = "dead_lettered", "cancelled", "discarded"
-TERMINAL = frozenset({COMPLETED, DEAD_LETTERED, CANCELLED, DISCARDED})
+PENDING, RUNNING = ExecutionStatus.PENDING, ExecutionStatus.RUNNING
+COMPLETED, DEAD_LETTERED = ExecutionStatus.COMPLETED, ExecutionStatus.DEAD_LETTERED
+CANCELLED, DISCARDED = ExecutionStatus.CANCELLED, ExecutionStatus.DISCARDED
 OPEN = frozenset({PENDING, RUNNING})
 
 # A failure's time is taken a moment before its event is made; for a lease expiry, at
@@ -78,13 +79,13 @@ class Run:
     trigger_key: str | None = None
     scheduled_for: datetime | None = None
     spec: ExecutionSpec | None = None
-    status: str = PENDING
-    changes: list[tuple[int, str]] = field(default_factory=list)  # (position, status after)
+    status: ExecutionStatus = PENDING
+    changes: list[tuple[int, ExecutionStatus]] = field(default_factory=list)  # after each event
     leases: list[Lease] = field(default_factory=list)
     completed_by: UUID | None = None  # the lease of its completion
     settlements: dict[UUID, str] = field(default_factory=dict)  # lease id -> what settled it
 
-    def status_at(self, position: int) -> str | None:
+    def status_at(self, position: int) -> ExecutionStatus | None:
         """Its status just before ``position`` (None before it existed)."""
         before = [status for at, status in self.changes if at < position]
         return before[-1] if before else None
@@ -205,7 +206,7 @@ class ExecutionFold:
             self._say(STALE_OUTCOME, f"{where}, which was never recorded")
         return next((lease for lease in run.leases if lease.lease_id == lease_id), None)
 
-    def _settle(self, event: Event, lease: Lease | None, status: str) -> None:
+    def _settle(self, event: Event, lease: Lease | None, status: ExecutionStatus) -> None:
         run = self.run
         if lease is not None:
             run.settlements.setdefault(lease.lease_id, f"{event.type} at {event.position}")

@@ -101,7 +101,7 @@ def figures(history: History, verdict: Verdict, counts: Mapping[str, int]) -> li
     rows = [
         ("faults injected", f"{len(history.faults)}"),
         ("executions", f"{sum(verdict.statuses.values())} ({statuses})"),
-        ("handler invocations / attempts", f"{verdict.invocations} / {verdict.attempts}"),
+        ("handler invocations / leases recorded", f"{verdict.invocations} / {verdict.attempts}"),
         ("duplicates rejected: repeated idempotency keys", f"{repeats}"),
         ("duplicates rejected: fire conflicts", f"{counts.get('scheduler.fire_conflict', 0)}"),
         ("duplicates rejected: stale reports", f"{counts.get('worker.stale_report', 0)}"),
