@@ -31,7 +31,7 @@ from tests.chaos.history import History, Views, read_effects, read_log
 from tests.chaos.workload import Api, Workload
 
 from jobledger.projections import read_models
-from jobledger.runtime.dead_letters import DeadLetterFilter, dead_letters
+from jobledger.projections.queue import QueueState
 
 SEED_VARIABLE = "JOBLEDGER_CHAOS_SEED"
 READ_MODEL_TABLES = (
@@ -220,8 +220,12 @@ def collect_views(deployment: ChaosDeployment, api: Api, injected: frozenset[UUI
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
     rebuilt = dump_read_models(deployment.postgres.url)
     with deployment.container() as container:
+        queue = container.queue
         in_queue = frozenset(
-            item.execution_id for item in dead_letters(container.queue, DeadLetterFilter())
+            item.execution_id
+            for name in queue.queues()
+            for item in queue.items(name)
+            if item.state is QueueState.DEAD
         )
     return Views(
         queue_differences=differences,

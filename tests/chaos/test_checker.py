@@ -21,8 +21,8 @@ from tests.chaos.checker import Verdict, check
 from tests.chaos.history import Accepted, Effect, Event, Fault, History, Views, read_log
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.execution import Trigger
-from jobledger.domain.ledger import Ledger
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.runtime.settings import load_settings
@@ -468,13 +468,16 @@ def test_a_history_the_ledger_recorded_passes(tmp_path: Path) -> None:
     quick = RetryPolicy(max_retries=1, initial_backoff=timedelta(milliseconds=20), jitter=False)
     spec = ExecutionSpec(handler="test.echo", retry=quick)
     try:
-        execution = ledger.run_adhoc(spec, key="one", at=datetime.now(UTC))
+        execution = Execution.enqueue(
+            spec=spec, ready_at=datetime.now(UTC), trigger=Trigger.ADHOC, trigger_key="one"
+        )
+        ledger.save_all(execution)
         run_attempt(ledger, execution.id, succeed=False)
         time.sleep(0.05)
         run_attempt(ledger, execution.id, succeed=True)
         due = datetime.now(UTC) + seconds(0.05)
         definition = JobDefinition(name="once", spec=spec, schedule=OneShotSchedule(due))
-        job = ledger.schedule_job(definition, at=datetime.now(UTC), by="admin")
+        job = Job.schedule(definition, at=datetime.now(UTC), by="admin")
         time.sleep(0.1)
         fired = job.fire(scheduled_for=due, leader_epoch=1, at=datetime.now(UTC))
         ledger.save_all(job, fired)
@@ -488,7 +491,8 @@ def test_a_history_the_ledger_recorded_passes(tmp_path: Path) -> None:
     assert verdict.attempts == 3
 
 
-def run_attempt(ledger: Ledger, execution_id: uuid.UUID, *, succeed: bool) -> None:
+def run_attempt(ledger: Any, execution_id: uuid.UUID, *, succeed: bool) -> None:
+    """One attempt of the execution, leased now, saved with its outcome."""
     execution = ledger.get_execution(execution_id)
     lease_id = uuid.uuid4()
     now = datetime.now(UTC)
