@@ -53,9 +53,11 @@ compose:
 		|| echo "docker-compose could not be installed: the compose test cannot run" >&2; }
 
 # Two processes for the bulk of the tests (they mostly wait on servers and subprocesses);
-# the tests marked serial run alone afterwards, as they measure rates or load the machine.
+# the modules that run role processes on the shared PostgreSQL share one of them (the
+# server's connections), and the tests marked serial run alone afterwards, as they
+# measure rates or load the machine.
 test: setup browser compose
-	$(BIN)/pytest -n 2 -m "not serial"
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial"
 	$(BIN)/pytest -m serial
 
 check: lint typecheck imports test

@@ -20,7 +20,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 import structlog
@@ -252,6 +252,7 @@ class Worker:
         try:
             if execution is None:
                 raise NotFoundError(f"no execution with id {lease.execution_id}")
+            _check_lease_current(lease, execution, self.now())
             execution.lease(
                 worker_id=self.worker_id, lease_id=lease.lease_id, lease_expires_at=lease.deadline
             )
@@ -464,6 +465,20 @@ class Worker:
 def _dead_lettered(execution: Execution) -> bool:
     """Whether a recorded failure spent the last attempt of the budget."""
     return execution.status is ExecutionStatus.DEAD_LETTERED
+
+
+def _check_lease_current(lease: Lease, execution: Execution, now: datetime) -> None:
+    """A queue lease stands for the state of the execution the queue showed, at the time
+    it was taken. A worker that stalled between the two steps (a pause, a slow store)
+    must not record it on a later state, which may be due later (a retry's back-off),
+    nor once the lease has run out: the leader would count that attempt as failed."""
+    if execution.version != lease.version:
+        raise ConflictError(
+            f"the queue leased version {lease.version} of execution {execution.id}, but the"
+            f" log is at version {execution.version}; the queue catches up by itself"
+        )
+    if lease.deadline <= now:
+        raise ConflictError(f"the lease of execution {execution.id} ran out before it was recorded")
 
 
 def _log_outcome(
