@@ -717,9 +717,12 @@ def run_library(
 # ---- the figures -----------------------------------------------------------------------
 
 
-def side_by_side(rows: Sequence[Row], cpu: Sequence[CpuRow]) -> list[SideBySide]:
+def side_by_side(
+    rows: Sequence[Row], cpu: Sequence[CpuRow], skipped: Mapping[str, str]
+) -> list[SideBySide]:
     """Per system: the enqueue rate over both rounds, the drain rate and CPU per job of
-    each round, and jobledger's drain rate divided by that system's."""
+    each round, and jobledger's drain rate divided by that system's; a system that did
+    not run, with the reason."""
     drains = {(r.system, r.workers): r.drain_per_s for r in rows}
     per_job = {(c.system, c.workers): c.ms_per_job for c in cpu}
 
@@ -732,6 +735,9 @@ def side_by_side(rows: Sequence[Row], cpu: Sequence[CpuRow]) -> list[SideBySide]
     result = []
     for system in SYSTEMS:
         mine = [r for r in rows if r.system == system]
+        if system in skipped:
+            nothing = (None,) * 7
+            result.append(SideBySide(system, *nothing, f"not run: {skipped[system]}"))
         if not mine:
             continue
         jobs, seconds = sum(r.jobs for r in mine), sum(r.enqueue_s for r in mine)
@@ -995,7 +1001,7 @@ def print_tables(results: Results, size: Sizes, autovacuum: str) -> list[SideByS
                 f" programs or the kernel used {row.other_pct:g}% of a core: its figures may be"
                 " understated"
             )
-    table = side_by_side(outcome.rows, outcome.cpu)
+    table = side_by_side(outcome.rows, outcome.cpu, results.skipped)
     print("\nSide by side (jobledger_x: jobledger's drain rate divided by this one's)")
     print(support.format_table(table, SIDE_COLUMNS, show))
     print("\nNotes:")
