@@ -94,7 +94,7 @@ OBAN = Peer(
     modules=("oban",),
     keeps="one job row per job, kept (pruned after a day)",
     settings=(
-        "Python 3.12 venv; one queue, limit = slots; pool 1-10 (default); uvloop and"
+        "one queue, limit = slots; pool 1-10 (default); uvloop and"
         " orjson as oban start, without its per-job log line; enqueue_many"
     ),
     mark_sql="SELECT coalesce(max(id), 0) FROM oban_jobs",
@@ -388,4 +388,7 @@ def run_peer(
     processes: rounds.Processes,
     redis_pid: int,
 ) -> rounds.Outcome:
-    return PeerRun(PEERS[name], python, size, processes, redis_pid).run(admin_url)
+    peer = PEERS[name]
+    outcome = PeerRun(peer, python, size, processes, redis_pid).run(admin_url)
+    outcome.versions[name] = rounds.versions(python, peer.modules)
+    return outcome

@@ -73,11 +73,27 @@ class Outcome:
     rows: list[Row] = field(default_factory=list)
     cpu: list[CpuRow] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)  # system: what ran
 
     def add(self, other: Outcome) -> None:
         self.rows += other.rows
         self.cpu += other.cpu
         self.checks += other.checks
+        self.versions |= other.versions
+
+
+def versions(python: str, modules: Sequence[str]) -> str:
+    """``pgqueuer 1.6.0, asyncpg 0.32.0 on Python 3.11.7``: the distributions of
+    ``modules`` installed for the interpreter ``python``."""
+    code = (
+        "import importlib.metadata as m, platform, sys;"
+        " print(', '.join(f'{n} {m.version(n)}' for n in sys.argv[1:]),"
+        " 'on Python', platform.python_version())"
+    )
+    result = subprocess.run(  # noqa: S603 (a fixed argument list, no shell)
+        [python, "-c", code, *modules], capture_output=True, text=True, check=False
+    )
+    return result.stdout.strip() or f"? ({python})"
 
 
 def label(system: str, workers: int) -> str:

@@ -711,6 +711,7 @@ def run_library(
                 outcome.cpu.append(cpu)
     finally:
         client.close()
+    outcome.versions[system] = rounds.versions(sys.executable, [system])
     return outcome
 
 
@@ -1016,7 +1017,8 @@ def print_tables(results: Results, size: Sizes, autovacuum: str) -> list[SideByS
     ran = {row.system for row in outcome.rows}
     for system, text in settings(size).items():
         if system in ran:
-            print(f"- {system}: {text}")
+            version = outcome.versions.get(system)
+            print(f"- {system}{f' ({version})' if version else ''}: {text}")
     for system, why in results.skipped.items():
         print(f"- {system}: skipped, {why}")
     return table
@@ -1070,6 +1072,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run_seconds": round(seconds, 1),
         "sizes": asdict(size),
         "settings": settings(size),
+        "versions": results.outcome.versions,
         "skipped": results.skipped,
         "rows": [asdict(row) for row in results.outcome.rows],
         "cpu": [asdict(row) for row in results.outcome.cpu],
