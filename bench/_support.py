@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from _typeshed import DataclassInstance
+    from psycopg.rows import TupleRow
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -119,6 +120,22 @@ def throwaway_postgres(admin_url: str) -> Iterator[str]:
             log(f"dropped database {name}")
 
 
+def analyze(conn: psycopg.Connection[TupleRow], label: str) -> None:
+    """ANALYZE the whole database. Autovacuum may be off (it is on the machine the
+    figures in bench/README.md come from): without it, tables filled since the last
+    ANALYZE keep the statistics of empty tables, and the planner plans for those."""
+    begun = time.perf_counter()
+    conn.execute("ANALYZE")
+    log(f"{label}: ANALYZE took {time.perf_counter() - begun:.2f}s")
+
+
+def autovacuum(url: str) -> str:
+    """The server's ``autovacuum`` setting: on or off."""
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        row = conn.execute("SHOW autovacuum").fetchone()
+    return str(row[0]) if row else "?"
+
+
 def postgres_version(url: str) -> str:
     with psycopg.connect(url, connect_timeout=5) as conn:
         row = conn.execute("SHOW server_version").fetchone()
@@ -133,6 +150,15 @@ def versions(url: str, redis_url: str) -> str:
     finally:
         client.close()
     return f"{postgres_version(url)}, Redis {info.get('redis_version', '?')}"
+
+
+def redis_server_pid(redis_url: str) -> int:
+    """The process id of the redis-server at ``redis_url``, for its CPU time."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return int(client.info("server")["process_id"])
+    finally:
+        client.close()
 
 
 # ---- a private redis-server -------------------------------------------------------------

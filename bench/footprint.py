@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 import psycopg
-import redis
 from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
+from bench import _rounds as rounds
 from bench import _support as support
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
@@ -491,20 +491,7 @@ class Sampler:
 def cpu_groups(database: str, redis_url: str) -> dict[str, Callable[[], list[int]]]:
     """PostgreSQL's own processes and the sessions of the benchmark's database (not those
     of other databases), the private redis-server, and this script."""
-    client = redis.Redis.from_url(redis_url)
-    try:
-        redis_pid = int(client.info("server")["process_id"])
-    finally:
-        client.close()
-
-    def ours(title: str) -> bool:
-        return f" {database} " in title or "(" not in title  # a session shows its client
-
-    return {
-        "postgres": lambda: support.pids_named("postgres", title=ours),
-        "redis": lambda: [redis_pid],
-        "bench": lambda: [os.getpid()],
-    }
+    return rounds.base_groups(database, support.redis_server_pid(redis_url))
 
 
 # ---- the jobs and the log --------------------------------------------------------------

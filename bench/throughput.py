@@ -5,7 +5,7 @@ loopback port (persistence off); stops every process it started and the server, 
 drops the database at the end, also on an error or Ctrl-C.
 
     python -m bench.throughput [--quick] [--jobs N] [--slots S] [--systems NAME ...]
-        [--profile] [--admin-url URL]
+        [--profile] [--oban-python PATH] [--admin-url URL]
 
 jobledger: a ``jobledger projector`` process follows the log into the Redis queue for
 the whole run. Enqueue: this process saves N ad-hoc ``test.echo`` executions (what
@@ -15,12 +15,18 @@ Drain: ``jobledger worker`` processes with S slots each, timed from the first to
 last ``ExecutionCompleted`` in the log; the log is checked afterwards (N completions,
 no execution left open). Then the same with 2 workers on N new executions.
 
+pgqueuer, Oban for Python and Procrastinate, when they can run (``_pg_peers.py``): the
+same rounds in a throwaway database each, N no-op jobs enqueued by the library's batch
+call and drained by 1 and 2 of its worker processes, counted in its own tables.
+
 Celery and Dramatiq, when importable: the same rounds with N no-op tasks on the same
 redis-server (a database number each), sent from this process by 8 threads and drained
 by 1 and 2 worker processes of S threads each; every task counts itself in Redis.
 
-A second table gives the CPU time of each part during the drains (``/proc``), and what
-other programs took meanwhile; a third puts the systems' rates side by side. With
+Every PostgreSQL database is analyzed after the enqueue and before the drain, outside
+the timing. A second table gives the CPU time of each part during the drains
+(``/proc``), per job too, and what other programs took meanwhile; a third puts the
+systems' rates side by side. With
 ``--profile``, py-spy (on PATH) samples every jobledger worker during its drain while one
 of its threads holds the GIL, and the functions with the most samples are printed.
 """
@@ -28,7 +34,6 @@ of its threads holds the GIL, and the functions with the most samples are printe
 from __future__ import annotations
 
 import collections
-import contextlib
 import importlib
 import json
 import os
@@ -36,7 +41,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -52,7 +56,10 @@ from psycopg import sql
 
 import jobledger
 from bench import _completions as completions
+from bench import _pg_peers as pg_peers
+from bench import _rounds as rounds
 from bench import _support as support
+from bench._rounds import CpuRow, Groups, Outcome, Processes, Row, Sizes
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.runtime.bootstrap import Container, bootstrap
@@ -69,21 +76,25 @@ if TYPE_CHECKING:
 QUEUE = "default"
 SPEC = ExecutionSpec(handler="test.echo", queue=QUEUE)
 PREFIX = "bench-tp"  # jobledger's Redis key prefix
-SYSTEMS = ("jobledger", "celery", "dramatiq")
+SYSTEMS = ("jobledger", "pgqueuer", "oban", "procrastinate", "dramatiq", "celery")
+REDIS_SYSTEMS = ("celery", "dramatiq")
 REDIS_DB = {"jobledger": 0, "celery": 1, "dramatiq": 2}
 TASK_MODULES = {"celery": "bench._celery_tasks", "dramatiq": "bench._dramatiq_tasks"}
-# The repository: the workers import the task modules from the bench package in it.
-ROOT = Path(__file__).resolve().parent.parent
+KEEPS = {
+    "jobledger": "every event in the log (3 per job), read models",
+    "dramatiq": "nothing durable (Redis, persistence off)",
+    "celery": "nothing durable (Redis, persistence off)",
+} | {name: peer.keeps for name, peer in pg_peers.PEERS.items()}
+ROOT = rounds.ROOT
 DEFAULT_JOBS = 20_000
 QUICK_JOBS = 1_000
 DEFAULT_SLOTS = 32
-WORKER_COUNTS = (1, 2)
+WORKER_COUNTS = rounds.WORKER_COUNTS
 ENQUEUE_WINDOW = 2_000  # jobledger saves in flight at once
 SEND_THREADS = 8  # Celery and Dramatiq: each send waits for its own Redis round trip
-POLL = 0.5  # seconds between completion counts
 QUEUE_POLL = 0.05  # seconds between queue depth reads while enqueuing
-PROGRESS_EVERY = 2.0  # seconds between progress lines
-STALL = 60.0  # seconds without progress that end a phase with an error
+PROGRESS_EVERY = rounds.PROGRESS_EVERY
+STALL = rounds.STALL
 READY_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 30.0  # for the Redis queue to empty once every job completed
 BUSY_ELSEWHERE_PCT = 25.0  # other programs' CPU during a drain that makes it suspect
@@ -96,244 +107,22 @@ LEASED = Execution.Leased.TOPIC
 
 
 @dataclass(frozen=True)
-class Sizes:
-    jobs: int
-    slots: int
-
-
-@dataclass(frozen=True)
-class Row:
-    system: str
-    workers: int
-    jobs: int
-    enqueue_s: float
-    enqueue_per_s: float
-    in_queue_s: float  # from the first enqueue until all N are ready for a worker
-    startup_s: float  # from starting the workers to the first completion
-    drain_s: float  # from the first completion to the last
-    drain_per_s: float
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class CpuRow:
-    """CPU use during a drain, in % of one core (the machine has ``os.cpu_count()``)."""
+class SideBySide:
+    """One system's rates over the run, and how jobledger's drains compare with them."""
 
     system: str
-    workers: int
-    seconds: float  # the sampled window: first completion seen to last completion seen
-    worker_pct: float
-    projector_pct: float | None
-    postgres_pct: float
-    redis_pct: float
-    bench_pct: float
-    machine_pct: float  # every process of the machine, and the kernel
-    other_pct: float  # machine_pct less the columns before it: what else ran
-
-
-@dataclass(frozen=True)
-class Ratio:
-    measure: str
-    jobledger: float | None
-    celery: float | None
-    dramatiq: float | None
-    vs_celery: float | None
-    vs_dramatiq: float | None
-
-
-@dataclass
-class Outcome:
-    rows: list[Row] = field(default_factory=list)
-    cpu: list[CpuRow] = field(default_factory=list)
-    checks: list[str] = field(default_factory=list)
-    profile: Profile | None = None
-    raw_profiles: list[str] = field(default_factory=list)
+    enqueue_per_s: float | None  # over both rounds
+    drain_1_per_s: float | None
+    drain_2_per_s: float | None
+    ms_per_job_1: float | None  # CPU of the system's parts per job, from the CPU table
+    ms_per_job_2: float | None
+    jobledger_x_1: float | None  # jobledger's drain rate divided by this one's
+    jobledger_x_2: float | None
+    keeps: str  # what the system keeps of a job, and where
 
 
 def with_db(redis_url: str, db: int) -> str:
     return f"{redis_url.rpartition('/')[0]}/{db}"
-
-
-# ---- processes -------------------------------------------------------------------------
-
-
-class Processes:
-    """Subprocesses, each in a session of its own (Ctrl-C reaches only this script, which
-    then stops them), with stdout and stderr in a log file per process."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._running: dict[int, tuple[str, subprocess.Popen[bytes]]] = {}
-        self._names: dict[int, str] = {}  # also of stopped processes, for their logs
-
-    def start(
-        self, name: str, args: Sequence[str], env: Mapping[str, str]
-    ) -> subprocess.Popen[bytes]:
-        with (self.folder / f"{name}.log").open("ab") as output:
-            process = subprocess.Popen(  # noqa: S603 (fixed argument lists, no shell)
-                args,
-                stdout=output,
-                stderr=subprocess.STDOUT,
-                env=dict(env),
-                cwd=ROOT,
-                start_new_session=True,
-            )
-        self._running[process.pid] = (name, process)
-        self._names[process.pid] = name
-        return process
-
-    def log_path(self, process: subprocess.Popen[bytes]) -> Path:
-        return self.folder / f"{self._names[process.pid]}.log"
-
-    def check(self, processes: Sequence[subprocess.Popen[bytes]]) -> None:
-        """Raise if one of ``processes`` has exited, with the end of its log."""
-        for process in processes:
-            if process.poll() is not None:
-                name = self._names[process.pid]
-                raise RuntimeError(
-                    f"{name} exited with {process.returncode}; the end of its log:\n"
-                    + support.tail(self.log_path(process))
-                )
-
-    def stop(self, process: subprocess.Popen[bytes]) -> None:
-        support.stop_group(process)
-        self._running.pop(process.pid, None)
-
-    def close(self) -> None:
-        for _, process in reversed(list(self._running.values())):
-            support.stop_group(process)
-        self._running.clear()
-
-
-@contextlib.contextmanager
-def work_folder() -> Iterator[Path]:
-    """A temporary folder for the processes' logs."""
-    with tempfile.TemporaryDirectory(prefix="jobledger-bench-throughput-") as name:
-        yield Path(name)
-
-
-def subprocess_env(**variables: str) -> dict[str, str]:
-    """This environment without JOBLEDGER_* variables, the repository on the path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env["JOBLEDGER_TEST_HANDLERS"] = "true"  # jobledger's runs use test.echo
-    env.update(variables)
-    return env
-
-
-# ---- CPU use ---------------------------------------------------------------------------
-
-# Each group names the processes whose CPU time it adds up, looked up at every sample
-# (a Dramatiq worker forks its children after it starts).
-Groups = dict[str, "Callable[[], list[int]]"]
-
-
-@dataclass(frozen=True)
-class CpuSample:
-    at: float
-    seconds: dict[str, float]
-
-
-def cpu_sample(groups: Groups) -> CpuSample:
-    seconds = {name: support.cpu_seconds(pids()) for name, pids in groups.items()}
-    seconds["machine"] = support.machine_cpu_seconds()
-    return CpuSample(time.perf_counter(), seconds)
-
-
-def cpu_row(system: str, workers: int, first: CpuSample, last: CpuSample) -> CpuRow:
-    wall = last.at - first.at
-
-    def pct(name: str) -> float | None:
-        if name not in first.seconds or wall <= 0:
-            return None
-        return round(100 * (last.seconds[name] - first.seconds[name]) / wall, 1)
-
-    parts = {name: pct(name) for name in ("worker", "projector", "postgres", "redis", "bench")}
-    machine = pct("machine") or 0.0
-    return CpuRow(
-        system,
-        workers,
-        round(wall, 2),
-        parts["worker"] or 0.0,
-        parts["projector"],
-        parts["postgres"] or 0.0,
-        parts["redis"] or 0.0,
-        parts["bench"] or 0.0,
-        machine,
-        round(max(0.0, machine - sum(v or 0.0 for v in parts.values())), 1),
-    )
-
-
-def tree_of(processes: Sequence[subprocess.Popen[bytes]]) -> Callable[[], list[int]]:
-    return lambda: [pid for p in processes for pid in support.process_tree(p.pid)]
-
-
-def base_groups(database: str, redis_pid: int) -> Groups:
-    """PostgreSQL's own processes (WAL writer, checkpointer...) and the sessions of the
-    benchmark's database, not those of other databases; redis-server; this process."""
-
-    def ours(title: str) -> bool:
-        return f" {database} " in title or "(" not in title  # a session shows its client
-
-    return {
-        "postgres": lambda: support.pids_named("postgres", title=ours),
-        "redis": lambda: [redis_pid],
-        "bench": lambda: [os.getpid()],
-    }
-
-
-# ---- watching a drain ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Watched:
-    started: float  # Unix time the workers were started
-    first: CpuSample | None
-    last: CpuSample | None
-
-
-def watch_drain(
-    label: str,
-    jobs: int,
-    *,
-    count: Callable[[], int],
-    watch: Sequence[subprocess.Popen[bytes]],
-    processes: Processes,
-    groups: Groups,
-    on_first: Callable[[], None] = lambda: None,
-) -> Watched:
-    """Poll ``count`` (completions so far) until it reaches ``jobs``; sample the CPU when
-    the first completion shows and when the last does."""
-    started_wall = time.time()
-    started = last_change = shown = time.perf_counter()
-    first: CpuSample | None = None
-    done = 0
-    while True:
-        time.sleep(POLL)
-        processes.check(watch)
-        now_done = count()
-        now = time.perf_counter()
-        if now_done and first is None:
-            first = cpu_sample(groups)
-            on_first()
-        if now_done != done:
-            done, last_change = now_done, now
-        elif now - last_change > STALL:
-            logs = "".join(
-                f"\n-- the end of the log of {processes.log_path(p).stem}:\n"
-                + support.tail(processes.log_path(p), 10)
-                for p in watch
-            )
-            raise RuntimeError(
-                f"{label}: stuck at {done:,}/{jobs:,} completed for {STALL:g}s" + logs
-            )
-        if done >= jobs:
-            last = cpu_sample(groups)
-            support.log(f"{label}: {done:,}/{jobs:,} completed, {now - started:.1f}s")
-            return Watched(started_wall, first, last)
-        if now - shown >= PROGRESS_EVERY:
-            shown = now
-            support.log(f"{label}: {done:,}/{jobs:,} completed, {now - started:.1f}s")
 
 
 # ---- jobledger -------------------------------------------------------------------------
@@ -486,6 +275,9 @@ class LogCounter:
             "leased": leased,
             "other_events": other,
         }
+
+    def analyze(self, label: str) -> None:
+        support.analyze(self._conn, label)
 
     def listening(self) -> bool:
         """Whether a session of this database LISTENs (the projector's wake-ups)."""
@@ -654,7 +446,7 @@ class JobledgerRun:
             redis_prefix=PREFIX,
             log_level="warning",
         )
-        self.env = subprocess_env(
+        self.env = rounds.subprocess_env(
             JOBLEDGER_DATABASE_URL=url,
             JOBLEDGER_REDIS_URL=jl_redis,
             JOBLEDGER_REDIS_PREFIX=PREFIX,
@@ -686,7 +478,7 @@ class JobledgerRun:
                         groups=groups,
                     )
                     outcome.rows.append(row)
-                    outcome.checks.append(f"{row.system}, {workers} workers: {row.note}")
+                    outcome.checks.append(f"{rounds.label(row.system, workers)}: {row.note}")
                     if cpu is not None:
                         outcome.cpu.append(cpu)
             finally:
@@ -717,8 +509,9 @@ class JobledgerRun:
         groups: Groups,
     ) -> tuple[Row, CpuRow | None]:
         jobs = self.size.jobs
-        label = f"jobledger, {workers} worker{'s' * (workers > 1)}"
+        label = rounds.label("jobledger", workers)
         enqueue_s, in_queue_s = enqueue_jobledger(container, jobs, label)
+        counter.analyze(label)
         before = counter.count()
         start_position = counter.position
         spawned = [
@@ -733,13 +526,13 @@ class JobledgerRun:
             if spy is not None:
                 spy.attach([p.pid for p in spawned], f"r{number}")
 
-        watched = watch_drain(
+        watched = rounds.watch_drain(
             label,
             jobs,
             count=lambda: counter.count() - before,
             watch=[*spawned, projector],
             processes=self.processes,
-            groups=groups | {"worker": tree_of(spawned)},
+            groups=groups | {"worker": rounds.tree_of(spawned)},
             on_first=attach,
         )
         if spy is not None:
@@ -763,10 +556,7 @@ class JobledgerRun:
             support.rate(completed, drain_s),
             note,
         )
-        cpu = None
-        if watched.first is not None and watched.last is not None:
-            cpu = cpu_row("jobledger", workers, watched.first, watched.last)
-        return row, cpu
+        return row, watched.cpu_row("jobledger", workers)
 
 
 def check_round(
@@ -868,9 +658,9 @@ def run_library(
     outcome = Outcome()
     try:
         client.flushdb()
-        env = subprocess_env(BENCH_BROKER_URL=broker_url)
+        env = rounds.subprocess_env(BENCH_BROKER_URL=broker_url)
         for round_number, workers in enumerate(WORKER_COUNTS, start=1):
-            label = f"{system}, {workers} worker{'s' * (workers > 1)}"
+            label = rounds.label(system, workers)
             completions.reset(client)
             support.log(f"{label}: sending {size.jobs:,} tasks from {SEND_THREADS} threads")
             enqueue_s = send_all(send, size.jobs)
@@ -885,8 +675,8 @@ def run_library(
                 )
                 for k in range(workers)
             ]
-            groups = base | {"worker": tree_of(spawned)}
-            watched = watch_drain(
+            groups = base | {"worker": rounds.tree_of(spawned)}
+            watched = rounds.watch_drain(
                 label,
                 size.jobs,
                 count=lambda: completions.count(client),
@@ -916,43 +706,61 @@ def run_library(
                     f"{done:,} tasks counted",
                 )
             )
-            if watched.first is not None and watched.last is not None:
-                outcome.cpu.append(cpu_row(system, workers, watched.first, watched.last))
+            cpu = watched.cpu_row(system, workers)
+            if cpu is not None:
+                outcome.cpu.append(cpu)
     finally:
         client.close()
+    outcome.versions[system] = rounds.versions(sys.executable, [system])
     return outcome
 
 
 # ---- the figures -----------------------------------------------------------------------
 
 
-def ratios(rows: Sequence[Row]) -> list[Ratio]:
-    """Enqueue rate over all rounds, and drain rate per worker count, side by side."""
-    by_measure: dict[str, dict[str, float]] = {}
-    for system in SYSTEMS:
-        mine = [r for r in rows if r.system == system]
-        if not mine:
-            continue
-        jobs, seconds = sum(r.jobs for r in mine), sum(r.enqueue_s for r in mine)
-        by_measure.setdefault("enqueue jobs/s", {})[system] = support.rate(jobs, seconds)
-        for row in mine:
-            noun = f"worker{'s' * (row.workers > 1)}"
-            by_measure.setdefault(f"drain jobs/s, {row.workers} {noun}", {})[system] = (
-                row.drain_per_s
-            )
+def side_by_side(
+    rows: Sequence[Row], cpu: Sequence[CpuRow], skipped: Mapping[str, str]
+) -> list[SideBySide]:
+    """Per system: the enqueue rate over both rounds, the drain rate and CPU per job of
+    each round, and jobledger's drain rate divided by that system's; a system that did
+    not run, with the reason."""
+    drains = {(r.system, r.workers): r.drain_per_s for r in rows}
+    per_job = {(c.system, c.workers): c.ms_per_job for c in cpu}
 
-    def ratio(mine: float | None, theirs: float | None) -> float | None:
+    def times(workers: int, system: str) -> float | None:
+        if system == "jobledger":
+            return None
+        mine, theirs = drains.get(("jobledger", workers)), drains.get((system, workers))
         return round(mine / theirs, 2) if mine and theirs else None
 
     result = []
-    for measure, values in by_measure.items():
-        jl, celery, dramatiq = (values.get(s) for s in SYSTEMS)
-        result.append(Ratio(measure, jl, celery, dramatiq, ratio(jl, celery), ratio(jl, dramatiq)))
+    for system in SYSTEMS:
+        mine = [r for r in rows if r.system == system]
+        if system in skipped:
+            nothing = (None,) * 7
+            result.append(SideBySide(system, *nothing, f"not run: {skipped[system]}"))
+        if not mine:
+            continue
+        jobs, seconds = sum(r.jobs for r in mine), sum(r.enqueue_s for r in mine)
+        one, two = WORKER_COUNTS
+        result.append(
+            SideBySide(
+                system,
+                support.rate(jobs, seconds),
+                drains.get((system, one)),
+                drains.get((system, two)),
+                per_job.get((system, one)),
+                per_job.get((system, two)),
+                times(one, system),
+                times(two, system),
+                KEEPS[system],
+            )
+        )
     return result
 
 
 COLUMNS = (
-    ("system", "{:<9}"),
+    ("system", "{:<13}"),
     ("workers", "{:>7}"),
     ("jobs", "{:>6}"),
     ("enqueue_s", "{:>9}"),
@@ -964,9 +772,10 @@ COLUMNS = (
     ("note", "{}"),
 )
 CPU_COLUMNS = (
-    ("system", "{:<9}"),
+    ("system", "{:<13}"),
     ("workers", "{:>7}"),
     ("seconds", "{:>7}"),
+    ("jobs", "{:>6}"),
     ("worker_pct", "{:>10}"),
     ("projector_pct", "{:>13}"),
     ("postgres_pct", "{:>12}"),
@@ -974,21 +783,28 @@ CPU_COLUMNS = (
     ("bench_pct", "{:>9}"),
     ("machine_pct", "{:>11}"),
     ("other_pct", "{:>9}"),
+    ("ms_per_job", "{:>10}"),
 )
-RATIO_COLUMNS = (
-    ("measure", "{:<24}"),
-    ("jobledger", "{:>9}"),
-    ("celery", "{:>8}"),
-    ("dramatiq", "{:>8}"),
-    ("vs_celery", "{:>9}"),
-    ("vs_dramatiq", "{:>11}"),
+SIDE_COLUMNS = (
+    ("system", "{:<13}"),
+    ("enqueue_per_s", "{:>13}"),
+    ("drain_1_per_s", "{:>13}"),
+    ("drain_2_per_s", "{:>13}"),
+    ("ms_per_job_1", "{:>12}"),
+    ("ms_per_job_2", "{:>12}"),
+    ("jobledger_x_1", "{:>13}"),
+    ("jobledger_x_2", "{:>13}"),
+    ("keeps", "{}"),
 )
 
 
 def show(value: object) -> str:
-    """As ``support.show``, but large floats without decimals and ints with separators."""
+    """As ``support.show``, but large floats without decimals, small ones with three (CPU
+    per job is a fraction of a millisecond) and ints with separators."""
     if isinstance(value, float) and value >= 1000:
         return f"{value:,.0f}"
+    if isinstance(value, float) and 0 < value < 1:
+        return f"{value:.3f}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return support.show(value)
@@ -1037,6 +853,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="sample the jobledger workers with py-spy"
     )
+    parser.add_argument(
+        "--oban-python",
+        metavar="PATH",
+        help="a Python 3.12 or later to make Oban's virtual environment from"
+        " (default: one found on PATH or among pyenv's versions)",
+    )
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be 1 or more")
@@ -1081,44 +903,125 @@ def code_version() -> str:
     return f"{folder} at {result.stdout.strip()}{changed}"
 
 
-def redis_server_pid(redis_url: str) -> int:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return int(client.info("server")["process_id"])
-    finally:
-        client.close()
+@dataclass
+class Results:
+    outcome: Outcome = field(default_factory=Outcome)
+    skipped: dict[str, str] = field(default_factory=dict)  # system: why it did not run
+    profile: Profile | None = None
+    raw_profiles: list[str] = field(default_factory=list)
+
+
+def settings(size: Sizes) -> dict[str, str]:
+    """How each system runs here, for the notes and the JSON."""
+    slots = size.slots
+    return {
+        "jobledger": (
+            f"{slots} slots per worker, one projector process; enqueue through the"
+            f" group-commit writer, {ENQUEUE_WINDOW:,} saves in flight"
+        ),
+        **{name: peer.settings for name, peer in pg_peers.PEERS.items()},
+        "dramatiq": f"--processes 1 --threads {slots}; sent from {SEND_THREADS} threads",
+        "celery": (
+            f"--pool threads --concurrency {slots}, acks late, no result backend;"
+            f" sent from {SEND_THREADS} threads"
+        ),
+    }
 
 
 def run_all(
     args: argparse.Namespace, size: Sizes, url: str, redis_url: str, spy_binary: str | None
-) -> tuple[Outcome, list[str]]:
-    """Every system asked for that is installed; and which ones were not."""
-    base = base_groups(url.rpartition("/")[2], redis_server_pid(redis_url))
-    outcome = Outcome()
-    skipped = []
-    with work_folder() as folder:
+) -> Results:
+    """Every system asked for that can run here; the others with the reason."""
+    redis_pid = support.redis_server_pid(redis_url)
+    base = rounds.base_groups(url.rpartition("/")[2], redis_pid)
+    results = Results()
+    with rounds.work_folder() as folder:
         processes = Processes(folder)
         try:
             for system in args.systems:
-                if system != "jobledger" and not importable(system):
-                    skipped.append(system)
-                    continue
                 if system == "jobledger":
                     spy = Spy(spy_binary, folder) if spy_binary else None
-                    part = JobledgerRun(url, redis_url, size, processes, spy).run(base)
+                    results.outcome.add(
+                        JobledgerRun(url, redis_url, size, processes, spy).run(base)
+                    )
                     if spy is not None:
-                        part.profile = spy.profile(PROFILE_TOP)
-                        part.raw_profiles = [str(p) for p in spy.keep(stem(args, size))]
+                        results.profile = spy.profile(PROFILE_TOP)
+                        results.raw_profiles = [str(p) for p in spy.keep(stem(args, size))]
+                    continue
+                part = run_peer(system, args, size, processes, (redis_url, base, redis_pid))
+                if isinstance(part, str):
+                    results.skipped[system] = part
+                    support.log(f"{system}: skipped, {part}")
                 else:
-                    part = run_library(system, redis_url, base, size, processes)
-                outcome.rows += part.rows
-                outcome.cpu += part.cpu
-                outcome.checks += part.checks
-                outcome.profile = outcome.profile or part.profile
-                outcome.raw_profiles += part.raw_profiles
+                    results.outcome.add(part)
         finally:
             processes.close()
-    return outcome, skipped
+    return results
+
+
+def run_peer(
+    system: str,
+    args: argparse.Namespace,
+    size: Sizes,
+    processes: Processes,
+    redis: tuple[str, Groups, int],
+) -> Outcome | str:
+    """The rounds of a system other than jobledger, or why it cannot run here."""
+    redis_url, base, redis_pid = redis
+    if system in REDIS_SYSTEMS:
+        if not importable(system):
+            return "not installed (pip install -e '.[bench]')"
+        return run_library(system, redis_url, base, size, processes)
+    python, why = pg_peers.interpreter(pg_peers.PEERS[system], args.oban_python)
+    if python is None:
+        return why
+    return pg_peers.run_peer(
+        system,
+        python=python,
+        admin_url=args.admin_url,
+        size=size,
+        processes=processes,
+        redis_pid=redis_pid,
+    )
+
+
+def print_tables(results: Results, size: Sizes, autovacuum: str) -> list[SideBySide]:
+    outcome = results.outcome
+    print(
+        f"{size.jobs:,} no-op jobs per round; {size.slots} slots (threads, sub-workers,"
+        " queue limit) per worker process; every PostgreSQL database analyzed after the"
+        " enqueue\n"
+    )
+    print(support.format_table(outcome.rows, COLUMNS, show))
+    print("\nCPU during the drains, % of one core (100 = one core busy)")
+    print(support.format_table(outcome.cpu, CPU_COLUMNS, show))
+    for row in outcome.cpu:
+        if row.other_pct >= BUSY_ELSEWHERE_PCT:
+            print(
+                f"warning: during the {row.system} drain with {row.workers} worker(s), other"
+                f" programs or the kernel used {row.other_pct:g}% of a core: its figures may be"
+                " understated"
+            )
+    table = side_by_side(outcome.rows, outcome.cpu, results.skipped)
+    print("\nSide by side (jobledger_x: jobledger's drain rate divided by this one's)")
+    print(support.format_table(table, SIDE_COLUMNS, show))
+    print("\nNotes:")
+    print(
+        f"- autovacuum is {autovacuum} on this server: each PostgreSQL system's database"
+        " is analyzed (ANALYZE) after its enqueue and before its drain, outside the timing"
+    )
+    print(
+        "- ms_per_job: CPU time of the workers, the projector, PostgreSQL and Redis"
+        " between the first and the last completion seen, per job completed in between"
+    )
+    ran = {row.system for row in outcome.rows}
+    for system, text in settings(size).items():
+        if system in ran:
+            version = outcome.versions.get(system)
+            print(f"- {system}{f' ({version})' if version else ''}: {text}")
+    for system, why in results.skipped.items():
+        print(f"- {system}: skipped, {why}")
+    return table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1137,61 +1040,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             support.private_redis() as redis_url,
         ):
             store = support.versions(url, redis_url)
-            support.log(f"store: {store}; {os.cpu_count()} CPUs; load average {before}")
+            autovacuum = support.autovacuum(url)
+            support.log(
+                f"store: {store}, autovacuum {autovacuum}; {os.cpu_count()} CPUs;"
+                f" load average {before}"
+            )
             support.log(f"jobledger: {code}")
-            outcome, skipped = run_all(args, size, url, redis_url, spy_binary)
+            results = run_all(args, size, url, redis_url, spy_binary)
     except KeyboardInterrupt:
         support.log(
-            "interrupted; the processes and redis-server were stopped, the database dropped"
+            "interrupted; the processes and redis-server were stopped, the databases dropped"
         )
         return 130
     seconds = time.perf_counter() - begun
-    print(
-        f"{size.jobs:,} no-op jobs per round; {size.slots} slots per jobledger worker,"
-        f" {size.slots} threads per Celery / Dramatiq worker process\n"
-    )
-    print(support.format_table(outcome.rows, COLUMNS, show))
-    print("\nCPU during the drains, % of one core (100 = one core busy)")
-    print(support.format_table(outcome.cpu, CPU_COLUMNS, show))
-    for row in outcome.cpu:
-        if row.other_pct >= BUSY_ELSEWHERE_PCT:
-            print(
-                f"warning: during the {row.system} drain with {row.workers} worker(s), other"
-                f" programs or the kernel used {row.other_pct:g}% of a core: its figures may be"
-                " understated"
-            )
-    table = ratios(outcome.rows)
-    print()
-    print(support.format_table(table, RATIO_COLUMNS, show))
-    for system in skipped:
-        print(f"\n{system} is not installed: skipped. Install it with: pip install -e '.[bench]'")
-    if outcome.profile is not None:
+    table = print_tables(results, size, autovacuum)
+    if results.profile is not None:
         print()
-        print(format_profile(outcome.profile))
-        print("raw stacks (collapsed, for a flame graph): " + ", ".join(outcome.raw_profiles))
+        print(format_profile(results.profile))
+        print("raw stacks (collapsed, for a flame graph): " + ", ".join(results.raw_profiles))
     print(f"\nrun time {seconds:.0f}s")
     document = {
         "benchmark": "throughput",
         "recorded_at": support.recorded_at(),
         "store": store,
+        "autovacuum": autovacuum,
+        "analyzed_before_drain": True,
         "jobledger": code,
         **support.machine(),
         "load_average_before": before,
         "load_average_after": support.load_average(),
         "run_seconds": round(seconds, 1),
         "sizes": asdict(size),
-        "settings": {
-            "enqueue_window": ENQUEUE_WINDOW,
-            "send_threads": SEND_THREADS,
-            "celery": "--pool threads --concurrency SLOTS, acks late, no result backend",
-            "dramatiq": "--processes 1 --threads SLOTS",
-        },
-        "skipped": skipped,
-        "rows": [asdict(row) for row in outcome.rows],
-        "cpu": [asdict(row) for row in outcome.cpu],
-        "ratios": [asdict(row) for row in table],
-        "checks": outcome.checks,
-        "profile": asdict(outcome.profile) if outcome.profile is not None else None,
+        "settings": settings(size),
+        "versions": results.outcome.versions,
+        "skipped": results.skipped,
+        "rows": [asdict(row) for row in results.outcome.rows],
+        "cpu": [asdict(row) for row in results.outcome.cpu],
+        "side_by_side": [asdict(row) for row in table],
+        "checks": results.outcome.checks,
+        "profile": asdict(results.profile) if results.profile is not None else None,
     }
     path = support.write_json(stem(args, size), document)
     print(f"JSON: {path}")
