@@ -1,7 +1,9 @@
 """Jobs: schedule, update, pause, resume, delete and trigger; a job now, as it was at a
 version or a time, and its history."""
 
+import random
 import re
+import time
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
@@ -11,7 +13,12 @@ import msgspec
 
 from jobledger.declarations import payload_schema
 from jobledger.domain.definitions import JobDefinition
-from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
+from jobledger.domain.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidDefinitionError,
+    NotFoundError,
+)
 from jobledger.domain.execution import Execution, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
 from jobledger.domain.schedules import Schedule, validate_schedule
@@ -85,6 +92,11 @@ def _check_payload(handler: str, kind: type[msgspec.Struct], payload: Mapping[st
 
 
 ANY_HANDLER = HandlerNames(None)
+# A trigger races fires and other triggers on the job's version: it tries again on the
+# job's new version (after a short random pause, so racers spread out) this many times
+# before it gives up with a conflict.
+_TRIGGER_TRIES = 30
+_TRIGGER_PAUSE = 0.005
 
 
 class Jobs:
@@ -152,15 +164,24 @@ class Jobs:
         return self._saved(job)
 
     def trigger(self, job_id: UUID, *, key: str, at: datetime, by: Actor) -> Execution:
-        """Run a job now. The same key returns the execution of the first request."""
+        """Run a job now. The same key returns the execution of the first request; a
+        job changed meanwhile (another trigger, a fire) is read again and triggered on
+        its new version."""
         by.require(Role.OPERATOR)
-        job = self.ledger.get_job(job_id)
-        execution = job.trigger(trigger_key=key, at=at, by=by.name)
-        try:
-            self.ledger.save_all(job, execution)
-        except ConflictError:
-            return self.ledger.get_execution(trigger_execution_id(job_id, key))
-        return execution
+        for _ in range(_TRIGGER_TRIES):
+            job = self.ledger.get_job(job_id)
+            execution = job.trigger(trigger_key=key, at=at, by=by.name)
+            try:
+                self.ledger.save_all(job, execution)
+            except ConflictError:
+                try:
+                    return self.ledger.get_execution(trigger_execution_id(job_id, key))
+                except NotFoundError:
+                    # The clash was the job's version, not this key: again, spread out.
+                    time.sleep(random.uniform(0, _TRIGGER_PAUSE))  # noqa: S311 (not a secret)
+                    continue
+            return execution
+        raise ConflictError(f"job {job_id} kept changing while it was triggered; try again")
 
     def _saved(self, job: Job) -> Job:
         self.ledger.save_all(job)

@@ -3,8 +3,10 @@ it (the API, the dashboard, the CLI)."""
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from tests.integration.test_dead_letters import dead
@@ -28,6 +30,10 @@ from jobledger.services.errors import (
     NotDeadLetteredError,
     NotPermittedError,
 )
+from jobledger.services.jobs import Jobs
+
+if TYPE_CHECKING:
+    from jobledger.runtime.settings import Settings
 
 AT = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ALICE = Actor("alice", Role.OPERATOR)
@@ -143,3 +149,17 @@ def test_the_topics_followers_read_are_every_recorded_event_type() -> None:
     assert len(executions) == 10
     assert "jobledger:ExecutionEnqueued" in executions
     assert "jobledger:ExecutionCreated" not in executions
+
+
+def test_racing_triggers_with_their_own_keys_each_get_a_run(store_settings: "Settings") -> None:
+    """If many triggers of one job with keys of their own race each other, then every
+    one of them gets its own run (none is lost to the job's version clash), and the job
+    records one trigger per key."""
+    with bootstrap(store_settings) as container:
+        jobs = Jobs(container.ledger)
+        job = jobs.schedule(DEFINITION, at=AT, by=ALICE, key="raced")
+        keys = [f"by-hand-{n}" for n in range(8)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            runs = list(pool.map(lambda k: jobs.trigger(job.id, key=k, at=AT, by=ALICE), keys))
+        assert len({run.id for run in runs}) == len(keys)
+        assert jobs.get(job.id).version == 1 + len(keys)
