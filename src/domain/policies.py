@@ -27,6 +27,21 @@ class OverlapPolicy(enum.StrEnum):
     QUEUE_ONE = "queue_one"
 
 
+class ScheduleRule(enum.StrEnum):
+    """A rule of the job itself (not a policy it chose) that decided a missed occurrence."""
+
+    EXCLUSIONS = "exclusions"  # the schedule's exclude_dates or calendars
+    DEPENDENCIES = "depends_on"  # an upstream run failed, or never happened
+
+
+class BackfillOverlap(enum.StrEnum):
+    """How a backfill's runs overlap one another and the job's open runs."""
+
+    ALLOW = "allow"  # fire every missing occurrence at once
+    BUFFER_ALL = "buffer_all"  # one at a time, in order: each after the one before ended
+    SKIP = "skip"  # fire one if no run of the job is open; the rest overlap and are missed
+
+
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """How often and how fast a failed execution is tried again.
 
