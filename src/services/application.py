@@ -1,7 +1,10 @@
 """Every use case of one process, built once from its container."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
+from jobledger.projections.queue import QueueState
 from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
@@ -10,6 +13,7 @@ from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.system import System
 from jobledger.services.views import Views
+from jobledger.services.workflows import Workflows
 
 
 @dataclass(frozen=True)
@@ -23,6 +27,7 @@ class Services:
     admin: Admin
     system: System
     views: Views
+    workflows: Workflows
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -32,11 +37,22 @@ class Services:
         handlers = HandlerNames(names)
         views = Views(container.database, container.ledger)
         return cls(
-            jobs=Jobs(container.ledger, handlers),
+            jobs=Jobs(container.ledger, handlers, open_runs=_open_runs(container)),
             executions=Executions(container.ledger, handlers),
             dead_letters=DeadLetters(container.ledger, container.writer, views),
             accounts=AccountService(container.accounts()),
             admin=Admin(container),
             system=System(container, views, names),
             views=views,
+            workflows=Workflows(container.ledger, handlers),
         )
+
+
+def _open_runs(container: Container) -> Callable[[UUID], int]:
+    """A job's pending and running executions, as the checkpoint has them."""
+
+    def count(job_id: UUID) -> int:
+        counts = container.checkpoint.open_counts(job_id)
+        return counts.get(QueueState.PENDING, 0) + counts.get(QueueState.LEASED, 0)
+
+    return count
