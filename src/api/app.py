@@ -29,6 +29,7 @@ from jobledger.api.security import (
 )
 from jobledger.api.state import ApiState
 from jobledger.api.system import SystemController, health, metrics, ready
+from jobledger.api.workflows import WorkflowController
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.runtime.bootstrap import Container
 from jobledger.services.application import Services
@@ -41,6 +42,7 @@ ROUTES: list[ControllerRouterHandler] = [
     ExecutionController,
     DeadLetterController,
     SystemController,
+    WorkflowController,
     preview_schedule,
     health,
     ready,

@@ -39,6 +39,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "views": services.views,
         "clock": clock,
     }
+    given["workflows"] = services.workflows
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

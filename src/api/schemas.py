@@ -5,16 +5,25 @@ setting. Durations are seconds (JSON has no duration type); times are ISO 8601 w
 an offset.
 """
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any
 from uuid import UUID
 
 import msgspec
 
 from jobledger.domain.definitions import DEFAULT_PRIORITY, ExecutionSpec, JobDefinition
-from jobledger.domain.job import Job
-from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
-from jobledger.domain.schedules import CronSchedule, ManualSchedule, OneShotSchedule, Schedule
+from jobledger.domain.dependencies import Dependency, WaitFor
+from jobledger.domain.job import Job, job_id_for_key
+from jobledger.domain.policies import BackfillOverlap, MisfirePolicy, OverlapPolicy, RetryPolicy
+from jobledger.domain.schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    ManualSchedule,
+    OneShotSchedule,
+    Schedule,
+    ScheduleRules,
+)
+from jobledger.domain.workflow import OnFailure, StepSpec, Workflow
 
 # Bounds that keep a number convertible (a duration of 1e300 s is an overflow, not a
 # validation message); the domain checks the real limits and names the fix.
@@ -69,8 +78,30 @@ class RetryIn(Strict):
     jitter: bool = True
 
 
-class CronIn(Strict, tag="cron", tag_field="kind"):
+class RulesIn(Strict, kw_only=True):
+    """What every recurring schedule may add: a window, exclusions, jitter."""
+
+    jitter_seconds: Annotated[int, msgspec.Meta(ge=0, le=86_400)] = 0
+    start_at: AwareTime | None = None
+    end_at: AwareTime | None = None
+    exclude_dates: Annotated[list[date], msgspec.Meta(max_length=1000)] = msgspec.field(
+        default_factory=list
+    )
+    calendars: Annotated[list[Tiny], msgspec.Meta(max_length=10)] = msgspec.field(
+        default_factory=list
+    )
+
+
+class CronIn(RulesIn, tag="cron", tag_field="kind", kw_only=True):
     cron: Short
+    timezone: Zone = "UTC"
+
+
+class IntervalIn(RulesIn, tag="interval", tag_field="kind", kw_only=True):
+    """Every ``every_seconds`` of elapsed time, at epoch multiples plus the offset."""
+
+    every_seconds: Annotated[int, msgspec.Meta(ge=1, le=31_622_400)]
+    offset_seconds: Annotated[int, msgspec.Meta(ge=0, le=31_622_400)] = 0
     timezone: Zone = "UTC"
 
 
@@ -82,7 +113,7 @@ class ManualIn(Strict, tag="manual", tag_field="kind"):
     pass
 
 
-ScheduleIn = CronIn | OnceIn | ManualIn
+ScheduleIn = CronIn | IntervalIn | OnceIn | ManualIn
 
 
 class ExecutionIn(Strict):
@@ -96,6 +127,14 @@ class ExecutionIn(Strict):
     retry: RetryIn = msgspec.field(default_factory=RetryIn)
 
 
+class DependencyIn(Strict):
+    """An upstream job (its id, or the key it was created with) and the state its run
+    must reach: ``completed``, or ``finished`` (any end)."""
+
+    job: Short
+    on: WaitFor = WaitFor.COMPLETED
+
+
 class JobIn(ExecutionIn, kw_only=True):
     """A job definition: what to run and when."""
 
@@ -105,6 +144,10 @@ class JobIn(ExecutionIn, kw_only=True):
     catch_up_cap: SmallInt = 10
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     description: Text = ""
+    depends_on: Annotated[list[DependencyIn], msgspec.Meta(max_length=20)] = msgspec.field(
+        default_factory=list
+    )
+    pause_on_failure: bool = False
 
 
 class JobPatch(Strict):
@@ -122,6 +165,8 @@ class JobPatch(Strict):
     catch_up_cap: SmallInt | msgspec.UnsetType = msgspec.UNSET
     overlap: OverlapPolicy | msgspec.UnsetType = msgspec.UNSET
     description: Text | msgspec.UnsetType = msgspec.UNSET
+    depends_on: list[DependencyIn] | msgspec.UnsetType = msgspec.UNSET
+    pause_on_failure: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReasonIn(Strict):
@@ -157,8 +202,13 @@ class JobOut(msgspec.Struct, kw_only=True):
 
 
 class Fire(msgspec.Struct):
+    """One occurrence: when it runs (``at``, its time plus its jitter) in UTC and in
+    the schedule's zone, its nominal time, and whether an exclusion skips it."""
+
     at: datetime
     local: str
+    scheduled_for: datetime | None = None
+    excluded: bool = False
 
 
 class PreviewOut(msgspec.Struct):
@@ -172,21 +222,58 @@ class PreviewOut(msgspec.Struct):
 def to_schedule(schedule: ScheduleIn) -> Schedule:
     match schedule:
         case CronIn():
-            return CronSchedule(schedule.cron, schedule.timezone)
+            return CronSchedule(schedule.cron, schedule.timezone, **_rules(schedule))
+        case IntervalIn():
+            return IntervalSchedule(
+                every_seconds=schedule.every_seconds,
+                offset_seconds=schedule.offset_seconds,
+                timezone=schedule.timezone,
+                **_rules(schedule),
+            )
         case OnceIn():
             return OneShotSchedule(schedule.run_at)
         case _:
             return ManualSchedule()
 
 
+_RULES = ("jitter_seconds", "start_at", "end_at", "exclude_dates", "calendars")
+
+
+def _rules(rules: RulesIn | ScheduleRules, sequence: type[Any] = tuple) -> dict[str, Any]:
+    """The rule fields of one side, for the other (lists in the API, tuples within)."""
+    fields = {name: getattr(rules, name) for name in _RULES}
+    return fields | {name: sequence(fields[name]) for name in ("exclude_dates", "calendars")}
+
+
 def from_schedule(schedule: Schedule) -> ScheduleIn:
     match schedule:
         case CronSchedule():
-            return CronIn(cron=schedule.expression, timezone=schedule.timezone)
+            return CronIn(
+                cron=schedule.expression, timezone=schedule.timezone, **_rules(schedule, list)
+            )
+        case IntervalSchedule():
+            return IntervalIn(
+                every_seconds=schedule.every_seconds,
+                offset_seconds=schedule.offset_seconds,
+                timezone=schedule.timezone,
+                **_rules(schedule, list),
+            )
         case OneShotSchedule():
             return OnceIn(run_at=schedule.run_at)
         case _:
             return ManualIn()
+
+
+def job_reference(text: str) -> UUID:
+    """A job named by its id, or by the key it was created with."""
+    try:
+        return UUID(text)
+    except ValueError:
+        return job_id_for_key(text)
+
+
+def to_dependencies(dependencies: list[DependencyIn]) -> tuple[Dependency, ...]:
+    return tuple(Dependency(job=job_reference(d.job), on=d.on) for d in dependencies)
 
 
 def to_spec(body: ExecutionIn) -> ExecutionSpec:
@@ -215,6 +302,8 @@ def to_definition(body: JobIn) -> JobDefinition:
         catch_up_cap=body.catch_up_cap,
         overlap=body.overlap,
         description=body.description,
+        depends_on=to_dependencies(body.depends_on),
+        pause_on_failure=body.pause_on_failure,
     )
 
 
@@ -238,6 +327,8 @@ def from_definition(definition: JobDefinition) -> JobIn:
         catch_up_cap=definition.catch_up_cap,
         overlap=definition.overlap,
         description=definition.description,
+        depends_on=[DependencyIn(job=str(d.job), on=d.on) for d in definition.depends_on],
+        pause_on_failure=definition.pause_on_failure,
     )
 
 
@@ -266,4 +357,101 @@ def job_out(job: Job, *, as_of: datetime | None = None) -> JobOut:
         fired_count=job.fired_count,
         definition=from_definition(job.definition),
         as_of=as_of,
+    )
+
+
+# ---- workflows, dependencies and backfill ------------------------------------------------
+
+
+class StepIn(ExecutionIn, kw_only=True):
+    """One step of a workflow: a handler run, named, after the steps it waits for."""
+
+    name: Tiny
+    after: Annotated[list[Tiny], msgspec.Meta(max_length=50)] = msgspec.field(default_factory=list)
+
+
+class WorkflowIn(Strict, kw_only=True):
+    """An ad-hoc DAG: steps whose ``after`` name other steps; ``on_failure`` says
+    whether a failed step stops the workflow or only what depends on it."""
+
+    name: Short = "workflow"
+    steps: Annotated[list[StepIn], msgspec.Meta(min_length=1, max_length=500)]
+    on_failure: OnFailure = OnFailure.STOP
+
+
+class StepOut(msgspec.Struct, kw_only=True):
+    name: str
+    handler: str
+    after: list[str]
+    status: str
+    execution_id: UUID
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class WorkflowOut(msgspec.Struct, kw_only=True):
+    id: UUID
+    name: str
+    status: str
+    on_failure: OnFailure
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    steps: list[StepOut]
+
+
+class BackfillIn(Strict, kw_only=True):
+    """Fire the occurrences in ``[start, end]`` that never fired (``max``: refuse if
+    more would); ``dry_run`` only counts."""
+
+    start: AwareTime
+    end: AwareTime
+    overlap: BackfillOverlap = BackfillOverlap.ALLOW
+    max: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    reason: Text = ""
+    dry_run: bool = False
+
+
+class JobLink(msgspec.Struct, kw_only=True):
+    """An upstream or downstream job: its id, name and status, and what it waits for."""
+
+    id: UUID
+    name: str
+    status: str
+    on: WaitFor
+
+
+class DependenciesOut(msgspec.Struct, kw_only=True):
+    upstreams: list[JobLink]
+    downstreams: list[JobLink]
+
+
+def to_steps(body: WorkflowIn) -> list[StepSpec]:
+    return [
+        StepSpec(name=step.name, spec=to_spec(step), after=tuple(step.after)) for step in body.steps
+    ]
+
+
+def workflow_out(workflow: Workflow) -> WorkflowOut:
+    steps = [
+        StepOut(
+            name=name,
+            handler=spec.spec.handler,
+            after=list(spec.after),
+            status=str(workflow.states[name]),
+            execution_id=workflow.execution_id(name),
+            result=workflow.results.get(name),
+            error=workflow.errors.get(name),
+        )
+        for name, spec in workflow.steps.items()
+    ]
+    return WorkflowOut(
+        id=workflow.id,
+        name=workflow.name,
+        status=str(workflow.status),
+        on_failure=workflow.on_failure,
+        version=workflow.version,
+        created_at=workflow.created_on,
+        updated_at=workflow.modified_on,
+        steps=steps,
     )
