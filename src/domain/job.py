@@ -325,7 +325,12 @@ class Job(Aggregate):
         return executions
 
     def release_backfill(
-        self, *, finished: datetime, fired: Collection[datetime], at: datetime
+        self,
+        *,
+        finished: datetime,
+        fired: Collection[datetime],
+        at: datetime,
+        leader_epoch: int = 0,
     ) -> Execution | None:
         """The buffered backfill run for ``finished`` ended: fire the next buffered
         occurrence that has no execution yet (``fired`` lists those that have). Nothing
@@ -336,13 +341,22 @@ class Job(Aggregate):
         if following is None:
             return None
         return self._fire(
-            following, FireTrigger.BACKFILL, ready_at=at, next_fire_at=self.next_fire_at
+            following,
+            FireTrigger.BACKFILL,
+            ready_at=at,
+            next_fire_at=self.next_fire_at,
+            leader_epoch=leader_epoch,
         )
 
     # ---- dependencies -----------------------------------------------------------------
 
     def fire_dependency(
-        self, *, scheduled_for: datetime, at: datetime, upstream_results: dict[str, Any]
+        self,
+        *,
+        scheduled_for: datetime,
+        at: datetime,
+        upstream_results: dict[str, Any],
+        leader_epoch: int = 0,
     ) -> Execution | None:
         """Fire the occurrence its upstream runs released; nothing while paused or
         deleted (a paused job fires nothing; a backfill fills the gap later)."""
@@ -353,6 +367,7 @@ class Job(Aggregate):
             FireTrigger.DEPENDENCY,
             ready_at=at,
             next_fire_at=self.next_fire_at,
+            leader_epoch=leader_epoch,
             upstream_results=upstream_results,
         )
 

@@ -98,6 +98,7 @@ class _Batch:
     now: datetime
     stats: ReleaseStats
     graph: DependencyGraph | None = None
+    epoch: int = 0  # the leader epoch the releases are made under
     aggregates: dict[UUID, Aggregate] = field(default_factory=dict)
     released: dict[UUID, list[Execution]] = field(default_factory=dict)
     runs: dict[UUID, Execution | None] = field(default_factory=dict)
@@ -207,7 +208,8 @@ class Releaser:
         return events
 
     def _carry_out(self, events: Sequence[Any]) -> None:
-        batch = _Batch(self.ledger, self._now(), self.stats, self.ledger.dependency_graph())
+        graph = self.ledger.dependency_graph()
+        batch = _Batch(self.ledger, self._now(), self.stats, graph, self.leadership.epoch)
         ended = self._ended(batch, events)
         _prefetch_occurrences(batch, ended)
         for item in events:
@@ -307,7 +309,9 @@ def _release_backfill(batch: _Batch, job_id: UUID, finished: datetime) -> None:
     ids = {occurrence_execution_id(job_id, o): o for o in job.backfill_queue}
     batch.prefetch(ids)
     fired = {o for run_id, o in ids.items() if batch.runs.get(run_id) is not None}
-    execution = job.release_backfill(finished=finished, fired=fired, at=batch.now)
+    execution = job.release_backfill(
+        finished=finished, fired=fired, at=batch.now, leader_epoch=batch.epoch
+    )
     if execution is not None:
         batch.add(job, execution)
         batch.stats.fired += 1
@@ -338,7 +342,10 @@ def _decide(batch: _Batch, job: Job, occurrence: datetime, ended: Ended) -> None
     if decided is Verdict.FIRE:
         results = {up: found.result if found else None for up, found in runs.items()}
         execution = job.fire_dependency(
-            scheduled_for=occurrence, at=batch.now, upstream_results=upstream_results(results)
+            scheduled_for=occurrence,
+            at=batch.now,
+            upstream_results=upstream_results(results),
+            leader_epoch=batch.epoch,
         )
         batch.stats.fired += execution is not None
     elif decided is Verdict.SKIP:

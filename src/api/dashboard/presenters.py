@@ -93,13 +93,21 @@ class Entry:
     execution_id: str | None
 
 
+# What fired an occurrence that was not the schedule's own (JobFired.trigger).
+_FIRED_BY = {
+    "backfill": "backfill",
+    "dependency": "upstream runs (leader epoch {leader_epoch})",
+}
+
+
 def cause_of(event: EventOut) -> str:
     """Who or what made the event happen."""
     data = event.data
     if data.get("by"):
         return str(data["by"])
     if "leader_epoch" in data:
-        return f"scheduler (leader epoch {data['leader_epoch']})"
+        fired_by = _FIRED_BY.get(data.get("trigger", ""), "scheduler (leader epoch {leader_epoch})")
+        return fired_by.format(**data)
     if data.get("worker_id"):
         return f"worker {data['worker_id']}"
     if event.type in {"JobFiresMissed", "ExecutionLeaseExpired"}:

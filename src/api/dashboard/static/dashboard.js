@@ -264,7 +264,8 @@
     for (const box of form.querySelectorAll("[data-field]")) {
       if (box.dataset.field.startsWith(prefix)) setFieldError(box, "");
     }
-    if (!prefix) byId("form-error").hidden = true;
+    const top = byId("form-error"); // the job form's; the backfill dialog has its own
+    if (!prefix && top) top.hidden = true;
   }
 
   // The API names the field it refuses; the message goes next to that field, or above
@@ -486,6 +487,15 @@
     if (!dialog?.showModal) return;
     dialog.showModal();
     dialog.querySelector("input")?.focus();
+    // What it changed shows once it closes: a refresh now would take the dialog away.
+    dialog.addEventListener(
+      "close",
+      () => {
+        if (dialog.dataset.changed) softReload();
+        delete dialog.dataset.changed;
+      },
+      { once: true },
+    );
   }
 
   function backfillBody(form, dryRun) {
@@ -546,7 +556,7 @@
     showBackfill(result.data);
     if (!dryRun) {
       flash(`Backfill fired ${result.data.fired} occurrences.`);
-      softReload();
+      dialog.dataset.changed = "1";
     }
   }
 
