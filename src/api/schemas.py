@@ -13,7 +13,7 @@ import msgspec
 
 from jobledger.domain.definitions import DEFAULT_PRIORITY, ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency, WaitFor
-from jobledger.domain.job import Job, job_id_for_key
+from jobledger.domain.job import Job, job_reference
 from jobledger.domain.policies import BackfillOverlap, MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import (
     CronSchedule,
@@ -262,14 +262,6 @@ def from_schedule(schedule: Schedule) -> ScheduleIn:
             return OnceIn(run_at=schedule.run_at)
         case _:
             return ManualIn()
-
-
-def job_reference(text: str) -> UUID:
-    """A job named by its id, or by the key it was created with."""
-    try:
-        return UUID(text)
-    except ValueError:
-        return job_id_for_key(text)
 
 
 def to_dependencies(dependencies: list[DependencyIn]) -> tuple[Dependency, ...]:

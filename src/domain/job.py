@@ -49,6 +49,14 @@ def job_id_for_key(key: str) -> uuid.UUID:
     return uuid.uuid5(JOB_NAMESPACE, key)
 
 
+def job_reference(text: str) -> uuid.UUID:
+    """A job named by its id, or by the key it was created with."""
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return job_id_for_key(text)
+
+
 class JobState(msgspec.Struct, kw_only=True):
     """A job's attributes as a snapshot holds them, typed so that a stored snapshot
     decodes back into datetimes and the definition (names as the aggregate has them)."""

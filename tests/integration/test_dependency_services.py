@@ -203,6 +203,11 @@ def test_a_week_of_hourly_backfill_fires_only_the_missing_and_once(container: Co
     assert (again.already_fired, again.to_fire, again.fired) == (168, 0, 0)
     assert len(fired_occurrences(container.ledger, job.id)) == 168
     assert jobs.get(job.id).paused
+    # The schedule index follows backfills without setting anything aside.
+    index = container.scheduler(ForcedLeadership(epoch=1)).index
+    index.catch_up()
+    assert set(container.quarantine().counts().values()) == {0}
+    assert index.due(NOW, limit=10) == []
 
 
 def test_backfill_refuses_the_future_and_too_many(container: Container) -> None:
