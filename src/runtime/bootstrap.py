@@ -147,7 +147,7 @@ class Container:
 
     def releaser(self, leadership: Leadership) -> Releaser:
         """What follows a run's end, carried out while ``leadership`` leads."""
-        return Releaser(self.ledger, self.database, self.writer, leadership)
+        return Releaser(self.ledger, self.database, leadership)
 
     def release_loop(self, leadership: Leadership, *, poll: float) -> ReleaseLoop:
         settings = self.settings

@@ -22,7 +22,6 @@ leaders at once (split brain) are safe for the same reasons (ADR: releases).
 """
 
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -52,7 +51,6 @@ from jobledger.projections.log import (
 from jobledger.projections.positions import Position
 from jobledger.projections.streams import load_many
 from jobledger.runtime.leader import Leadership
-from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
 
@@ -97,11 +95,24 @@ class _Batch:
     ledger: Ledger
     now: datetime
     stats: ReleaseStats
-    graph: DependencyGraph | None = None
     epoch: int = 0  # the leader epoch the releases are made under
     aggregates: dict[UUID, Aggregate] = field(default_factory=dict)
     released: dict[UUID, list[Execution]] = field(default_factory=dict)
     runs: dict[UUID, Execution | None] = field(default_factory=dict)
+    _graph: list[DependencyGraph | None] = field(default_factory=list)
+
+    @property
+    def graph(self) -> DependencyGraph | None:
+        """The dependency graph, read once, when a run of a job first needs it (a page
+        of workflow steps needs none)."""
+        if not self._graph:
+            self._graph.append(self.ledger.dependency_graph())
+        return self._graph[0]
+
+    def prefetch_workflows(self, ids: Iterable[UUID]) -> None:
+        """Load the workflows among ``ids`` not known yet, in one query."""
+        wanted = [i for i in set(ids) if i not in self.aggregates]
+        self.aggregates.update(load_many(self.ledger, Workflow, wanted))
 
     def job(self, job_id: UUID) -> Job | None:
         found = self._load(job_id, self.ledger.get_job)
@@ -138,13 +149,14 @@ class _Batch:
             runs.append(execution)
             self.runs[execution.id] = execution
 
-    def submit(self, writer: GroupCommitWriter) -> list[Future[None]]:
-        """Save each changed aggregate with the runs it released (nothing for one the
-        page looked at but left as it was)."""
+    def changed(self) -> list[Aggregate]:
+        """Each changed aggregate with the runs it released (none the page looked at
+        but left as it was), in the order to save them."""
         return [
-            writer.submit(self.aggregates[owner], *runs)
+            aggregate
             for owner, runs in self.released.items()
             if runs or self.aggregates[owner].pending_events
+            for aggregate in (self.aggregates[owner], *runs)
         ]
 
 
@@ -155,19 +167,18 @@ class Releaser:
         self,
         ledger: Ledger,
         database: Database,
-        writer: GroupCommitWriter,
         leadership: Leadership,
         *,
         page_size: int = 500,
         now: Clock = utc_now,
     ) -> None:
         self.ledger = ledger
-        self.writer = writer
         self.leadership = leadership
         self.stats = ReleaseStats()
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._database = database
         self._position = Position(database, POSITION)
+        self._cursor: int | None = None
         self._now = now
 
     def position(self) -> int:
@@ -176,8 +187,9 @@ class Releaser:
     def step(self) -> bool:
         """Carry out the next page's releases; True if there was one."""
         if not self.leadership.is_leader():
+            self._cursor = None  # another leader may move the position meanwhile
             return False
-        start = self._position.get()
+        start = self._position.get() if self._cursor is None else self._cursor
         page = self._reader.rows(start)
         if page.position == start:
             return False
@@ -193,6 +205,9 @@ class Releaser:
                     raise
         with self._database.transaction() as cursor:
             self._position.write(cursor, page.position)
+        # While it leads, nobody else should move the position: it is read once. (A
+        # second leader's moves only make the two read pages again, which is safe.)
+        self._cursor = page.position
         self.stats.pages += 1
         return True
 
@@ -208,9 +223,9 @@ class Releaser:
         return events
 
     def _carry_out(self, events: Sequence[Any]) -> None:
-        graph = self.ledger.dependency_graph()
-        batch = _Batch(self.ledger, self._now(), self.stats, graph, self.leadership.epoch)
+        batch = _Batch(self.ledger, self._now(), self.stats, self.leadership.epoch)
         ended = self._ended(batch, events)
+        batch.prefetch_workflows(e.run.workflow_id for e in ended.values() if e.run.workflow_id)
         _prefetch_occurrences(batch, ended)
         for item in events:
             if isinstance(item, Job.FiresMissed):
@@ -219,17 +234,11 @@ class Releaser:
                 found = ended.get((item.originator_id, item.originator_version))
                 if found is not None:
                     _follow(batch, found)
-        futures = batch.submit(self.writer)
-        if futures:
-            self.writer.flush()
-        failed: ConflictError | None = None
-        for future in futures:
-            try:
-                future.result()
-            except ConflictError as error:
-                failed = error
-        if failed is not None:
-            raise failed
+        changed = batch.changed()
+        if changed:
+            # One transaction for the page: a conflict anywhere means fresh copies and
+            # the page again (every effect is idempotent), so nothing is half-applied.
+            self.ledger.save_all(*changed)
 
     @staticmethod
     def _ended(batch: _Batch, events: Sequence[Any]) -> dict[tuple[UUID, int], Ended]:
@@ -246,18 +255,21 @@ class Releaser:
 
 def _prefetch_occurrences(batch: _Batch, ended: dict[tuple[UUID, int], Ended]) -> None:
     """One query for every run the page's dependency decisions will look at."""
-    if batch.graph is None:
+    occurrences = [
+        (e.run.job_id, e.run.scheduled_for)
+        for e in ended.values()
+        if e.run.job_id is not None and e.run.scheduled_for is not None
+    ]
+    graph = batch.graph if occurrences else None
+    if graph is None:
         return
     wanted: list[UUID] = []
-    for item in ended.values():
-        run = item.run
-        if run.job_id is None or run.scheduled_for is None:
-            continue
-        for downstream in batch.graph.downstreams(run.job_id):
-            wanted.append(occurrence_execution_id(downstream, run.scheduled_for))
+    for job_id, occurrence in occurrences:
+        for downstream in graph.downstreams(job_id):
+            wanted.append(occurrence_execution_id(downstream, occurrence))
             wanted += (
-                occurrence_execution_id(up, run.scheduled_for)
-                for up in batch.graph.upstreams.get(downstream, ())
+                occurrence_execution_id(up, occurrence)
+                for up in graph.upstreams.get(downstream, ())
             )
     batch.prefetch(wanted)
 
