@@ -268,3 +268,46 @@ def test_buffer_all_fires_one_at_a_time_and_skip_fires_one(container: Container)
     assert isinstance(
         container.ledger.get_execution(occurrence_execution_id(other.id, WEEK_START)), Execution
     )
+
+
+def test_pause_on_failure_pauses_the_job_by_system_naming_the_dead_letter(
+    container: Container,
+) -> None:
+    """If a job with pause_on_failure has a run dead-lettered, then the releases pause
+    it by system, naming the execution; a replay of the same dead letter after an
+    operator resumed the job does not pause it again."""
+    jobs = Jobs(container.ledger)
+    watched = jobs.schedule(
+        msgspec.structs.replace(
+            definition("watched", schedule=CronSchedule("0 * * * *")), pause_on_failure=True
+        ),
+        at=NOW,
+        by=actor(),
+    )
+    run = jobs.trigger(watched.id, key="once", at=NOW, by=actor())
+    lease = uuid.uuid4()
+    failing = container.ledger.get_execution(run.id)
+    failing.lease(worker_id="w", lease_id=lease, lease_expires_at=NOW + timedelta(minutes=1))
+    failing.fail(lease_id=lease, error="boom", at=NOW)
+    # The default budget: fail each attempt until the last one dead-letters it.
+    while failing.status.value != "dead_lettered":
+        container.ledger.save_all(failing)
+        failing = container.ledger.get_execution(run.id)
+        lease = uuid.uuid4()
+        failing.lease(worker_id="w", lease_id=lease, lease_expires_at=NOW + timedelta(minutes=1))
+        failing.fail(lease_id=lease, error="boom", at=NOW)
+    container.ledger.save_all(failing)
+    releaser = container.releaser(ForcedLeadership(epoch=1))
+    while releaser.step():
+        pass
+    paused = jobs.get(watched.id)
+    assert paused.paused
+    event = [e for e in container.ledger.history(watched.id) if isinstance(e, Job.Paused)][-1]
+    assert (event.by, event.execution_id) == ("system", run.id)
+    jobs.resume(watched.id, at=datetime.now(tz=UTC), by=actor())
+    with container.database.transaction() as cursor:
+        cursor.execute("UPDATE jobledger_positions SET position = 0 WHERE name = 'releases'")
+    again = container.releaser(ForcedLeadership(epoch=2))
+    while again.step():
+        pass
+    assert not jobs.get(watched.id).paused
