@@ -387,8 +387,9 @@ def _mirror(batch: _Batch, missed: Job.FiresMissed) -> None:
 
 
 class ReleaseLoop:
-    """The releases' follower in the scheduler process: woken by the log's LISTEN
-    channel (PostgreSQL) and polled every ``poll`` seconds (all stores)."""
+    """The releases' follower in the scheduler process: polled every ``poll`` seconds
+    (all stores), and woken by the log's LISTEN channel (PostgreSQL) once it leads: a
+    standby holds no LISTEN connection for it."""
 
     name = "releases"
 
@@ -401,19 +402,23 @@ class ReleaseLoop:
         health: StepHealth | None = None,
     ) -> None:
         self.releaser = releaser
-        wakeup = Wakeup()
+        self._wakeup = Wakeup()
         self._follower = Follower(
-            "releases", releaser.step, wakeup, poll_interval=poll, health=health
+            "releases", self._step, self._wakeup, poll_interval=poll, health=health
         )
-        self._listener = (
-            None
-            if conninfo is None
-            else PostgresListener(conninfo, "jobledger_events", [wakeup], health=health)
-        )
+        self._conninfo = conninfo
+        self._health = health
+        self._listener: PostgresListener | None = None
+
+    def _step(self) -> bool:
+        if self._listener is None and self._conninfo and self.releaser.leadership.is_leader():
+            self._listener = PostgresListener(
+                self._conninfo, "jobledger_events", [self._wakeup], health=self._health
+            )
+            self._listener.start()
+        return self.releaser.step()
 
     def start(self) -> None:
-        if self._listener is not None:
-            self._listener.start()
         self._follower.start()
 
     def stop(self) -> None:
