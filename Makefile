@@ -26,7 +26,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
-	$(BIN)/mypy tests bench
+	$(BIN)/mypy tests bench examples
 
 imports: setup
 	$(BIN)/lint-imports
@@ -52,8 +52,13 @@ compose:
 			--no-install-recommends docker-compose; } >/dev/null 2>&1 \
 		|| echo "docker-compose could not be installed: the compose test cannot run" >&2; }
 
+# Two processes for the bulk of the tests (they mostly wait on servers and subprocesses);
+# the modules that run role processes on the shared PostgreSQL share one of them (the
+# server's connections), and the tests marked serial run alone afterwards, as they
+# measure rates or load the machine.
 test: setup browser compose
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial"
+	$(BIN)/pytest -m serial
 
 check: lint typecheck imports test
 

@@ -56,6 +56,32 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: flo
         time.sleep(poll)
 
 
+class Progress:
+    """A ``(done, total)`` callback that logs at most once a second, and at the end."""
+
+    def __init__(self, label: str, total: int, every: float = 1.0) -> None:
+        self.label = label
+        self.total = total
+        self.every = every
+        self.begun = time.perf_counter()
+        self.last = self.begun
+        self.shown = -1
+
+    def __call__(self, done: int, total: int = 0) -> None:
+        total = max(total, self.total)
+        now = time.perf_counter()
+        if done == self.shown or (now - self.last < self.every and done < total):
+            return
+        self.last, self.shown = now, done
+        share = f" ({100 * done / total:.0f}%)" if total else ""
+        log(f"{self.label}: {done:,}/{total:,}{share}, {now - self.begun:.1f}s")
+
+
+def rate(count: int, seconds: float) -> float:
+    """``count`` per second, one decimal (0.0 for no time)."""
+    return round(count / seconds, 1) if seconds > 0 else 0.0
+
+
 def percentile(ordered: Sequence[float], fraction: float) -> float:
     """Nearest-rank percentile of an ascending sequence (0.0 when empty)."""
     if not ordered:

@@ -150,10 +150,6 @@ class Outcome:
     raw_profiles: list[str] = field(default_factory=list)
 
 
-def rate(count: int, seconds: float) -> float:
-    return round(count / seconds, 1) if seconds > 0 else 0.0
-
-
 def with_db(redis_url: str, db: int) -> str:
     return f"{redis_url.rpartition('/')[0]}/{db}"
 
@@ -760,11 +756,11 @@ class JobledgerRun:
             workers,
             jobs,
             round(enqueue_s, 3),
-            rate(jobs, enqueue_s),
+            support.rate(jobs, enqueue_s),
             round(in_queue_s, 3),
             round(first - watched.started, 3),
             round(drain_s, 3),
-            rate(completed, drain_s),
+            support.rate(completed, drain_s),
             note,
         )
         cpu = None
@@ -912,11 +908,11 @@ def run_library(
                     workers,
                     size.jobs,
                     round(enqueue_s, 3),
-                    rate(size.jobs, enqueue_s),
+                    support.rate(size.jobs, enqueue_s),
                     round(enqueue_s, 3),
                     round(first - watched.started, 3),
                     round(drain_s, 3),
-                    rate(done, drain_s),
+                    support.rate(done, drain_s),
                     f"{done:,} tasks counted",
                 )
             )
@@ -938,7 +934,7 @@ def ratios(rows: Sequence[Row]) -> list[Ratio]:
         if not mine:
             continue
         jobs, seconds = sum(r.jobs for r in mine), sum(r.enqueue_s for r in mine)
-        by_measure.setdefault("enqueue jobs/s", {})[system] = rate(jobs, seconds)
+        by_measure.setdefault("enqueue jobs/s", {})[system] = support.rate(jobs, seconds)
         for row in mine:
             noun = f"worker{'s' * (row.workers > 1)}"
             by_measure.setdefault(f"drain jobs/s, {row.workers} {noun}", {})[system] = (

@@ -131,31 +131,6 @@ class Row:
     note: str = ""
 
 
-class Progress:
-    """A ``(done, total)`` callback that logs at most once a second, and at the end."""
-
-    def __init__(self, label: str, total: int, every: float = 1.0) -> None:
-        self.label = label
-        self.total = total
-        self.every = every
-        self.begun = time.perf_counter()
-        self.last = self.begun
-        self.shown = -1
-
-    def __call__(self, done: int, total: int = 0) -> None:
-        total = max(total, self.total)
-        now = time.perf_counter()
-        if done == self.shown or (now - self.last < self.every and done < total):
-            return
-        self.last, self.shown = now, done
-        share = f" ({100 * done / total:.0f}%)" if total else ""
-        support.log(f"{self.label}: {done:,}/{total:,}{share}, {now - self.begun:.1f}s")
-
-
-def rate(count: int, seconds: float) -> float:
-    return round(count / seconds, 1) if seconds > 0 else 0.0
-
-
 def job_id(index: int) -> uuid.UUID | None:
     """Three in four specs belong to a job; the rest are ad-hoc runs."""
     return None if index % 4 == 3 else uuid.UUID(int=index + 1)
@@ -202,7 +177,7 @@ def pending_changes(count: int, now: datetime) -> list[QueueChange]:
 def prefill(backend: QueueBackend, count: int, label: str) -> None:
     epoch = uuid.uuid4().hex
     backend.reset(QueueMeta(store_id="bench", epoch=epoch, position=0))
-    progress = Progress(f"{label}: prefill", count)
+    progress = support.Progress(f"{label}: prefill", count)
     done = 0
     changes = pending_changes(count, datetime.now(UTC))
     for start in range(0, count, 5_000):
@@ -238,7 +213,9 @@ def measure_lease(backend: QueueBackend, name: str, batch: int, size: Sizes) -> 
     prefill(backend, size.prefill, label)
     acked, seconds = lease_and_ack(backend, batch, size.prefill, size.lease_seconds)
     support.log(f"{label}: {acked:,} items in {seconds:.2f}s = {acked / seconds:,.0f}/s")
-    return Row("lease+ack", name, f"batch={batch}", acked, round(seconds, 3), rate(acked, seconds))
+    return Row(
+        "lease+ack", name, f"batch={batch}", acked, round(seconds, 3), support.rate(acked, seconds)
+    )
 
 
 def lease_rows(client: redis.Redis, size: Sizes) -> list[Row]:
@@ -330,7 +307,7 @@ def run_lag(container: Container, count: int) -> LagRun:
         run.begun = time.perf_counter()
         for thread in producers:
             thread.start()
-        progress = Progress("projection lag: saved", count)
+        progress = support.Progress("projection lag: saved", count)
         while alive := [thread for thread in producers if thread.is_alive()]:
             alive[0].join(1.0)
             progress(len(run.committed))
@@ -366,7 +343,7 @@ def measure_lag(container: Container, size: Sizes) -> Row:
         projector.stop()
     lags = sorted(run.leased[i] - t for i, t in run.committed.items() if i in run.leased)
     missing = len(run.committed) - len(lags)
-    saved_per_s = rate(len(run.committed), run.produce_seconds)
+    saved_per_s = support.rate(len(run.committed), run.produce_seconds)
     p99 = round(support.percentile(lags, 0.99) * 1000, 2)
     support.log(
         f"projection lag: p99 {p99} ms over {len(lags):,} executions, {missing} never leased"
@@ -431,7 +408,7 @@ def copy_rows(
     cursor: psycopg.Cursor[tuple[object, ...]],
     statement: sql.SQL | sql.Composed,
     rows: Iterable[Sequence[object]],
-    progress: Progress,
+    progress: support.Progress,
 ) -> int:
     written = 0
     with cursor.copy(statement) as copy:
@@ -450,7 +427,9 @@ def fill_checkpoint(url: str, count: int, position: int) -> None:
     )
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
         cursor.execute("TRUNCATE jobledger_open_executions")
-        copy_rows(cursor, statement, checkpoint_rows(count), Progress("checkpoint: COPY", count))
+        copy_rows(
+            cursor, statement, checkpoint_rows(count), support.Progress("checkpoint: COPY", count)
+        )
         cursor.execute(
             "INSERT INTO jobledger_positions (name, position) VALUES (%s, %s) "
             "ON CONFLICT (name) DO UPDATE SET position = excluded.position",
@@ -476,7 +455,7 @@ def measure_checkpoint(container: Container, client: redis.Redis, url: str, coun
     )
     label = f"rebuild checkpoint {count:,}"
     begun = time.perf_counter()
-    report = projection.rebuild(progress=Progress(label, count))
+    report = projection.rebuild(progress=support.Progress(label, count))
     seconds = time.perf_counter() - begun
     found = open_entries(backend)
     if report.items != count or found != count or report.position != head:
@@ -492,7 +471,7 @@ def measure_checkpoint(container: Container, client: redis.Redis, url: str, coun
         f"{count:,} open",
         count,
         round(seconds, 3),
-        rate(count, seconds),
+        support.rate(count, seconds),
         target=f"<= {TARGET_REBUILD_S_PER_MILLION:g} s per 1M",
         met=seconds * 1_000_000 / count <= TARGET_REBUILD_S_PER_MILLION,
         note="Redis entries = rows",
@@ -575,7 +554,9 @@ def load_log(container: Container, url: str, total: int) -> None:
         "COPY jobledger_events (originator_id, originator_version, topic, state) FROM STDIN"
     )
     with psycopg.connect(url) as conn, conn.cursor() as cursor:
-        copy_rows(cursor, statement, replay_events(plan, total), Progress("log: COPY", total))
+        copy_rows(
+            cursor, statement, replay_events(plan, total), support.Progress("log: COPY", total)
+        )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ANALYZE jobledger_events")
 
@@ -605,7 +586,7 @@ def measure_replay(container: Container, client: redis.Redis, url: str, total: i
     label = f"full replay {events:,} events"
     head = container.ledger.recorder.max_notification_id() or 0
     begun = time.perf_counter()
-    report = projection.rebuild(full=True, progress=Progress(label, head))
+    report = projection.rebuild(full=True, progress=support.Progress(label, head))
     seconds = time.perf_counter() - begun
     if report.events != events or report.items != open_count:
         raise RuntimeError(
@@ -620,7 +601,7 @@ def measure_replay(container: Container, client: redis.Redis, url: str, total: i
         f"{events:,} events",
         events,
         round(seconds, 3),
-        rate(events, seconds),
+        support.rate(events, seconds),
         target=f">= {TARGET_REPLAY_EVENTS_PER_S:,.0f} events/s",
         met=events / seconds >= TARGET_REPLAY_EVENTS_PER_S,
         note=f"{open_count:,} open = log",

@@ -16,9 +16,9 @@ import msgspec
 import redis
 import structlog
 
+from jobledger import apply_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
-from jobledger.domain.job import job_reference
 from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import (
     CronSchedule,
@@ -47,6 +47,7 @@ from jobledger.services.application import Services
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter
 from jobledger.services.demo import seed_demo_jobs
 from jobledger.services.errors import ServiceError
+from jobledger.services.outbox import relay_part
 
 log = structlog.get_logger(__name__)
 
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     _add_projection_commands(commands)
     _add_job_commands(commands)
+    apply_cli.add_parser(commands)
     return parser
 
 
@@ -198,6 +200,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
+    if command == "apply":  # a client of a running API: no store of its own
+        return apply_cli.run(args)
     if command == "queue" and not settings.redis_url:
         _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings, role=command) as container:
@@ -253,6 +257,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "scheduler": lambda: _run_role(
             container,
             SchedulerService(container.scheduler(), health=container.health),
+            *_outbox_relay(container),
             with_projector=args.with_projector,
         ),
         "worker": lambda: _run_role(
@@ -273,6 +278,12 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "job": lambda: _backfill(args, container),
     }
     return runners[args.command]()
+
+
+def _outbox_relay(container: Container) -> list[Part]:
+    """The scheduler also relays runs enqueued in applications' transactions."""
+    relay = relay_part(container, _services(container).outbox)
+    return [relay] if relay is not None else []
 
 
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
@@ -538,7 +549,9 @@ def _add_job_commands(commands: "argparse._SubParsersAction[Any]") -> None:
     backfill = job_commands.add_parser(
         "backfill", help="fire the occurrences of a past window that never fired"
     )
-    backfill.add_argument("job", help="the job's id, or the key it was created with")
+    backfill.add_argument(
+        "job", help="the job's id, or the key it was created with (or declared with in code)"
+    )
     backfill.add_argument("--from", dest="start", required=True, help="ISO time with offset")
     backfill.add_argument("--to", dest="end", required=True, help="ISO time with offset")
     backfill.add_argument(
@@ -556,7 +569,7 @@ def _add_job_commands(commands: "argparse._SubParsersAction[Any]") -> None:
 def _backfill(args: argparse.Namespace, container: Container) -> int:
     jobs = _services(container).jobs
     report = jobs.backfill(
-        job_reference(args.job),
+        jobs.job_id_of(args.job, field="JOB"),
         start=_parse_time("--from", args.start),
         end=_parse_time("--to", args.end),
         overlap=BackfillOverlap(args.overlap),

@@ -16,8 +16,9 @@ from jobledger.api.dashboard import pages
 from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController
-from jobledger.api.jobs import JobController
+from jobledger.api.jobs import JobController, apply_jobs, list_handlers
 from jobledger.api.metrics import MetricsMiddleware
+from jobledger.api.openapi_links import add_links
 from jobledger.api.schedules import preview_schedule
 from jobledger.api.schemas import strict_bodies
 from jobledger.api.security import (
@@ -28,6 +29,7 @@ from jobledger.api.security import (
     role_guard,
 )
 from jobledger.api.state import ApiState
+from jobledger.api.strictness import strict_request
 from jobledger.api.system import SystemController, health, metrics, ready
 from jobledger.api.workflows import WorkflowController
 from jobledger.domain.clock import Clock, utc_now
@@ -48,6 +50,9 @@ ROUTES: list[ControllerRouterHandler] = [
     ready,
     metrics,
     *pages.ROUTES,
+    # Application code: its handlers, and the jobs it declares.
+    list_handlers,
+    apply_jobs,
 ]
 
 
@@ -66,7 +71,7 @@ def create_app(
         route_handlers=ROUTES,
         dependencies=dependencies(services, now),
         middleware=[counting, auth],
-        guards=[role_guard],
+        guards=[role_guard, strict_request],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         openapi_config=OpenAPIConfig(
             title="jobledger",
@@ -84,4 +89,5 @@ def create_app(
     )
     document_errors(app)
     document_closed_bodies(app, {kind.__name__ for kind in strict_bodies()})
+    add_links(app)
     return app

@@ -11,6 +11,14 @@ from jobledger.api.schemas import NO_NUL
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
 Offset = Annotated[int, QueryParameter(ge=0, le=10_000_000, description="rows to skip")]
+Cursor = Annotated[
+    str | None,
+    QueryParameter(
+        max_length=2000,
+        pattern="^[A-Za-z0-9_-]*$",
+        description="the next_cursor of the page before: the page after it (without offset)",
+    ),
+]
 IdempotencyKey = Annotated[
     str | None,
     HeaderParameter(

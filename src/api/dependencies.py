@@ -37,6 +37,8 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "admin": services.admin,
         "system": services.system,
         "views": services.views,
+        "waits": services.waits,
+        "declared_jobs": services.declared_jobs,
         "clock": clock,
     }
     given["workflows"] = services.workflows

@@ -17,6 +17,7 @@ from jobledger.services.accounts import DEV_ADMIN_PASSWORD
 from jobledger.services.actors import operator_of_store
 from jobledger.services.application import Services
 from jobledger.services.demo import Seeded, seed_demo_jobs
+from jobledger.services.outbox import relay_part
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,9 @@ def run_dev(container: Container, say: Say, options: DevOptions) -> int:
                 container, services, listener=listener, started=lambda: _announce(container, say)
             ),
         ]
+        relay = relay_part(container, services.outbox)  # on PostgreSQL only
+        if relay is not None:
+            parts.insert(2, relay)
         code = run_parts(parts, stop)
     log.info("dev.stopped")
     return code

@@ -10,7 +10,6 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import structlog
 from litestar import Litestar, MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
@@ -42,6 +41,7 @@ from jobledger.domain.errors import (
 from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.runtime import accounts
 from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
+from jobledger.schemas.system import ErrorBody, ErrorDetail
 from jobledger.services.errors import (
     AlreadyRunningError,
     InvalidRequestError,
@@ -74,18 +74,6 @@ _CODES = {
 }
 
 
-class ErrorDetail(msgspec.Struct, omit_defaults=True):
-    status: int
-    code: str
-    message: str
-    field: str | None = None
-    fix: str | None = None
-
-
-class ErrorBody(msgspec.Struct):
-    error: ErrorDetail
-
-
 class ApiError(Exception):
     """A refusal decided in the API layer itself (a bad query value, a missing header)."""
 
@@ -106,8 +94,9 @@ def error_response(
     field: str | None = None,
     fix: str | None = None,
     headers: dict[str, str] | None = None,
+    code: str | None = None,
 ) -> Response[ErrorBody]:
-    detail = ErrorDetail(status, _CODES.get(status, "error"), message, field, fix)
+    detail = ErrorDetail(status, code or _CODES.get(status, "error"), message, field, fix)
     return Response(
         ErrorBody(detail), status_code=status, media_type=MediaType.JSON, headers=headers
     )
@@ -130,7 +119,9 @@ _API_FIELDS = {
 def _invalid_definition(
     _: Request[Any, Any, Any], error: InvalidDefinitionError
 ) -> Response[ErrorBody]:
-    field = _API_FIELDS.get(error.field, error.field)
+    # A definition of a set names its job first: jobs[billing.monthly].schedule.cron.
+    job, dot, inner = error.field.rpartition("].")
+    field = f"{job}{dot}{_API_FIELDS.get(inner, inner)}"
     return error_response(
         HTTP_422_UNPROCESSABLE_ENTITY, f"{field}: {error.problem}", field=field, fix=error.fix
     )
@@ -171,9 +162,17 @@ _SERVICE_STATUS: tuple[tuple[type[ServiceError], int], ...] = (
 )
 
 
+# Codes finer than the status's, where a client acts on the difference: a run not in
+# the read model yet is worth waiting for, one that does not exist is not.
+_SERVICE_CODES: tuple[tuple[type[ServiceError], str], ...] = (
+    (NotYetVisibleError, "not_visible_yet"),
+)
+
+
 def _service_error(_: Request[Any, Any, Any], error: ServiceError) -> Response[ErrorBody]:
     status = _status_of(error, _SERVICE_STATUS, HTTP_400_BAD_REQUEST)
-    return error_response(status, error.message, field=error.field, fix=error.fix)
+    code = next((code for kind, code in _SERVICE_CODES if isinstance(error, kind)), None)
+    return error_response(status, error.message, field=error.field, fix=error.fix, code=code)
 
 
 _ACCOUNT_STATUS: tuple[tuple[type[accounts.AccountError], int], ...] = (
@@ -195,7 +194,7 @@ def _account_error(_: Request[Any, Any, Any], error: accounts.AccountError) -> R
             headers={"Retry-After": str(seconds)},
         )
     status = _status_of(error, _ACCOUNT_STATUS, HTTP_422_UNPROCESSABLE_ENTITY)
-    return error_response(status, str(error))
+    return error_response(status, str(error), field=error.field, fix=error.fix)
 
 
 def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Response[ErrorBody]:

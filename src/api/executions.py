@@ -1,6 +1,8 @@
 """Executions: ad-hoc runs, lists and details with every attempt, cancellation; and the
 dead-letter queue: list, requeue one or many, discard."""
 
+import asyncio
+from datetime import datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
@@ -10,6 +12,7 @@ from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 
 from jobledger.api.common import (
+    Cursor,
     Filter,
     IdempotencyKey,
     Limit,
@@ -19,16 +22,27 @@ from jobledger.api.common import (
     aware,
     key_or_new,
 )
-from jobledger.api.jobs import ExecutionRef
-from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ExecutionIn, ReasonIn, to_spec
+from jobledger.api.errors import ApiError
+from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
+from jobledger.schemas.executions import ExecutionRef, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import Executions
 from jobledger.services.history import EventOut
 from jobledger.services.views import ExecutionDetail, Page, Views
+from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
 
+Wait = Annotated[
+    float | None,
+    QueryParameter(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        description=f"wait up to this many seconds (at most {MAX_WAIT_SECONDS:g}) for the "
+        "execution to finish",
+    ),
+]
 Reason = Annotated[
     str, QueryParameter(max_length=2000, pattern=NO_NUL, description="why (recorded in the event)")
 ]
@@ -41,16 +55,19 @@ class ExecutionController(Controller):
     @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_202_ACCEPTED)
     def run_execution(
         self,
-        data: JSONBody[ExecutionIn],
+        data: JSONBody[RunIn],
         idempotency_key: IdempotencyKey,
         executions: NamedDependency[Executions],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
     ) -> ExecutionRef:
-        """Run a handler now, outside any job; the same Idempotency-Key returns the
-        first run instead of starting another."""
+        """Run a handler outside any job, now or later (``run_at``, ``delay_seconds``);
+        the same Idempotency-Key returns the first run instead of starting another."""
         key = key_or_new(idempotency_key)
-        execution = executions.run(to_spec(data), key=key, at=clock(), by=actor)
+        now = clock()
+        execution = executions.run(
+            to_spec(data), key=key, at=now, by=actor, ready_at=_ready_at(data, now)
+        )
         return ExecutionRef(execution.id, str(execution.status))
 
     @get("/", opt=VIEWER, sync_to_thread=True)
@@ -66,6 +83,7 @@ class ExecutionController(Controller):
         until: Until = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         return views.executions(
             status=status,
@@ -76,13 +94,23 @@ class ExecutionController(Controller):
             until=aware("until", until),
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
 
-    @get("/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True)
-    def get_execution(
-        self, execution_id: FromPath[UUID], views: NamedDependency[Views]
+    @get("/{execution_id:uuid}", opt=VIEWER)
+    async def get_execution(
+        self,
+        execution_id: FromPath[UUID],
+        views: NamedDependency[Views],
+        waits: NamedDependency[ExecutionWaits],
+        wait: Wait = None,
     ) -> ExecutionDetail:
-        return views.execution_detail(execution_id)
+        """One execution with its attempts. With ``wait``, the answer comes when the
+        execution finishes (completed, dead-lettered, cancelled or discarded) or after
+        that many seconds, whichever is first: a long-poll that holds no thread."""
+        if wait:
+            return await waits.detail(execution_id, wait=wait)
+        return await asyncio.to_thread(views.execution_detail, execution_id)
 
     @get("/{execution_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def execution_events(
@@ -121,11 +149,12 @@ class DeadLetterController(Controller):
         ] = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         selection = DeadLetterFilter(
             queue=queue, handler=handler, job_id=job_id, error_contains=error_contains
         )
-        return dead_letters.page(selection, limit=limit, offset=offset)
+        return dead_letters.page(selection, limit=limit, offset=offset, cursor=cursor)
 
     @post(
         "/{execution_id:uuid}/requeue", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK
@@ -175,3 +204,17 @@ class DeadLetterController(Controller):
     ) -> BulkReport:
         """Give up on a dead letter for good; the log keeps its history."""
         return dead_letters.discard_one(execution_id, by=actor, reason=reason)
+
+
+def _ready_at(body: RunIn, now: datetime) -> datetime:
+    """When an ad-hoc run is due: now, at ``run_at``, or ``delay_seconds`` from now."""
+    if body.run_at is not None and body.delay_seconds is not None:
+        raise ApiError(
+            422,
+            "run_at and delay_seconds: give one of them, not both",
+            field="delay_seconds",
+            fix="drop delay_seconds to run at run_at, or run_at to run after the delay",
+        )
+    if body.run_at is not None:
+        return body.run_at
+    return now + timedelta(seconds=body.delay_seconds or 0)

@@ -1,21 +1,21 @@
 """Jobs: define, change, pause, resume, trigger, delete; their history and past states."""
 
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
-import msgspec
 from litestar import Controller, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from jobledger.api.common import Filter, IdempotencyKey, Limit, Offset, key_or_new
+from jobledger.api.common import Cursor, Filter, IdempotencyKey, Limit, Offset, key_or_new
 from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import (
     NO_NUL,
     BackfillIn,
+    BackfillReport,
     DependenciesOut,
     JobIn,
     JobLink,
@@ -31,12 +31,16 @@ from jobledger.api.schemas import (
 )
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
-from jobledger.domain.dependencies import WaitFor
 from jobledger.domain.job import Job
 from jobledger.domain.json_values import MAX_INT
+from jobledger.domain.policies import WaitFor
+from jobledger.schemas.executions import ExecutionRef
+from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import ApplyIn, ApplyOut
 from jobledger.services.actors import Actor
+from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.history import EventOut
-from jobledger.services.jobs import BackfillReport, Jobs
+from jobledger.services.jobs import Jobs
 from jobledger.services.views import Page, Views
 
 AsOf = Annotated[
@@ -49,9 +53,13 @@ AsOf = Annotated[
 ]
 
 
-class ExecutionRef(msgspec.Struct):
-    id: UUID
-    status: str
+Override = Annotated[
+    bool,
+    QueryParameter(
+        description="change a job that code manages by hand (recorded in the event); the "
+        "next `jobledger apply` puts the code's definition back"
+    ),
+]
 
 
 class JobController(Controller):
@@ -67,11 +75,23 @@ class JobController(Controller):
         handler: Filter = None,
         queue: Filter = None,
         search: Annotated[str | None, QueryParameter(max_length=200, pattern=NO_NUL)] = None,
+        source: Annotated[
+            Literal["api", "code"] | None,
+            QueryParameter(description='"code": the jobs `jobledger apply` manages; "api"'),
+        ] = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
         return views.jobs(
-            status=status, handler=handler, queue=queue, search=search, limit=limit, offset=offset
+            status=status,
+            handler=handler,
+            queue=queue,
+            search=search,
+            source=source,
+            limit=limit,
+            offset=offset,
+            cursor=cursor,
         )
 
     @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_201_CREATED)
@@ -83,7 +103,8 @@ class JobController(Controller):
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
     ) -> JobOut:
-        job = jobs.schedule(to_definition(data), at=clock(), by=actor, key=idempotency_key)
+        definition = to_definition(data, jobs.job_id_of)
+        job = jobs.schedule(definition, at=clock(), by=actor, key=idempotency_key)
         return job_out(job)
 
     @get("/{job_id:uuid}", opt=VIEWER, sync_to_thread=True)
@@ -105,15 +126,25 @@ class JobController(Controller):
         jobs: NamedDependency[Jobs],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        *,
+        override: Override = False,
     ) -> JobOut:
         wanted = patched(from_definition(jobs.get(job_id).definition), data)
-        return job_out(jobs.update(job_id, to_definition(wanted), at=clock(), by=actor))
+        changed = jobs.update(
+            job_id, to_definition(wanted, jobs.job_id_of), at=clock(), by=actor, override=override
+        )
+        return job_out(changed)
 
     @delete("/{job_id:uuid}", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def delete_job(
-        self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs], actor: NamedDependency[Actor]
+        self,
+        job_id: FromPath[UUID],
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        *,
+        override: Override = False,
     ) -> JobOut:
-        return job_out(jobs.delete(job_id, by=actor))
+        return job_out(jobs.delete(job_id, by=actor, override=override))
 
     @post("/{job_id:uuid}/pause", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def pause_job(
@@ -156,11 +187,15 @@ class JobController(Controller):
         self,
         job_id: FromPath[UUID],
         views: NamedDependency[Views],
+        *,
         status: Filter = None,
         limit: Limit = 50,
         offset: Offset = 0,
+        cursor: Cursor = None,
     ) -> Page:
-        return views.executions(job_id=job_id, status=status, limit=limit, offset=offset)
+        return views.executions(
+            job_id=job_id, status=status, limit=limit, offset=offset, cursor=cursor
+        )
 
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def job_events(self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs]) -> list[EventOut]:
@@ -179,7 +214,10 @@ class JobController(Controller):
         schedule = job.definition.schedule
         if job.definition.depends_on:
             schedule = jobs.occurrence_schedule(job)  # its upstreams' occurrences
-        return preview_fires(schedule, after=after, count=count, job_id=job.id)
+        preview = preview_fires(schedule, after=after, count=count, job_id=job.id)
+        if job.deleted:  # a deleted job never fires again
+            preview.fires = []
+        return preview
 
     # ---- dependencies and backfill --------------------------------------------------
 
@@ -250,3 +288,27 @@ def _parse_moment(text: str) -> datetime:
             fix="use e.g. as_of=3 or as_of=2026-11-29T10:00:00Z",
         )
     return moment
+
+
+@post(
+    "/api/v1/jobs:apply", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK, tags=["jobs"]
+)
+def apply_jobs(
+    data: JSONBody[ApplyIn],
+    declared_jobs: NamedDependency[DeclaredJobs],
+    actor: NamedDependency[Actor],
+    clock: NamedDependency[Clock],
+) -> ApplyOut:
+    """Apply the whole set of jobs code declares, atomically: create, update or (with
+    ``prune``) delete managed jobs until the log holds exactly the set; ``dry_run``
+    only answers the plan. A set the log holds already writes nothing."""
+    return declared_jobs.apply(
+        data.jobs, at=clock(), by=actor, prune=data.prune, dry_run=data.dry_run
+    )
+
+
+@get("/api/v1/handlers", opt=VIEWER, sync_to_thread=False, tags=["jobs"])
+def list_handlers(jobs: NamedDependency[Jobs]) -> list[HandlerOut]:
+    """The handlers the workers run: what each does, and the JSON schema of the payload
+    it declares (null: any JSON object)."""
+    return jobs.handlers.described()

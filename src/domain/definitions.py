@@ -10,7 +10,14 @@ import msgspec
 from jobledger.domain.dependencies import Dependency, check_dependencies
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_json, check_text
-from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
+from jobledger.domain.policies import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    MisfirePolicy,
+    OverlapPolicy,
+    RetryPolicy,
+)
 from jobledger.domain.schedules import (
     DEFAULT_MIN_INTERVAL,
     ManualSchedule,
@@ -18,9 +25,6 @@ from jobledger.domain.schedules import (
     validate_schedule,
 )
 
-MIN_PRIORITY = 0
-MAX_PRIORITY = 9
-DEFAULT_PRIORITY = 5
 MAX_PAYLOAD_BYTES = 64 * 1024
 MIN_TIMEOUT = timedelta(seconds=1)
 MAX_TIMEOUT = timedelta(hours=24)

@@ -22,17 +22,11 @@ import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.policies import WaitFor
 
 N = TypeVar("N", bound=Hashable)
 MAX_UPSTREAMS: Final = 20
 GRAPH_ID: Final = uuid.UUID("3c9d6a47-51e2-4f0b-8b1e-7a2d9c4e6f18")
-
-
-class WaitFor(enum.StrEnum):
-    """The state of an upstream run that releases its downstream."""
-
-    COMPLETED = "completed"
-    FINISHED = "finished"
 
 
 class Dependency(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,13 +154,24 @@ class DependencyGraph(Aggregate):
 
     def link(self, job_id: uuid.UUID, upstreams: Sequence[uuid.UUID]) -> None:
         """Set ``job_id``'s upstreams; raises ``CycleError`` if that closes a cycle."""
-        wanted = tuple(upstreams)
-        if self.upstreams.get(job_id, ()) == wanted:
-            return
-        path = find_cycle(self.upstreams, job_id, wanted)
-        if path is not None:
-            raise CycleError(path)
-        self._linked(job_id=job_id, upstreams=wanted)
+        self.relink({job_id: upstreams})
+
+    def relink(self, changes: Mapping[uuid.UUID, Sequence[uuid.UUID]]) -> None:
+        """Set the upstreams of several jobs at once (a set of jobs saved together);
+        raises ``CycleError`` if the graph they leave has a cycle. The check is on that
+        graph, so two jobs that swap which waits for which pass in either order."""
+        wanted = {
+            job_id: tuple(upstreams)
+            for job_id, upstreams in changes.items()
+            if self.upstreams.get(job_id, ()) != tuple(upstreams)
+        }
+        after = {**self.upstreams, **wanted}
+        for job_id, upstreams in wanted.items():
+            path = find_cycle(after, job_id, upstreams)
+            if path is not None:
+                raise CycleError(path)
+        for job_id, upstreams in wanted.items():
+            self._linked(job_id=job_id, upstreams=upstreams)
 
     def downstreams(self, job_id: uuid.UUID) -> list[uuid.UUID]:
         """The jobs that wait for ``job_id``, in no particular order."""

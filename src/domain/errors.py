@@ -32,6 +32,10 @@ class JobNotActiveError(DomainError):
     """The job is paused or deleted, so it cannot fire."""
 
 
+class ManagedJobError(InvalidTransitionError):
+    """Code manages this job: change it in code, or by hand with an explicit override."""
+
+
 class AlreadyExistsError(DomainError):
     """An aggregate with that id is already in the log."""
 

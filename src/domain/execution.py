@@ -9,10 +9,20 @@ from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+from jobledger.domain.ids import ADHOC_NAMESPACE, trigger_execution_id
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
 
-# Namespace for executions that belong to no job (ad-hoc runs by idempotency key).
-ADHOC_NAMESPACE = uuid.UUID("5b0a6f2e-3f0c-4f0e-9d55-6a3b1c7e2a10")
+__all__ = [
+    "ADHOC_NAMESPACE",
+    "LEASE_EXPIRED_ERROR",
+    "TERMINAL",
+    "Execution",
+    "ExecutionStatus",
+    "Trigger",
+    "occurrence_execution_id",
+    "step_execution_id",
+    "trigger_execution_id",
+]
 
 
 class ExecutionStatus(enum.StrEnum):
@@ -55,11 +65,6 @@ def occurrence_execution_id(job_id: uuid.UUID, scheduled_for: datetime) -> uuid.
         msg = "scheduled_for must be zone-aware"
         raise ValueError(msg)
     return uuid.uuid5(job_id, "at:" + scheduled_for.astimezone(UTC).isoformat())
-
-
-def trigger_execution_id(job_id: uuid.UUID | None, key: str) -> uuid.UUID:
-    """The id of a manual or ad-hoc run, derived from its client key."""
-    return uuid.uuid5(job_id or ADHOC_NAMESPACE, "key:" + key)
 
 
 def step_execution_id(workflow_id: uuid.UUID, step: str) -> uuid.UUID:

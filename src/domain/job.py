@@ -13,14 +13,18 @@ from eventsourcing.domain import Snapshot as AggregateSnapshot
 
 from jobledger.domain.backfill import BackfillPlan
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
-from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError
+from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError, ManagedJobError
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.domain.json_values import check_actor, check_reason
+from jobledger.domain.json_values import MAX_KEY_CHARS, check_actor, check_reason, check_text
 from jobledger.domain.policies import BackfillOverlap, MisfirePolicy, OverlapPolicy, ScheduleRule
 from jobledger.domain.schedules import MissedFires, first_fire, next_fire_after, run_time
 
 # Namespace for job ids derived from a client key, so a retried create is idempotent.
 JOB_NAMESPACE = uuid.UUID("0f7c1c53-8a52-4c5e-a8e3-3b8f9f1d6a41")
+# Namespace for jobs that code declares (``jobledger apply``), by key and incarnation.
+CODE_NAMESPACE = uuid.UUID("8d1e6b7a-2c4f-4e5a-9b3d-7f0a1c2e3d4b")
+API = "api"
+CODE = "code"
 
 
 class MissReason(enum.StrEnum):
@@ -49,8 +53,15 @@ def job_id_for_key(key: str) -> uuid.UUID:
     return uuid.uuid5(JOB_NAMESPACE, key)
 
 
+def managed_job_id(key: str, incarnation: int = 0) -> uuid.UUID:
+    """The id of the job code declares as ``key``. A managed job that was deleted keeps
+    its history; declaring the key again creates the next incarnation."""
+    return uuid.uuid5(CODE_NAMESPACE, f"{incarnation}:{key}")
+
+
 def job_reference(text: str) -> uuid.UUID:
-    """A job named by its id, or by the key it was created with."""
+    """A job named by its id, or by the key it was created with over the API (a key
+    code declares needs the log to find its incarnation: see the use cases)."""
     try:
         return uuid.UUID(text)
     except ValueError:
@@ -71,6 +82,7 @@ class JobState(msgspec.Struct, kw_only=True):
     last_scheduled_for: datetime | None
     fired_count: int
     # Added later: a snapshot taken before they existed decodes with these defaults.
+    source: str = API
     backfill_queue: tuple[datetime, ...] = ()
     backfill_running: datetime | None = None
     skipped_through: dict[str, datetime] = msgspec.field(default_factory=dict)
@@ -103,18 +115,24 @@ class Job(Aggregate):
         # class of an aggregate with a stable topic to have one.
         TOPIC = "jobledger:JobCreated"
 
+    # ``source`` is who defines the job: "api" (people, over the API or the dashboard)
+    # or "code" (``jobledger apply``). ``override`` marks a change by hand to a job that
+    # code manages. Both have defaults, so events stored before them decode.
     class Scheduled(Aggregate.Created):
         TOPIC = "jobledger:JobScheduled"
         definition: JobDefinition
         key: str | None
         next_fire_at: datetime | None
         by: str
+        source: str = API
 
     class Updated(Aggregate.Event):
         TOPIC = "jobledger:JobUpdated"
         definition: JobDefinition
         next_fire_at: datetime | None
         by: str
+        source: str = API
+        override: bool = False
 
     class Paused(Aggregate.Event):
         TOPIC = "jobledger:JobPaused"
@@ -132,6 +150,8 @@ class Job(Aggregate):
     class Deleted(Aggregate.Event):
         TOPIC = "jobledger:JobDeleted"
         by: str
+        source: str = API
+        override: bool = False
 
     class Fired(Aggregate.Event):
         TOPIC = "jobledger:JobFired"
@@ -177,11 +197,18 @@ class Job(Aggregate):
 
     @event(Scheduled)
     def __init__(
-        self, *, definition: JobDefinition, key: str | None, next_fire_at: datetime | None, by: str
+        self,
+        *,
+        definition: JobDefinition,
+        key: str | None,
+        next_fire_at: datetime | None,
+        by: str,
+        source: str = API,
     ) -> None:
         del by
         self.definition = definition
         self.key = key
+        self.source = source
         self.next_fire_at = next_fire_at
         self.paused = False
         self.deleted = False
@@ -210,14 +237,52 @@ class Job(Aggregate):
         key: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
     ) -> "Job":
-        definition.check(limits)
+        job_id = job_id_for_key(key) if key else None
+        created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
+        return cls(key=key, source=API, **created)
+
+    @classmethod
+    def declare(
+        cls,
+        definition: JobDefinition,
+        *,
+        key: str,
+        incarnation: int,
+        at: datetime,
+        by: str,
+        limits: Limits = DEFAULT_LIMITS,
+    ) -> "Job":
+        """A job that code declares as ``key`` (``jobledger apply``)."""
+        check_text(key, "key", max_chars=MAX_KEY_CHARS)
+        job_id = managed_job_id(key, incarnation)
+        created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
+        # The id is the key's, not one create_id() derives: eventsourcing's _create
+        # takes it beside the created event's fields.
+        return cls._create(cls.Scheduled, id=job_id, key=key, source=CODE, **created)
+
+    @staticmethod
+    def _created(
+        definition: JobDefinition,
+        *,
+        at: datetime,
+        by: str,
+        limits: Limits,
+        job_id: uuid.UUID | None,
+    ) -> dict[str, Any]:
+        """The fields of a JobScheduled every new job has, checked (``job_id``, when it
+        is known before the job exists, so that the job may not depend on itself)."""
+        definition.check(limits, job_id=job_id)
         check_actor(by)
-        return cls(
-            definition=definition,
-            key=key,
-            next_fire_at=first_fire(definition.schedule, at),
-            by=by,
-        )
+        return {
+            "definition": definition,
+            "next_fire_at": first_fire(definition.schedule, at),
+            "by": by,
+        }
+
+    @property
+    def managed(self) -> bool:
+        """Whether code defines this job (``jobledger apply``)."""
+        return self.source == CODE
 
     def update(
         self,
@@ -226,8 +291,13 @@ class Job(Aggregate):
         at: datetime,
         by: str,
         limits: Limits = DEFAULT_LIMITS,
+        source: str = API,
+        override: bool = False,
     ) -> None:
+        """Change the definition. A job code manages changes by code (``source`` "code"),
+        or by hand with ``override``, which the event records."""
         self._check_not_deleted("update")
+        self._check_may_change("update", source=source, override=override)
         check_actor(by)
         definition.check(limits, job_id=self.id)
         next_fire = (
@@ -235,7 +305,13 @@ class Job(Aggregate):
             if self.paused
             else first_fire(definition.schedule, at, last=self.last_scheduled_for)
         )
-        self._updated(definition=definition, next_fire_at=next_fire, by=by)
+        self._updated(
+            definition=definition,
+            next_fire_at=next_fire,
+            by=by,
+            source=source,
+            override=override and self.managed and source != CODE,
+        )
 
     def pause(self, *, by: str, reason: str = "") -> None:
         self._check_not_deleted("pause")
@@ -255,10 +331,14 @@ class Job(Aggregate):
                 by=by, next_fire_at=next_fire_after(self.definition.schedule, start), at=at
             )
 
-    def delete(self, *, by: str) -> None:
+    def delete(self, *, by: str, source: str = API, override: bool = False) -> None:
+        """Delete the job (its history stays); a managed one as ``update`` says."""
         check_actor(by)
         if not self.deleted:
-            self._deleted(by=by)
+            self._check_may_change("delete", source=source, override=override)
+            self._deleted(
+                by=by, source=source, override=override and self.managed and source != CODE
+            )
 
     def fire(self, *, scheduled_for: datetime, leader_epoch: int, at: datetime) -> Execution:
         """Fire the due occurrence; the new execution must be saved with this job. It
@@ -489,6 +569,14 @@ class Job(Aggregate):
         if self.deleted:
             raise InvalidTransitionError(f"cannot {action} job {self.id}: it was deleted")
 
+    def _check_may_change(self, action: str, *, source: str, override: bool) -> None:
+        if self.managed and source != CODE and not override:
+            raise ManagedJobError(
+                f"cannot {action} job {self.id} by hand: code manages it (key {self.key!r}); "
+                "change it in code and run `jobledger apply`, or repeat with override=true "
+                "to change it by hand (recorded; the next apply puts the code's version back)"
+            )
+
     def _check_active(self) -> None:
         if self.deleted or self.paused:
             state = "deleted" if self.deleted else "paused"
@@ -505,9 +593,15 @@ class Job(Aggregate):
 
     @event(Updated)
     def _updated(
-        self, *, definition: JobDefinition, next_fire_at: datetime | None, by: str
+        self,
+        *,
+        definition: JobDefinition,
+        next_fire_at: datetime | None,
+        by: str,
+        source: str = API,
+        override: bool = False,
     ) -> None:
-        del by
+        del by, source, override
         self.definition = definition
         self.next_fire_at = next_fire_at
 
@@ -527,8 +621,8 @@ class Job(Aggregate):
         self.resumed_at = at
 
     @event(Deleted)
-    def _deleted(self, *, by: str) -> None:
-        del by
+    def _deleted(self, *, by: str, source: str = API, override: bool = False) -> None:
+        del by, source, override
         self.deleted = True
         self.next_fire_at = None
 

@@ -1,4 +1,5 @@
-"""Retry, misfire and overlap policies, and the backoff rule."""
+"""Retry, misfire and overlap policies, the backoff rule, the priority range, and the
+choices of dependencies, backfills and workflows."""
 
 import enum
 from datetime import timedelta
@@ -9,6 +10,10 @@ from jobledger.domain.errors import InvalidDefinitionError
 
 MAX_RETRIES_LIMIT = 100
 MAX_BACKOFF_LIMIT = timedelta(days=7)
+# Higher runs first; the API's bodies take the default from here too.
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+DEFAULT_PRIORITY = 5
 
 
 class MisfirePolicy(enum.StrEnum):
@@ -40,6 +45,21 @@ class BackfillOverlap(enum.StrEnum):
     ALLOW = "allow"  # fire every missing occurrence at once
     BUFFER_ALL = "buffer_all"  # one at a time, in order: each after the one before ended
     SKIP = "skip"  # fire one if no run of the job is open; the rest overlap and are missed
+
+
+class WaitFor(enum.StrEnum):
+    """The state of an upstream run that releases its downstream (``depends_on``)."""
+
+    COMPLETED = "completed"
+    FINISHED = "finished"
+
+
+class OnFailure(enum.StrEnum):
+    """What a failed step of a workflow does: stop the workflow, or only what runs
+    after it."""
+
+    STOP = "stop"
+    CONTINUE = "continue"
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):

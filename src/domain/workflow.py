@@ -33,17 +33,13 @@ from jobledger.domain.dependencies import find_cycle
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
 from jobledger.domain.execution import Execution, Trigger, step_execution_id
 from jobledger.domain.json_values import check_actor, check_reason, check_text
+from jobledger.domain.policies import OnFailure
 
 WORKFLOW_NAMESPACE: Final = uuid.UUID("a4f1b6d2-7c3e-4e9a-8f05-2b6d1c9e3a70")
 MAX_STEPS: Final = 500
 MAX_AFTER: Final = 50
 _STEP_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,199}$")
-
-
-class OnFailure(enum.StrEnum):
-    STOP = "stop"
-    CONTINUE = "continue"
 
 
 class StepStatus(enum.StrEnum):

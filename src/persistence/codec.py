@@ -44,12 +44,9 @@ _decoders: dict[type, msgspec.json.Decoder[Any]] = {}
 
 
 def _state_decoder(event_class: type) -> msgspec.json.Decoder[Any]:
-    """A decoder for the state of ``event_class``, built once per class.
-
-    A field the class gives a default may be missing from a stored event (one saved
-    before the field existed): it decodes to that default, so an event class grows a
-    field without an upcaster as long as the new field has a default.
-    """
+    """A decoder for the state of ``event_class``, built once per class. A field with a
+    default (one added to an event after events of it were stored) takes the default
+    when a stored event lacks it."""
     decoder = _decoders.get(event_class)
     if decoder is None:
         hints = typing.get_type_hints(event_class)
@@ -59,21 +56,18 @@ def _state_decoder(event_class: type) -> msgspec.json.Decoder[Any]:
             for name, hint in hints.items()
             if name not in _ROW_FIELDS
         ]
-        # Defaults after the fields without one, as a struct wants them.
-        fields.sort(key=len)
-        state_type = msgspec.defstruct(f"{event_class.__name__}State", fields)
+        state_type = msgspec.defstruct(f"{event_class.__name__}State", fields, kw_only=True)
         decoder = _decoders.setdefault(event_class, msgspec.json.Decoder(state_type))
     return decoder
 
 
 def _defaults(event_class: type) -> dict[str, Any]:
-    """The defaults the event class declares for its fields (a dataclass's)."""
     if not dataclasses.is_dataclass(event_class):
         return {}
     return {
-        field.name: field.default
-        for field in dataclasses.fields(event_class)
-        if field.default is not dataclasses.MISSING
+        f.name: f.default
+        for f in dataclasses.fields(event_class)
+        if f.default is not dataclasses.MISSING
     }
 
 

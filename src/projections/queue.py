@@ -168,7 +168,10 @@ class QueueBackend(Protocol):
         now: datetime,
     ) -> list[Lease]:
         """Lease up to ``len(lease_ids)`` ready entries, highest priority first, FIFO
-        within a priority; each gets the next lease id and the deadline ``now + ttl``."""
+        within a priority; each gets the next lease id and the deadline ``now + ttl``.
+        An entry is ready when ``now`` has reached its ``ready_at``; a shared queue
+        (Redis) also waits for its own clock to reach it, so that a caller whose clock
+        runs ahead cannot lease early."""
         ...
 
     def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:

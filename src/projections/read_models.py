@@ -84,7 +84,7 @@ JOB_COLUMNS = (
     "id", "name", "handler", "queue", "priority", "schedule_kind", "cron", "timezone",
     "run_at_ms", "status", "next_fire_at_ms", "last_fired_at_ms", "last_execution_id",
     "last_status", "last_finished_at_ms", "created_at_ms", "created_by", "updated_at_ms",
-    "updated_by", "version", "definition",
+    "updated_by", "version", "definition", "source",
 )  # fmt: skip
 EXECUTION_COLUMNS = (
     "id", "job_id", "handler", "queue", "priority", "trigger", "status", "attempt",
@@ -253,6 +253,7 @@ def _scheduled_row(event: Job.Scheduled) -> Row:
         "updated_at_ms": at,
         "updated_by": None,
         "version": event.originator_version,
+        "source": event.source,
     }
 
 

@@ -2,9 +2,12 @@
 
 Every function takes the projection ``Database`` first, reads one consistent snapshot
 and returns msgspec structs; every datetime is zone-aware UTC. Lists are pages: the
-items, the total that matched, and the limit (clamped to 1..``MAX_LIMIT``) and offset
-that were used. A list filtered by status alone (or not at all) takes its total from
-the status counts the projection keeps, so it counts no rows.
+items, the total that matched, the limit (clamped to 1..``MAX_LIMIT``) and offset
+that were used, and a cursor for the page after it when there is one. A cursor is
+the sort key of a page's last row (keyset paging on the order the list already has):
+the next page starts after that row, so rows added or removed meanwhile neither
+repeat nor skip one. A list filtered by status alone (or not at all) takes its total
+from the status counts the projection keeps, so it counts no rows.
 
 The percentiles of ``MinuteStats`` come from the per-minute histograms that the
 projection keeps (``read_models``): each is the nearest-rank percentile of that
@@ -13,8 +16,11 @@ are pruned. Lateness counts in the minute an execution first started, duration (
 completed attempts) in the minute it completed.
 """
 
+import base64
+import binascii
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -38,93 +44,33 @@ from jobledger.projections.read_models import (
     minute_of,
 )
 from jobledger.projections.times import from_ms, to_ms
+from jobledger.schemas.rows import AttemptRow, ExecutionRow, JobRow, MinuteStats, Page
+
+__all__ = [
+    "JOB_STATUSES",
+    "MAX_LIMIT",
+    "AttemptRow",
+    "CursorError",
+    "ExecutionRow",
+    "JobRow",
+    "MinuteStats",
+    "Page",
+    "execution_statuses",
+    "get_execution",
+    "get_job",
+    "list_attempts",
+    "list_dead_letters",
+    "list_executions",
+    "list_jobs",
+    "minute_stats",
+    "status_counts",
+]
 
 MAX_LIMIT = 1000
+_ID_CHUNK = 500  # ids per IN (...) list, well below SQLite's parameter limit
 MAX_STATS_MINUTES = 7 * 24 * 60
 JOB_STATUSES = ("active", "paused", "deleted")
 _PERCENTILES = (0.5, 0.95, 0.99)
-
-
-class JobRow(msgspec.Struct, frozen=True, kw_only=True):
-    id: UUID
-    name: str
-    handler: str
-    queue: str
-    priority: int
-    schedule: dict[str, Any]  # kind (cron, once, manual), cron, timezone, run_at
-    status: str  # active, paused, deleted
-    next_fire_at: datetime | None
-    last_fired_at: datetime | None
-    last_execution_id: UUID | None
-    last_status: str | None
-    last_finished_at: datetime | None
-    created_at: datetime
-    created_by: str
-    updated_at: datetime
-    updated_by: str | None
-    version: int
-    definition: dict[str, Any]
-
-
-class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
-    id: UUID
-    job_id: UUID | None
-    job_name: str | None
-    handler: str
-    queue: str
-    priority: int
-    trigger: str
-    status: str
-    attempt: int
-    max_attempts: int
-    scheduled_for: datetime | None
-    enqueued_at: datetime
-    ready_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    worker_id: str | None
-    last_error: str | None
-    duration_ms: float | None
-    lateness_ms: float | None
-    result: dict[str, Any] | None
-    closed_by: str | None  # who requeued, cancelled or discarded it last
-    closed_reason: str | None
-    version: int
-
-
-class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):
-    execution_id: UUID
-    attempt: int
-    worker_id: str
-    lease_id: UUID | None
-    started_at: datetime
-    finished_at: datetime | None
-    # completed, retried, dead_lettered, lease_expired, deferred, cancelled; None while
-    # the lease is open.
-    outcome: str | None
-    error: str | None
-    duration_ms: float | None
-
-
-class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
-    minute: datetime
-    fired: int  # executions enqueued (scheduled, manual and ad-hoc)
-    completed: int
-    failed: int  # failed attempts: retried plus dead-lettered
-    dead_lettered: int
-    lateness_p50_ms: float | None
-    lateness_p95_ms: float | None
-    lateness_p99_ms: float | None
-    duration_p50_ms: float | None
-    duration_p95_ms: float | None
-    duration_p99_ms: float | None
-
-
-class Page(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[Any]  # JobRow or ExecutionRow, as the function says
-    total: int
-    limit: int
-    offset: int
 
 
 # ---- rows -------------------------------------------------------------------------
@@ -146,7 +92,7 @@ _JOB_SELECT = (
     "SELECT id, name, handler, queue, priority, schedule_kind, cron, timezone, run_at_ms, "  # noqa: S608 (constant names)
     "status, next_fire_at_ms, last_fired_at_ms, last_execution_id, last_status, "
     "last_finished_at_ms, created_at_ms, created_by, updated_at_ms, updated_by, version, "
-    f"definition FROM {JOBS}"
+    f"definition, source FROM {JOBS}"
 )
 
 
@@ -171,6 +117,7 @@ def _job(row: Sequence[Any]) -> JobRow:
         updated_by=row[18],
         version=int(row[19]),
         definition=msgspec.json.decode(row[20]),
+        source=row[21],
     )
 
 
@@ -246,6 +193,12 @@ class _Where:
             self._clauses.append(clause)
             self.params.append(value)
 
+    def also(self, clause: str, values: Sequence[object]) -> "_Where":
+        """These filters and ``clause`` (with a placeholder per value)."""
+        more = _Where(*self._clauses, clause)
+        more.params = [*self.params, *values]
+        return more
+
     @property
     def sql(self) -> str:
         return f" WHERE {' AND '.join(self._clauses)}" if self._clauses else ""
@@ -256,34 +209,72 @@ def _contains_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
+class CursorError(ValueError):
+    """A cursor that no page of this list handed out."""
+
+
+@dataclass(frozen=True)
+class _Keyset:
+    """A list's order as a cursor needs it: the comparison that selects the rows after
+    a given one (``after``, with a placeholder per value) and that row's values."""
+
+    kind: str
+    after: str
+    values: Callable[[Any], list[str | int]]
+
+    def encode(self, row: object) -> str:
+        data = msgspec.json.encode([self.kind, *self.values(row)])
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    def decode(self, cursor: str) -> list[str | int]:
+        try:
+            data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            kind, *values = msgspec.json.decode(data, type=list[str | int])
+        except (binascii.Error, msgspec.DecodeError, ValueError):
+            raise CursorError("is not a cursor of this list") from None
+        if kind != self.kind or len(values) != self.after.count("?"):
+            raise CursorError("is a cursor of another list") from None
+        return values
+
+
 def _page(
     db: Database,
     *,
     select: str,
     table: str,
     where: _Where,
-    order: str,
+    order: tuple[str, _Keyset],
     convert: Callable[[Sequence[Any]], JobRow | ExecutionRow],
     limit: int,
     offset: int,
+    cursor: str | None = None,
     counted: tuple[str, str | None] | None = None,
 ) -> Page:
     """A page and its total. ``counted`` (kind, status or None for all) says that the
-    filters select exactly the rows of that status count, which then is the total."""
+    filters select exactly the rows of that status count, which then is the total.
+    With a ``cursor`` the page starts after the row it names (and ``offset`` is 0)."""
     limit = min(max(limit, 1), MAX_LIMIT)
     offset = max(offset, 0)
-    with db.transaction(snapshot=True) as cursor:
+    sort, keyset = order
+    rows_where = where
+    if cursor is not None:
+        offset = 0
+        rows_where = where.also(keyset.after, keyset.decode(cursor))
+    with db.transaction(snapshot=True) as sql:
         if counted is None:
-            cursor.execute(f"SELECT count(*) FROM {table}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
+            sql.execute(f"SELECT count(*) FROM {table}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
         else:
-            _select_counted(cursor, *counted)
-        total = int(cursor.fetchone()[0])
-        cursor.execute(
-            f"{select}{where.sql} ORDER BY {order} LIMIT ? OFFSET ?",
-            [*where.params, limit, offset],
+            _select_counted(sql, *counted)
+        total = int(sql.fetchone()[0])
+        # One row more than asked tells whether a page follows.
+        sql.execute(
+            f"{select}{rows_where.sql} ORDER BY {sort} LIMIT ? OFFSET ?",
+            [*rows_where.params, limit + 1, offset],
         )
-        rows = cursor.fetchmany(limit)
-    return Page(items=[convert(row) for row in rows], total=total, limit=limit, offset=offset)
+        rows = sql.fetchmany(limit + 1)
+    items = [convert(row) for row in rows[:limit]]
+    following = keyset.encode(items[-1]) if len(rows) > limit else None
+    return Page(items=items, total=total, limit=limit, offset=offset, next_cursor=following)
 
 
 def _none(*filters: object) -> bool:
@@ -314,6 +305,33 @@ def _fetch_one(db: Database, sql: str, params: Sequence[Any]) -> Sequence[Any] |
 # ---- jobs -------------------------------------------------------------------------
 
 
+# The job order (by name, ignoring case) and the rows after a cursor's; lower() is
+# applied to the cursor's name in SQL, so it folds case as the order does.
+_JOB_ORDER = (
+    "lower(name), name, id",
+    _Keyset(
+        "jobs", "(lower(name), name, id) > (lower(?), ?, ?)", lambda r: [r.name, r.name, str(r.id)]
+    ),
+)
+
+
+def _latest_first(kind: str, column: str, field: str) -> tuple[str, _Keyset]:
+    """Executions by the time in ``column`` (the row's ``field``), the latest first."""
+    return (
+        f"e.{column} DESC, e.id DESC",
+        _Keyset(
+            kind,
+            f"(e.{column}, e.id) < (?, ?)",
+            lambda row: [to_ms(getattr(row, field)), str(row.id)],
+        ),
+    )
+
+
+_EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms", "enqueued_at")
+# A dead letter has always finished (it died then).
+_DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms", "finished_at")
+
+
 def list_jobs(
     db: Database,
     *,
@@ -321,25 +339,30 @@ def list_jobs(
     handler: str | None = None,
     queue: str | None = None,
     search: str | None = None,
+    source: str | None = None,
     limit: int = 50,
     offset: int = 0,
+    cursor: str | None = None,
 ) -> Page:
-    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case."""
+    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case;
+    ``source`` is "code" for the jobs `jobledger apply` manages, "api" for the others."""
     where = _Where()
     where.add("status = ?", status)
     where.add("handler = ?", handler)
     where.add("queue = ?", queue)
+    where.add("source = ?", source)
     where.add("lower(name) LIKE ? ESCAPE '\\'", _contains_pattern(search) if search else None)
     return _page(
         db,
         select=_JOB_SELECT,
         table=JOBS,
         where=where,
-        order="lower(name), name, id",
+        order=_JOB_ORDER,
         convert=_job,
         limit=limit,
         offset=offset,
-        counted=(JOB_KIND, status) if _none(handler, queue, search) else None,
+        cursor=cursor,
+        counted=(JOB_KIND, status) if _none(handler, queue, search, source) else None,
     )
 
 
@@ -362,6 +385,7 @@ def list_executions(
     until: datetime | None = None,
     limit: int = 50,
     offset: int = 0,
+    cursor: str | None = None,
 ) -> Page:
     """Executions enqueued in [since, until), newest first."""
     where = _Where()
@@ -372,19 +396,20 @@ def list_executions(
     where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
     where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
     counted = (EXECUTION_KIND, status) if _none(job_id, queue, handler, since, until) else None
-    order = "e.enqueued_at_ms DESC, e.id DESC"
-    return _executions_page(db, where, order=order, limit=limit, offset=offset, counted=counted)
+    return _executions_page(
+        db, where, order=_EXECUTION_ORDER, paging=(limit, offset, cursor), counted=counted
+    )
 
 
 def _executions_page(
     db: Database,
     where: _Where,
     *,
-    order: str,
-    limit: int,
-    offset: int,
+    order: tuple[str, _Keyset],
+    paging: tuple[int, int, str | None],
     counted: tuple[str, str | None] | None,
 ) -> Page:
+    limit, offset, cursor = paging
     return _page(
         db,
         select=_EXECUTION_SELECT,
@@ -394,6 +419,7 @@ def _executions_page(
         convert=_execution,
         limit=limit,
         offset=offset,
+        cursor=cursor,
         counted=counted,
     )
 
@@ -401,6 +427,20 @@ def _executions_page(
 def get_execution(db: Database, execution_id: UUID) -> ExecutionRow | None:
     row = _fetch_one(db, f"{_EXECUTION_SELECT} WHERE e.id = ?", (str(execution_id),))
     return None if row is None else _execution(row)
+
+
+def execution_statuses(db: Database, execution_ids: Sequence[UUID]) -> dict[UUID, str]:
+    """The status of each execution the read model has (those it lacks are left out),
+    in one snapshot: one query per 500 ids, however many ask."""
+    found: dict[UUID, str] = {}
+    wanted = [str(i) for i in execution_ids]
+    with db.transaction(snapshot=True) as cursor:
+        for start in range(0, len(wanted), _ID_CHUNK):
+            chunk = wanted[start : start + _ID_CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            cursor.execute(f"SELECT id, status FROM {EXECUTIONS} WHERE id IN ({marks})", chunk)  # noqa: S608 (constant names, bound values)
+            found.update((UUID(row[0]), row[1]) for row in _all(cursor))
+    return found
 
 
 def list_attempts(db: Database, execution_id: UUID) -> list[AttemptRow]:
@@ -420,6 +460,7 @@ def list_dead_letters(
     error_contains: str | None = None,
     limit: int = 50,
     offset: int = 0,
+    cursor: str | None = None,
 ) -> Page:
     """Dead-lettered executions, the latest to die first. ``error_contains`` matches
     part of the last error, case and all (as ``jobledger dlq requeue`` does)."""
@@ -432,8 +473,9 @@ def list_dead_letters(
     where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
     unfiltered = _none(queue, handler, job_id, error_contains or None)
     counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
-    order = "e.finished_at_ms DESC, e.id DESC"
-    return _executions_page(db, where, order=order, limit=limit, offset=offset, counted=counted)
+    return _executions_page(
+        db, where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted
+    )
 
 
 # ---- statistics -------------------------------------------------------------------

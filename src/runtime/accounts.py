@@ -35,9 +35,22 @@ MAX_TOKEN_NAME = 100
 class AccountError(RuntimeLayerError):
     """The account operation was refused."""
 
+    field: str | None = None  # the input at fault, as the API's bodies name it
+    fix: str | None = None  # how to get past the refusal
+
+    def __init__(
+        self, message: str | None = None, *, field: str | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.field = field or self.field
+        self.fix = fix or self.fix
+
 
 class AccountExistsError(AccountError):
     """An account with this username exists already; choose another username."""
+
+    field = "username"
+    fix = "choose another username"
 
 
 class AccountNotFoundError(AccountError):
@@ -72,6 +85,8 @@ class LoginThrottledError(AccountError):
 
 class LastAdminError(AccountError):
     """This is the last enabled admin; make another user an admin first."""
+
+    fix = "make another user an admin first"
 
 
 class RoleTooHighError(AccountError):
@@ -156,7 +171,9 @@ def validate_username(username: str) -> str:
     """The username as stored (lower-case); InvalidUsernameError names the rule."""
     problem = credentials.username_problem(username)
     if problem is not None:
-        raise InvalidUsernameError(f"username refused: {problem}")
+        raise InvalidUsernameError(
+            f"username refused: {problem}", field="username", fix=f"use {credentials.USERNAME_RULE}"
+        )
     return username.lower()
 
 
@@ -164,7 +181,7 @@ def validate_password(password: str, *, username: str, min_length: int) -> None:
     """InvalidPasswordError naming the broken rule and how to meet it."""
     problem = credentials.password_problem(password, username=username, min_length=min_length)
     if problem is not None:
-        raise InvalidPasswordError(f"password refused: {problem}")
+        raise InvalidPasswordError(f"password refused: {problem}", field="password", fix=problem)
 
 
 def _ms(moment: datetime) -> int:
@@ -198,9 +215,11 @@ def check_grant(
     """
     if actor is None or Role(actor).includes(requested):
         return
+    fix = f"use a credential with the {requested} role, or ask for {actor} or lower"
     raise RoleTooHighError(
-        f"{holder} holds the {actor} role, so it cannot {what} {requested}; "
-        f"use a credential with the {requested} role, or ask for {actor} or lower"
+        f"{holder} holds the {actor} role, so it cannot {what} {requested}; {fix}",
+        field="role",
+        fix=fix,
     )
 
 
@@ -340,12 +359,16 @@ def _apply_changes(
 def _check_token_spec(name: str, expires_at: datetime | None, now: datetime) -> None:
     if not 1 <= len(name) <= MAX_TOKEN_NAME:
         raise InvalidTokenSpecError(
-            f"an API token needs a name of 1 to {MAX_TOKEN_NAME} characters, e.g. 'deploy-bot'"
+            f"an API token needs a name of 1 to {MAX_TOKEN_NAME} characters, e.g. 'deploy-bot'",
+            field="name",
+            fix=f"give the token a name of 1 to {MAX_TOKEN_NAME} characters",
         )
     if expires_at is not None and expires_at <= now:
         raise InvalidTokenSpecError(
             "an API token's expiry must be in the future; leave it out for a token that "
-            "lasts until revoked"
+            "lasts until revoked",
+            field="expires_in_days",
+            fix="give an expiry in the future, or none for a token that lasts until revoked",
         )
 
 

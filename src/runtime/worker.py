@@ -18,8 +18,9 @@ import contextlib
 import random
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, assert_never
 
 import structlog
@@ -104,6 +105,10 @@ class Worker:
     # completion costs no thread hop of its own. The projection removes the entry when
     # it reads ExecutionCompleted anyway: the ack only makes that immediate.
     _acks: list[Lease] = field(default_factory=list)
+    # Threads for handlers' blocking code (plain-function handlers), apart from the
+    # threads the worker's own store calls use: twice the slots, so a run that outlived
+    # its timeout in a thread that cannot be stopped leaves the next one a thread.
+    _handler_threads: ThreadPoolExecutor | None = None
 
     def report_presence(self) -> None:
         if self.presence is None:
@@ -120,6 +125,9 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Lease and run until ``stop`` is set, then shut down gracefully."""
+        self._handler_threads = ThreadPoolExecutor(
+            max_workers=2 * self.config.slots, thread_name_prefix=f"{self.worker_id}-handler"
+        )
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
@@ -142,6 +150,8 @@ class Worker:
             await self._shut_down()
         finally:
             heartbeat.stop()
+            # Threads still blocked in handler code were handed back already.
+            self._handler_threads.shutdown(wait=False, cancel_futures=True)
             await asyncio.to_thread(self._leave)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
 
@@ -242,6 +252,7 @@ class Worker:
         try:
             if execution is None:
                 raise NotFoundError(f"no execution with id {lease.execution_id}")
+            _check_lease_current(lease, execution, self.now())
             execution.lease(
                 worker_id=self.worker_id, lease_id=lease.lease_id, lease_expires_at=lease.deadline
             )
@@ -265,6 +276,7 @@ class Worker:
             upstream_results=dict(execution.upstream_results or {}),
             workflow_id=execution.workflow_id,
             step=execution.step,
+            threads=self._handler_threads,
             # Every line about this attempt, the handler's own included, names it.
             log=_handler_log.bind(
                 execution_id=str(execution.id),
@@ -456,6 +468,20 @@ class Worker:
 def _dead_lettered(execution: Execution) -> bool:
     """Whether a recorded failure spent the last attempt of the budget."""
     return execution.status is ExecutionStatus.DEAD_LETTERED
+
+
+def _check_lease_current(lease: Lease, execution: Execution, now: datetime) -> None:
+    """A queue lease stands for the state of the execution the queue showed, at the time
+    it was taken. A worker that stalled between the two steps (a pause, a slow store)
+    must not record it on a later state, which may be due later (a retry's back-off),
+    nor once the lease has run out: the leader would count that attempt as failed."""
+    if execution.version != lease.version:
+        raise ConflictError(
+            f"the queue leased version {lease.version} of execution {execution.id}, but the"
+            f" log is at version {execution.version}; the queue catches up by itself"
+        )
+    if lease.deadline <= now:
+        raise ConflictError(f"the lease of execution {execution.id} ran out before it was recorded")
 
 
 def _log_outcome(

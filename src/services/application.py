@@ -9,10 +9,13 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
 from jobledger.services.dead_letters import DeadLetters
+from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
+from jobledger.services.outbox import Outbox
 from jobledger.services.system import System
 from jobledger.services.views import Views
+from jobledger.services.waits import ExecutionWaits
 from jobledger.services.workflows import Workflows
 
 
@@ -27,14 +30,18 @@ class Services:
     admin: Admin
     system: System
     views: Views
+    waits: ExecutionWaits
+    declared_jobs: DeclaredJobs
+    outbox: Outbox | None  # PostgreSQL only
     workflows: Workflows
 
     @classmethod
     def build(cls, container: Container) -> "Services":
         """The use cases over ``container``. Definitions naming a handler this process
         does not have are refused: its workers have the same registry."""
-        names = frozenset(container.handlers().names())
-        handlers = HandlerNames(names)
+        registry = container.handlers()
+        names = frozenset(registry.names())
+        handlers = HandlerNames(names, {name: registry.info(name) for name in names})
         views = Views(container.database, container.ledger)
         return cls(
             jobs=Jobs(container.ledger, handlers, open_runs=_open_runs(container)),
@@ -44,6 +51,13 @@ class Services:
             admin=Admin(container),
             system=System(container, views, names),
             views=views,
+            waits=ExecutionWaits(views),
+            declared_jobs=DeclaredJobs(container.ledger, views, handlers),
+            outbox=(
+                Outbox(container.database, container.ledger, container.writer, handlers)
+                if container.settings.uses_postgres
+                else None
+            ),
             workflows=Workflows(container.ledger, handlers),
         )
 

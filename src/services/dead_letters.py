@@ -20,9 +20,12 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.schemas.executions import BulkReport
 from jobledger.services.actors import Actor
 from jobledger.services.errors import NotDeadLetteredError
 from jobledger.services.views import Page, Views
+
+__all__ = ["BulkReport", "DeadLetterFilter", "DeadLetters"]
 
 _PAGE = 500
 
@@ -37,23 +40,20 @@ class DeadLetterFilter(msgspec.Struct, frozen=True, kw_only=True):
     error_contains: str | None = None
 
 
-class BulkReport(msgspec.Struct):
-    """What an operation on dead letters did: ``changed`` requeued or discarded;
-    ``refused`` were no longer dead-lettered when it came to them."""
-
-    matched: int
-    changed: int
-    refused: int
-    dry_run: bool
-
-
 class DeadLetters:
     def __init__(self, ledger: Ledger, writer: GroupCommitWriter, views: Views) -> None:
         self.ledger = ledger
         self.writer = writer
         self.views = views
 
-    def page(self, selection: DeadLetterFilter, *, limit: int = 50, offset: int = 0) -> Page:
+    def page(
+        self,
+        selection: DeadLetterFilter,
+        *,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
         """Dead letters that match, the latest to die first."""
         return self.views.dead_letters(
             queue=selection.queue,
@@ -62,16 +62,19 @@ class DeadLetters:
             error_contains=selection.error_contains,
             limit=limit,
             offset=offset,
+            cursor=cursor,
         )
 
     def matching(self, selection: DeadLetterFilter) -> list[UUID]:
         """The ids of every dead letter that matches, page by page."""
         ids: list[UUID] = []
+        cursor: str | None = None
         while True:
-            page = self.page(selection, limit=_PAGE, offset=len(ids))
+            page = self.page(selection, limit=_PAGE, cursor=cursor)
             ids.extend(row.id for row in page.items)
-            if len(page.items) < _PAGE:
+            if page.next_cursor is None:
                 return ids
+            cursor = page.next_cursor
 
     def show(self, execution_id: UUID) -> list[dict[str, Any]]:
         """Every event of the execution, oldest first, as plain fields (one that cannot

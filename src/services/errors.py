@@ -34,6 +34,10 @@ class AlreadyRunningError(ServiceError):
     """The same long operation is already running."""
 
 
+class InvalidCursorError(ServiceError):
+    """The cursor is none that a page of this list handed out."""
+
+
 class InvalidRequestError(ServiceError):
     """The request's arguments contradict each other."""
 

@@ -22,14 +22,23 @@ class Executions:
         self.ledger = ledger
         self.handlers = handlers
 
-    def run(self, spec: ExecutionSpec, *, key: str, at: datetime, by: Actor) -> Execution:
-        """Enqueue a handler run that belongs to no job. The same key returns the first
-        run; the same key for a different run is refused."""
+    def run(
+        self,
+        spec: ExecutionSpec,
+        *,
+        key: str,
+        at: datetime,
+        by: Actor,
+        ready_at: datetime | None = None,
+    ) -> Execution:
+        """Enqueue a handler run that belongs to no job, due at ``ready_at`` (default
+        ``at``: now). The same key returns the first run; the same key for a different
+        run is refused."""
         by.require(Role.OPERATOR)
-        self.handlers.check(spec.handler)
+        self.handlers.check(spec.handler, spec.payload)
         spec.check(self.ledger.limits)
         execution = Execution.enqueue(
-            spec=spec, ready_at=at, trigger=Trigger.ADHOC, trigger_key=key
+            spec=spec, ready_at=ready_at or at, trigger=Trigger.ADHOC, trigger_key=key
         )
         try:
             self.ledger.save_all(execution)

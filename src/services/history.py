@@ -5,7 +5,6 @@ Every reader that shows events (the API, the dashboard, the CLI) shows them thro
 a placeholder with its topic and log position instead of failing the page.
 """
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -15,26 +14,9 @@ from eventsourcing.utils import get_topic
 
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent, error_text
+from jobledger.schemas.events import EventOut, EventPage
 
-
-class EventOut(msgspec.Struct, kw_only=True):
-    """One event of the log with its fields, for history and audit views."""
-
-    type: str
-    aggregate_id: UUID
-    version: int
-    timestamp: datetime | None  # None for an event that cannot be decoded
-    data: dict[str, Any]
-    position: int | None = None
-    # The event is in the log but no longer decodes: data holds its topic, error why.
-    undecodable: bool = False
-    error: str | None = None
-
-
-class EventPage(msgspec.Struct):
-    items: list[EventOut]
-    next_after: int
-    head: int
+__all__ = ["EventOut", "EventPage", "event_out", "history"]
 
 
 def history(ledger: Ledger, kind: type[Aggregate], aggregate_id: UUID) -> list[EventOut]:

@@ -2,12 +2,15 @@
 it was at a version or a time, its history, and the jobs it waits for and that wait
 for it."""
 
-from collections.abc import Callable, Collection
+import re
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 import msgspec
 
+from jobledger.declarations import payload_schema
 from jobledger.domain.backfill import (
     BackfillPlan,
     check_backfill_window,
@@ -15,13 +18,11 @@ from jobledger.domain.backfill import (
     window_occurrences,
 )
 from jobledger.domain.definitions import JobDefinition
-from jobledger.domain.dependencies import CycleError, DependencyGraph
 from jobledger.domain.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidDefinitionError,
     InvalidTransitionError,
-    NotFoundError,
 )
 from jobledger.domain.execution import Execution, occurrence_execution_id, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
@@ -30,35 +31,77 @@ from jobledger.domain.schedules import ManualSchedule, Schedule, validate_schedu
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
-from jobledger.runtime.handlers.registry import unknown_handler_fix
+from jobledger.runtime.handlers.registry import HandlerInfo, unknown_handler_fix
+from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import BackfillReport
 from jobledger.services.actors import Actor
+from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.history import EventOut, history
+from jobledger.services.job_keys import job_by_reference
 
 
 class HandlerNames:
-    """The handlers a worker can run. A definition naming another would only fail into
-    the dead-letter queue later, so it is refused when it is saved. ``None`` knows them
-    all (a tool that saves for workers it cannot see)."""
+    """The handlers a worker can run, and the payloads they declare. A definition naming
+    another handler, or a payload its handler's struct refuses, would only fail into the
+    dead-letter queue later, so it is refused when it is saved. ``None`` knows them all
+    (a tool that saves for workers it cannot see)."""
 
-    def __init__(self, names: Collection[str] | None) -> None:
+    def __init__(
+        self, names: Collection[str] | None, info: Mapping[str, HandlerInfo] | None = None
+    ) -> None:
         self.names = None if names is None else frozenset(names)
+        self.info = dict(info or {})
 
     def listed(self) -> list[str]:
         """The names, sorted (none when any is allowed)."""
         return sorted(self.names or ())
 
-    def check(self, handler: str) -> None:
+    def described(self) -> list[HandlerOut]:
+        """Every handler with what it does and the JSON schema of its payload."""
+        return [_handler_out(name, self.info.get(name, HandlerInfo())) for name in self.listed()]
+
+    def check(self, handler: str, payload: Mapping[str, Any] | None = None) -> None:
+        """Refuse an unknown handler, or a payload its declared struct refuses (naming
+        the payload's field)."""
         if self.names is not None and handler not in self.names:
             raise InvalidDefinitionError(
                 "handler",
                 f"{handler!r} is not a registered handler",
                 unknown_handler_fix(handler, self.names),
             )
+        kind = self.info.get(handler, HandlerInfo()).payload_type
+        if kind is not None and payload is not None:
+            _check_payload(handler, kind, payload)
+
+
+def _handler_out(name: str, info: HandlerInfo) -> HandlerOut:
+    schema = payload_schema(info.payload_type) if info.payload_type is not None else None
+    return HandlerOut(name=name, description=info.description, payload_schema=schema)
+
+
+# msgspec's "... - at `$.items[0].sku`", and the field a missing one names.
+_AT = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_MISSING = re.compile(r"missing required field `(?P<name>[^`]+)`")
+
+
+def _check_payload(handler: str, kind: type[msgspec.Struct], payload: Mapping[str, Any]) -> None:
+    try:
+        msgspec.convert(payload, kind, strict=False)
+    except msgspec.ValidationError as error:
+        text = str(error)
+        at = _AT.search(text)
+        problem = text[: at.start()] if at else text
+        field = "payload" + (at["path"] if at else "")
+        if missing := _MISSING.search(problem):
+            field += f".{missing['name']}"
+        raise InvalidDefinitionError(
+            field,
+            f"{problem} (handler {handler} declares its payload as {kind.__name__})",
+            f"send the payload {handler} declares; GET /api/v1/handlers shows its schema",
+        ) from None
 
 
 ANY_HANDLER = HandlerNames(None)
-# Saves that lost a race for the dependency graph are tried again on the new graph.
-GRAPH_RETRIES = 10
 # How many of a backfill's occurrences its answer lists.
 SHOWN_OCCURRENCES = 100
 # The longest chain of upstreams followed to find a dependent job's schedule.
@@ -69,36 +112,21 @@ def no_open_runs(_job_id: UUID) -> int:
     return 0
 
 
-class BackfillReport(msgspec.Struct, kw_only=True):
-    """What a backfill did (or, with ``dry_run``, would do)."""
-
-    job_id: UUID
-    dry_run: bool
-    overlap: BackfillOverlap
-    occurrences: int  # in the window
-    already_fired: int  # have an execution (or wait in an earlier buffer)
-    excluded: int  # on an excluded date or a holiday: never fired
-    to_fire: int  # the rest: what the backfill takes on
-    fired: int  # fired now
-    buffered: int  # buffer_all: waiting to fire one after another
-    skipped: int  # skip: recorded missed, overlapping the one fired
-    missing: list[datetime]  # the first of the occurrences to fire, in order
-
-    @classmethod
-    def of(cls, job_id: UUID, plan: BackfillPlan, *, dry_run: bool) -> "BackfillReport":
-        return cls(
-            job_id=job_id,
-            dry_run=dry_run,
-            overlap=plan.overlap,
-            occurrences=len(plan.occurrences),
-            already_fired=len(plan.already_fired),
-            excluded=len(plan.excluded),
-            to_fire=len(plan.missing),
-            fired=len(plan.fire),
-            buffered=len(plan.waiting),
-            skipped=len(plan.skip),
-            missing=list(plan.missing[:SHOWN_OCCURRENCES]),
-        )
+def backfill_report(job_id: UUID, plan: BackfillPlan, *, dry_run: bool) -> BackfillReport:
+    """What a backfill did (or, with ``dry_run``, would do), from its plan."""
+    return BackfillReport(
+        job_id=job_id,
+        dry_run=dry_run,
+        overlap=plan.overlap,
+        occurrences=len(plan.occurrences),
+        already_fired=len(plan.already_fired),
+        excluded=len(plan.excluded),
+        to_fire=len(plan.missing),
+        fired=len(plan.fire),
+        buffered=len(plan.waiting),
+        skipped=len(plan.skip),
+        missing=list(plan.missing[:SHOWN_OCCURRENCES]),
+    )
 
 
 class Jobs:
@@ -113,6 +141,7 @@ class Jobs:
     ) -> None:
         self.ledger = ledger
         self.handlers = handlers
+        self.links = DependencyLinks(ledger)
         # A job's pending and running executions (the backfill's skip mode asks).
         self.open_runs = open_runs
 
@@ -123,16 +152,15 @@ class Jobs:
     ) -> Job:
         """Create a job. With a key, repeating the same request returns the same job."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler)
+        self.handlers.check(definition.spec.handler, definition.spec.payload)
 
-        # Built again for every try: a failed save has taken the events of the last.
         def scheduled() -> Job:
             return Job.schedule(definition, at=at, by=by.name, key=key, limits=self.ledger.limits)
 
         scheduled()  # refuses a bad definition before anything is read
-        self._check_upstreams(definition)
+        self.links.check_upstreams(definition)
         try:
-            job = self._save_linked(scheduled)
+            job = self._saved_linked(scheduled)
         except ConflictError:
             existing = self.ledger.get_job(job_id_for_key(key or ""))
             if existing.definition != definition or existing.deleted:
@@ -143,17 +171,26 @@ class Jobs:
             return existing
         return job
 
-    def update(self, job_id: UUID, definition: JobDefinition, *, at: datetime, by: Actor) -> Job:
+    def update(
+        self,
+        job_id: UUID,
+        definition: JobDefinition,
+        *,
+        at: datetime,
+        by: Actor,
+        override: bool = False,
+    ) -> Job:
+        """Change a job's definition; one that code manages only with ``override``."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler)
-        self._check_upstreams(definition)
+        self.handlers.check(definition.spec.handler, definition.spec.payload)
+        self.links.check_upstreams(definition)
 
         def updated() -> Job:
             job = self.ledger.get_job(job_id)
-            job.update(definition, at=at, by=by.name, limits=self.ledger.limits)
+            job.update(definition, at=at, by=by.name, limits=self.ledger.limits, override=override)
             return job
 
-        return self._save_linked(updated)
+        return self._saved_linked(updated)
 
     def pause(self, job_id: UUID, *, by: Actor, reason: str = "") -> Job:
         by.require(Role.OPERATOR)
@@ -167,17 +204,18 @@ class Jobs:
         job.resume(at=at, by=by.name)
         return self._saved(job)
 
-    def delete(self, job_id: UUID, *, by: Actor) -> Job:
-        """Delete a job; refused while other jobs depend on it (they would wait for
-        runs that never come)."""
+    def delete(self, job_id: UUID, *, by: Actor, override: bool = False) -> Job:
+        """Delete a job (its history stays); one that code manages only with
+        ``override``. Refused while other jobs depend on it (they would wait for runs
+        that never come)."""
         by.require(Role.OPERATOR)
 
         def deleted() -> Job:
             job = self.ledger.get_job(job_id)
-            job.delete(by=by.name)
+            job.delete(by=by.name, override=override)
             return job
 
-        return self._save_linked(deleted, unlink=True)
+        return self._saved_linked(deleted)
 
     def trigger(self, job_id: UUID, *, key: str, at: datetime, by: Actor) -> Execution:
         """Run a job now. The same key returns the execution of the first request."""
@@ -194,90 +232,31 @@ class Jobs:
         self.ledger.save_all(job)
         return job
 
+    def _saved_linked(self, change: Callable[[], Job]) -> Job:
+        """The job ``change`` builds, saved with the dependency graph."""
+        saved: list[Job] = []
+
+        def built() -> list[Job]:
+            saved[:] = [change()]
+            return saved
+
+        self.links.save(built)
+        return saved[0]
+
     # ---- dependencies -----------------------------------------------------------------
 
-    def _check_upstreams(self, definition: JobDefinition) -> None:
-        for index, dependency in enumerate(definition.depends_on):
-            try:
-                upstream = self.ledger.get_job(dependency.job)
-            except NotFoundError:
-                upstream = None
-            if upstream is None or upstream.deleted:
-                raise InvalidDefinitionError(
-                    f"depends_on[{index}].job",
-                    f"no job {dependency.job} (by id, or by the key it was created with)",
-                    "name an existing job, by its id or its key",
-                )
-
-    def _save_linked(self, change: Callable[[], Job], *, unlink: bool = False) -> Job:
-        """Save the job ``change`` builds, with the dependency graph when its upstreams
-        change: at the graph's version as read, so an edit that raced another is
-        checked again on the graph the other one left (and refused if the two close
-        a cycle together). A conflict on the job itself reaches the caller."""
-        for _ in range(GRAPH_RETRIES):
-            job = change()
-            graph = self.ledger.dependency_graph()
-            read = None if graph is None else graph.version
-            linked = self._linked(graph, job, unlink=unlink)
-            try:
-                self.ledger.save_all(job, *([linked] if linked is not None else []))
-            except ConflictError:
-                latest = self.ledger.dependency_graph()
-                if linked is not None and (None if latest is None else latest.version) != read:
-                    continue  # the graph moved on: check again on the new one
-                raise
-            return job
-        raise ConflictError("the dependency graph kept changing; try again")
-
-    def _linked(
-        self, graph: DependencyGraph | None, job: Job, *, unlink: bool
-    ) -> DependencyGraph | None:
-        """The graph with the job's upstreams set, to save with it; None if it stays as
-        it was. Refuses a cycle, and deleting a job others depend on."""
-        upstreams = [] if unlink else [d.job for d in job.definition.depends_on]
-        if graph is None:
-            if not upstreams:
-                return None
-            graph = DependencyGraph()
-        if unlink:
-            waiting = [j for j in graph.downstreams(job.id) if not self._gone(j)]
-            if waiting:
-                names = ", ".join(self._name(j) for j in sorted(waiting))
-                raise InvalidTransitionError(
-                    f"cannot delete job {job.id}: {names} depend on it; "
-                    "remove it from their depends_on first"
-                )
-        try:
-            graph.link(job.id, upstreams)
-        except CycleError as cycle:
-            on_path = {step: self._name(step) for step in cycle.path if step != job.id}
-            raise cycle.refusal({**on_path, job.id: job.definition.name}) from None
-        return graph if graph.pending_events else None
-
-    def _gone(self, job_id: UUID) -> bool:
-        try:
-            return self.ledger.get_job(job_id).deleted
-        except NotFoundError:
-            return True
-
-    def _name(self, job_id: UUID) -> str:
-        try:
-            return self.ledger.get_job(job_id).definition.name
-        except NotFoundError:
-            return str(job_id)
+    def job_id_of(self, reference: str, *, field: str = "job") -> UUID:
+        """The job ``reference`` names (a ``depends_on`` entry, a command's argument):
+        its id, or the key it was created with over the API or declared with in code."""
+        return job_by_reference(self.ledger, reference, field=field)
 
     def upstreams(self, job_id: UUID) -> list[Job]:
         """The jobs ``job_id`` waits for."""
-        job = self.ledger.get_job(job_id)
-        return [self.ledger.get_job(d.job) for d in job.definition.depends_on]
+        return self.links.upstreams(job_id)
 
     def downstreams(self, job_id: UUID) -> list[Job]:
-        """The jobs that wait for ``job_id``, by name."""
-        graph = self.ledger.dependency_graph()
-        if graph is None:
-            return []
-        found = [self.ledger.get_job(j) for j in graph.downstreams(job_id)]
-        return sorted((j for j in found if not j.deleted), key=lambda j: j.definition.name)
+        """The live jobs that wait for ``job_id``, by name."""
+        return self.links.downstreams(job_id)
 
     # ---- backfill ---------------------------------------------------------------------
 
@@ -312,7 +291,7 @@ class Jobs:
                 )
             executions = job.backfill(plan, at=at, by=by.name, reason=reason)
             self.ledger.save_all(job, *executions)
-        return BackfillReport.of(job.id, plan, dry_run=dry_run)
+        return backfill_report(job.id, plan, dry_run=dry_run)
 
     def _backfill_plan(
         self, job: Job, start: datetime, end: datetime, overlap: BackfillOverlap

@@ -14,6 +14,7 @@ from jobledger.projections.log import LogRow
 from jobledger.projections.queue import Depths
 from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.presence import WorkerInfo
+from jobledger.schemas.system import Check, Readiness
 from jobledger.services.history import EventOut, EventPage, event_out
 from jobledger.services.views import MinuteStats, Views
 
@@ -29,22 +30,6 @@ _STALE_AFTER_BEATS = 3
 _AUDIT_SCAN_LIMIT = 50_000
 # The system page lists at most this many quarantined events (the CLI lists all).
 _QUARANTINE_SHOWN = 100
-
-
-class Check(msgspec.Struct):
-    ok: bool
-    detail: str
-
-
-class Readiness(msgspec.Struct):
-    ready: bool
-    checks: dict[str, Check]
-    # The stores that cannot be reached now (postgresql, redis), if any.
-    unreachable: list[str] = msgspec.field(default_factory=list)
-    # Events a follower set aside: the process serves (200), the projections are
-    # degraded until the events are retried (ADR "quarantined events").
-    degraded: bool = False
-    quarantined: int = 0
 
 
 class QueueDepths(msgspec.Struct):

@@ -1,11 +1,11 @@
 """The read models as the API, the dashboard and the CLI query them: lists with filters
 and pages, one execution with its attempts, and the numbers behind the overview."""
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TypedDict, Unpack
 from uuid import UUID
-
-import msgspec
 
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections import read_queries
@@ -18,7 +18,8 @@ from jobledger.projections.read_queries import (
     MinuteStats,
     Page,
 )
-from jobledger.services.errors import NotYetVisibleError
+from jobledger.schemas.executions import ExecutionDetail
+from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
 
 __all__ = [
     "JOB_STATUSES",
@@ -35,6 +36,7 @@ __all__ = [
 class Paging(TypedDict, total=False):
     limit: int
     offset: int
+    cursor: str | None  # the next_cursor of the page before; offset must then be 0
 
 
 class JobFilters(Paging, total=False):
@@ -42,6 +44,7 @@ class JobFilters(Paging, total=False):
     handler: str | None
     queue: str | None
     search: str | None
+    source: str | None
 
 
 class ExecutionFilters(Paging, total=False):
@@ -60,9 +63,25 @@ class DeadLetterFilters(Paging, total=False):
     error_contains: str | None
 
 
-class ExecutionDetail(msgspec.Struct):
-    execution: ExecutionRow
-    attempts: list[AttemptRow]
+def _check_paging(paging: Paging) -> None:
+    if paging.get("cursor") is not None and paging.get("offset"):
+        raise InvalidCursorError(
+            "cursor and offset: give one of them, not both",
+            field="cursor",
+            fix="follow next_cursor from page to page, without an offset",
+        )
+
+
+@contextlib.contextmanager
+def _cursor_checked() -> Iterator[None]:
+    try:
+        yield
+    except read_queries.CursorError as error:
+        raise InvalidCursorError(
+            f"cursor: {error}",
+            field="cursor",
+            fix="pass the next_cursor of the previous page of the same list, or no cursor",
+        ) from None
 
 
 class Views:
@@ -74,14 +93,22 @@ class Views:
         self._ledger = ledger
 
     def jobs(self, **filters: Unpack[JobFilters]) -> Page:
-        return read_queries.list_jobs(self.database, **filters)
+        """Jobs by name, ignoring case."""
+        _check_paging(filters)
+        with _cursor_checked():
+            return read_queries.list_jobs(self.database, **filters)
 
     def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
-        return read_queries.list_executions(self.database, **filters)
+        """Executions, the latest enqueued first."""
+        _check_paging(filters)
+        with _cursor_checked():
+            return read_queries.list_executions(self.database, **filters)
 
     def dead_letters(self, **filters: Unpack[DeadLetterFilters]) -> Page:
         """Dead-lettered executions, the latest to die first."""
-        return read_queries.list_dead_letters(self.database, **filters)
+        _check_paging(filters)
+        with _cursor_checked():
+            return read_queries.list_dead_letters(self.database, **filters)
 
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
         return read_queries.get_execution(self.database, execution_id)
@@ -96,6 +123,10 @@ class Views:
                 fix="retry in a moment",
             )
         return ExecutionDetail(row, self.attempts(execution_id))
+
+    def statuses(self, execution_ids: list[UUID]) -> dict[UUID, str]:
+        """The status of each of these executions that the read model shows."""
+        return read_queries.execution_statuses(self.database, execution_ids)
 
     def attempts(self, execution_id: UUID) -> list[AttemptRow]:
         return read_queries.list_attempts(self.database, execution_id)

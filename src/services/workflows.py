@@ -10,7 +10,8 @@ from uuid import UUID
 
 from jobledger.domain.errors import ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution
-from jobledger.domain.workflow import OnFailure, StepSpec, Workflow, workflow_id_for_key
+from jobledger.domain.policies import OnFailure
+from jobledger.domain.workflow import StepSpec, Workflow, workflow_id_for_key
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
@@ -42,10 +43,10 @@ class Workflows:
         by.require(Role.OPERATOR)
         for index, step in enumerate(steps):
             try:
-                self.handlers.check(step.spec.handler)
+                self.handlers.check(step.spec.handler, step.spec.payload)
             except InvalidDefinitionError as error:
                 raise InvalidDefinitionError(
-                    f"steps[{index}].handler", error.problem, error.fix
+                    f"steps[{index}].{error.field}", error.problem, error.fix
                 ) from None
         workflow, executions = Workflow.start(
             name=name,

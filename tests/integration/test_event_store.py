@@ -17,10 +17,16 @@ from jobledger.domain.dependencies import Dependency, DependencyGraph
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.job import Job
-from jobledger.domain.policies import BackfillOverlap, MisfirePolicy, OverlapPolicy, RetryPolicy
+from jobledger.domain.policies import (
+    BackfillOverlap,
+    MisfirePolicy,
+    OnFailure,
+    OverlapPolicy,
+    RetryPolicy,
+)
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, MissedFires
 from jobledger.domain.topics import event_topics
-from jobledger.domain.workflow import OnFailure, StepSpec, StepStatus, Workflow
+from jobledger.domain.workflow import StepSpec, StepStatus, Workflow
 from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger
@@ -84,8 +90,13 @@ def every_event_type() -> list[DomainEventProtocol[uuid.UUID]]:
     dropped.lease(worker_id="w3", lease_id=lease_5, lease_expires_at=AT)
     dropped.fail(lease_id=lease_5, error="poison", at=AT)
     dropped.discard(by="erin", reason="obsolete report")
+    # A job code manages: its events carry the source, and a change by hand the override.
+    managed = Job.declare(definition(), key="billing.monthly", incarnation=0, at=AT, by="ci")
+    managed.update(definition(cron="0 5 * * *"), at=AT, by="frank", override=True)
+    managed.delete(by="ci", source="code")
     return [
         *job.collect_events(),
+        *managed.collect_events(),
         *fired.collect_events(),
         *triggered.collect_events(),
         *dropped.collect_events(),

@@ -29,6 +29,9 @@ from jobledger.services.jobs import Jobs
 
 TTL_MS = 1000
 
+# Role processes on the shared PostgreSQL: one such module at a time (its connections).
+pytestmark = pytest.mark.xdist_group("roles")
+
 
 @pytest.fixture
 def container(postgres_url: str, redis_server: str) -> Iterator[Container]:

@@ -1,13 +1,13 @@
 """Prometheus metrics of the writer and of a worker process, scraped as Prometheus would."""
 
-import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+import pytest
+from tests.roles import Samples, free_port, parse, total
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
@@ -15,33 +15,13 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.writer import GroupCommitWriter
 
+# Role processes on the shared PostgreSQL: one such module at a time (its connections).
+pytestmark = pytest.mark.xdist_group("roles")
+
 if TYPE_CHECKING:
     from tests.integration.conftest import Harness
 
 AT = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def parse(text: str) -> Samples:
-    """Every sample of a scrape, by name and labels."""
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum of ``name`` over the samples that carry ``labels``."""
-    wanted = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
 def scrape_until(url: str, ready: Callable[[Samples], bool], timeout: float = 20) -> Samples:

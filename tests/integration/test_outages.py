@@ -9,12 +9,6 @@ work must resume by itself, and nothing accepted may be lost.
 import contextlib
 import functools
 import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -26,14 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import httpx
-import psycopg
 import pytest
-from tests.conftest import missing_service
-from tests.integration.test_deployment import (
+from tests.private_stores import PrivateCluster, PrivateRedis
+from tests.roles import (
     Deployment,
     Role,
     admin_client,
-    free_port,
     launch,
     total,
     wait_for,
@@ -47,106 +39,14 @@ from jobledger.runtime.store import open_ledger
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
 
-pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.xdist_group("roles"),
+    pytest.mark.postgres,
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 OUTAGE_SECONDS = 5.0
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-# ---- a redis-server this test may kill ---------------------------------------------
-
-
-class PrivateRedis:
-    """A redis-server without persistence on a fixed port: killed, it comes back empty."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            missing_service("redis-server is not installed")
-        self._binary = binary or ""
-        self._workdir = workdir
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = [self._binary, "--save", "", "--appendonly", "no", "--port", str(self.port)]
-        args += ["--bind", "127.0.0.1", "--dir", str(self._workdir)]
-        self.process = subprocess.Popen(  # noqa: S603 (a fixed argument list, no shell)
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        wait_for(self._answers, "the private redis-server answers PING", timeout=10)
-
-    def _answers(self) -> bool:
-        with (
-            contextlib.suppress(OSError),
-            socket.create_connection(("127.0.0.1", self.port), 1) as sock,
-        ):
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
-        return False
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
-
-
-# ---- a PostgreSQL cluster this test may stop ---------------------------------------
-
-
-class PrivateCluster:
-    """initdb into a temporary folder and pg_ctl on a free port, as the postgres user
-    when this runs as root (PostgreSQL refuses to run as root)."""
-
-    def __init__(self) -> None:
-        if not (PG_BIN / "initdb").exists():
-            missing_service(f"PostgreSQL's server programs are not in {PG_BIN}")
-        self.folder = Path(tempfile.mkdtemp(prefix="jobledger-pg-"))
-        self.data = self.folder / "data"
-        self.port = free_port()
-        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/jobledger"
-        self._as_owner: list[str] = []
-        if os.geteuid() == 0:
-            shutil.chown(self.folder, "postgres")
-            self._as_owner = ["runuser", "-u", "postgres", "--"]
-
-    def _run(self, *args: str) -> None:
-        command = [*self._as_owner, *args]
-        result = subprocess.run(  # noqa: S603 (a fixed argument list)
-            command, capture_output=True, text=True, check=False, timeout=60
-        )
-        assert result.returncode == 0, f"{args[0]}: {result.stdout}{result.stderr}"
-
-    def create(self) -> None:
-        self._run(
-            str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
-            "--no-sync", "--no-instructions",
-        )  # fmt: skip
-        self.start()
-        admin = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute("CREATE DATABASE jobledger")
-
-    def start(self) -> None:
-        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.folder} -c fsync=off"
-        log = str(self.folder / "server.log")
-        self._run(
-            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start"
-        )
-
-    def stop(self) -> None:
-        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
-
-    def remove(self) -> None:
-        with contextlib.suppress(AssertionError):
-            self.stop()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 # ---- the roles and the load --------------------------------------------------------

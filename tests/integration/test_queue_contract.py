@@ -1,6 +1,7 @@
 """The queue backend contract, run against the memory and the Redis backend alike."""
 
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -585,6 +586,19 @@ def test_every_key_of_a_queue_shares_one_hash_tag(
         "jltest:meta",
         "jltest:queues",
     }
+
+
+@pytest.mark.redis
+def test_a_caller_whose_clock_runs_ahead_does_not_lease_early(redis_backend: RedisQueue) -> None:
+    """If a worker's clock runs ahead of the Redis server's, then an entry its clock
+    says is due is not leased until the server's clock reaches the entry's ready time
+    too: the shared queue waits for both clocks."""
+    soon = datetime.now(UTC) + timedelta(seconds=0.5)
+    add(redis_backend, entry(at=soon))
+    ahead = datetime.now(UTC) + timedelta(seconds=10)
+    assert lease(redis_backend, now=ahead) == []
+    time.sleep(max((soon - datetime.now(UTC)).total_seconds(), 0) + 0.05)
+    assert len(lease(redis_backend, now=ahead)) == 1
 
 
 @pytest.mark.redis

@@ -669,6 +669,79 @@ def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uu
     assert first.finished_at == T0 + timedelta(minutes=1, seconds=1)
 
 
+def _follow(
+    listing: Callable[..., rq.Page], database: Database, limit: int, **filters: Any
+) -> list[uuid.UUID]:
+    """Every id of a list, page by page along its cursors."""
+    ids: list[uuid.UUID] = []
+    cursor = None
+    while True:
+        page = listing(database, limit=limit, cursor=cursor, **filters)
+        ids.extend(item.id for item in page.items)
+        if page.next_cursor is None:
+            return ids
+        cursor = page.next_cursor
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_cursors_walk_every_list_in_its_order(
+    database: Database, known: dict[str, uuid.UUID], limit: int
+) -> None:
+    """If a list is followed along its cursors, then the pages hold every row once, in
+    the order of the whole list, filters and all, and the last page has no cursor."""
+    del known
+    lists: list[tuple[Callable[..., rq.Page], dict[str, Any]]] = [
+        (rq.list_jobs, {}),
+        (rq.list_jobs, {"queue": "hooks"}),
+        (rq.list_executions, {}),
+        (rq.list_executions, {"status": "completed"}),
+        (rq.list_dead_letters, {}),
+    ]
+    for listing, filters in lists:
+        whole = [item.id for item in listing(database, **filters).items]
+        assert len(whole) > 1
+        assert _follow(listing, database, limit, **filters) == whole
+        assert listing(database, limit=len(whole), **filters).next_cursor is None
+
+
+def test_a_cursor_page_skips_and_repeats_nothing_when_rows_come_and_go(
+    database: Database, known: dict[str, uuid.UUID], ledger: Ledger, clock: Clock
+) -> None:
+    """If jobs are created between two pages, then the page after a cursor starts right
+    after its last row: no row repeats (as it would with an offset) and none is skipped."""
+    del known
+    first = rq.list_jobs(database, limit=2)
+    assert _names(first) == ["alpha", "beta"]
+    assert first.next_cursor is not None
+    jobs = Jobs(ledger)
+    for name in ("aardvark", "azure"):  # both sort before the cursor's row
+        definition = JobDefinition(name=name, spec=ExecutionSpec(handler="test.echo"))
+        jobs.schedule(definition, at=clock.now, by=actor())
+    models = ReadModels(ledger, database)
+    while models.step():
+        pass
+    after = rq.list_jobs(database, limit=10, cursor=first.next_cursor)
+    assert _names(after) == ["delta", "Gamma backup"]
+    assert after.total == 6
+
+
+def test_a_cursor_from_elsewhere_is_refused(
+    database: Database, known: dict[str, uuid.UUID]
+) -> None:
+    """If a list is asked for with a cursor it never handed out (garbled, or another
+    list's), then it is refused as such."""
+    del known
+    for garbled in ("not-a-cursor", "e30", "WyJqb2JzIl0"):  # the last: ["jobs"], no key
+        with pytest.raises(rq.CursorError):
+            rq.list_jobs(database, cursor=garbled)
+    executions = rq.list_executions(database, limit=1)
+    assert executions.next_cursor is not None
+    with pytest.raises(rq.CursorError, match="another list"):
+        rq.list_jobs(database, cursor=executions.next_cursor)
+    with pytest.raises(rq.CursorError, match="another list"):
+        rq.list_dead_letters(database, cursor=executions.next_cursor)
+
+
 def test_minute_stats_count_and_rank(database: Database, known: dict[str, uuid.UUID]) -> None:
     """If minutes are asked for, then each has its counts and its lateness and duration
     percentiles (within 2 %), and a quiet minute has zeros."""

@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 import redis
-from tests.integration.test_deployment import Deployment, launch, wait_until_serving
 from tests.integration.test_outages import (
-    PrivateRedis,
     check_nothing_lost,
     check_ran_through,
     during,
     shared_settings,
     start_long_runs,
 )
+from tests.private_stores import PrivateRedis
+from tests.roles import Deployment, launch, wait_until_serving
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

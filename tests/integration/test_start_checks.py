@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
-from tests.integration.test_deployment import free_port
+from tests.roles import free_port
 
 from jobledger.runtime.errors import StoreNotMigratedError
 from jobledger.runtime.settings import load_settings
@@ -87,8 +87,8 @@ CASES = [
     (
         "projector",
         {"handlers": "acme_jobs.reports"},
-        "JOBLEDGER_HANDLERS: 'acme_jobs.reports' is not name=package.module:function",
-        "separate several with commas",
+        "JOBLEDGER_HANDLERS: cannot import module 'acme_jobs.reports'",
+        "check that it is installed (or on PYTHONPATH)",
     ),
     (
         "worker",

@@ -147,6 +147,7 @@ def check_history(harness: "Harness", execution: Execution) -> int:
     return names["Retried"]
 
 
+@pytest.mark.serial  # compares two completion rates of one worker: nothing else may run
 def test_a_failing_target_opens_the_breaker_defers_and_recovers(
     harness: "Harness", target: Target
 ) -> None:

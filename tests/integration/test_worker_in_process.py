@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 from tests.conftest import actor
+from tests.integration import code_jobs
 from tests.integration.executions import LogReads, adhoc_spec
 
 from jobledger.domain.execution import Execution, ExecutionStatus
@@ -31,6 +32,7 @@ from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.breakers import Breakers, BreakerSettings
 from jobledger.runtime.handlers.base import Handler, HandlerCancelledError, HandlerContext
 from jobledger.runtime.handlers.builtin import BUILTIN
+from jobledger.runtime.handlers.code import code_handler
 from jobledger.runtime.handlers.registry import HandlerRegistry
 from jobledger.runtime.outcomes import MAX_ERROR_LENGTH
 from jobledger.runtime.settings import load_settings
@@ -245,6 +247,31 @@ def test_a_handler_that_returns_completes_its_run(embedded: InProcess) -> None:
         assert (worker.stats.leased, worker.stats.completed) == (1, 1)
         waited = worker.metrics.registry.get_sample_value("jobledger_schedule_to_start_seconds_sum")
         assert waited == 3.0
+
+    asyncio.run(scenario())
+
+
+def test_a_plain_handler_that_blocks_delays_no_other_slot(embedded: InProcess) -> None:
+    """If a plain (not async) handler sleeps 2 s in one slot, then the runs of the other
+    slot are leased, run and recorded meanwhile: the sleep holds a thread of the
+    worker's handler pool, not its event loop."""
+
+    async def scenario() -> None:
+        sleeper = embedded.run("tests.block", seconds=2)
+        quick = [embedded.run("test.echo", n=n) for n in range(6)]
+        handlers = {"tests.block": code_handler(code_jobs.block)}
+        worker = embedded.worker(handlers, slots=2)
+        async with embedded.running(worker):
+            await embedded.until(
+                lambda: all(embedded.status(q.id) is ExecutionStatus.COMPLETED for q in quick)
+            )
+            assert embedded.status(sleeper.id) is ExecutionStatus.RUNNING
+            await embedded.until(
+                lambda: embedded.status(sleeper.id) is ExecutionStatus.COMPLETED, 10
+            )
+        [completed] = [e for e in embedded.events(sleeper.id) if isinstance(e, Execution.Completed)]
+        assert completed.result == {"slept": 2.0}
+        assert completed.duration >= timedelta(seconds=2)
 
     asyncio.run(scenario())
 

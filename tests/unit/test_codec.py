@@ -92,6 +92,30 @@ def test_old_event_shapes_are_upcast_then_typed() -> None:
     assert vars(restored)["timestamp"] == AT
 
 
+def test_an_event_stored_before_a_field_was_added_takes_its_default() -> None:
+    """If a JobUpdated or JobDeleted stored before events had a source and an override
+    is read, then it decodes, as a change made over the API without an override."""
+    spec = msgspec.to_builtins(ExecutionSpec(handler="test.echo"))
+    old_states = {
+        "jobledger:JobUpdated": {
+            "timestamp": AT.isoformat(),
+            "definition": {"name": "n", "spec": spec},
+            "next_fire_at": None,
+            "by": "bob",
+        },
+        "jobledger:JobDeleted": {"timestamp": AT.isoformat(), "by": "bob"},
+    }
+    for topic, state in old_states.items():
+        stored = StoredEvent(
+            originator_id=uuid.uuid4(),
+            originator_version=2,
+            topic=topic,
+            state=msgspec.json.encode(state),
+        )
+        restored = vars(MsgspecMapper().to_domain_event(stored))
+        assert (restored["source"], restored["override"], restored["by"]) == ("api", False, "bob")
+
+
 def test_corrupt_state_names_the_event() -> None:
     """If stored state does not match the event type, then the error names the event."""
     stored = StoredEvent(

@@ -15,14 +15,13 @@ from jobledger.domain.dependencies import (
     Dependency,
     DependencyGraph,
     Verdict,
-    WaitFor,
     find_cycle,
     verdict,
 )
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import ExecutionStatus, occurrence_execution_id
 from jobledger.domain.job import SYSTEM, FireTrigger, Job, MissReason
-from jobledger.domain.policies import BackfillOverlap
+from jobledger.domain.policies import BackfillOverlap, WaitFor
 from jobledger.domain.schedules import CronSchedule, MissedFires
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -75,6 +74,25 @@ def test_an_update_that_closes_a_cycle_is_refused() -> None:
         graph.link(d, [e])
     graph.link(d, [])  # unchanged: no event
     assert len(graph.collect_events()) == 2
+
+
+def test_a_set_is_linked_as_it_leaves_the_graph() -> None:
+    """If B waits for A and a set of changes makes A wait for B and B for nothing, then
+    the set is linked in either order (the graph it leaves has no cycle); a set that
+    closes a cycle among its own jobs is refused and changes nothing."""
+    a, b, c = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    for order in ((a, b), (b, a)):
+        graph = DependencyGraph()
+        graph.link(b, [a])
+        changes = {a: [b], b: []}
+        graph.relink({job: changes[job] for job in order})
+        assert graph.upstreams == {a: (b,)}
+    graph = DependencyGraph()
+    graph.link(b, [a])
+    with pytest.raises(CycleError) as refused:
+        graph.relink({a: [c], c: [b]})
+    assert refused.value.path[0] == refused.value.path[-1]
+    assert graph.upstreams == {b: (a,)}
 
 
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), max_size=30))

@@ -55,7 +55,7 @@ def test_a_disabled_test_handler_is_explained() -> None:
     [
         ("report=acme_jobs.reports:send", "cannot load handler 'report'.*No module named"),
         ("stamp=json:no_such_function", "cannot load handler 'stamp'.*no attribute"),
-        ("acme_jobs.reports", "'acme_jobs.reports' is not name=package.module:function"),
+        ("acme_jobs.reports", "cannot import module 'acme_jobs.reports'.*No module named"),
         ("stamp=json", "'stamp=json' is not name=package.module:function"),
         ("limit=sys:maxsize", "'sys:maxsize' is not a function"),
     ],
@@ -104,3 +104,74 @@ def test_a_missing_handler_names_the_setting_only_for_a_test_handler() -> None:
     assert "JOBLEDGER_TEST_HANDLERS=true" in error
     assert registry.missing_handler_error("acme.x") == "no handler named 'acme.x'"
     assert registry.missing_handler_error("test.nope") == "no handler named 'test.nope'"
+
+
+DECLARING = """
+import msgspec
+import jobledger
+
+class Report(msgspec.Struct):
+    month: str
+
+@jobledger.handler("reports.send")
+def send(payload: Report) -> None:
+    \"\"\"Sends the month's report.\"\"\"
+
+@jobledger.handler("reports.ping")
+async def ping(ctx) -> dict:
+    return {}
+"""
+
+
+def _module(source: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    name = f"acme_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_module_adds_every_handler_it_declares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If JOBLEDGER_HANDLERS names a module, then every handler it declares is loaded
+    under its declared name, with its description and its payload struct."""
+    module = _module(DECLARING, tmp_path, monkeypatch)
+    handlers = load_registry((module,))
+    assert {"reports.send", "reports.ping", "http.webhook"} <= set(handlers.names())
+    info = handlers.info("reports.send")
+    assert info.description == "Sends the month's report."
+    assert info.payload_type is not None
+    assert info.payload_type.__name__ == "Report"
+    assert handlers.info("reports.ping").payload_type is None
+    assert handlers.info("http.webhook").description  # a built-in's doc line
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("x = 1\n", "declares no handler; decorate its functions"),
+        (
+            (
+                "import jobledger\n"
+                "@jobledger.handler('a.b')\ndef one(): pass\n"
+                "@jobledger.handler('a.b')\ndef two(): pass\n"
+            ),
+            "two handlers are named 'a.b'",
+        ),
+        (
+            (
+                "import jobledger\n@jobledger.handler('a.b')\n"
+                "@jobledger.periodic('* * * * *')\ndef one(): pass\n"
+            ),
+            "goes above @jobledger.handler",
+        ),
+    ],
+)
+def test_a_module_that_declares_nothing_usable_is_a_settings_error(
+    source: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a module named in JOBLEDGER_HANDLERS declares no handler, two of one name, or
+    a schedule below its handler, then loading fails with a line saying how to fix it."""
+    module = _module(source, tmp_path, monkeypatch)
+    with pytest.raises(SettingsError, match=f"JOBLEDGER_HANDLERS: .*{message}"):
+        load_registry((module,))

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
 from jobledger.domain.execution import Execution, step_execution_id
-from jobledger.domain.workflow import OnFailure, StepSpec, StepStatus, Workflow, WorkflowStatus
+from jobledger.domain.policies import OnFailure
+from jobledger.domain.workflow import StepSpec, StepStatus, Workflow, WorkflowStatus
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 SPEC = ExecutionSpec(handler="test.echo")

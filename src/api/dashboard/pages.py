@@ -231,25 +231,32 @@ def jobs_page(
 @get("/jobs/new", opt=OPERATOR, sync_to_thread=False, name="ui-job-new")
 def new_job(request: Request[Any, Any, Any], jobs: NamedDependency[Jobs]) -> Template:
     blank = JobIn(name="", handler="test.echo", schedule=CronIn(cron="0 * * * *"))
-    return _job_form(request, jobs, blank, job_id=None)
+    return _job_form(request, jobs, blank, job_id=None, managed_key=None)
 
 
 @get("/jobs/{job_id:uuid}/edit", opt=OPERATOR, sync_to_thread=True, name="ui-job-edit")
 def edit_job(
     request: Request[Any, Any, Any], job_id: FromPath[UUID], jobs: NamedDependency[Jobs]
 ) -> Template:
-    job = jobs.get(job_id)
-    return _job_form(request, jobs, job_out(job).definition, job_id=job_id)
+    job = job_out(jobs.get(job_id))
+    return _job_form(request, jobs, job.definition, job_id=job_id, managed_key=job.key)
 
 
 def _job_form(
-    request: Request[Any, Any, Any], jobs: Jobs, definition: JobIn, job_id: UUID | None
+    request: Request[Any, Any, Any],
+    jobs: Jobs,
+    definition: JobIn,
+    *,
+    job_id: UUID | None,
+    managed_key: str | None,
 ) -> Template:
     return render(
         request,
         "job_form.html",
         job_id=job_id,
+        managed_key=managed_key,
         form=msgspec.to_builtins(definition),
+        payload_hints=presenters.payload_hints(jobs.handlers.described()),
         **presenters.form_choices(jobs.handlers.listed()),
     )
 

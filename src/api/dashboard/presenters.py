@@ -1,5 +1,6 @@
 """What the pages show, computed from the API's state: cards, timelines, form choices."""
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -12,6 +13,7 @@ from markupsafe import Markup, escape
 
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
+from jobledger.schemas.handlers import HandlerOut
 from jobledger.services.history import EventOut
 from jobledger.services.system import SystemView
 
@@ -195,6 +197,34 @@ def versions(events: Sequence[EventOut]) -> list[dict[str, Any]]:
 @cache
 def timezones() -> tuple[str, ...]:
     return tuple(sorted(region_zones()))
+
+
+def payload_hints(handlers: Iterable[HandlerOut]) -> dict[str, str]:
+    """A line per handler that declares its payload: its fields, their types, which are
+    required, and the defaults ("customer: string, required; currency: string = EUR")."""
+    return {
+        handler.name: _fields_text(handler.payload_schema)
+        for handler in handlers
+        if handler.payload_schema is not None
+    }
+
+
+def _fields_text(schema: dict[str, Any]) -> str:
+    reference = str(schema.get("$ref", ""))
+    if reference.startswith("#/$defs/"):
+        schema = schema.get("$defs", {}).get(reference.removeprefix("#/$defs/"), schema)
+    required = set(schema.get("required", ()))
+    parts = []
+    for name, field in schema.get("properties", {}).items():
+        kind = field.get("type") or ("object" if "$ref" in field else "any")
+        kind = " or ".join(kind) if isinstance(kind, list) else kind
+        if name in required:
+            parts.append(f"{name}: {kind}, required")
+        elif "default" in field:
+            parts.append(f"{name}: {kind} = {json.dumps(field['default'])}")
+        else:
+            parts.append(f"{name}: {kind}")
+    return "; ".join(parts) or "an object"
 
 
 def form_choices(handlers: Iterable[str]) -> dict[str, Any]:

@@ -3,12 +3,15 @@
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import structlog
+
+T = TypeVar("T")
 
 
 class HandlerError(Exception):
@@ -52,6 +55,14 @@ class HandlerContext:
     # Set when the execution was cancelled or the lease was lost: stop soon.
     cancelled: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=lambda: structlog.get_logger("jobledger.handler"))
+    # The worker's threads for blocking handler code (None: asyncio's default pool).
+    threads: Executor | None = None
+
+    async def in_thread(self, function: Callable[[], T]) -> T:
+        """Run blocking ``function`` on one of the worker's handler threads. It cannot
+        be interrupted: on a timeout or cancellation the run ends, and the function
+        keeps its thread until it returns, so let it watch ``cancelled``."""
+        return await asyncio.get_running_loop().run_in_executor(self.threads, function)
 
     async def sleep(self, seconds: float) -> bool:
         """Sleep, waking early on cancellation; returns False if cancelled."""

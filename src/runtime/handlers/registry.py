@@ -1,10 +1,18 @@
-"""Finding handlers by name: built in, entry points, dotted paths from the settings."""
+"""Finding handlers by name: built in, entry points, dotted paths and modules of
+declared handlers from the settings."""
 
 import importlib
+import inspect
 import json
+import types
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
+import msgspec
+
+from jobledger.declarations import HandlerDeclaration, declared_in
 from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.errors import SettingsError
@@ -12,6 +20,7 @@ from jobledger.runtime.handlers.base import Handler
 from jobledger.runtime.handlers.builtin import BUILTIN
 from jobledger.runtime.handlers.cleanup import NAME as CLEANUP
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
+from jobledger.runtime.handlers.code import code_handler
 from jobledger.runtime.handlers.shell import NAME as SHELL
 from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
 from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
@@ -21,15 +30,35 @@ ENTRY_POINT_GROUP = "jobledger.handlers"
 TEST_HANDLERS_SETTING = "JOBLEDGER_TEST_HANDLERS"
 
 
+@dataclass(frozen=True)
+class HandlerInfo:
+    """What a handler says about itself: a line on what it does, and the payload it
+    declares (a msgspec Struct the API checks payloads against; None takes any)."""
+
+    description: str = ""
+    payload_type: type[msgspec.Struct] | None = None
+
+
 class HandlerRegistry:
-    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+    def __init__(
+        self, handlers: Mapping[str, Handler], info: Mapping[str, HandlerInfo] | None = None
+    ) -> None:
         self._handlers = dict(handlers)
+        self._info = dict(info or {})
 
     def get(self, name: str) -> Handler | None:
         return self._handlers.get(name)
 
     def names(self) -> list[str]:
         return sorted(self._handlers)
+
+    def info(self, name: str) -> HandlerInfo:
+        """What ``name`` declares; for a handler that declares nothing, its doc's first line."""
+        known = self._info.get(name)
+        if known is not None:
+            return known
+        doc = inspect.getdoc(self._handlers[name]) or ""
+        return HandlerInfo(description=doc.split("\n\n", 1)[0].replace("\n", " "))
 
 
 def unknown_handler_fix(name: str, known: Iterable[str]) -> str:
@@ -76,10 +105,50 @@ def load_registry(
         handlers[CLEANUP] = make_cleanup_handler(queue, read_models)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = _load_entry_point(point)
-    for pair in dotted:
-        name, _, path = pair.partition("=")
-        handlers[name.strip()] = _import(name.strip(), path.strip())
-    return HandlerRegistry(handlers)
+    info: dict[str, HandlerInfo] = {}
+    for entry in dotted:
+        if "=" not in entry:
+            for declaration in _declared(entry.strip()):
+                handlers[declaration.name] = code_handler(declaration)
+                info[declaration.name] = _info_of(declaration)
+            continue
+        name, _, path = entry.partition("=")
+        handler = _import(name.strip(), path.strip())
+        if isinstance(handler, HandlerDeclaration):
+            info[name.strip()] = _info_of(handler)
+            handler = code_handler(handler)
+        handlers[name.strip()] = handler
+    return HandlerRegistry(handlers, info)
+
+
+def _info_of(declaration: HandlerDeclaration[..., Any]) -> HandlerInfo:
+    return HandlerInfo(declaration.description, declaration.payload_type)
+
+
+def _declared(module_name: str) -> list[HandlerDeclaration[..., Any]]:
+    """Every handler a module declares with ``@jobledger.handler``."""
+    module = _import_module(module_name)
+    try:
+        found = list(declared_in(module).handlers.values())
+    except ValueError as error:
+        raise SettingsError(f"JOBLEDGER_HANDLERS: module {module_name!r}: {error}") from None
+    if not found:
+        raise SettingsError(
+            f"JOBLEDGER_HANDLERS: module {module_name!r} declares no handler; decorate its "
+            'functions with @jobledger.handler("name"), or give name=module:function'
+        )
+    return found
+
+
+def _import_module(module_name: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 (any failure to import is the setting's fault)
+        raise SettingsError(
+            f"JOBLEDGER_HANDLERS: cannot import module {module_name!r} "
+            f"({type(error).__name__}: {error}); check that it is installed (or on "
+            "PYTHONPATH) and imports without error"
+        ) from None
 
 
 def _load_entry_point(point: EntryPoint) -> Handler:

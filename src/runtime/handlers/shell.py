@@ -174,6 +174,7 @@ def make_shell_handler(settings: ShellSettings) -> Handler:
     """The ``shell.command`` handler, bound to ``settings``."""
 
     async def shell_command(ctx: HandlerContext) -> dict[str, Any]:
+        """Runs a named command of JOBLEDGER_SHELL_COMMANDS (payload: command, args)."""
         name = ctx.payload.get("command")
         argv = render(settings, name, ctx.payload.get("args"))
         started = time.monotonic()

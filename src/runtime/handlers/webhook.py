@@ -304,6 +304,7 @@ def make_webhook_handler(settings: WebhookSettings) -> Handler:
     """The ``http.webhook`` handler, bound to ``settings``."""
 
     async def webhook(ctx: HandlerContext) -> dict[str, Any]:
+        """Calls an http(s) URL (payload: url, method, headers, body, expected_status)."""
         url, outgoing, expected = _outgoing(ctx)
         origin = _origin_text(parse_url(url))
         try:

@@ -17,6 +17,7 @@ import pytest
 from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.lifecycle import WorkerRunner
 from jobledger.runtime.settings import load_settings
 
 if TYPE_CHECKING:
@@ -97,6 +98,17 @@ def serve_api(
                     client.close()
         finally:
             projector.stop()
+
+
+@contextlib.contextmanager
+def worker_for(api: Api) -> Iterator[Api]:
+    """A worker on the API's stores, running until the block ends."""
+    runner = WorkerRunner(api.container.worker())
+    runner.start()
+    try:
+        yield api
+    finally:
+        runner.stop()
 
 
 @pytest.fixture

@@ -184,3 +184,48 @@ def test_an_unknown_job_is_a_404_naming_it(app: App) -> None:
         answer = app.client.request(method, path, headers=app.as_(Role.OPERATOR))
         assert answer.status_code == 404, (method, path)
         assert str(missing) in answer.json()["error"]["message"]
+
+
+def test_a_query_parameter_given_twice_is_refused(app: App) -> None:
+    """If a filter that takes one value is given twice, then the list is refused with
+    400 naming it, instead of one value being picked silently."""
+    answer = app.client.get(
+        "/api/v1/jobs?status=active&status=paused", headers=app.as_(Role.VIEWER)
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["field"] == "status"
+    assert answer.json()["error"]["fix"] == "give it once"
+
+
+def test_a_nested_flag_sent_as_text_is_refused_with_its_path(app: App) -> None:
+    """If a nested flag of a body is sent as text, then the 400 names its path and
+    nothing is written."""
+    head = app.container.head()
+    body = {**JOB, "retry": {"jitter": "false"}}
+    answer = app.client.post("/api/v1/jobs", json=body, headers=app.as_(Role.OPERATOR))
+    assert answer.status_code == 400
+    assert answer.json()["error"]["field"] == "retry.jitter"
+    assert app.container.head() == head
+
+
+def test_a_list_is_followed_along_its_cursor_over_http(app: App) -> None:
+    """If jobs are listed a page at a time along next_cursor, then every job comes once
+    in name order; a cursor with an offset, or a garbled one, is a 400 naming cursor."""
+    operator = app.as_(Role.OPERATOR)
+    for index in range(5):
+        body = {**JOB, "name": f"job {index}"}
+        assert app.client.post("/api/v1/jobs", json=body, headers=operator).status_code == 201
+    app.project()
+    names: list[str] = []
+    params: dict[str, str | int] = {"limit": 2}
+    while True:
+        page = app.client.get("/api/v1/jobs", params=params, headers=operator).json()
+        names += [item["name"] for item in page["items"]]
+        if page["next_cursor"] is None:
+            break
+        params = {"limit": 2, "cursor": page["next_cursor"]}
+    assert names == [f"job {index}" for index in range(5)]
+    for bad in ({"cursor": params["cursor"], "offset": 1}, {"cursor": "garbled"}):
+        refused = app.client.get("/api/v1/jobs", params=bad, headers=operator)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["field"] == "cursor"

@@ -3,11 +3,13 @@ document and sends them to the running server as an admin."""
 
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.result import Ok
 
+from jobledger.api.openapi_links import STEPS
 from jobledger.runtime.accounts import Role
 
 if TYPE_CHECKING:
@@ -44,3 +46,27 @@ def test_no_server_errors_and_responses_match_the_schema(api: "Api") -> None:
             )
 
         check()
+
+
+def test_the_document_links_the_workflows(api: "Api") -> None:
+    """If the OpenAPI document is read, then a created job links to its trigger, a run
+    to its cancel and the dead-letter list to requeue, each link naming an operation and
+    a path parameter that exist; Schemathesis builds its state machine from them."""
+    document = httpx.get(f"{api.url}/schema/openapi.json").json()
+    operations = {
+        operation["operationId"]: (f"{method.upper()} {path}", operation)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+    }
+    followed = set()
+    for route, operation in operations.values():
+        for status, answer in operation["responses"].items():
+            for link in answer.get("links", {}).values():
+                target, target_operation = operations[link["operationId"]]
+                names = {p["name"] for p in target_operation.get("parameters", [])}
+                assert set(link["parameters"]) <= names, (route, status, link)
+                followed.add((route, target))
+    assert {(step.source, step.target) for step in STEPS} <= followed
+    assert ("POST /api/v1/jobs", "POST /api/v1/jobs/{job_id}/trigger") in followed
+    assert ("GET /api/v1/dlq", "POST /api/v1/dlq/{execution_id}/requeue") in followed
+    schemathesis.openapi.from_dict(document).as_state_machine()

@@ -397,7 +397,9 @@
       return;
     }
     const submit = form.querySelector('button[type="submit"]');
-    const result = await busy(submit, () => api(form.dataset.method, form.dataset.url, body));
+    const override = named(form, "override")?.checked ? "?override=true" : "";
+    const url = form.dataset.url + override;
+    const result = await busy(submit, () => api(form.dataset.method, url, body));
     if (result.ok) {
       flashAfterNavigation(`Saved the job ${result.data.definition.name}.`);
       location.assign(`/ui/jobs/${result.data.id}`);
@@ -796,6 +798,12 @@
   document.addEventListener("change", (event) => {
     const target = event.target;
     if (target.name === "schedule.kind") showKind(target.form);
+    if (target.name === "handler" && target.form?.id === "job-form") {
+      // The payload the chosen handler declares, if it declares one.
+      for (const hint of target.form.querySelectorAll(".payload-hint")) {
+        hint.hidden = hint.dataset.handler !== target.value;
+      }
+    }
     if (target.id === "select-all") {
       for (const box of document.querySelectorAll("input.pick")) box.checked = target.checked;
     }

@@ -1,0 +1,1 @@
+"""Example applications that use jobledger from Python."""

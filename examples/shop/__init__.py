@@ -1,0 +1,1 @@
+"""A small shop that enqueues a receipt for every order and reports its sales daily."""

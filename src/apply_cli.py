@@ -1,0 +1,98 @@
+"""``jobledger apply``: the jobs code declares (``@jobledger.periodic`` in a module, or a
+TOML file), planned against a running jobledger and applied through its API
+(``POST /api/v1/jobs:apply``) as one set. The events record the token's user."""
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jobledger.client import Client, JobledgerError
+from jobledger.declarations import DeclarationError, jobs_of_file, jobs_of_module
+from jobledger.schemas.jobs import ApplyOut, ManagedJobIn, PlannedChange
+
+EXIT_REFUSED = 2
+_SIGNS = {"create": "+", "update": "~", "unchanged": "=", "delete": "-"}
+
+
+def add_parser(commands: "argparse._SubParsersAction[Any]") -> None:
+    apply = commands.add_parser(
+        "apply", help="create, update or delete the jobs code declares, through the API"
+    )
+    source = apply.add_mutually_exclusive_group(required=True)
+    source.add_argument("--module", help="a module whose @jobledger.periodic jobs to apply")
+    source.add_argument("--file", type=Path, help="a TOML file of [[jobs]] to apply")
+    apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    apply.add_argument(
+        "--prune", action="store_true", help="delete the managed jobs no longer declared"
+    )
+    apply.add_argument("--url", help="the API (default $JOBLEDGER_URL, else 127.0.0.1:8000)")
+    apply.add_argument("--token", help="an API token (default $JOBLEDGER_TOKEN)")
+
+
+def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
+    """Plan, print and (unless a dry run) apply; 2 when the set or a request is refused."""
+    try:
+        jobs = _declared(args)
+        with Client(args.url, args.token) as client:
+            outcome = client.apply(jobs, prune=args.prune, dry_run=args.dry_run)
+            target = client.connection.target.url
+    except DeclarationError as error:
+        print(f"jobledger apply: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except JobledgerError as error:
+        where = f" ({error.field})" if error.field else ""
+        print(f"jobledger apply: refused{where}: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    for line in plan_lines(outcome, target=target, dry_run=args.dry_run):
+        say(line)
+    return 0
+
+
+def _declared(args: argparse.Namespace) -> list[ManagedJobIn]:
+    if args.module:
+        jobs = jobs_of_module(args.module)
+        if not jobs:
+            raise DeclarationError(
+                f"module {args.module!r} declares no job; put @jobledger.periodic(...) above "
+                "a @jobledger.handler(...)"
+            )
+        return jobs
+    return jobs_of_file(args.file)
+
+
+def plan_lines(outcome: ApplyOut, *, target: str, dry_run: bool) -> list[str]:
+    """The plan as a person reads it: one line per job, the changed fields below an
+    update, a count, and what happened."""
+    lines = [f"Plan against {target}:"]
+    for change in outcome.plan:
+        lines += _change_lines(change)
+    counts = dict.fromkeys(_SIGNS, 0)
+    for change in outcome.plan:
+        counts[change.action] += 1
+    lines.append(
+        f"{counts['create']} to create, {counts['update']} to update, "
+        f"{counts['delete']} to delete, {counts['unchanged']} unchanged."
+    )
+    if dry_run:
+        lines.append("Dry run: nothing was changed.")
+    elif outcome.applied:
+        lines.append("Applied.")
+    else:
+        lines.append("Nothing to change.")
+    return lines
+
+
+def _change_lines(change: PlannedChange) -> list[str]:
+    lines = [f"  {_SIGNS[change.action]} {change.action:<9} {change.key}  ({change.job_id})"]
+    lines += [
+        f"      {field.field}: {_shown(field.old)} -> {_shown(field.new)}"
+        for field in change.changes
+    ]
+    return lines
+
+
+def _shown(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -1,0 +1,262 @@
+"""``AsyncClient``: the REST API from asyncio code, with typed results and errors."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from jobledger.client import calls
+from jobledger.client.calls import Call, Id, Payload, RunId, RunOptions
+from jobledger.client.errors import NotVisibleYetError
+from jobledger.client.transport import RETRIED_ERRORS, Connection, answered
+from jobledger.declarations import HandlerDeclaration
+from jobledger.domain.policies import DEFAULT_PRIORITY
+from jobledger.schemas.events import EventOut
+from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
+from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import (
+    ApplyOut,
+    JobIn,
+    JobOut,
+    JobPatch,
+    ManagedJobIn,
+    PreviewOut,
+    RetryIn,
+    ScheduleIn,
+)
+from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.system import Readiness
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """``Client`` for asyncio: ``AsyncClient(url, token)``, or ``AsyncClient()`` to read
+    ``JOBLEDGER_URL`` and ``JOBLEDGER_TOKEN``. Close it (or use ``async with``) when
+    done; many requests may be in flight at once on one client.
+
+    Requests that fail with a 503 or a broken connection are sent again with back-off
+    (``retries``); every POST carries an Idempotency-Key, the same on each retry, so a
+    retried enqueue runs once. A refusal raises a ``JobledgerError`` subclass with the
+    API's message, field and fix.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.connection = Connection.of(
+            url, token, timeout=timeout, retries=retries, backoff=backoff
+        )
+        self._http = httpx.AsyncClient(**self.connection.client_options(), transport=transport)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def send(self, call: Call[T]) -> T:
+        """Send ``call``, trying again after a 503 or a broken connection."""
+        connection = self.connection
+        for attempt in connection.retrying.attempts():
+            try:
+                response = await self._http.request(**connection.request(call))
+            except RETRIED_ERRORS as error:
+                pause = connection.after_error(attempt, error)
+            else:
+                answer_pause = connection.after_answer(attempt, call, response)
+                if answer_pause is None:
+                    return answered(call, response)
+                pause = answer_pause
+            await asyncio.sleep(pause)
+        raise AssertionError  # pragma: no cover (the last attempt returns or raises)
+
+    async def _follow(self, call: Call[Page]) -> AsyncIterator[Any]:
+        while True:
+            page = await self.send(call)
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            call = call.after(page.next_cursor)
+
+    # ---- jobs --------------------------------------------------------------------------
+
+    async def create_job(self, job: JobIn, *, idempotency_key: str | None = None) -> JobOut:
+        """Create a job; the same ``idempotency_key`` returns the same job."""
+        return await self.send(calls.create_job(job, idempotency_key))
+
+    async def get_job(self, job_id: Id, *, as_of: datetime | int | None = None) -> JobOut:
+        """The job now, or as it was at a time or a version (``as_of``)."""
+        return await self.send(calls.get_job(job_id, as_of))
+
+    async def list_jobs(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of jobs (items are ``JobRow``); filters: status, handler, queue,
+        search, source."""
+        return await self.send(calls.list_jobs(limit, cursor, **filters))
+
+    def iter_jobs(self, *, page_size: int = 200, **filters: object) -> AsyncIterator[JobRow]:
+        """Every job that matches, page by page along the cursor."""
+        return self._follow(calls.list_jobs(page_size, None, **filters))
+
+    async def update_job(
+        self, job_id: Id, patch: JobPatch | Mapping[str, Any], *, override: bool = False
+    ) -> JobOut:
+        """Change some fields of a job; one that code manages needs ``override``."""
+        return await self.send(calls.update_job(job_id, patch, override))
+
+    async def pause_job(self, job_id: Id, *, reason: str = "") -> JobOut:
+        return await self.send(calls.pause_job(job_id, reason))
+
+    async def resume_job(self, job_id: Id) -> JobOut:
+        return await self.send(calls.resume_job(job_id))
+
+    async def delete_job(self, job_id: Id, *, override: bool = False) -> JobOut:
+        """Delete a job (its history stays); one that code manages needs ``override``."""
+        return await self.send(calls.delete_job(job_id, override))
+
+    async def trigger_job(self, job_id: Id, *, idempotency_key: str | None = None) -> ExecutionRef:
+        """Run a job now; the same ``idempotency_key`` returns the same run."""
+        return await self.send(calls.trigger_job(job_id, idempotency_key))
+
+    async def job_history(self, job_id: Id) -> list[EventOut]:
+        """Every event of the job, oldest first."""
+        return await self.send(calls.job_history(job_id))
+
+    async def job_executions(
+        self, job_id: Id, *, limit: int = 50, cursor: str | None = None, status: str | None = None
+    ) -> Page:
+        return await self.send(calls.job_executions(job_id, limit, cursor, status))
+
+    async def preview_job(self, job_id: Id, *, count: int = 10) -> PreviewOut:
+        """The job's next fire times."""
+        return await self.send(calls.preview_job(job_id, count))
+
+    async def preview_schedule(
+        self, schedule: ScheduleIn, *, count: int = 10, after: datetime | None = None
+    ) -> PreviewOut:
+        """The fire times of a schedule, before it is saved."""
+        return await self.send(calls.preview_schedule(schedule, count, after))
+
+    async def apply(
+        self, jobs: list[ManagedJobIn], *, prune: bool = False, dry_run: bool = False
+    ) -> ApplyOut:
+        """Apply the whole set of jobs code declares, atomically; the plan it followed."""
+        return await self.send(calls.apply(jobs, prune, dry_run))
+
+    async def handlers(self) -> list[HandlerOut]:
+        """The handlers the workers run, with the payload schema each declares."""
+        return await self.send(calls.handlers())
+
+    # ---- executions --------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        handler: str | HandlerDeclaration[..., Any],
+        payload: Payload = None,
+        *,
+        queue: str = "default",
+        priority: int = DEFAULT_PRIORITY,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        timeout_seconds: float | None = None,
+        retry: RetryIn | None = None,
+        idempotency_key: str | None = None,
+    ) -> ExecutionRef:
+        """Run ``handler`` (a name or the declared function) with ``payload`` (a dict or
+        a Struct), now, at ``run_at`` or after ``delay`` seconds. The same
+        ``idempotency_key`` returns the first run; without one a key is made, so a
+        retry of this call runs it once. ``timeout_seconds`` bounds one attempt."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        body = calls.run_body(handler, payload, options)
+        return await self.send(calls.enqueue(body, idempotency_key))
+
+    async def get_execution(
+        self, execution_id: RunId, *, wait: float | None = None
+    ) -> ExecutionDetail:
+        """The run and its attempts; with ``wait``, once it finishes or after that many
+        seconds (at most 60)."""
+        return await self.send(calls.get_execution(execution_id, wait))
+
+    async def list_executions(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of runs (items are ``ExecutionRow``); filters: status, job_id,
+        queue, handler, since, until."""
+        return await self.send(calls.list_executions(limit, cursor, **filters))
+
+    def iter_executions(
+        self, *, page_size: int = 200, **filters: object
+    ) -> AsyncIterator[ExecutionRow]:
+        """Every run that matches, page by page along the cursor."""
+        return self._follow(calls.list_executions(page_size, None, **filters))
+
+    async def cancel(self, execution_id: RunId, *, reason: str = "") -> ExecutionRef:
+        return await self.send(calls.cancel(execution_id, reason))
+
+    async def execution_history(self, execution_id: RunId) -> list[EventOut]:
+        return await self.send(calls.execution_history(execution_id))
+
+    async def wait(
+        self,
+        execution_id: RunId,
+        timeout: float | None = None,  # noqa: ASYNC109 (the wait's own bound, as in Client)
+    ) -> dict[str, Any]:
+        """The result of the run once it completes. Raises ExecutionFailedError (with
+        its last error) if it was dead-lettered, ExecutionCancelledError if cancelled or
+        discarded, WaitTimedOutError after ``timeout`` seconds (None: no limit)."""
+        waiting = calls.Waiting(calls.id_of(execution_id), timeout, time.monotonic)
+        while True:
+            try:
+                detail = await self.send(waiting.next())
+            except NotVisibleYetError:
+                continue  # the server waited for it to show; ask again
+            result = waiting.seen(detail)
+            if result is not None:
+                return result
+
+    # ---- dead letters ------------------------------------------------------------------
+
+    async def list_dead_letters(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of dead letters; filters: queue, handler, job_id, error_contains."""
+        return await self.send(calls.list_dead_letters(limit, cursor, **filters))
+
+    def iter_dead_letters(
+        self, *, page_size: int = 200, **filters: object
+    ) -> AsyncIterator[ExecutionRow]:
+        return self._follow(calls.list_dead_letters(page_size, None, **filters))
+
+    async def requeue(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
+        """Give a dead letter a fresh attempt budget."""
+        return await self.send(calls.requeue(execution_id, reason))
+
+    async def requeue_matching(self, selection: BulkRequeueIn) -> BulkReport:
+        """Requeue every dead letter a filter matches (``dry_run`` only counts)."""
+        return await self.send(calls.requeue_matching(selection))
+
+    async def discard(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
+        """Give up on a dead letter for good; its history stays."""
+        return await self.send(calls.discard(execution_id, reason))
+
+    # ---- system ------------------------------------------------------------------------
+
+    async def health(self) -> Readiness:
+        """Whether the server and its stores are ready (``ready`` False: not yet)."""
+        return await self.send(calls.health())

@@ -1,0 +1,317 @@
+"""Every request the clients make, built once: the method, the path, the query, the
+body and the type its answer decodes to. ``Client`` sends them with a blocking httpx
+client and ``AsyncClient`` with an async one; neither adds anything but the sending."""
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+from jobledger.client.errors import ExecutionCancelledError, ExecutionFailedError, WaitTimedOutError
+from jobledger.declarations import HandlerDeclaration
+from jobledger.domain.policies import DEFAULT_PRIORITY
+from jobledger.schemas.events import EventOut
+from jobledger.schemas.executions import (
+    BulkReport,
+    BulkRequeueIn,
+    ExecutionDetail,
+    ExecutionRef,
+    RunIn,
+)
+from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import (
+    ApplyIn,
+    ApplyOut,
+    JobIn,
+    JobOut,
+    JobPatch,
+    ManagedJobIn,
+    PreviewIn,
+    PreviewOut,
+    ReasonIn,
+    RetryIn,
+    ScheduleIn,
+)
+from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.system import Readiness
+
+T = TypeVar("T")
+Id = uuid.UUID | str
+# A run: its id, or the reference enqueue() answered with.
+RunId = uuid.UUID | str | ExecutionRef
+Payload = msgspec.Struct | Mapping[str, Any] | None
+# The server's bound on one long-poll; a longer wait is several of them.
+MAX_POLL_SECONDS = 60.0
+TERMINAL = frozenset({"completed", "dead_lettered", "cancelled", "discarded"})
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request and how to read its answer. A POST carries an Idempotency-Key (a new
+    one unless given), the same on every retry of it."""
+
+    method: str
+    path: str
+    decode: Callable[[bytes], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    body: object = None
+    key: str | None = None
+    # A status that is an answer, not an error (GET /ready answers 503 with its body).
+    answers: frozenset[int] = frozenset()
+    timeout: float | None = None  # beyond the client's own (a long-poll's wait)
+
+    def headers(self) -> dict[str, str]:
+        return {"Idempotency-Key": self.key} if self.key is not None else {}
+
+    def content(self) -> bytes | None:
+        return None if self.body is None else msgspec.json.encode(self.body)
+
+    def after(self, cursor: str) -> "Call[T]":
+        """The same list call for the page after ``cursor``."""
+        return replace(self, params={**self.params, "cursor": cursor})
+
+
+def _decoder(kind: Any) -> Callable[[bytes], Any]:  # noqa: ANN401 (a type form)
+    decoder = msgspec.json.Decoder(kind)
+    return decoder.decode
+
+
+def _list(
+    path: str,
+    rows: Any,  # noqa: ANN401 (a type form: list[JobRow], list[ExecutionRow])
+    limit: int,
+    cursor: str | None,
+    **filters: object,
+) -> Call[Page]:
+    """A page of a list, its items decoded as ``rows`` (the API's Page holds any items)."""
+    page_decoder = msgspec.json.Decoder(Page)
+
+    def decode(content: bytes) -> Page:
+        page = page_decoder.decode(content)
+        return msgspec.structs.replace(page, items=msgspec.convert(page.items, rows))
+
+    query = {k: _query(v) for k, v in {**filters, "limit": limit, "cursor": cursor}.items()}
+    return Call("GET", path, decode, params=_given(query))
+
+
+def _get(path: str, kind: Any, **params: Any) -> Call[Any]:  # noqa: ANN401 (a type form)
+    query = {name: _query(value) for name, value in params.items() if value is not None}
+    return Call("GET", path, _decoder(kind), params=query)
+
+
+def _post(path: str, kind: Any, body: object = None, *, key: str | None = None) -> Call[Any]:  # noqa: ANN401 (a type form)
+    return Call("POST", path, _decoder(kind), body=body, key=key or uuid.uuid4().hex)
+
+
+def _query(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value) if isinstance(value, uuid.UUID) else value
+
+
+# ---- jobs ------------------------------------------------------------------------------
+
+
+def create_job(job: JobIn, idempotency_key: str | None) -> Call[JobOut]:
+    return _post("/api/v1/jobs", JobOut, job, key=idempotency_key)
+
+
+def get_job(job_id: Id, as_of: datetime | int | None) -> Call[JobOut]:
+    return _get(f"/api/v1/jobs/{job_id}", JobOut, as_of=as_of)
+
+
+def list_jobs(limit: int, cursor: str | None, **filters: object) -> Call[Page]:
+    return _list("/api/v1/jobs", list[JobRow], limit, cursor, **filters)
+
+
+def update_job(job_id: Id, patch: JobPatch | Mapping[str, Any], override: bool) -> Call[JobOut]:  # noqa: FBT001 (internal)
+    body = patch if isinstance(patch, JobPatch) else msgspec.convert(patch, JobPatch)
+    params = {"override": "true"} if override else {}
+    return Call("PATCH", f"/api/v1/jobs/{job_id}", _decoder(JobOut), params=params, body=body)
+
+
+def delete_job(job_id: Id, override: bool) -> Call[JobOut]:  # noqa: FBT001 (internal)
+    params = {"override": "true"} if override else {}
+    return Call("DELETE", f"/api/v1/jobs/{job_id}", _decoder(JobOut), params=params)
+
+
+def pause_job(job_id: Id, reason: str) -> Call[JobOut]:
+    return _post(f"/api/v1/jobs/{job_id}/pause", JobOut, ReasonIn(reason=reason))
+
+
+def resume_job(job_id: Id) -> Call[JobOut]:
+    return _post(f"/api/v1/jobs/{job_id}/resume", JobOut)
+
+
+def trigger_job(job_id: Id, idempotency_key: str | None) -> Call[ExecutionRef]:
+    return _post(f"/api/v1/jobs/{job_id}/trigger", ExecutionRef, key=idempotency_key)
+
+
+def job_history(job_id: Id) -> Call[list[EventOut]]:
+    return _get(f"/api/v1/jobs/{job_id}/events", list[EventOut])
+
+
+def job_executions(job_id: Id, limit: int, cursor: str | None, status: str | None) -> Call[Page]:
+    return _list(
+        f"/api/v1/jobs/{job_id}/executions", list[ExecutionRow], limit, cursor, status=status
+    )
+
+
+def preview_job(job_id: Id, count: int) -> Call[PreviewOut]:
+    return _get(f"/api/v1/jobs/{job_id}/preview", PreviewOut, count=count)
+
+
+def preview_schedule(schedule: ScheduleIn, count: int, after: datetime | None) -> Call[PreviewOut]:
+    body = PreviewIn(schedule=schedule, count=count, after=after)
+    return _post("/api/v1/schedules/preview", PreviewOut, body)
+
+
+def apply(jobs: list[ManagedJobIn], prune: bool, dry_run: bool) -> Call[ApplyOut]:  # noqa: FBT001 (internal)
+    return _post("/api/v1/jobs:apply", ApplyOut, ApplyIn(jobs=jobs, prune=prune, dry_run=dry_run))
+
+
+def handlers() -> Call[list[HandlerOut]]:
+    return _get("/api/v1/handlers", list[HandlerOut])
+
+
+# ---- executions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How and when an enqueued run runs (the rest of an ad-hoc run's body)."""
+
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
+    run_at: datetime | None = None
+    delay: float | timedelta | None = None
+    timeout_seconds: float | None = None
+    retry: RetryIn | None = None
+
+
+def run_body(
+    handler: str | HandlerDeclaration[..., Any], payload: Payload, options: RunOptions
+) -> RunIn:
+    """The body of an ad-hoc run of ``handler`` (a name, or the declared function)."""
+    name = handler.name if isinstance(handler, HandlerDeclaration) else handler
+    body = msgspec.to_builtins(payload) if payload is not None else {}
+    delay = options.delay.total_seconds() if isinstance(options.delay, timedelta) else options.delay
+    extra: dict[str, Any] = {}
+    if options.timeout_seconds is not None:
+        extra["timeout_seconds"] = options.timeout_seconds
+    if options.retry is not None:
+        extra["retry"] = options.retry
+    return RunIn(
+        handler=name,
+        payload=body,
+        queue=options.queue,
+        priority=options.priority,
+        run_at=options.run_at,
+        delay_seconds=delay,
+        **extra,
+    )
+
+
+def enqueue(body: RunIn, idempotency_key: str | None) -> Call[ExecutionRef]:
+    return _post("/api/v1/executions", ExecutionRef, body, key=idempotency_key)
+
+
+def get_execution(execution_id: RunId, wait: float | None) -> Call[ExecutionDetail]:
+    call: Call[ExecutionDetail] = _get(
+        f"/api/v1/executions/{id_of(execution_id)}", ExecutionDetail, wait=wait
+    )
+    return replace(call, timeout=wait) if wait else call
+
+
+def list_executions(limit: int, cursor: str | None, **filters: object) -> Call[Page]:
+    return _list("/api/v1/executions", list[ExecutionRow], limit, cursor, **filters)
+
+
+def cancel(execution_id: RunId, reason: str) -> Call[ExecutionRef]:
+    return _post(
+        f"/api/v1/executions/{id_of(execution_id)}/cancel", ExecutionRef, ReasonIn(reason=reason)
+    )
+
+
+def execution_history(execution_id: RunId) -> Call[list[EventOut]]:
+    return _get(f"/api/v1/executions/{id_of(execution_id)}/events", list[EventOut])
+
+
+def id_of(execution: RunId) -> Id:
+    return execution.id if isinstance(execution, ExecutionRef) else execution
+
+
+class Waiting:
+    """The long-polls of one ``wait``: each asks for at most the time left, and the
+    last one seen is what a timeout reports."""
+
+    def __init__(self, execution_id: Id, timeout: float | None, clock: Callable[[], float]) -> None:
+        self.execution_id = execution_id
+        self.timeout = timeout
+        self.clock = clock
+        self.deadline = None if timeout is None else clock() + timeout
+        self.last: ExecutionRow | None = None
+
+    def next(self) -> Call[ExecutionDetail]:
+        """The next long-poll; WaitTimedOutError when no time is left."""
+        left = MAX_POLL_SECONDS if self.deadline is None else self.deadline - self.clock()
+        if left <= 0:
+            raise WaitTimedOutError(self.execution_id, self.timeout or 0.0, self.last)
+        return get_execution(self.execution_id, wait=min(left, MAX_POLL_SECONDS))
+
+    def seen(self, detail: ExecutionDetail) -> dict[str, Any] | None:
+        self.last = detail.execution
+        return finished(detail)
+
+
+def finished(detail: ExecutionDetail) -> dict[str, Any] | None:
+    """The result of a run that completed; None while it has not finished. A run that
+    ended otherwise raises: dead-lettered with its last error, cancelled or discarded."""
+    row = detail.execution
+    if row.status not in TERMINAL:
+        return None
+    if row.status == "completed":
+        return row.result or {}
+    if row.status == "dead_lettered":
+        raise ExecutionFailedError(row)
+    raise ExecutionCancelledError(row)
+
+
+# ---- dead letters ----------------------------------------------------------------------
+
+
+def list_dead_letters(limit: int, cursor: str | None, **filters: object) -> Call[Page]:
+    return _list("/api/v1/dlq", list[ExecutionRow], limit, cursor, **filters)
+
+
+def requeue(execution_id: RunId, reason: str) -> Call[BulkReport]:
+    return _post(f"/api/v1/dlq/{id_of(execution_id)}/requeue", BulkReport, ReasonIn(reason=reason))
+
+
+def requeue_matching(selection: BulkRequeueIn) -> Call[BulkReport]:
+    return _post("/api/v1/dlq/requeue", BulkReport, selection)
+
+
+def discard(execution_id: RunId, reason: str) -> Call[BulkReport]:
+    return Call(
+        "DELETE",
+        f"/api/v1/dlq/{id_of(execution_id)}",
+        _decoder(BulkReport),
+        params={"reason": reason},
+    )
+
+
+# ---- system ----------------------------------------------------------------------------
+
+
+def health() -> Call[Readiness]:
+    return Call("GET", "/ready", _decoder(Readiness), answers=frozenset({503}))
+
+
+def _given(params: dict[str, object]) -> dict[str, object]:
+    return {name: value for name, value in params.items() if value is not None}

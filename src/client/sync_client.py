@@ -1,0 +1,249 @@
+"""``Client``: the REST API from blocking code, with typed results and errors."""
+
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from jobledger.client import calls
+from jobledger.client.calls import Call, Id, Payload, RunId, RunOptions
+from jobledger.client.errors import NotVisibleYetError
+from jobledger.client.transport import RETRIED_ERRORS, Connection, answered
+from jobledger.declarations import HandlerDeclaration
+from jobledger.domain.policies import DEFAULT_PRIORITY
+from jobledger.schemas.events import EventOut
+from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
+from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import (
+    ApplyOut,
+    JobIn,
+    JobOut,
+    JobPatch,
+    ManagedJobIn,
+    PreviewOut,
+    RetryIn,
+    ScheduleIn,
+)
+from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.system import Readiness
+
+T = TypeVar("T")
+
+
+class Client:
+    """A client of one jobledger API: ``Client(url, token)``, or ``Client()`` to read
+    ``JOBLEDGER_URL`` and ``JOBLEDGER_TOKEN``. Close it (or use ``with``) when done.
+
+    Requests that fail with a 503 or a broken connection are sent again with back-off
+    (``retries``); every POST carries an Idempotency-Key, the same on each retry, so a
+    retried enqueue runs once. A refusal raises a ``JobledgerError`` subclass with the
+    API's message, field and fix.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.connection = Connection.of(
+            url, token, timeout=timeout, retries=retries, backoff=backoff
+        )
+        self._http = httpx.Client(**self.connection.client_options(), transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send ``call``, trying again after a 503 or a broken connection."""
+        connection = self.connection
+        for attempt in connection.retrying.attempts():
+            try:
+                response = self._http.request(**connection.request(call))
+            except RETRIED_ERRORS as error:
+                pause = connection.after_error(attempt, error)
+            else:
+                answer_pause = connection.after_answer(attempt, call, response)
+                if answer_pause is None:
+                    return answered(call, response)
+                pause = answer_pause
+            time.sleep(pause)
+        raise AssertionError  # pragma: no cover (the last attempt returns or raises)
+
+    def _follow(self, call: Call[Page]) -> Iterator[Any]:
+        while True:
+            page = self.send(call)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            call = call.after(page.next_cursor)
+
+    # ---- jobs --------------------------------------------------------------------------
+
+    def create_job(self, job: JobIn, *, idempotency_key: str | None = None) -> JobOut:
+        """Create a job; the same ``idempotency_key`` returns the same job."""
+        return self.send(calls.create_job(job, idempotency_key))
+
+    def get_job(self, job_id: Id, *, as_of: datetime | int | None = None) -> JobOut:
+        """The job now, or as it was at a time or a version (``as_of``)."""
+        return self.send(calls.get_job(job_id, as_of))
+
+    def list_jobs(self, *, limit: int = 50, cursor: str | None = None, **filters: object) -> Page:
+        """One page of jobs (items are ``JobRow``); filters: status, handler, queue,
+        search, source."""
+        return self.send(calls.list_jobs(limit, cursor, **filters))
+
+    def iter_jobs(self, *, page_size: int = 200, **filters: object) -> Iterator[JobRow]:
+        """Every job that matches, page by page along the cursor."""
+        return self._follow(calls.list_jobs(page_size, None, **filters))
+
+    def update_job(
+        self, job_id: Id, patch: JobPatch | Mapping[str, Any], *, override: bool = False
+    ) -> JobOut:
+        """Change some fields of a job; one that code manages needs ``override``."""
+        return self.send(calls.update_job(job_id, patch, override))
+
+    def pause_job(self, job_id: Id, *, reason: str = "") -> JobOut:
+        return self.send(calls.pause_job(job_id, reason))
+
+    def resume_job(self, job_id: Id) -> JobOut:
+        return self.send(calls.resume_job(job_id))
+
+    def delete_job(self, job_id: Id, *, override: bool = False) -> JobOut:
+        """Delete a job (its history stays); one that code manages needs ``override``."""
+        return self.send(calls.delete_job(job_id, override))
+
+    def trigger_job(self, job_id: Id, *, idempotency_key: str | None = None) -> ExecutionRef:
+        """Run a job now; the same ``idempotency_key`` returns the same run."""
+        return self.send(calls.trigger_job(job_id, idempotency_key))
+
+    def job_history(self, job_id: Id) -> list[EventOut]:
+        """Every event of the job, oldest first."""
+        return self.send(calls.job_history(job_id))
+
+    def job_executions(
+        self, job_id: Id, *, limit: int = 50, cursor: str | None = None, status: str | None = None
+    ) -> Page:
+        return self.send(calls.job_executions(job_id, limit, cursor, status))
+
+    def preview_job(self, job_id: Id, *, count: int = 10) -> PreviewOut:
+        """The job's next fire times."""
+        return self.send(calls.preview_job(job_id, count))
+
+    def preview_schedule(
+        self, schedule: ScheduleIn, *, count: int = 10, after: datetime | None = None
+    ) -> PreviewOut:
+        """The fire times of a schedule, before it is saved."""
+        return self.send(calls.preview_schedule(schedule, count, after))
+
+    def apply(
+        self, jobs: list[ManagedJobIn], *, prune: bool = False, dry_run: bool = False
+    ) -> ApplyOut:
+        """Apply the whole set of jobs code declares, atomically; the plan it followed."""
+        return self.send(calls.apply(jobs, prune, dry_run))
+
+    def handlers(self) -> list[HandlerOut]:
+        """The handlers the workers run, with the payload schema each declares."""
+        return self.send(calls.handlers())
+
+    # ---- executions --------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        handler: str | HandlerDeclaration[..., Any],
+        payload: Payload = None,
+        *,
+        queue: str = "default",
+        priority: int = DEFAULT_PRIORITY,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        timeout_seconds: float | None = None,
+        retry: RetryIn | None = None,
+        idempotency_key: str | None = None,
+    ) -> ExecutionRef:
+        """Run ``handler`` (a name or the declared function) with ``payload`` (a dict or
+        a Struct), now, at ``run_at`` or after ``delay`` seconds. The same
+        ``idempotency_key`` returns the first run; without one a key is made, so a
+        retry of this call runs it once. ``timeout_seconds`` bounds one attempt."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        body = calls.run_body(handler, payload, options)
+        return self.send(calls.enqueue(body, idempotency_key))
+
+    def get_execution(self, execution_id: RunId, *, wait: float | None = None) -> ExecutionDetail:
+        """The run and its attempts; with ``wait``, once it finishes or after that many
+        seconds (at most 60)."""
+        return self.send(calls.get_execution(execution_id, wait))
+
+    def list_executions(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of runs (items are ``ExecutionRow``); filters: status, job_id,
+        queue, handler, since, until."""
+        return self.send(calls.list_executions(limit, cursor, **filters))
+
+    def iter_executions(self, *, page_size: int = 200, **filters: object) -> Iterator[ExecutionRow]:
+        """Every run that matches, page by page along the cursor."""
+        return self._follow(calls.list_executions(page_size, None, **filters))
+
+    def cancel(self, execution_id: RunId, *, reason: str = "") -> ExecutionRef:
+        return self.send(calls.cancel(execution_id, reason))
+
+    def execution_history(self, execution_id: RunId) -> list[EventOut]:
+        return self.send(calls.execution_history(execution_id))
+
+    def wait(self, execution_id: RunId, timeout: float | None = None) -> dict[str, Any]:
+        """The result of the run once it completes. Raises ExecutionFailedError (with
+        its last error) if it was dead-lettered, ExecutionCancelledError if cancelled or
+        discarded, WaitTimedOutError after ``timeout`` seconds (None: no limit)."""
+        waiting = calls.Waiting(calls.id_of(execution_id), timeout, time.monotonic)
+        while True:
+            try:
+                detail = self.send(waiting.next())
+            except NotVisibleYetError:
+                continue  # the server waited for it to show; ask again
+            result = waiting.seen(detail)
+            if result is not None:
+                return result
+
+    # ---- dead letters ------------------------------------------------------------------
+
+    def list_dead_letters(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of dead letters; filters: queue, handler, job_id, error_contains."""
+        return self.send(calls.list_dead_letters(limit, cursor, **filters))
+
+    def iter_dead_letters(
+        self, *, page_size: int = 200, **filters: object
+    ) -> Iterator[ExecutionRow]:
+        return self._follow(calls.list_dead_letters(page_size, None, **filters))
+
+    def requeue(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
+        """Give a dead letter a fresh attempt budget."""
+        return self.send(calls.requeue(execution_id, reason))
+
+    def requeue_matching(self, selection: BulkRequeueIn) -> BulkReport:
+        """Requeue every dead letter a filter matches (``dry_run`` only counts)."""
+        return self.send(calls.requeue_matching(selection))
+
+    def discard(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
+        """Give up on a dead letter for good; its history stays."""
+        return self.send(calls.discard(execution_id, reason))
+
+    # ---- system ------------------------------------------------------------------------
+
+    def health(self) -> Readiness:
+        """Whether the server and its stores are ready (``ready`` False: not yet)."""
+        return self.send(calls.health())

@@ -1,0 +1,95 @@
+"""Rows of the read models as the lists and details show them, and a page of them.
+
+Every datetime is zone-aware UTC.
+"""
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import msgspec
+
+
+class JobRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    name: str
+    handler: str
+    queue: str
+    priority: int
+    schedule: dict[str, Any]  # kind (cron, once, manual), cron, timezone, run_at
+    status: str  # active, paused, deleted
+    next_fire_at: datetime | None
+    last_fired_at: datetime | None
+    last_execution_id: UUID | None
+    last_status: str | None
+    last_finished_at: datetime | None
+    created_at: datetime
+    created_by: str
+    updated_at: datetime
+    updated_by: str | None
+    version: int
+    definition: dict[str, Any]
+    source: str = "api"  # "code": `jobledger apply` manages it
+
+
+class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
+    id: UUID
+    job_id: UUID | None
+    job_name: str | None
+    handler: str
+    queue: str
+    priority: int
+    trigger: str
+    status: str
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime | None
+    enqueued_at: datetime
+    ready_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    worker_id: str | None
+    last_error: str | None
+    duration_ms: float | None
+    lateness_ms: float | None
+    result: dict[str, Any] | None
+    closed_by: str | None  # who requeued, cancelled or discarded it last
+    closed_reason: str | None
+    version: int
+
+
+class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):
+    execution_id: UUID
+    attempt: int
+    worker_id: str
+    lease_id: UUID | None
+    started_at: datetime
+    finished_at: datetime | None
+    # completed, retried, dead_lettered, lease_expired, deferred, cancelled; None while
+    # the lease is open.
+    outcome: str | None
+    error: str | None
+    duration_ms: float | None
+
+
+class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
+    minute: datetime
+    fired: int  # executions enqueued (scheduled, manual and ad-hoc)
+    completed: int
+    failed: int  # failed attempts: retried plus dead-lettered
+    dead_lettered: int
+    lateness_p50_ms: float | None
+    lateness_p95_ms: float | None
+    lateness_p99_ms: float | None
+    duration_p50_ms: float | None
+    duration_p95_ms: float | None
+    duration_p99_ms: float | None
+
+
+class Page(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[Any]  # JobRow or ExecutionRow, as the function says
+    total: int
+    limit: int
+    offset: int
+    # Opaque: pass it as ``cursor`` for the page after this one; None on the last page.
+    next_cursor: str | None = None

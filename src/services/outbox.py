@@ -1,0 +1,159 @@
+"""The outbox relay: runs that applications enqueued inside their own PostgreSQL
+transaction (``jobledger.client.enqueue_in_transaction``) become executions.
+
+Each relay pass locks up to a batch of committed rows (``FOR UPDATE SKIP LOCKED``, so
+several relays never take the same row), enqueues them as ``POST /api/v1/executions``
+would (same checks; the row's idempotency key is the run's key, so its id is known to
+the application), saves the runs through the group-commit writer, and deletes the rows
+in the transaction that locked them. A relay that dies between the save and the delete
+leaves the rows to the next one, whose save collides on the same ids: done already. A
+row the server refuses keeps its error and is not tried again (ADR "transactional
+enqueue").
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import structlog
+
+from jobledger.domain.clock import utc_now
+from jobledger.domain.errors import ConflictError, DomainError
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.persistence.ledger import Ledger
+from jobledger.projections.database import Cursor, Database
+from jobledger.runtime.bootstrap import Container
+from jobledger.runtime.outages import POSTGRESQL
+from jobledger.runtime.relay import OutboxRelay
+from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.schemas.executions import RunIn
+from jobledger.schemas.outbox import OUTBOX_TABLE
+from jobledger.services.bodies import to_spec
+from jobledger.services.jobs import HandlerNames
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+log = structlog.get_logger(__name__)
+
+OUTBOX = OUTBOX_TABLE
+BATCH = 500
+_SELECT = (
+    f"SELECT id, idempotency_key, run FROM {OUTBOX} WHERE refused IS NULL "  # noqa: S608 (constant names)
+    "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
+)
+
+
+@dataclass
+class RelayReport:
+    enqueued: int = 0
+    duplicates: int = 0  # runs the log had already (an earlier relay, or the same key twice)
+    refused: int = 0
+
+    @property
+    def taken(self) -> int:
+        """The rows this pass took from the outbox."""
+        return self.enqueued + self.duplicates + self.refused
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: int
+    key: str
+    run: str
+
+
+class Outbox:
+    """Relays committed outbox rows into the log; see the module doc."""
+
+    def __init__(
+        self, database: Database, ledger: Ledger, writer: GroupCommitWriter, handlers: HandlerNames
+    ) -> None:
+        self.database = database
+        self.ledger = ledger
+        self.writer = writer
+        self.handlers = handlers
+
+    def relay(self, *, at: datetime, limit: int = BATCH) -> RelayReport:
+        """One pass: up to ``limit`` rows, enqueued and deleted (or refused) at once."""
+        report = RelayReport()
+        with self.database.transaction() as cursor:
+            cursor.execute(_SELECT, (limit,))
+            rows = [_Row(int(r[0]), str(r[1]), str(r[2])) for r in cursor.fetchmany(limit)]
+            if not rows:
+                return report
+            refused = self._enqueue(rows, at=at, report=report)
+            _settle(cursor, rows, refused)
+        return report
+
+    def _enqueue(self, rows: list[_Row], *, at: datetime, report: RelayReport) -> dict[int, str]:
+        """Submit a run per row; the error of each row refused, by row id."""
+        refused: dict[int, str] = {}
+        submitted: list[tuple[_Row, Execution, Future[None]]] = []
+        for row in rows:
+            try:
+                execution = self._execution(row, at)
+            except (msgspec.ValidationError, msgspec.DecodeError, DomainError) as error:
+                refused[row.id] = str(error)
+                continue
+            submitted.append((row, execution, self.writer.submit(execution)))
+        self.writer.flush()
+        for row, execution, future in submitted:
+            try:
+                future.result()
+            except ConflictError:
+                clash = self._known(execution)
+                if clash is not None:
+                    refused[row.id] = clash
+                    continue
+                report.duplicates += 1
+                continue
+            report.enqueued += 1
+        keys = {row.id: row.key for row in rows}
+        for row_id, problem in refused.items():
+            log.warning("outbox.refused", row=row_id, idempotency_key=keys[row_id], error=problem)
+        report.refused = len(refused)
+        return refused
+
+    def _execution(self, row: _Row, at: datetime) -> Execution:
+        body = msgspec.json.decode(row.run, type=RunIn)
+        spec = to_spec(body)
+        self.handlers.check(spec.handler, spec.payload)
+        spec.check(self.ledger.limits)
+        ready_at = body.run_at or at + timedelta(seconds=body.delay_seconds or 0)
+        return Execution.enqueue(
+            spec=spec, ready_at=ready_at, trigger=Trigger.ADHOC, trigger_key=row.key
+        )
+
+    def _known(self, execution: Execution) -> str | None:
+        """A run with this key is in the log already: None if it is this run (a relay
+        that died before deleting its rows), else why this row is refused."""
+        existing = self.ledger.get_execution(execution.id)
+        if existing.spec != execution.spec:
+            return "this idempotency key was already used for a different run"
+        return None
+
+
+def relay_part(container: Container, outbox: "Outbox | None") -> OutboxRelay | None:
+    """The relay for a role that runs it (the scheduler, `jobledger dev`); none without
+    PostgreSQL, which the outbox needs."""
+    if outbox is None or not container.settings.uses_postgres:
+        return None
+
+    def drain() -> bool:
+        # A full batch: more may be waiting, so the relay runs again at once.
+        return outbox.relay(at=utc_now()).taken >= BATCH
+
+    return OutboxRelay(
+        container.settings.database_url, drain, health=container.health.watch(POSTGRESQL)
+    )
+
+
+def _settle(cursor: Cursor, rows: list[_Row], refused: dict[int, str]) -> None:
+    done = [(row.id,) for row in rows if row.id not in refused]
+    if done:
+        cursor.executemany(f"DELETE FROM {OUTBOX} WHERE id = ?", done)  # noqa: S608 (constant names)
+    if refused:
+        marked: list[tuple[Any, ...]] = [(error, row_id) for row_id, error in refused.items()]
+        cursor.executemany(f"UPDATE {OUTBOX} SET refused = ? WHERE id = ?", marked)  # noqa: S608 (constant names)

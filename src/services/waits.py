@@ -1,0 +1,118 @@
+"""Waiting for executions to finish: the long-poll behind ``GET
+/api/v1/executions/{id}?wait=S``.
+
+A waiter is a future on the event loop, not a thread. One poller task per event loop
+runs while anyone waits: every ``interval`` it reads the status of every awaited
+execution in one query (``Views.statuses``), on one worker thread, and wakes the
+waiters of those that reached a terminal status. So the read model sees one query per
+interval however many wait, the server holds no thread per waiter, and a waiter hears
+of its execution at most an interval after the read model shows it (ADR "long-poll").
+"""
+
+import asyncio
+import weakref
+from uuid import UUID
+
+import structlog
+
+from jobledger.domain.execution import TERMINAL
+from jobledger.schemas.executions import ExecutionDetail
+from jobledger.services.errors import NotYetVisibleError
+from jobledger.services.views import Views
+
+log = structlog.get_logger(__name__)
+
+MAX_WAIT_SECONDS = 60.0
+# Beyond this many waiters a request answers at once (its client asks again): a cap on
+# what one process holds for clients, not a limit on who may wait in the end.
+MAX_WAITERS = 10_000
+_TERMINAL = frozenset(status.value for status in TERMINAL)
+
+
+class _LoopWaiters:
+    """The waiters of one event loop and the task that polls for them."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[UUID, set[asyncio.Future[None]]] = {}
+        self.poller: asyncio.Task[None] | None = None
+
+    def count(self) -> int:
+        return sum(len(futures) for futures in self.waiting.values())
+
+
+class ExecutionWaits:
+    """Wait until executions finish, without a thread per waiter; see the module doc."""
+
+    def __init__(self, views: Views, *, interval: float = 0.05) -> None:
+        self.views = views
+        self.interval = interval
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaiters] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def detail(self, execution_id: UUID, *, wait: float) -> ExecutionDetail:
+        """The execution with its attempts, once it is terminal or after ``wait`` seconds
+        (at most ``MAX_WAIT_SECONDS``), whichever comes first. A run the read model does
+        not show yet is waited for too; a NotFoundError if the log has no such run."""
+        detail = await self._current(execution_id)
+        if detail is not None and _finished(detail):
+            return detail
+        await self.until_finished(execution_id, within=min(max(wait, 0.0), MAX_WAIT_SECONDS))
+        return await asyncio.to_thread(self.views.execution_detail, execution_id)
+
+    async def until_finished(self, execution_id: UUID, *, within: float) -> bool:
+        """Whether the execution reached a terminal status within ``within`` seconds."""
+        waiters = self._waiters()
+        if within <= 0 or waiters.count() >= MAX_WAITERS:
+            return False
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.waiting.setdefault(execution_id, set()).add(future)
+        if waiters.poller is None or waiters.poller.done():
+            waiters.poller = asyncio.create_task(self._poll(waiters))
+        try:
+            await asyncio.wait_for(future, within)
+        except TimeoutError:
+            return False
+        finally:
+            _forget(waiters, execution_id, future)
+        return True
+
+    async def _current(self, execution_id: UUID) -> ExecutionDetail | None:
+        try:
+            return await asyncio.to_thread(self.views.execution_detail, execution_id)
+        except NotYetVisibleError:
+            return None  # in the log, not yet in the read model: wait for it as well
+
+    def _waiters(self) -> _LoopWaiters:
+        loop = asyncio.get_running_loop()
+        waiters = self._loops.get(loop)
+        if waiters is None:
+            waiters = self._loops[loop] = _LoopWaiters()
+        return waiters
+
+    async def _poll(self, waiters: _LoopWaiters) -> None:
+        while waiters.waiting:
+            await asyncio.sleep(self.interval)
+            ids = list(waiters.waiting)
+            try:
+                statuses = await asyncio.to_thread(self.views.statuses, ids)
+            except Exception as error:  # noqa: BLE001 (an outage: the waiters time out or the next poll reads)
+                log.warning("waits.poll_failed", waiting=len(ids), error=type(error).__name__)
+                continue
+            for execution_id, status in statuses.items():
+                if status in _TERMINAL:
+                    for future in waiters.waiting.pop(execution_id, ()):
+                        if not future.done():
+                            future.set_result(None)
+
+
+def _finished(detail: ExecutionDetail) -> bool:
+    return detail.execution.status in _TERMINAL
+
+
+def _forget(waiters: _LoopWaiters, execution_id: UUID, future: asyncio.Future[None]) -> None:
+    futures = waiters.waiting.get(execution_id)
+    if futures is not None:
+        futures.discard(future)
+        if not futures:
+            del waiters.waiting[execution_id]

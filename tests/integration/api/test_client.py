@@ -1,0 +1,354 @@
+"""jobledger.client against a live server (uvicorn, PostgreSQL, Redis, a projector and
+a worker): every method with its typed result, typed errors, a 503 retried without a
+second run, and a list of 1,000 jobs walked along its cursor."""
+
+import asyncio
+import socket
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import msgspec
+import pytest
+from tests.integration import code_jobs
+from tests.integration.api.conftest import serve_api, worker_for
+
+from jobledger.client import (
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    ConflictError,
+    ConnectionFailedError,
+    ExecutionCancelledError,
+    ExecutionFailedError,
+    NotFoundError,
+    PermissionDeniedError,
+    ValidationError,
+    WaitTimedOutError,
+)
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.job import Job
+from jobledger.runtime.accounts import Role
+from jobledger.schemas.events import EventOut
+from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
+from jobledger.schemas.jobs import CronIn, JobIn, JobOut, JobPatch, PreviewOut, RetryIn
+from jobledger.schemas.rows import ExecutionRow, JobRow
+from jobledger.schemas.system import Readiness
+
+if TYPE_CHECKING:
+    from tests.conftest import LiveServer
+    from tests.integration.api.conftest import Api
+
+NIGHTLY = JobIn(
+    name="nightly invoices",
+    handler="billing.send_invoice",
+    payload={"customer": "acme", "amount": 120},
+    schedule=CronIn(cron="30 2 * * *", timezone="Europe/Berlin"),
+)
+
+
+@pytest.fixture(scope="module")
+def served(
+    module_postgres_url: str, redis_server: str, live_server: type["LiveServer"]
+) -> Iterator["Api"]:
+    """The API with the handlers of a jobs module, and a worker that runs them."""
+    with (
+        serve_api(
+            module_postgres_url,
+            redis_server,
+            live_server,
+            handlers="tests.integration.code_jobs",
+            worker_slots="8",
+            breaker_fail_max="1000",  # the runs that fail on purpose must not open it
+        ) as api,
+        worker_for(api),
+    ):
+        yield api
+
+
+@pytest.fixture
+def client(served: "Api") -> Iterator[Client]:
+    with Client(served.url, served.tokens[Role.OPERATOR], backoff=0.01) as made:
+        yield made
+
+
+def test_jobs_from_create_to_delete_with_typed_results(client: Client) -> None:
+    """If a job is created, read (now and as of a version), changed, paused, resumed,
+    previewed, triggered, listed and deleted through the client, then every answer is
+    the API's own struct, and the run it triggered is waited for to its result."""
+    created = client.create_job(NIGHTLY, idempotency_key="nightly-1")
+    assert isinstance(created, JobOut)
+    assert client.create_job(NIGHTLY, idempotency_key="nightly-1").id == created.id
+    assert client.get_job(created.id).definition == NIGHTLY
+    changed = client.update_job(created.id, JobPatch(description="the monthly run"))
+    assert (changed.version, changed.definition.description) == (2, "the monthly run")
+    assert client.get_job(created.id, as_of=1).definition.description == ""
+    assert client.update_job(created.id, {"priority": 7}).definition.priority == 7
+    assert client.pause_job(created.id, reason="month end").status == "paused"
+    assert client.resume_job(created.id).status == "active"
+    preview = client.preview_job(created.id, count=3)
+    assert isinstance(preview, PreviewOut)
+    assert len(preview.fires) == 3
+    after = datetime(2026, 3, 28, tzinfo=UTC)
+    fires = client.preview_schedule(
+        CronIn(cron="30 2 * * *", timezone="Europe/Berlin"), after=after
+    )
+    assert fires.fires[1].at == datetime(
+        2026, 3, 29, 1, 0, tzinfo=UTC
+    )  # 02:30 skipped: at the jump
+    run = client.trigger_job(created.id, idempotency_key="by-hand")
+    assert isinstance(run, ExecutionRef)
+    assert client.wait(run, timeout=30) == {"sent_to": "acme", "amount": 120, "currency": "EUR"}
+    history = client.job_history(created.id)
+    assert all(isinstance(event, EventOut) for event in history)
+    assert [e.type for e in history][:2] == ["JobScheduled", "JobUpdated"]
+    runs = client.job_executions(created.id)
+    assert [row.id for row in runs.items] == [run.id]
+    assert isinstance(runs.items[0], ExecutionRow)
+    listed = client.list_jobs(search="nightly")
+    assert [type(row) for row in listed.items] == [JobRow]
+    assert client.delete_job(created.id).status == "deleted"
+    handlers = {handler.name: handler for handler in client.handlers()}
+    assert handlers["billing.send_invoice"].payload_schema is not None
+    health = client.health()
+    assert isinstance(health, Readiness)
+    assert health.ready
+
+
+def test_runs_enqueued_are_waited_for_to_their_end(client: Client) -> None:
+    """If runs are enqueued (by handler name or the declared function, with a dict or
+    a struct, now or delayed), then wait() returns each result; a run that fails every
+    attempt raises with its last error, a cancelled one raises as cancelled, and a run
+    that outlasts the wait raises a timeout that says how it was last seen."""
+    invoice = code_jobs.Invoice(customer="globex", amount=5)
+    by_function = client.enqueue(code_jobs.send_invoice, invoice)
+    delayed = client.enqueue("tests.answer", delay=0.5, queue="default", priority=8)
+    assert client.wait(by_function, timeout=30)["sent_to"] == "globex"
+    assert client.wait(delayed, timeout=30) == {"value": 42}
+    detail = client.get_execution(delayed.id, wait=5)
+    assert isinstance(detail, ExecutionDetail)
+    # Both are kept to the millisecond, and read from two clocks a moment apart.
+    waited = detail.execution.ready_at - detail.execution.enqueued_at
+    assert waited >= timedelta(seconds=0.49)
+    assert detail.attempts[0].outcome == "completed"
+    failing = client.enqueue("test.fail", {"error": "card declined"}, retry=RetryIn(max_retries=0))
+    with pytest.raises(ExecutionFailedError, match="card declined") as failed:
+        client.wait(failing, timeout=30)
+    assert failed.value.last_error is not None
+    assert "card declined" in failed.value.last_error
+    slow = client.enqueue("test.delay", {"seconds": 30})
+    with pytest.raises(WaitTimedOutError, match=r"did not finish within 0\.5 s"):
+        client.wait(slow, timeout=0.5)
+    assert client.cancel(slow, reason="not needed").status == "cancelled"
+    with pytest.raises(ExecutionCancelledError, match="cancelled by operator: not needed"):
+        client.wait(slow, timeout=30)
+    events = client.execution_history(slow.id)
+    assert events[-1].type == "ExecutionCancelled"
+    mine = {by_function.id, delayed.id, failing.id, slow.id}
+    assert mine <= {row.id for row in client.iter_executions(page_size=2)}
+    assert client.list_executions(handler="tests.answer").items[0].id == delayed.id
+
+
+def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
+    """If runs end in the dead-letter queue, then the client lists them, requeues one
+    (a fresh budget), counts with a dry run and discards one, each with its report."""
+    dead = [
+        client.enqueue("test.fail", {"error": f"dead {n}"}, retry=RetryIn(max_retries=0))
+        for n in range(2)
+    ]
+    for run in dead:
+        with pytest.raises(ExecutionFailedError):
+            client.wait(run, timeout=30)
+    listed = {row.id for row in client.iter_dead_letters(handler="test.fail", page_size=1)}
+    assert {run.id for run in dead} <= listed
+    assert client.list_dead_letters(error_contains="dead 0").items[0].id == dead[0].id
+    counted = client.requeue_matching(BulkRequeueIn(error_contains="dead 1", dry_run=True))
+    assert counted == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
+    assert client.requeue(dead[0].id, reason="card updated").changed == 1
+    assert client.discard(dead[1].id, reason="obsolete").changed == 1
+    with pytest.raises(ExecutionCancelledError, match="discarded"):
+        client.wait(dead[1], timeout=30)
+
+
+def test_refusals_are_typed_errors_with_the_apis_message_and_fix(served: "Api") -> None:
+    """If the API refuses a request, then the client raises the error of its kind,
+    carrying the API's message, field and fix; no answer at all is a connection error."""
+    with Client(served.url, served.tokens[Role.OPERATOR], backoff=0.01) as client:
+        with pytest.raises(NotFoundError):
+            client.get_job(uuid.uuid4())
+        bad_cron = msgspec.structs.replace(NIGHTLY, schedule=CronIn(cron="61 * * * *"))
+        with pytest.raises(ValidationError) as invalid:
+            client.create_job(bad_cron)
+        assert invalid.value.field == "schedule.cron"
+        assert invalid.value.fix
+        with pytest.raises(ValidationError) as payload:  # the handler's struct refuses it
+            client.enqueue("billing.send_invoice", {"customer": "acme", "amount": "ten"})
+        assert (payload.value.status, payload.value.field) == (422, "payload.amount")
+        gone = client.create_job(NIGHTLY)
+        client.delete_job(gone.id)
+        with pytest.raises(ConflictError, match="deleted"):
+            client.pause_job(gone.id)
+    viewer = Client(served.url, served.tokens[Role.VIEWER])
+    with viewer, pytest.raises(PermissionDeniedError, match="operator"):
+        viewer.enqueue("tests.answer")
+    stranger = Client(served.url, "jl_not_a_token")
+    with stranger, pytest.raises(AuthenticationError) as unknown:
+        stranger.list_jobs()
+    assert unknown.value.status == 401
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    lost = Client(nowhere, "t", retries=2, backoff=0.01)
+    with lost, pytest.raises(ConnectionFailedError, match="JOBLEDGER_URL"):
+        lost.health()
+
+
+class LosesFirstAnswers(httpx.BaseTransport):
+    """In front of the real server: the first ``count`` requests reach it and are
+    served, but their client gets a 503 instead of the answer (a proxy that lost it)."""
+
+    def __init__(self, count: int) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.left = count
+        self.sent: list[tuple[str, str | None]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append((request.method, request.headers.get("Idempotency-Key")))
+        answer = self.inner.handle_request(request)
+        if self.left > 0:
+            self.left -= 1
+            answer.read()
+            body = b'{"error": {"status": 503, "code": "unavailable", "message": "try again"}}'
+            return httpx.Response(503, headers={"Retry-After": "0"}, content=body)
+        return answer
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_503_is_retried_with_the_same_key_and_runs_once(served: "Api") -> None:
+    """If an enqueue is saved but its answer is lost behind a 503, then the client sends
+    it again with the same Idempotency-Key and gets the first run back: one run, not
+    two; a broken connection is retried the same way."""
+    transport = LosesFirstAnswers(2)
+    token = served.tokens[Role.OPERATOR]
+    before = datetime.now(tz=UTC)
+    with Client(served.url, token, backoff=0.01, transport=transport) as client:
+        run = client.enqueue("tests.block", {"seconds": 0})
+        assert client.wait(run, timeout=30) == {"slept": 0.0}
+        since = client.list_executions(handler="tests.block", since=before)
+    posts = [key for method, key in transport.sent if method == "POST"]
+    assert len(posts) == 3  # the first, and two retries after a lost answer
+    assert len(set(posts)) == 1
+    assert [row.id for row in since.items] == [run.id]
+
+
+class CountsRequests(httpx.BaseTransport):
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.count = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.count += 1
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.mark.slow
+def test_iterating_1000_jobs_follows_the_cursor(served: "Api") -> None:
+    """If 1,000 jobs are listed through iter_jobs (sync and async), then each comes
+    once, in name order, in one request per page."""
+    prefix = f"bulk {uuid.uuid4().hex[:6]}"
+    now = datetime.now(tz=UTC)
+    jobs = [
+        Job.schedule(
+            JobDefinition(name=f"{prefix} {n:04d}", spec=ExecutionSpec(handler="tests.answer")),
+            at=now,
+            by="test",
+        )
+        for n in range(1000)
+    ]
+    served.container.ledger.save_all(*jobs)
+    expected = [job.id for job in sorted(jobs, key=lambda job: job.definition.name)]
+    counting = CountsRequests()
+    token = served.tokens[Role.VIEWER]
+    with Client(served.url, token, transport=counting) as client:
+        served.wait_for(lambda: client.list_jobs(search=prefix, limit=1).total == 1000, 30)
+        counting.count = 0
+        walked = [row.id for row in client.iter_jobs(search=prefix, page_size=100)]
+    assert walked == expected
+    assert counting.count == 10
+
+    async def walk() -> list[uuid.UUID]:
+        async with AsyncClient(served.url, token) as client:
+            return [row.id async for row in client.iter_jobs(search=prefix, page_size=250)]
+
+    assert asyncio.run(walk()) == expected
+
+
+def test_the_async_client_runs_many_requests_at_once(served: "Api") -> None:
+    """If an AsyncClient enqueues 20 runs at once and waits for them all, then each is
+    a run of its own and each result comes back."""
+
+    async def scenario() -> list[dict[str, Any]]:
+        async with AsyncClient(served.url, served.tokens[Role.OPERATOR]) as client:
+            runs = await asyncio.gather(
+                *(
+                    client.enqueue(code_jobs.send_invoice, {"customer": f"c{n}", "amount": n})
+                    for n in range(20)
+                )
+            )
+            assert len({run.id for run in runs}) == 20
+            return list(await asyncio.gather(*(client.wait(run, timeout=60) for run in runs)))
+
+    results = asyncio.run(scenario())
+    assert sorted(result["amount"] for result in results) == list(range(20))
+
+
+def test_the_async_client_covers_the_same_routes(served: "Api") -> None:
+    """If the AsyncClient drives a job and runs through their lives, then each method
+    answers with the same typed structs as the blocking client's."""
+
+    async def scenario() -> None:
+        async with AsyncClient(served.url, served.tokens[Role.OPERATOR]) as client:
+            job = await client.create_job(NIGHTLY, idempotency_key=f"async-{uuid.uuid4()}")
+            assert (await client.get_job(job.id, as_of=1)).version == 1
+            await client.update_job(job.id, {"priority": 6})
+            assert (await client.pause_job(job.id)).status == "paused"
+            assert (await client.resume_job(job.id)).status == "active"
+            assert len((await client.preview_job(job.id, count=2)).fires) == 2
+            assert (await client.preview_schedule(CronIn(cron="0 * * * *"), count=1)).fires
+            run = await client.trigger_job(job.id)
+            assert (await client.wait(run, timeout=30))["sent_to"] == "acme"
+            assert (await client.job_executions(job.id)).items[0].id == run.id
+            assert (await client.job_history(job.id))[-1].type == "JobTriggered"
+            assert (await client.list_jobs(search="nightly")).total >= 1
+            assert (await client.delete_job(job.id)).status == "deleted"
+            assert {h.name for h in await client.handlers()} >= {"billing.send_invoice"}
+            assert (await client.health()).ready
+            detail = await client.get_execution(run, wait=1)
+            assert detail.execution.status == "completed"
+            assert (await client.execution_history(run))[-1].type == "ExecutionCompleted"
+            assert (await client.list_executions(job_id=job.id)).items[0].id == run.id
+            slow = await client.enqueue("test.delay", {"seconds": 30})
+            assert (await client.cancel(slow)).status == "cancelled"
+            dead = await client.enqueue("test.fail", retry=RetryIn(max_retries=0))
+            with pytest.raises(ExecutionFailedError):
+                await client.wait(dead, timeout=30)
+            assert dead.id in [row.id async for row in client.iter_dead_letters()]
+            assert (await client.list_dead_letters(handler="test.fail")).total >= 1
+            selection = BulkRequeueIn(handler="test.fail", dry_run=True)
+            assert (await client.requeue_matching(selection)).dry_run
+            assert (await client.requeue(dead, reason="again")).changed == 1
+            with pytest.raises(ExecutionFailedError):
+                await client.wait(dead, timeout=30)
+            assert (await client.discard(dead, reason="done")).changed == 1
+            assert [row.id async for row in client.iter_executions(job_id=job.id)] == [run.id]
+            applied = await client.apply([], dry_run=True)
+            assert not applied.applied
+
+    asyncio.run(scenario())
