@@ -157,3 +157,39 @@ def test_a_workflow_starts_reads_and_cancels_over_http(api: "Api") -> None:
     viewer = api.client(Role.VIEWER)
     assert viewer.get(f"/api/v1/workflows/{workflow['id']}").json()["status"] == "cancelled"
     assert viewer.post("/api/v1/workflows", json=body).status_code == 403
+
+
+def test_the_new_routes_read_their_input_strictly(api: "Api") -> None:
+    """If a backfill, a workflow or a dependency is sent with a number or a flag as
+    another type, or a route is asked with a query parameter it does not take, then it
+    is refused with 400 naming the field, and nothing is written."""
+    client = api.client(Role.OPERATOR)
+    job = _job(client, "hourly", schedule={"kind": "cron", "cron": "0 * * * *"})
+    end = datetime.now(tz=UTC) - timedelta(hours=1)
+    window = {"start": (end - timedelta(hours=3)).isoformat(), "end": end.isoformat()}
+    step = {"name": "only", "handler": "test.echo"}
+    head = api.container.head()
+    refused = [
+        (f"/api/v1/jobs/{job['id']}/backfill", window | {"max": "10"}, "max"),
+        (f"/api/v1/jobs/{job['id']}/backfill", window | {"dry_run": 1}, "dry_run"),
+        ("/api/v1/workflows", {"steps": [step | {"priority": "5"}]}, "steps[0].priority"),
+        (
+            "/api/v1/jobs",
+            {"name": "d", "handler": "test.echo", "pause_on_failure": "true"},
+            "pause_on_failure",
+        ),
+        (
+            "/api/v1/schedules/preview",
+            {"schedule": {"kind": "interval", "every_seconds": "3600"}},
+            "schedule.every_seconds",
+        ),
+    ]
+    for path, body, field in refused:
+        response = client.post(path, json=body)
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["error"]["field"] == field, response.text
+    for path in (f"/api/v1/jobs/{job['id']}/dependencies", f"/api/v1/workflows/{job['id']}"):
+        response = client.get(path, params={"stauts": "x"})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["field"] == "stauts"
+    assert api.container.head() == head
