@@ -277,6 +277,20 @@ def write_json(stem: str, document: Mapping[str, object]) -> Path:
 # ---- subprocesses and their CPU time ----------------------------------------------------
 
 
+def role_environment(
+    database_url: str, redis_url: str, prefix: str, **settings: str
+) -> dict[str, str]:
+    """This process's environment without jobledger settings, for a ``jobledger`` child
+    on these stores; ``settings`` become ``JOBLEDGER_<NAME>`` variables."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JOBLEDGER_")}
+    environ |= {
+        "JOBLEDGER_DATABASE_URL": database_url,
+        "JOBLEDGER_REDIS_URL": redis_url,
+        "JOBLEDGER_REDIS_PREFIX": prefix,
+    }
+    return environ | {f"JOBLEDGER_{name.upper()}": value for name, value in settings.items()}
+
+
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """SIGTERM to a process started with ``start_new_session``; after ``timeout``, SIGKILL
     to its whole group, so that no forked child outlives it."""

@@ -19,6 +19,7 @@ import structlog
 from jobledger import apply_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
+from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import (
     CronSchedule,
     check_instant,
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     _add_projection_commands(commands)
+    _add_job_commands(commands)
     apply_cli.add_parser(commands)
     return parser
 
@@ -273,6 +275,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             else _quarantine(args, container)
         ),
         "seed": lambda: _seed(container),
+        "job": lambda: _backfill(args, container),
     }
     return runners[args.command]()
 
@@ -534,17 +537,73 @@ def _preview(args: argparse.Namespace) -> int:
 
 
 def _parse_start(text: str | None) -> datetime:
-    if text is None:
-        return datetime.now(tz=UTC)
+    return datetime.now(tz=UTC) if text is None else _parse_time("--from", text)
+
+
+# ---- jobs: backfill ---------------------------------------------------------------------
+
+
+def _add_job_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    job = commands.add_parser("job", help="act on one job")
+    job_commands = job.add_subparsers(dest="job_command", required=True, metavar="ACTION")
+    backfill = job_commands.add_parser(
+        "backfill", help="fire the occurrences of a past window that never fired"
+    )
+    backfill.add_argument(
+        "job", help="the job's id, or the key it was created with (or declared with in code)"
+    )
+    backfill.add_argument("--from", dest="start", required=True, help="ISO time with offset")
+    backfill.add_argument("--to", dest="end", required=True, help="ISO time with offset")
+    backfill.add_argument(
+        "--overlap",
+        choices=[mode.value for mode in BackfillOverlap],
+        default=BackfillOverlap.ALLOW.value,
+        help="allow (all at once), buffer_all (one after another), skip (one; the rest missed)",
+    )
+    backfill.add_argument("--max", type=int, default=1000, help="refuse if more would fire")
+    backfill.add_argument("--reason", default="", help="why (recorded in the event)")
+    backfill.add_argument("--by", help="who acts (recorded; default: this login)")
+    backfill.add_argument("--dry-run", action="store_true", help="only count and list them")
+
+
+def _backfill(args: argparse.Namespace, container: Container) -> int:
+    jobs = _services(container).jobs
+    report = jobs.backfill(
+        jobs.job_id_of(args.job, field="JOB"),
+        start=_parse_time("--from", args.start),
+        end=_parse_time("--to", args.end),
+        overlap=BackfillOverlap(args.overlap),
+        limit=args.max,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        at=utc_now(),
+        by=operator_of_store(args.by) if args.by else _cli_actor(),
+    )
+    print(
+        f"{report.occurrences} occurrences in the window: {report.already_fired} already "
+        f"fired, {report.excluded} excluded, {report.to_fire} to fire"
+    )
+    if args.dry_run:
+        for occurrence in report.missing:
+            print(f"  {occurrence.isoformat()}")
+        if report.to_fire > len(report.missing):
+            print(f"  ... and {report.to_fire - len(report.missing)} more")
+        print("dry run: nothing fired")
+        return 0
+    print(f"fired {report.fired}, buffered {report.buffered}, skipped {report.skipped}")
+    return 0
+
+
+def _parse_time(flag: str, text: str) -> datetime:
     try:
-        start = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(text)
     except ValueError:
         raise SettingsError(
-            f"--from: {text!r} is not an ISO time; use e.g. 2026-03-07T00:00Z"
+            f"{flag}: {text!r} is not an ISO time; use e.g. 2026-11-01T00:00Z"
         ) from None
-    if start.tzinfo is None:
-        raise SettingsError("--from: give a time zone, e.g. 2026-03-07T00:00-05:00 or ...Z")
-    return check_instant("--from", start)
+    if moment.tzinfo is None:
+        raise SettingsError(f"{flag}: give a time zone, e.g. 2026-11-01T00:00-05:00 or ...Z")
+    return check_instant(flag, moment)
 
 
 def _print_json(value: dict[str, Any]) -> int:

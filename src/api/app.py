@@ -31,6 +31,7 @@ from jobledger.api.security import (
 from jobledger.api.state import ApiState
 from jobledger.api.strictness import strict_request
 from jobledger.api.system import SystemController, health, metrics, ready
+from jobledger.api.workflows import WorkflowController
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.runtime.bootstrap import Container
 from jobledger.services.application import Services
@@ -43,6 +44,7 @@ ROUTES: list[ControllerRouterHandler] = [
     ExecutionController,
     DeadLetterController,
     SystemController,
+    WorkflowController,
     preview_schedule,
     health,
     ready,

@@ -41,6 +41,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "declared_jobs": services.declared_jobs,
         "clock": clock,
     }
+    given["workflows"] = services.workflows
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

@@ -14,19 +14,26 @@ from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import (
     NO_NUL,
+    BackfillIn,
+    BackfillReport,
+    DependenciesOut,
     JobIn,
+    JobLink,
     JobOut,
     JobPatch,
     PreviewOut,
     ReasonIn,
     from_definition,
     job_out,
+    job_status,
     patched,
     to_definition,
 )
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
+from jobledger.domain.job import Job
 from jobledger.domain.json_values import MAX_INT
+from jobledger.domain.policies import WaitFor
 from jobledger.schemas.executions import ExecutionRef
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import ApplyIn, ApplyOut
@@ -96,7 +103,8 @@ class JobController(Controller):
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
     ) -> JobOut:
-        job = jobs.schedule(to_definition(data), at=clock(), by=actor, key=idempotency_key)
+        definition = to_definition(data, jobs.job_id_of)
+        job = jobs.schedule(definition, at=clock(), by=actor, key=idempotency_key)
         return job_out(job)
 
     @get("/{job_id:uuid}", opt=VIEWER, sync_to_thread=True)
@@ -123,7 +131,7 @@ class JobController(Controller):
     ) -> JobOut:
         wanted = patched(from_definition(jobs.get(job_id).definition), data)
         changed = jobs.update(
-            job_id, to_definition(wanted), at=clock(), by=actor, override=override
+            job_id, to_definition(wanted, jobs.job_id_of), at=clock(), by=actor, override=override
         )
         return job_out(changed)
 
@@ -203,10 +211,56 @@ class JobController(Controller):
     ) -> PreviewOut:
         job = jobs.get(job_id)
         after = clock() - timedelta(microseconds=1)
-        preview = preview_fires(job.definition.schedule, after=after, count=count)
+        schedule = job.definition.schedule
+        if job.definition.depends_on:
+            schedule = jobs.occurrence_schedule(job)  # its upstreams' occurrences
+        preview = preview_fires(schedule, after=after, count=count, job_id=job.id)
         if job.deleted:  # a deleted job never fires again
             preview.fires = []
         return preview
+
+    # ---- dependencies and backfill --------------------------------------------------
+
+    @get("/{job_id:uuid}/dependencies", opt=VIEWER, sync_to_thread=True)
+    def job_dependencies(
+        self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs]
+    ) -> DependenciesOut:
+        """The jobs this one waits for, and those that wait for it."""
+        job = jobs.get(job_id)
+        waits = {d.job: d.on for d in job.definition.depends_on}
+        upstreams = [_link(up, waits[up.id]) for up in jobs.upstreams(job_id)]
+        downstreams = [
+            _link(down, next(d.on for d in down.definition.depends_on if d.job == job_id))
+            for down in jobs.downstreams(job_id)
+        ]
+        return DependenciesOut(upstreams=upstreams, downstreams=downstreams)
+
+    @post("/{job_id:uuid}/backfill", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def backfill_job(
+        self,
+        job_id: FromPath[UUID],
+        data: JSONBody[BackfillIn],
+        jobs: NamedDependency[Jobs],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> BackfillReport:
+        """Fire the occurrences of ``[start, end]`` that never fired; ``dry_run`` only
+        counts. A second backfill of the same window fires nothing."""
+        return jobs.backfill(
+            job_id,
+            start=data.start,
+            end=data.end,
+            overlap=data.overlap,
+            limit=data.max,
+            reason=data.reason,
+            dry_run=data.dry_run,
+            at=clock(),
+            by=actor,
+        )
+
+
+def _link(job: Job, on: WaitFor) -> JobLink:
+    return JobLink(id=job.id, name=job.definition.name, status=job_status(job), on=on)
 
 
 def _version(text: str) -> int:

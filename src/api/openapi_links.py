@@ -3,9 +3,10 @@
 A link says, for one response, which value of it (``$response.body#/id``) fills a
 parameter of another operation. Clients and schema-driven tests follow them to run
 the workflows of the API: create a job, trigger it, cancel the run; list the dead
-letters and requeue or discard one. Litestar cannot declare links on a route, so they
-are added to the generated document, by method and path: a route renamed or removed
-makes ``add_links`` raise instead of leaving a link to nowhere.
+letters and requeue or discard one; start a workflow, read it, cancel it. Litestar
+cannot declare links on a route, so they are added to the generated document, by
+method and path: a route renamed or removed makes ``add_links`` raise instead of
+leaving a link to nowhere.
 """
 
 from typing import Final, NamedTuple
@@ -28,6 +29,9 @@ _EXECUTION = {"execution_id": "$response.body#/id"}
 _FIRST_EXECUTION = {"execution_id": "$response.body#/items/0/id"}
 _SAME_EXECUTION = {"execution_id": "$request.path.execution_id"}
 _FIRST_JOB = {"job_id": "$response.body#/items/0/id"}
+_WORKFLOW = {"workflow_id": "$response.body#/id"}
+_SAME_WORKFLOW = {"workflow_id": "$request.path.workflow_id"}
+_FIRST_STEP = {"execution_id": "$response.body#/steps/0/execution_id"}
 
 STEPS: Final = (
     Step("POST /api/v1/jobs", "201", "POST /api/v1/jobs/{job_id}/trigger", _JOB),
@@ -72,6 +76,23 @@ STEPS: Final = (
         "200",
         "POST /api/v1/dlq/{execution_id}/requeue",
         _SAME_EXECUTION,
+    ),
+    # Dependencies, backfill and workflows.
+    Step("POST /api/v1/jobs", "201", "GET /api/v1/jobs/{job_id}/dependencies", _JOB),
+    Step("POST /api/v1/jobs", "201", "POST /api/v1/jobs/{job_id}/backfill", _JOB),
+    Step("POST /api/v1/workflows", "201", "GET /api/v1/workflows/{workflow_id}", _WORKFLOW),
+    Step("POST /api/v1/workflows", "201", "POST /api/v1/workflows/{workflow_id}/cancel", _WORKFLOW),
+    Step(
+        "POST /api/v1/workflows",
+        "201",
+        "POST /api/v1/executions/{execution_id}/cancel",
+        _FIRST_STEP,
+    ),
+    Step(
+        "POST /api/v1/workflows/{workflow_id}/cancel",
+        "200",
+        "GET /api/v1/workflows/{workflow_id}/events",
+        _SAME_WORKFLOW,
     ),
 )
 

@@ -10,13 +10,20 @@ from datetime import datetime
 import msgspec
 
 from jobledger.domain.job import Job
+from jobledger.domain.workflow import Workflow
 from jobledger.schemas.executions import BulkRequeueIn
 from jobledger.schemas.fields import NO_NUL, Short, Strict, strict_bodies
 from jobledger.schemas.jobs import (
+    BackfillIn,
+    BackfillReport,
     CronIn,
+    DependenciesOut,
+    DependencyIn,
     ExecutionIn,
     Fire,
+    IntervalIn,
     JobIn,
+    JobLink,
     JobOut,
     JobPatch,
     ManualIn,
@@ -25,17 +32,31 @@ from jobledger.schemas.jobs import (
     PreviewOut,
     ReasonIn,
     RetryIn,
+    RulesIn,
     ScheduleIn,
 )
-from jobledger.services.bodies import from_definition, to_definition, to_schedule, to_spec
+from jobledger.schemas.workflows import StepIn, StepOut, WorkflowIn, WorkflowOut
+from jobledger.services.bodies import (
+    from_definition,
+    to_definition,
+    to_schedule,
+    to_spec,
+    to_steps,
+)
 
 __all__ = [
     "NO_NUL",
+    "BackfillIn",
+    "BackfillReport",
     "BulkRequeueIn",
     "CronIn",
+    "DependenciesOut",
+    "DependencyIn",
     "ExecutionIn",
     "Fire",
+    "IntervalIn",
     "JobIn",
+    "JobLink",
     "JobOut",
     "JobPatch",
     "ManualIn",
@@ -44,16 +65,24 @@ __all__ = [
     "PreviewOut",
     "ReasonIn",
     "RetryIn",
+    "RulesIn",
     "ScheduleIn",
     "Short",
+    "StepIn",
+    "StepOut",
     "Strict",
+    "WorkflowIn",
+    "WorkflowOut",
     "from_definition",
     "job_out",
+    "job_status",
     "patched",
     "strict_bodies",
     "to_definition",
     "to_schedule",
     "to_spec",
+    "to_steps",
+    "workflow_out",
 ]
 
 
@@ -87,4 +116,29 @@ def job_out(job: Job, *, as_of: datetime | None = None) -> JobOut:
         as_of=as_of,
         source=job.source,
         key=job.key if job.managed else None,
+    )
+
+
+def workflow_out(workflow: Workflow) -> WorkflowOut:
+    steps = [
+        StepOut(
+            name=name,
+            handler=spec.spec.handler,
+            after=list(spec.after),
+            status=str(workflow.states[name]),
+            execution_id=workflow.execution_id(name),
+            result=workflow.results.get(name),
+            error=workflow.errors.get(name),
+        )
+        for name, spec in workflow.steps.items()
+    ]
+    return WorkflowOut(
+        id=workflow.id,
+        name=workflow.name,
+        status=str(workflow.status),
+        on_failure=workflow.on_failure,
+        version=workflow.version,
+        created_at=workflow.created_on,
+        updated_at=workflow.modified_on,
+        steps=steps,
     )

@@ -7,6 +7,11 @@
     with Client() as client:  # JOBLEDGER_URL and JOBLEDGER_TOKEN
         run = client.enqueue("billing.send_invoice", {"customer": "acme", "amount": 120})
         result = client.wait(run, timeout=60)
+        flow = client.workflows.create({"steps": [
+            {"name": "extract", "handler": "etl.extract"},
+            {"name": "load", "handler": "etl.load", "after": ["extract"]},
+        ]})
+        client.workflows.wait(flow.id, timeout=600)
 
 Results are the API's own msgspec structs (``jobledger.schemas``); refusals raise a
 ``JobledgerError`` subclass (``jobledger.client.errors``). ``enqueue_in_transaction``
@@ -32,6 +37,8 @@ from jobledger.client.errors import (
     UnavailableError,
     ValidationError,
     WaitTimedOutError,
+    WorkflowFailedError,
+    WorkflowTimedOutError,
 )
 from jobledger.client.outbox import enqueue_in_transaction, enqueue_in_transaction_async
 from jobledger.client.sync_client import Client
@@ -54,6 +61,8 @@ __all__ = [
     "UnavailableError",
     "ValidationError",
     "WaitTimedOutError",
+    "WorkflowFailedError",
+    "WorkflowTimedOutError",
     "enqueue_in_transaction",
     "enqueue_in_transaction_async",
 ]

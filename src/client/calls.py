@@ -10,9 +10,15 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from jobledger.client.errors import ExecutionCancelledError, ExecutionFailedError, WaitTimedOutError
+from jobledger.client.errors import (
+    ExecutionCancelledError,
+    ExecutionFailedError,
+    WaitTimedOutError,
+    WorkflowFailedError,
+    WorkflowTimedOutError,
+)
 from jobledger.declarations import HandlerDeclaration
-from jobledger.domain.policies import DEFAULT_PRIORITY
+from jobledger.domain.policies import DEFAULT_PRIORITY, BackfillOverlap
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
     BulkReport,
@@ -25,6 +31,9 @@ from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import (
     ApplyIn,
     ApplyOut,
+    BackfillIn,
+    BackfillReport,
+    DependenciesOut,
     JobIn,
     JobOut,
     JobPatch,
@@ -37,15 +46,22 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.rows import ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
+from jobledger.schemas.workflows import WorkflowIn, WorkflowOut
 
 T = TypeVar("T")
 Id = uuid.UUID | str
 # A run: its id, or the reference enqueue() answered with.
 RunId = uuid.UUID | str | ExecutionRef
 Payload = msgspec.Struct | Mapping[str, Any] | None
+# A workflow: its id, or the workflow create() answered with.
+WorkflowId = uuid.UUID | str | WorkflowOut
 # The server's bound on one long-poll; a longer wait is several of them.
 MAX_POLL_SECONDS = 60.0
-TERMINAL = frozenset({"completed", "dead_lettered", "cancelled", "discarded"})
+# "skipped": a run that never ran, since a run it depended on failed (``depends_on``).
+TERMINAL = frozenset({"completed", "dead_lettered", "cancelled", "discarded", "skipped"})
+# A workflow's ends, and how often wait() looks again (there is no long-poll of one).
+WORKFLOW_ENDS = frozenset({"completed", "failed", "cancelled"})
+WORKFLOW_POLL = (0.05, 1.0)  # seconds: the first look again, doubled up to the last
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,92 @@ def handlers() -> Call[list[HandlerOut]]:
     return _get("/api/v1/handlers", list[HandlerOut])
 
 
+def job_dependencies(job_id: Id) -> Call[DependenciesOut]:
+    return _get(f"/api/v1/jobs/{job_id}/dependencies", DependenciesOut)
+
+
+def backfill_job(job_id: Id, body: BackfillIn) -> Call[BackfillReport]:
+    return _post(f"/api/v1/jobs/{job_id}/backfill", BackfillReport, body)
+
+
+def backfill_body(
+    start: datetime, end: datetime, *, overlap: str, limit: int, reason: str, dry_run: bool
+) -> BackfillIn:
+    return BackfillIn(
+        start=start,
+        end=end,
+        overlap=BackfillOverlap(overlap),
+        max=limit,
+        reason=reason,
+        dry_run=dry_run,
+    )
+
+
+# ---- workflows -------------------------------------------------------------------------
+
+
+def create_workflow(
+    workflow: WorkflowIn | Mapping[str, Any], idempotency_key: str | None
+) -> Call[WorkflowOut]:
+    body = workflow if isinstance(workflow, WorkflowIn) else msgspec.convert(workflow, WorkflowIn)
+    return _post("/api/v1/workflows", WorkflowOut, body, key=idempotency_key)
+
+
+def get_workflow(workflow_id: WorkflowId) -> Call[WorkflowOut]:
+    return _get(f"/api/v1/workflows/{workflow_of(workflow_id)}", WorkflowOut)
+
+
+def cancel_workflow(workflow_id: WorkflowId, reason: str) -> Call[WorkflowOut]:
+    return _post(
+        f"/api/v1/workflows/{workflow_of(workflow_id)}/cancel",
+        WorkflowOut,
+        ReasonIn(reason=reason),
+    )
+
+
+def workflow_history(workflow_id: WorkflowId) -> Call[list[EventOut]]:
+    return _get(f"/api/v1/workflows/{workflow_of(workflow_id)}/events", list[EventOut])
+
+
+def workflow_of(workflow: WorkflowId) -> Id:
+    return workflow.id if isinstance(workflow, WorkflowOut) else workflow
+
+
+class WorkflowWaiting:
+    """The looks of one workflow ``wait``: each after a pause that doubles up to a
+    second, none past the timeout; the last one seen is what a timeout reports."""
+
+    def __init__(
+        self, workflow_id: WorkflowId, timeout: float | None, clock: Callable[[], float]
+    ) -> None:
+        self.workflow_id = workflow_of(workflow_id)
+        self.timeout = timeout
+        self.clock = clock
+        self.deadline = None if timeout is None else clock() + timeout
+        self.pause = WORKFLOW_POLL[0]
+        self.last: WorkflowOut | None = None
+
+    def call(self) -> Call[WorkflowOut]:
+        return get_workflow(self.workflow_id)
+
+    def seen(self, workflow: WorkflowOut) -> float | None:
+        """None once the workflow completed; else how long to pause before the next
+        look. Raises WorkflowFailedError if it failed or was cancelled, and
+        WorkflowTimedOutError when the pause would pass the timeout."""
+        self.last = workflow
+        if workflow.status in WORKFLOW_ENDS:
+            if workflow.status != "completed":
+                raise WorkflowFailedError(workflow)
+            return None
+        pause, self.pause = self.pause, min(self.pause * 2, WORKFLOW_POLL[1])
+        if self.deadline is not None:
+            left = self.deadline - self.clock()
+            if left <= 0:
+                raise WorkflowTimedOutError(self.workflow_id, self.timeout or 0.0, workflow)
+            pause = min(pause, left)
+        return pause
+
+
 # ---- executions ------------------------------------------------------------------------
 
 
@@ -271,7 +373,8 @@ class Waiting:
 
 def finished(detail: ExecutionDetail) -> dict[str, Any] | None:
     """The result of a run that completed; None while it has not finished. A run that
-    ended otherwise raises: dead-lettered with its last error, cancelled or discarded."""
+    ended otherwise raises: dead-lettered with its last error, cancelled, discarded, or
+    skipped (a run it depended on failed)."""
     row = detail.execution
     if row.status not in TERMINAL:
         return None

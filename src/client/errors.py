@@ -5,6 +5,7 @@ import msgspec
 
 from jobledger.schemas.rows import ExecutionRow
 from jobledger.schemas.system import ErrorBody
+from jobledger.schemas.workflows import WorkflowOut
 
 
 class JobledgerError(Exception):
@@ -90,7 +91,8 @@ class ExecutionFailedError(JobledgerError):
 
 
 class ExecutionCancelledError(JobledgerError):
-    """The awaited run was cancelled, or discarded from the dead-letter queue."""
+    """The awaited run was cancelled, discarded from the dead-letter queue, or skipped
+    (it never ran: a run it depended on failed)."""
 
     def __init__(self, execution: ExecutionRow) -> None:
         self.execution = execution
@@ -112,6 +114,38 @@ class WaitTimedOutError(JobledgerError):
         state = execution.status if execution is not None else "not listed yet"
         super().__init__(
             f"execution {execution_id} did not finish within {seconds:g} s ({state})",
+            code="timeout",
+            fix="wait again with a longer timeout, or cancel it",
+        )
+
+
+class WorkflowFailedError(JobledgerError):
+    """The awaited workflow failed (a step's run failed), or was cancelled; ``workflow``
+    is how it ended, ``failed_steps`` the names of the steps that failed."""
+
+    def __init__(self, workflow: WorkflowOut) -> None:
+        self.workflow = workflow
+        failed = [step for step in workflow.steps if step.status == "failed"]
+        self.failed_steps = [step.name for step in failed]
+        errors = "; ".join(f"{step.name}: {step.error}" for step in failed)
+        super().__init__(
+            f"workflow {workflow.id} ({workflow.name}) {workflow.status}"
+            + (f": {errors}" if errors else ""),
+            code=workflow.status,
+            fix="see its steps (client.workflows.get) and their runs",
+        )
+
+
+class WorkflowTimedOutError(JobledgerError):
+    """The workflow did not end within the wait; ``workflow`` is how it was last seen.
+    It goes on: wait again, or cancel it."""
+
+    def __init__(self, workflow_id: object, seconds: float, workflow: WorkflowOut) -> None:
+        self.workflow = workflow
+        done = sum(step.status == "completed" for step in workflow.steps)
+        super().__init__(
+            f"workflow {workflow_id} did not end within {seconds:g} s "
+            f"({done} of {len(workflow.steps)} steps completed)",
             code="timeout",
             fix="wait again with a longer timeout, or cancel it",
         )
@@ -171,5 +205,7 @@ __all__ = [
     "UnavailableError",
     "ValidationError",
     "WaitTimedOutError",
+    "WorkflowFailedError",
+    "WorkflowTimedOutError",
     "error_from",
 ]

@@ -11,6 +11,7 @@ from jobledger.client import calls
 from jobledger.client.calls import Call, Id, Payload, RunId, RunOptions
 from jobledger.client.errors import NotVisibleYetError
 from jobledger.client.transport import RETRIED_ERRORS, Connection, answered
+from jobledger.client.workflows import Workflows
 from jobledger.declarations import HandlerDeclaration
 from jobledger.domain.policies import DEFAULT_PRIORITY
 from jobledger.schemas.events import EventOut
@@ -18,6 +19,8 @@ from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDet
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import (
     ApplyOut,
+    BackfillReport,
+    DependenciesOut,
     JobIn,
     JobOut,
     JobPatch,
@@ -39,7 +42,8 @@ class Client:
     Requests that fail with a 503 or a broken connection are sent again with back-off
     (``retries``); every POST carries an Idempotency-Key, the same on each retry, so a
     retried enqueue runs once. A refusal raises a ``JobledgerError`` subclass with the
-    API's message, field and fix.
+    API's message, field and fix. Workflows (DAGs of steps) are under ``workflows``:
+    ``client.workflows.create``, ``.get``, ``.wait``, ``.cancel``, ``.history``.
     """
 
     def __init__(
@@ -56,6 +60,7 @@ class Client:
             url, token, timeout=timeout, retries=retries, backoff=backoff
         )
         self._http = httpx.Client(**self.connection.client_options(), transport=transport)
+        self.workflows = Workflows(self)
 
     def close(self) -> None:
         self._http.close()
@@ -157,6 +162,29 @@ class Client:
     def handlers(self) -> list[HandlerOut]:
         """The handlers the workers run, with the payload schema each declares."""
         return self.send(calls.handlers())
+
+    def job_dependencies(self, job_id: Id) -> DependenciesOut:
+        """The jobs this one waits for (``depends_on``), and those that wait for it."""
+        return self.send(calls.job_dependencies(job_id))
+
+    def backfill_job(
+        self,
+        job_id: Id,
+        *,
+        start: datetime,
+        end: datetime,
+        overlap: str = "allow",
+        limit: int = 1000,
+        reason: str = "",
+        dry_run: bool = False,
+    ) -> BackfillReport:
+        """Fire the job's occurrences in ``[start, end]`` that never fired (at most
+        ``limit``; ``overlap``: allow, buffer_all or skip); ``dry_run`` only counts. A
+        second backfill of the same window fires nothing."""
+        body = calls.backfill_body(
+            start, end, overlap=overlap, limit=limit, reason=reason, dry_run=dry_run
+        )
+        return self.send(calls.backfill_job(job_id, body))
 
     # ---- executions --------------------------------------------------------------------
 

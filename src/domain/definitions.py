@@ -3,9 +3,11 @@
 import re
 from datetime import timedelta
 from typing import Any
+from uuid import UUID
 
 import msgspec
 
+from jobledger.domain.dependencies import Dependency, check_dependencies
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_json, check_text
 from jobledger.domain.policies import (
@@ -76,8 +78,12 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
     catch_up_cap: int = 10
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     description: str = ""
+    # The jobs whose runs release this one's (see domain/dependencies.py).
+    depends_on: tuple[Dependency, ...] = ()
+    # A dead letter pauses the job (by "system", naming the execution).
+    pause_on_failure: bool = False
 
-    def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def check(self, limits: Limits = DEFAULT_LIMITS, *, job_id: UUID | None = None) -> None:
         if not _NAME.fullmatch(self.name):
             raise InvalidDefinitionError(
                 "name",
@@ -93,6 +99,14 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
         check_text(self.description, "description", max_chars=MAX_DESCRIPTION_CHARS)
         self.spec.check(limits)
         validate_schedule(self.schedule, min_interval=limits.min_interval)
+        check_dependencies(self.depends_on, job_id=job_id)
+        if self.depends_on and not isinstance(self.schedule, ManualSchedule):
+            raise InvalidDefinitionError(
+                "schedule",
+                "a job with depends_on fires when its upstream jobs' runs end, not on a "
+                "schedule of its own",
+                "use the manual schedule (the upstreams' schedule decides its occurrences)",
+            )
 
 
 def _check_handler(handler: str) -> None:

@@ -20,6 +20,7 @@ __all__ = [
     "ExecutionStatus",
     "Trigger",
     "occurrence_execution_id",
+    "step_execution_id",
     "trigger_execution_id",
 ]
 
@@ -31,6 +32,8 @@ class ExecutionStatus(enum.StrEnum):
     DEAD_LETTERED = "dead_lettered"
     CANCELLED = "cancelled"
     DISCARDED = "discarded"
+    # Never ran: an upstream run it depended on ended another way than it waited for.
+    SKIPPED = "skipped"
 
 
 class Trigger(enum.StrEnum):
@@ -39,6 +42,9 @@ class Trigger(enum.StrEnum):
     SCHEDULE = "schedule"
     MANUAL = "manual"
     ADHOC = "adhoc"
+    BACKFILL = "backfill"  # an occurrence in the past, fired on request
+    DEPENDENCY = "dependency"  # released by its upstream jobs' runs
+    WORKFLOW = "workflow"  # a step of an ad-hoc workflow
 
 
 TERMINAL = frozenset(
@@ -47,6 +53,7 @@ TERMINAL = frozenset(
         ExecutionStatus.DEAD_LETTERED,
         ExecutionStatus.CANCELLED,
         ExecutionStatus.DISCARDED,
+        ExecutionStatus.SKIPPED,
     }
 )
 LEASE_EXPIRED_ERROR = "lease expired before the worker reported an outcome"
@@ -58,6 +65,11 @@ def occurrence_execution_id(job_id: uuid.UUID, scheduled_for: datetime) -> uuid.
         msg = "scheduled_for must be zone-aware"
         raise ValueError(msg)
     return uuid.uuid5(job_id, "at:" + scheduled_for.astimezone(UTC).isoformat())
+
+
+def step_execution_id(workflow_id: uuid.UUID, step: str) -> uuid.UUID:
+    """The id of a workflow step's run: a second release of the step collides."""
+    return uuid.uuid5(workflow_id, "step:" + step)
 
 
 class Execution(Aggregate):
@@ -79,6 +91,32 @@ class Execution(Aggregate):
         trigger_key: str | None
         ready_at: datetime
         attempt: int
+        # What the run's handler sees of the runs it waited for (by step name, or by
+        # upstream job id); a workflow step's workflow and name. None before these
+        # existed, and for runs that waited for nothing.
+        upstream_results: dict[str, Any] | None = None
+        workflow_id: uuid.UUID | None = None
+        step: str | None = None
+
+    class Skipped(Aggregate.Created):
+        """An occurrence that will never run, recorded as an execution of its own so
+        that its id (the occurrence's) says it was decided: an upstream run it waited
+        for ended another way (``reason``; ``upstreams``: those runs)."""
+
+        TOPIC = "jobledger:ExecutionSkipped"
+        job_id: uuid.UUID | None
+        spec: ExecutionSpec
+        trigger: Trigger
+        scheduled_for: datetime | None
+        trigger_key: str | None
+        ready_at: datetime
+        attempt: int
+        reason: str
+        upstreams: tuple[uuid.UUID, ...]
+
+        def apply(self, aggregate: "Execution") -> None:
+            aggregate.status = ExecutionStatus.SKIPPED
+            aggregate.last_error = self.reason
 
     class Leased(Aggregate.Event):
         TOPIC = "jobledger:ExecutionLeased"
@@ -143,8 +181,15 @@ class Execution(Aggregate):
         trigger_key: str | None,
         ready_at: datetime,
         attempt: int,
+        upstream_results: dict[str, Any] | None = None,
+        workflow_id: uuid.UUID | None = None,
+        step: str | None = None,
     ) -> None:
         self.job_id = job_id
+        self.upstream_results = upstream_results
+        self.workflow_id = workflow_id
+        self.step = step
+        self.result: dict[str, Any] | None = None
         self.trigger_key = trigger_key
         self.spec = spec
         self.trigger = trigger
@@ -165,9 +210,15 @@ class Execution(Aggregate):
 
     @staticmethod
     def create_id(
-        job_id: uuid.UUID | None, scheduled_for: datetime | None, trigger_key: str | None
+        job_id: uuid.UUID | None,
+        scheduled_for: datetime | None,
+        trigger_key: str | None,
+        workflow_id: uuid.UUID | None = None,
+        step: str | None = None,
     ) -> uuid.UUID:
         """Deterministic where a second request must collide with the first."""
+        if workflow_id is not None and step is not None:
+            return step_execution_id(workflow_id, step)
         if job_id is not None and scheduled_for is not None:
             return occurrence_execution_id(job_id, scheduled_for)
         if trigger_key is not None:
@@ -184,8 +235,12 @@ class Execution(Aggregate):
         job_id: uuid.UUID | None = None,
         scheduled_for: datetime | None = None,
         trigger_key: str | None = None,
+        upstream_results: dict[str, Any] | None = None,
+        workflow_id: uuid.UUID | None = None,
+        step: str | None = None,
     ) -> "Execution":
-        """A scheduled occurrence, or a run with a client key, gets a deterministic id."""
+        """A scheduled occurrence, a workflow step, or a run with a client key, gets a
+        deterministic id."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
         return cls(
@@ -196,6 +251,35 @@ class Execution(Aggregate):
             trigger_key=trigger_key,
             ready_at=ready_at,
             attempt=1,
+            upstream_results=upstream_results,
+            workflow_id=workflow_id,
+            step=step,
+        )
+
+    @classmethod
+    def skip(
+        cls,
+        *,
+        job_id: uuid.UUID,
+        spec: ExecutionSpec,
+        scheduled_for: datetime,
+        at: datetime,
+        reason: str,
+        upstreams: tuple[uuid.UUID, ...],
+    ) -> "Execution":
+        """The occurrence's execution, decided never to run (see ``Skipped``)."""
+        return cls._create(
+            cls.Skipped,
+            id=occurrence_execution_id(job_id, scheduled_for),
+            job_id=job_id,
+            spec=spec,
+            trigger=Trigger.DEPENDENCY,
+            scheduled_for=scheduled_for,
+            trigger_key=None,
+            ready_at=at,
+            attempt=1,
+            reason=storable_text(reason),
+            upstreams=upstreams,
         )
 
     def lease(self, *, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime) -> None:
@@ -319,9 +403,10 @@ class Execution(Aggregate):
     def _completed(
         self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
     ) -> None:
-        del lease_id, duration, result
+        del lease_id, duration
         self.attempts_used = self.lease_attempt
         self.status = ExecutionStatus.COMPLETED
+        self.result = result
         self._clear_lease()
 
     @event(Retried)

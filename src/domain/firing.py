@@ -1,6 +1,8 @@
 """What a scheduler does with a due job at ``now``: pure rules, time as an argument.
 
-Occurrences at or before ``now`` are due. Those later than the misfire grace are late
+Occurrences at or before ``now`` are due. One on an excluded date (or a calendar's
+holiday) is recorded as missed with reason ``excluded``, and takes no further part.
+Of the others, those later than the misfire grace are late
 (the scheduler was down or behind): the job's misfire policy decides which of them
 may still fire; the rest are recorded as missed. Every fire, a late one as much as an
 on-time one, then goes through the overlap policy, which skips it while an earlier run
@@ -14,8 +16,8 @@ from datetime import datetime, timedelta
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job, MissReason
-from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
-from jobledger.domain.schedules import MissedFires, fires_between, plan_catch_up
+from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, ScheduleRule
+from jobledger.domain.schedules import MissedFires, fires_between, is_excluded, plan_catch_up
 
 DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_SCAN_LIMIT = 1000
@@ -25,12 +27,20 @@ DEFAULT_SCAN_LIMIT = 1000
 class Fire:
     scheduled_for: datetime
 
+    @property
+    def first(self) -> datetime:
+        return self.scheduled_for
+
 
 @dataclass(frozen=True)
 class Miss:
     missed: MissedFires
     reason: MissReason
-    policy: MisfirePolicy | OverlapPolicy
+    policy: MisfirePolicy | OverlapPolicy | ScheduleRule
+
+    @property
+    def first(self) -> datetime:
+        return self.missed.first
 
 
 @dataclass(frozen=True)
@@ -64,10 +74,20 @@ def plan_due(
     before it as open runs.
     """
     occurrences = due_occurrences(job, now, limit=limit)
-    late = [o for o in occurrences if now - o > grace]
-    candidates = [*_late_steps(job, late), *(Fire(o) for o in occurrences[len(late) :])]
+    schedule = job.definition.schedule
+    excluded = [_excluded(o) for o in occurrences if is_excluded(schedule, o)]
+    runnable = [o for o in occurrences if not is_excluded(schedule, o)]
+    late = [o for o in runnable if now - o > grace]
+    candidates = [*_late_steps(job, late), *(Fire(o) for o in runnable[len(late) :])]
     gate = _OverlapGate(job.definition.overlap, open_runs.pending, open_runs.running)
-    return _merge_misses([gate.decide(step) for step in candidates])
+    decided = [gate.decide(step) for step in candidates]
+    # Back in occurrence order (each step is one occurrence until they merge).
+    return _merge_misses(sorted([*decided, *excluded], key=lambda step: step.first))
+
+
+def _excluded(occurrence: datetime) -> Miss:
+    missed = MissedFires(first=occurrence, last=occurrence, count=1)
+    return Miss(missed, MissReason.EXCLUDED, ScheduleRule.EXCLUSIONS)
 
 
 def carry_out(

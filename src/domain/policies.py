@@ -1,4 +1,5 @@
-"""Retry, misfire and overlap policies, the backoff rule, and the priority range."""
+"""Retry, misfire and overlap policies, the backoff rule, the priority range, and the
+choices of dependencies, backfills and workflows."""
 
 import enum
 from datetime import timedelta
@@ -29,6 +30,36 @@ class OverlapPolicy(enum.StrEnum):
     ALLOW = "allow"
     SKIP_IF_RUNNING = "skip_if_running"
     QUEUE_ONE = "queue_one"
+
+
+class ScheduleRule(enum.StrEnum):
+    """A rule of the job itself (not a policy it chose) that decided a missed occurrence."""
+
+    EXCLUSIONS = "exclusions"  # the schedule's exclude_dates or calendars
+    DEPENDENCIES = "depends_on"  # an upstream run failed, or never happened
+
+
+class BackfillOverlap(enum.StrEnum):
+    """How a backfill's runs overlap one another and the job's open runs."""
+
+    ALLOW = "allow"  # fire every missing occurrence at once
+    BUFFER_ALL = "buffer_all"  # one at a time, in order: each after the one before ended
+    SKIP = "skip"  # fire one if no run of the job is open; the rest overlap and are missed
+
+
+class WaitFor(enum.StrEnum):
+    """The state of an upstream run that releases its downstream (``depends_on``)."""
+
+    COMPLETED = "completed"
+    FINISHED = "finished"
+
+
+class OnFailure(enum.StrEnum):
+    """What a failed step of a workflow does: stop the workflow, or only what runs
+    after it."""
+
+    STOP = "stop"
+    CONTINUE = "continue"
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):

@@ -41,14 +41,30 @@ it is evaluated. A step (``*/15``) lies from 1 to its field's span.
 Zones are IANA region names (``Area/Location``, ``Etc/...`` or ``UTC``). Instants a
 schedule names lie from ``EARLIEST_INSTANT`` to ``LATEST_INSTANT``, and fires are
 computed only within that range: a cron has no fire after its end.
+
+Windows, exclusions, jitter. A recurring schedule (cron or interval) may also say:
+
+- ``start_at`` / ``end_at``: it has occurrences only within ``[start_at, end_at]``;
+  none before, and after ``end_at`` it fires no more.
+- ``exclude_dates`` and ``calendars``: an occurrence whose local date (in the
+  schedule's zone) is one of the dates, or a holiday of one of the named calendars,
+  is *excluded*: it stays an occurrence, which the scheduler records as missed with
+  reason ``excluded`` instead of firing it.
+- ``jitter_seconds``: each occurrence runs a delay after its time, from 0 up to (not
+  including) the bound, derived from the job's id and the occurrence: the same every
+  time it is computed, so the preview shows the exact run times and the execution's
+  id (derived from the occurrence, not the delay) stays the same.
+
+Occurrences are the nominal instants; ``run_time`` adds the jitter.
 """
 
 import heapq
 import itertools
 import math
 import re
+import uuid
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Final, assert_never
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -56,15 +72,38 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import msgspec
 from croniter import CroniterBadDateError, croniter
 
+from jobledger.domain.calendars import MAX_CALENDARS, check_calendar, is_holiday
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_text
 from jobledger.domain.policies import MisfirePolicy
 
 
-class CronSchedule(msgspec.Struct, frozen=True, tag="cron"):
+class ScheduleRules(msgspec.Struct, frozen=True, kw_only=True):
+    """The rules every recurring schedule shares (see "Windows, exclusions, jitter")."""
+
+    jitter_seconds: int = 0
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    exclude_dates: tuple[date, ...] = ()
+    calendars: tuple[str, ...] = ()
+
+
+class CronSchedule(ScheduleRules, frozen=True, tag="cron"):
     """Fires at every local wall-clock time that matches a 5-field cron in an IANA zone."""
 
     expression: str
+    timezone: str = "UTC"
+
+
+class IntervalSchedule(ScheduleRules, frozen=True, tag="interval"):
+    """Fires every ``every_seconds`` of elapsed time, at the instants
+    ``1970-01-01T00:00Z + offset_seconds + k * every_seconds``: what cron cannot say
+    (every 45 minutes, straight through hours and days). The zone only decides local
+    dates (for exclusions and calendars) and how fires are shown; DST changes no fire.
+    """
+
+    every_seconds: int
+    offset_seconds: int = 0
     timezone: str = "UTC"
 
 
@@ -78,9 +117,19 @@ class ManualSchedule(msgspec.Struct, frozen=True, tag="manual"):
     """Never fires on its own; the job runs only when triggered."""
 
 
-Schedule = CronSchedule | OneShotSchedule | ManualSchedule
+Schedule = CronSchedule | IntervalSchedule | OneShotSchedule | ManualSchedule
+# The schedules that recur, and so take windows, exclusions and jitter.
+Recurring = CronSchedule | IntervalSchedule
 
 DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=60)
+MAX_INTERVAL: Final = timedelta(days=366)
+MAX_JITTER: Final = timedelta(hours=24)
+MAX_EXCLUDE_DATES: Final = 1000
+# Interval schedules count from here; jitter is derived in this namespace.
+INTERVAL_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_JITTER_NAMESPACE: Final = uuid.UUID("8d3a3c0e-2f5b-4c61-9a57-0c1f6e4b7d22")
+# start_at is inclusive: occurrences are looked for strictly after a hair before it.
+_HAIR: Final = timedelta(microseconds=1)
 MAX_CRON_CHARS: Final = 200
 MAX_ZONE_CHARS: Final = 64
 
@@ -156,6 +205,10 @@ def validate_schedule(
     match schedule:
         case CronSchedule():
             _check_cron(schedule, min_interval)
+            _check_rules(schedule)
+        case IntervalSchedule():
+            _check_interval(schedule, min_interval)
+            _check_rules(schedule)
         case OneShotSchedule():
             check_instant("schedule.run_at", schedule.run_at)
         case ManualSchedule():
@@ -206,8 +259,8 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
     at = _as_utc("at", at)
     match schedule:
         case CronSchedule():
+            fire = next(_recurring_fires(schedule, at), None)
             zone = _zone(schedule.timezone)
-            fire = next(_cron_fires(schedule.expression, zone, at), None)
             if (
                 fire is None
                 and next(_cron_fires(schedule.expression, zone, _reference_start(zone)), None)
@@ -215,6 +268,8 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
             ):
                 raise ValueError(f"cron {schedule.expression!r} never fires")
             return fire
+        case IntervalSchedule():
+            return next(_recurring_fires(schedule, at), None)
         case OneShotSchedule():
             run_at = _one_shot_instant(schedule)
             return run_at if run_at > at else None
@@ -247,8 +302,8 @@ def fires_between(
     if limit < 0:
         raise ValueError(f"limit must be 0 or more, got {limit}")
     match schedule:
-        case CronSchedule():
-            fires = _cron_fires(schedule.expression, _zone(schedule.timezone), after)
+        case CronSchedule() | IntervalSchedule():
+            fires = _recurring_fires(schedule, after)
             within = itertools.takewhile(lambda fire: fire <= until, fires)
             return list(itertools.islice(within, limit))
         case OneShotSchedule():
@@ -268,6 +323,149 @@ def upcoming_fires(
     after = _as_utc("after", after)
     until = LATEST_INSTANT if after >= LATEST_INSTANT - horizon else after + horizon
     return fires_between(schedule, after, until, limit=limit)
+
+
+# --- Windows, exclusions, jitter ---------------------------------------------------
+
+
+class Occurrence(msgspec.Struct, frozen=True):
+    """One occurrence as a preview shows it: its time, when it runs (the time plus its
+    jitter), and whether an exclusion makes it a recorded miss instead of a run."""
+
+    scheduled_for: datetime
+    run_at: datetime
+    excluded: bool
+
+
+def schedule_zone(schedule: Schedule) -> str:
+    """The zone a schedule's local dates and times are read in."""
+    return schedule.timezone if isinstance(schedule, Recurring) else "UTC"
+
+
+def is_excluded(schedule: Schedule, occurrence: datetime) -> bool:
+    """Whether the occurrence falls on an excluded date or a calendar's holiday (its
+    local date in the schedule's zone)."""
+    if not isinstance(schedule, Recurring):
+        return False
+    if not schedule.exclude_dates and not schedule.calendars:
+        return False
+    day = _as_utc("occurrence", occurrence).astimezone(_zone(schedule.timezone)).date()
+    return day in schedule.exclude_dates or is_holiday(schedule.calendars, day)
+
+
+def jitter_of(schedule: Schedule, job_id: uuid.UUID | None, occurrence: datetime) -> timedelta:
+    """How long after ``occurrence`` it runs: from 0 up to ``jitter_seconds`` (exclusive),
+    in whole milliseconds, derived from the job and the occurrence. No job yet (a
+    preview before saving) has no jitter."""
+    bound = schedule.jitter_seconds if isinstance(schedule, Recurring) else 0
+    if bound <= 0 or job_id is None:
+        return timedelta(0)
+    key = _as_utc("occurrence", occurrence).isoformat()
+    digest = uuid.uuid5(_JITTER_NAMESPACE, f"{job_id}:{key}").int
+    return timedelta(milliseconds=digest % (bound * 1000))
+
+
+def run_time(schedule: Schedule, job_id: uuid.UUID | None, occurrence: datetime) -> datetime:
+    """When the occurrence runs: its time plus its jitter."""
+    return _as_utc("occurrence", occurrence) + jitter_of(schedule, job_id, occurrence)
+
+
+def upcoming_occurrences(
+    schedule: Schedule,
+    after: datetime,
+    *,
+    horizon: timedelta,
+    limit: int,
+    job_id: uuid.UUID | None = None,
+) -> list[Occurrence]:
+    """The first ``limit`` occurrences after ``after`` (within ``horizon``), each with its
+    run time and whether it is excluded: what the scheduler will do with each."""
+    return [
+        Occurrence(fire, run_time(schedule, job_id, fire), is_excluded(schedule, fire))
+        for fire in upcoming_fires(schedule, after, horizon=horizon, limit=limit)
+    ]
+
+
+def _recurring_fires(schedule: Recurring, after: datetime) -> Iterator[datetime]:
+    """The occurrences strictly after ``after`` within the schedule's window."""
+    if schedule.start_at is not None:
+        after = max(after, _as_utc("start_at", schedule.start_at) - _HAIR)
+    fires: Iterator[datetime]
+    if isinstance(schedule, CronSchedule):
+        fires = _cron_fires(schedule.expression, _zone(schedule.timezone), after)
+    else:
+        fires = _interval_fires(schedule.every_seconds, schedule.offset_seconds, after)
+    if schedule.end_at is None:
+        return fires
+    end = _as_utc("end_at", schedule.end_at)
+    return itertools.takewhile(lambda fire: fire <= end, fires)
+
+
+def _interval_fires(every: int, offset: int, after: datetime) -> Iterator[datetime]:
+    """``INTERVAL_EPOCH + offset + k * every`` strictly after ``after``, up to
+    ``LATEST_INSTANT``; exact (timedelta arithmetic, no floating point)."""
+    if every <= 0:
+        raise ValueError(f"every_seconds must be positive, got {every}")
+    step = timedelta(seconds=every)
+    base = INTERVAL_EPOCH + timedelta(seconds=offset)
+    after = max(after.astimezone(UTC), EARLIEST_INSTANT)
+    fire = base + ((after - base) // step + 1) * step
+    while fire <= LATEST_INSTANT:
+        yield fire
+        fire += step
+
+
+def _check_interval(schedule: IntervalSchedule, min_interval: timedelta) -> None:
+    every = timedelta(seconds=schedule.every_seconds)
+    if not max(min_interval, timedelta(seconds=1)) <= every <= MAX_INTERVAL:
+        raise InvalidDefinitionError(
+            "schedule.every_seconds",
+            f"{schedule.every_seconds} s is out of range",
+            f"use from {_seconds(max(min_interval, timedelta(seconds=1)))} "
+            f"to {_seconds(MAX_INTERVAL)} (366 days)",
+        )
+    if not 0 <= schedule.offset_seconds < schedule.every_seconds:
+        raise InvalidDefinitionError(
+            "schedule.offset_seconds",
+            f"{schedule.offset_seconds} s is not within the interval",
+            f"use from 0 up to {schedule.every_seconds - 1} (less than every_seconds)",
+        )
+    check_text(schedule.timezone, "schedule.timezone", max_chars=MAX_ZONE_CHARS)
+    _check_timezone(schedule.timezone)
+
+
+def _check_rules(schedule: Recurring) -> None:
+    """The window, the exclusions and the jitter a recurring schedule shares."""
+    if not 0 <= schedule.jitter_seconds <= MAX_JITTER.total_seconds():
+        raise InvalidDefinitionError(
+            "schedule.jitter_seconds",
+            f"{schedule.jitter_seconds} s is out of range",
+            "use from 0 (no jitter) to 86400 (a day)",
+        )
+    start = (
+        None if schedule.start_at is None else check_instant("schedule.start_at", schedule.start_at)
+    )
+    end = None if schedule.end_at is None else check_instant("schedule.end_at", schedule.end_at)
+    if start is not None and end is not None and end < start:
+        raise InvalidDefinitionError(
+            "schedule.end_at",
+            f"{end.isoformat()} is before start_at {start.isoformat()}",
+            "give an end_at at or after start_at, or leave one of them out",
+        )
+    if len(schedule.exclude_dates) > MAX_EXCLUDE_DATES:
+        raise InvalidDefinitionError(
+            "schedule.exclude_dates",
+            f"has {len(schedule.exclude_dates)} dates",
+            f"give at most {MAX_EXCLUDE_DATES}; name a calendar for holidays",
+        )
+    if len(schedule.calendars) > MAX_CALENDARS:
+        raise InvalidDefinitionError(
+            "schedule.calendars",
+            f"names {len(schedule.calendars)} calendars",
+            f"name at most {MAX_CALENDARS}",
+        )
+    for name in schedule.calendars:
+        check_calendar(name)
 
 
 # --- Catch-up after downtime -------------------------------------------------------

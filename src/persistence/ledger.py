@@ -1,9 +1,10 @@
-"""The eventsourcing Application over the log: save, load and read back both aggregates.
+"""The eventsourcing Application over the log: save, load and read back the aggregates.
 
-Jobs and executions share one application (one events table, one notification log) so
-that a fire saves ``JobFired`` and ``ExecutionEnqueued`` atomically, and every
-projection follows a single ordered log. The commands that change them are use cases
-(``jobledger.services``); this class only persists and loads.
+Jobs, executions, workflows and the dependency graph share one application (one events
+table, one notification log) so that a fire saves ``JobFired`` and
+``ExecutionEnqueued`` atomically, and every projection follows a single ordered log.
+The commands that change them are use cases (``jobledger.services``); this class only
+persists and loads.
 """
 
 import typing
@@ -27,9 +28,11 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
 from jobledger.domain.definitions import DEFAULT_LIMITS, Limits
+from jobledger.domain.dependencies import GRAPH_ID, DependencyGraph
 from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
+from jobledger.domain.workflow import Workflow
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
@@ -101,6 +104,16 @@ class Ledger(Application[UUID]):
 
     def get_execution(self, execution_id: UUID) -> Execution:
         return self._get(Execution, execution_id, None)
+
+    def get_workflow(self, workflow_id: UUID) -> Workflow:
+        return self._get(Workflow, workflow_id, None)
+
+    def dependency_graph(self) -> DependencyGraph | None:
+        """Every job's upstreams; None before the first dependency was saved."""
+        try:
+            return self._get(DependencyGraph, GRAPH_ID, None)
+        except NotFoundError:
+            return None
 
     def job_as_of(self, job_id: UUID, at: datetime) -> Job:
         """The job as it was at ``at`` (the last event recorded at or before it)."""

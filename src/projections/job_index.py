@@ -33,8 +33,8 @@ def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: AN
     """(whether the event sets the next fire, and to what)."""
     if isinstance(domain_event, Job.Paused | Job.Deleted):
         return True, None
-    if isinstance(domain_event, Job.Triggered):
-        return False, None  # a manual run leaves the schedule as it was
+    if isinstance(domain_event, Job.Triggered | Job.Backfilled):
+        return False, None  # a manual run or a backfill request leaves the schedule as it was
     return True, domain_event.next_fire_at
 
 

@@ -106,6 +106,7 @@ FINAL_STATUSES = (
     ExecutionStatus.COMPLETED.value,
     ExecutionStatus.CANCELLED.value,
     ExecutionStatus.DISCARDED.value,
+    ExecutionStatus.SKIPPED.value,
 )
 
 # Histograms: bucket i > 0 holds the values in (BASE * GAMMA**(i-1), BASE * GAMMA**i];
@@ -294,6 +295,10 @@ def _job_triggered(row: Row, event: Job.Triggered) -> None:
     row["last_fired_at_ms"] = to_ms(event.timestamp)
 
 
+def _job_backfilled(_row: Row, _event: Job.Backfilled) -> None:
+    """The request itself changes no column: its fires and misses follow it."""
+
+
 _JOB_CHANGES: dict[type[Any], Callable[[Row, Any], None]] = {
     Job.Updated: _job_updated,
     Job.Paused: _job_paused,
@@ -302,6 +307,7 @@ _JOB_CHANGES: dict[type[Any], Callable[[Row, Any], None]] = {
     Job.Fired: _job_fired,
     Job.FiresMissed: _job_fires_missed,
     Job.Triggered: _job_triggered,
+    Job.Backfilled: _job_backfilled,
 }
 JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
 
@@ -318,7 +324,7 @@ _NOT_YET = dict.fromkeys(
 )  # fmt: skip
 
 
-def _enqueued_row(event: Execution.Enqueued) -> Row:
+def _enqueued_row(event: Execution.Enqueued | Execution.Skipped) -> Row:
     spec = event.spec
     return {
         "id": str(event.originator_id),
@@ -337,6 +343,20 @@ def _enqueued_row(event: Execution.Enqueued) -> Row:
         **_NOT_YET,
         "version": event.originator_version,
     }
+
+
+def _skipped_row(event: Execution.Skipped) -> Row:
+    """A decided-skipped occurrence: never ran, finished when it was decided."""
+    at = to_ms(event.timestamp)
+    row = _enqueued_row(event)
+    row.update(
+        status=ExecutionStatus.SKIPPED.value,
+        finished_at_ms=at,
+        last_error=event.reason,
+        closed_by="system",
+        closed_reason=event.reason,
+    )
+    return row
 
 
 class _Fold:
@@ -385,6 +405,8 @@ class _Fold:
         if isinstance(event, Execution.Enqueued):
             row = self.executions[key] = _enqueued_row(event)
             self.count(row["enqueued_at_ms"], FIRED)
+        elif isinstance(event, Execution.Skipped):
+            row = self.executions[key] = _skipped_row(event)
         elif row is None:
             log.warning(
                 "read_models.unknown_execution", execution_id=key, version=event.originator_version
@@ -395,7 +417,7 @@ class _Fold:
             row["version"] = event.originator_version
         self.changed_executions.add(key)
         self._moved(EXECUTION_KIND, before, row["status"])
-        self._update_job(row, latest=isinstance(event, Execution.Enqueued))
+        self._update_job(row, latest=isinstance(event, Execution.Enqueued | Execution.Skipped))
 
     def _moved(self, kind: str, before: str | None, after: str) -> None:
         if before != after:
@@ -577,7 +599,7 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[_Fold, Row, Any], None]] = {
     Execution.Cancelled: _cancelled,
     Execution.Discarded: _discarded,
 }
-EXECUTION_EVENTS = frozenset({Execution.Enqueued, *_EXECUTION_CHANGES})
+EXECUTION_EVENTS = frozenset({Execution.Enqueued, Execution.Skipped, *_EXECUTION_CHANGES})
 
 
 def _read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> _Fold:
@@ -589,7 +611,8 @@ def _read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> _Fold:
             job_ids.add(key)
         else:
             execution_ids.add(key)
-            if isinstance(event, Execution.Enqueued) and event.job_id is not None:
+            created = isinstance(event, Execution.Enqueued | Execution.Skipped)
+            if created and event.job_id is not None:
                 job_ids.add(str(event.job_id))
     executions = {
         row["id"]: row

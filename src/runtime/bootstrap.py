@@ -51,6 +51,7 @@ from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
+from jobledger.runtime.releases import ReleaseLoop, Releaser
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import (
@@ -129,15 +130,32 @@ class Container:
         leadership: Leadership | None = None,
         config: SchedulerConfig | None = None,
     ) -> Scheduler:
+        """The scheduler, with its releases loop (run by ``SchedulerService``)."""
+        leadership = leadership or self.leadership()
+        config = config or self.scheduler_config()
         return Scheduler(
             self.ledger,
             self.writer,
             JobIndex(self.ledger, self.database, isolation=self.isolation(JOB_SCHEDULE_FOLLOWER)),
-            leadership or self.leadership(),
+            leadership,
             queue=self.queue,
             checkpoint=self.checkpoint,
-            config=config or self.scheduler_config(),
+            config=config,
             metrics=self.metrics,
+            releases=self.release_loop(leadership, poll=config.tick_interval),
+        )
+
+    def releaser(self, leadership: Leadership) -> Releaser:
+        """What follows a run's end, carried out while ``leadership`` leads."""
+        return Releaser(self.ledger, self.database, leadership)
+
+    def release_loop(self, leadership: Leadership, *, poll: float) -> ReleaseLoop:
+        settings = self.settings
+        return ReleaseLoop(
+            self.releaser(leadership),
+            poll=poll,
+            conninfo=settings.database_url if settings.uses_postgres else None,
+            health=self.health.watch(POSTGRESQL) if settings.uses_postgres else None,
         )
 
     def worker(self, worker_id: str | None = None, *, now: Clock = utc_now) -> Worker:

@@ -30,6 +30,7 @@ from jobledger.projections.queue_projection import previous_item
 from jobledger.runtime.leader import Leadership
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
+from jobledger.runtime.releases import ReleaseLoop
 from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
@@ -87,8 +88,12 @@ class Scheduler:
         checkpoint: Checkpoint | None = None,
         config: SchedulerConfig = SchedulerConfig(),
         metrics: Metrics | None = None,
+        releases: ReleaseLoop | None = None,
     ) -> None:
         self.ledger = ledger
+        # What follows a run's end (downstream jobs, workflow steps, buffered
+        # backfills): a follower of its own, started and stopped with the service.
+        self.releases = releases
         self.writer = writer
         self.index = index
         self.leadership = leadership
@@ -264,7 +269,14 @@ class SchedulerService(Background):
         self._health = health or DependencyHealth("scheduler")
         super().__init__("scheduler")
 
+    def start(self) -> None:
+        super().start()
+        if self.scheduler.releases is not None:
+            self.scheduler.releases.start()
+
     def stop(self) -> None:
+        if self.scheduler.releases is not None:
+            self.scheduler.releases.stop()
         super().stop()
         self.scheduler.leadership.release()
 

@@ -273,6 +273,9 @@ class Worker:
             lease_deadline=lease.deadline,
             payload=dict(spec.payload),
             scheduled_for=execution.scheduled_for,
+            upstream_results=dict(execution.upstream_results or {}),
+            workflow_id=execution.workflow_id,
+            step=execution.step,
             threads=self._handler_threads,
             # Every line about this attempt, the handler's own included, names it.
             log=_handler_log.bind(

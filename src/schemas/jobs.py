@@ -1,12 +1,19 @@
-"""Job bodies: a definition as the API takes it, a job as it answers, schedule previews."""
+"""Job bodies: a definition as the API takes it, a job as it answers, schedule previews,
+a job's dependencies and backfills."""
 
-from datetime import datetime
+from datetime import date, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
 
-from jobledger.domain.policies import DEFAULT_PRIORITY, MisfirePolicy, OverlapPolicy
+from jobledger.domain.policies import (
+    DEFAULT_PRIORITY,
+    BackfillOverlap,
+    MisfirePolicy,
+    OverlapPolicy,
+    WaitFor,
+)
 from jobledger.schemas.fields import (
     AwareTime,
     Payload,
@@ -27,8 +34,30 @@ class RetryIn(Strict):
     jitter: bool = True
 
 
-class CronIn(Strict, tag="cron", tag_field="kind"):
+class RulesIn(Strict, kw_only=True):
+    """What every recurring schedule may add: a window, exclusions, jitter."""
+
+    jitter_seconds: Annotated[int, msgspec.Meta(ge=0, le=86_400)] = 0
+    start_at: AwareTime | None = None
+    end_at: AwareTime | None = None
+    exclude_dates: Annotated[list[date], msgspec.Meta(max_length=1000)] = msgspec.field(
+        default_factory=list
+    )
+    calendars: Annotated[list[Tiny], msgspec.Meta(max_length=10)] = msgspec.field(
+        default_factory=list
+    )
+
+
+class CronIn(RulesIn, tag="cron", tag_field="kind", kw_only=True):
     cron: Short
+    timezone: Zone = "UTC"
+
+
+class IntervalIn(RulesIn, tag="interval", tag_field="kind", kw_only=True):
+    """Every ``every_seconds`` of elapsed time, at epoch multiples plus the offset."""
+
+    every_seconds: Annotated[int, msgspec.Meta(ge=1, le=31_622_400)]
+    offset_seconds: Annotated[int, msgspec.Meta(ge=0, le=31_622_400)] = 0
     timezone: Zone = "UTC"
 
 
@@ -40,7 +69,7 @@ class ManualIn(Strict, tag="manual", tag_field="kind"):
     pass
 
 
-ScheduleIn = CronIn | OnceIn | ManualIn
+ScheduleIn = CronIn | IntervalIn | OnceIn | ManualIn
 
 
 class ExecutionIn(Strict):
@@ -54,6 +83,14 @@ class ExecutionIn(Strict):
     retry: RetryIn = msgspec.field(default_factory=RetryIn)
 
 
+class DependencyIn(Strict):
+    """An upstream job (its id, or the key it was created or declared with) and the
+    state its run must reach: ``completed``, or ``finished`` (any end)."""
+
+    job: Short
+    on: WaitFor = WaitFor.COMPLETED
+
+
 class JobIn(ExecutionIn, kw_only=True):
     """A job definition: what to run and when."""
 
@@ -63,6 +100,10 @@ class JobIn(ExecutionIn, kw_only=True):
     catch_up_cap: SmallInt = 10
     overlap: OverlapPolicy = OverlapPolicy.ALLOW
     description: Text = ""
+    depends_on: Annotated[list[DependencyIn], msgspec.Meta(max_length=20)] = msgspec.field(
+        default_factory=list
+    )
+    pause_on_failure: bool = False
 
 
 class JobPatch(Strict):
@@ -80,6 +121,8 @@ class JobPatch(Strict):
     catch_up_cap: SmallInt | msgspec.UnsetType = msgspec.UNSET
     overlap: OverlapPolicy | msgspec.UnsetType = msgspec.UNSET
     description: Text | msgspec.UnsetType = msgspec.UNSET
+    depends_on: list[DependencyIn] | msgspec.UnsetType = msgspec.UNSET
+    pause_on_failure: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class ReasonIn(Strict):
@@ -154,10 +197,60 @@ class ApplyOut(msgspec.Struct, kw_only=True):
 
 
 class Fire(msgspec.Struct):
+    """One occurrence: when it runs (``at``, its time plus its jitter) in UTC and in
+    the schedule's zone, its nominal time, and whether an exclusion skips it."""
+
     at: datetime
     local: str
+    scheduled_for: datetime | None = None
+    excluded: bool = False
 
 
 class PreviewOut(msgspec.Struct):
     timezone: str
     fires: list[Fire]
+
+
+# ---- dependencies and backfill -------------------------------------------------------
+
+
+class JobLink(msgspec.Struct, kw_only=True):
+    """An upstream or downstream job: its id, name and status, and what it waits for."""
+
+    id: UUID
+    name: str
+    status: str
+    on: WaitFor
+
+
+class DependenciesOut(msgspec.Struct, kw_only=True):
+    upstreams: list[JobLink]
+    downstreams: list[JobLink]
+
+
+class BackfillIn(Strict, kw_only=True):
+    """Fire the occurrences in ``[start, end]`` that never fired (``max``: refuse if
+    more would); ``dry_run`` only counts."""
+
+    start: AwareTime
+    end: AwareTime
+    overlap: BackfillOverlap = BackfillOverlap.ALLOW
+    max: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1000
+    reason: Text = ""
+    dry_run: bool = False
+
+
+class BackfillReport(msgspec.Struct, kw_only=True):
+    """What a backfill did (or, with ``dry_run``, would do)."""
+
+    job_id: UUID
+    dry_run: bool
+    overlap: BackfillOverlap
+    occurrences: int  # in the window
+    already_fired: int  # have an execution (or wait in an earlier buffer)
+    excluded: int  # on an excluded date or a holiday: never fired
+    to_fire: int  # the rest: what the backfill takes on
+    fired: int  # fired now
+    buffered: int  # buffer_all: waiting to fire one after another
+    skipped: int  # skip: recorded missed, overlapping the one fired
+    missing: list[datetime]  # the first of the occurrences to fire, in order

@@ -1,7 +1,10 @@
 """Every use case of one process, built once from its container."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from uuid import UUID
 
+from jobledger.projections.queue import QueueState
 from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
@@ -13,6 +16,7 @@ from jobledger.services.outbox import Outbox
 from jobledger.services.system import System
 from jobledger.services.views import Views
 from jobledger.services.waits import ExecutionWaits
+from jobledger.services.workflows import Workflows
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Services:
     waits: ExecutionWaits
     declared_jobs: DeclaredJobs
     outbox: Outbox | None  # PostgreSQL only
+    workflows: Workflows
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -39,7 +44,7 @@ class Services:
         handlers = HandlerNames(names, {name: registry.info(name) for name in names})
         views = Views(container.database, container.ledger)
         return cls(
-            jobs=Jobs(container.ledger, handlers),
+            jobs=Jobs(container.ledger, handlers, open_runs=_open_runs(container)),
             executions=Executions(container.ledger, handlers),
             dead_letters=DeadLetters(container.ledger, container.writer, views),
             accounts=AccountService(container.accounts()),
@@ -53,4 +58,15 @@ class Services:
                 if container.settings.uses_postgres
                 else None
             ),
+            workflows=Workflows(container.ledger, handlers),
         )
+
+
+def _open_runs(container: Container) -> Callable[[UUID], int]:
+    """A job's pending and running executions, as the checkpoint has them."""
+
+    def count(job_id: UUID) -> int:
+        counts = container.checkpoint.open_counts(job_id)
+        return counts.get(QueueState.PENDING, 0) + counts.get(QueueState.LEASED, 0)
+
+    return count

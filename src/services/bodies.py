@@ -1,32 +1,101 @@
 """Job definitions between the API's bodies (``jobledger.schemas``) and the domain's
 value objects: the API, the dashboard and ``jobledger apply`` map them the same way."""
 
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
+from uuid import UUID
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.dependencies import Dependency
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.job import job_reference
 from jobledger.domain.policies import RetryPolicy
-from jobledger.domain.schedules import CronSchedule, ManualSchedule, OneShotSchedule, Schedule
-from jobledger.schemas.jobs import CronIn, ExecutionIn, JobIn, ManualIn, OnceIn, RetryIn, ScheduleIn
+from jobledger.domain.schedules import (
+    CronSchedule,
+    IntervalSchedule,
+    ManualSchedule,
+    OneShotSchedule,
+    Schedule,
+    ScheduleRules,
+)
+from jobledger.domain.workflow import StepSpec
+from jobledger.schemas.jobs import (
+    CronIn,
+    DependencyIn,
+    ExecutionIn,
+    IntervalIn,
+    JobIn,
+    ManualIn,
+    OnceIn,
+    RetryIn,
+    RulesIn,
+    ScheduleIn,
+)
+from jobledger.schemas.workflows import WorkflowIn
+
+# Finds the job a ``depends_on`` entry names (its id, or a key); the use cases give one
+# that looks keys up in the log (``Jobs.upstream_id``).
+UpstreamLookup = Callable[[str], UUID]
 
 
 def to_schedule(schedule: ScheduleIn) -> Schedule:
     match schedule:
         case CronIn():
-            return CronSchedule(schedule.cron, schedule.timezone)
+            return CronSchedule(schedule.cron, schedule.timezone, **_rules(schedule))
+        case IntervalIn():
+            return IntervalSchedule(
+                every_seconds=schedule.every_seconds,
+                offset_seconds=schedule.offset_seconds,
+                timezone=schedule.timezone,
+                **_rules(schedule),
+            )
         case OnceIn():
             return OneShotSchedule(schedule.run_at)
         case _:
             return ManualSchedule()
 
 
+_RULES = ("jitter_seconds", "start_at", "end_at", "exclude_dates", "calendars")
+
+
+def _rules(rules: RulesIn | ScheduleRules, sequence: type[Any] = tuple) -> dict[str, Any]:
+    """The rule fields of one side, for the other (lists in the API, tuples within)."""
+    fields = {name: getattr(rules, name) for name in _RULES}
+    return fields | {name: sequence(fields[name]) for name in ("exclude_dates", "calendars")}
+
+
 def from_schedule(schedule: Schedule) -> ScheduleIn:
     match schedule:
         case CronSchedule():
-            return CronIn(cron=schedule.expression, timezone=schedule.timezone)
+            return CronIn(
+                cron=schedule.expression, timezone=schedule.timezone, **_rules(schedule, list)
+            )
+        case IntervalSchedule():
+            return IntervalIn(
+                every_seconds=schedule.every_seconds,
+                offset_seconds=schedule.offset_seconds,
+                timezone=schedule.timezone,
+                **_rules(schedule, list),
+            )
         case OneShotSchedule():
             return OnceIn(run_at=schedule.run_at)
         case _:
             return ManualIn()
+
+
+def to_dependencies(
+    dependencies: list[DependencyIn], upstream: UpstreamLookup = job_reference
+) -> tuple[Dependency, ...]:
+    found = []
+    for index, dependency in enumerate(dependencies):
+        try:
+            job_id = upstream(dependency.job)
+        except InvalidDefinitionError as error:
+            field = f"depends_on[{index}].job"
+            raise InvalidDefinitionError(field, error.problem, error.fix) from None
+        found.append(Dependency(job=job_id, on=dependency.on))
+    return tuple(found)
 
 
 def to_spec(body: ExecutionIn) -> ExecutionSpec:
@@ -46,7 +115,9 @@ def to_spec(body: ExecutionIn) -> ExecutionSpec:
     )
 
 
-def to_definition(body: JobIn) -> JobDefinition:
+def to_definition(body: JobIn, upstream: UpstreamLookup = job_reference) -> JobDefinition:
+    """The definition ``body`` gives; ``upstream`` finds the jobs its ``depends_on``
+    names (without the log: an id, or the key of a job created over the API)."""
     return JobDefinition(
         name=body.name,
         spec=to_spec(body),
@@ -55,6 +126,8 @@ def to_definition(body: JobIn) -> JobDefinition:
         catch_up_cap=body.catch_up_cap,
         overlap=body.overlap,
         description=body.description,
+        depends_on=to_dependencies(body.depends_on, upstream),
+        pause_on_failure=body.pause_on_failure,
     )
 
 
@@ -78,4 +151,12 @@ def from_definition(definition: JobDefinition) -> JobIn:
         catch_up_cap=definition.catch_up_cap,
         overlap=definition.overlap,
         description=definition.description,
+        depends_on=[DependencyIn(job=str(d.job), on=d.on) for d in definition.depends_on],
+        pause_on_failure=definition.pause_on_failure,
     )
+
+
+def to_steps(body: WorkflowIn) -> list[StepSpec]:
+    return [
+        StepSpec(name=step.name, spec=to_spec(step), after=tuple(step.after)) for step in body.steps
+    ]

@@ -8,29 +8,34 @@ differ, unchanged, and with ``prune`` delete for managed jobs the set no longer 
 then saves every changed job in one save: the whole set is applied, or nothing is. A
 set equal to what the log holds changes nothing and writes no event. The events record
 who applied (``by``) and ``source: "code"``.
+
+A declared job may depend on others (``depends_on``) by key: a key of the set names
+the job the set declares (created in the same save if it is new), any other key or id
+a job in the log. The dependency graph is saved with the set and checked as a whole.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+from uuid import UUID
 
 import msgspec
 
 from jobledger.domain.definitions import JobDefinition
-from jobledger.domain.errors import InvalidDefinitionError, NotFoundError
+from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.job import CODE, Job, managed_job_id
 from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.jobs import ApplyOut, FieldChange, ManagedJobIn, PlannedChange
 from jobledger.services.actors import Actor
 from jobledger.services.bodies import from_definition, to_definition
+from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.errors import InvalidRequestError
+from jobledger.services.job_keys import job_by_reference, live_managed
 from jobledger.services.jobs import HandlerNames
 from jobledger.services.views import Views
 
-# A key declared, deleted and declared again this many times is a loop, not a history.
-MAX_INCARNATIONS = 1000
 _PAGE = 500
 
 
@@ -47,6 +52,7 @@ class DeclaredJobs:
         self.ledger = ledger
         self.views = views
         self.handlers = handlers
+        self.links = DependencyLinks(ledger, field_of=lambda job: f"{_key(job.key or '')}.")
 
     def apply(
         self,
@@ -57,47 +63,87 @@ class DeclaredJobs:
         prune: bool = False,
         dry_run: bool = False,
     ) -> ApplyOut:
-        """Plan the set against the log and, unless ``dry_run``, apply it in one save."""
+        """Plan the set against the log and, unless ``dry_run``, apply it in one save
+        (with the dependency graph: planned again if another edit changed it first)."""
         by.require(Role.OPERATOR)
-        definitions = self._checked(declared)
-        steps = [self._plan(key, definition, at=at, by=by) for key, definition in definitions]
+        steps: list[_Step] = []
+
+        def planned() -> list[Job]:
+            steps[:] = self._planned(declared, at=at, by=by, prune=prune)
+            return [step.job for step in steps if step.job is not None]
+
+        if dry_run:
+            self.links.linked(self.ledger.dependency_graph(), planned())  # refusals only
+        else:
+            self.links.save(planned)
+        changed = any(step.job is not None for step in steps)
+        return ApplyOut(plan=[step.change for step in steps], applied=changed and not dry_run)
+
+    def _planned(
+        self, declared: Sequence[ManagedJobIn], *, at: datetime, by: Actor, prune: bool
+    ) -> list[_Step]:
+        live = {
+            body.key: live_managed(self.ledger, body.key, field=f"{_key(body.key)}.key")
+            for body in declared
+        }
+        definitions = self._checked(declared, live)
+        steps = [
+            self._plan(key, definition, live[key], at=at, by=by) for key, definition in definitions
+        ]
         if prune:
-            steps += self._prune(set(dict(definitions)), by=by)
-        changed = [step.job for step in steps if step.job is not None]
-        if changed and not dry_run:
-            self.ledger.save_all(*changed)
-        return ApplyOut(plan=[step.change for step in steps], applied=bool(changed) and not dry_run)
+            steps += self._prune(set(live), by=by)
+        return steps
 
     # ---- checking the set ----------------------------------------------------------------
 
-    def _checked(self, declared: Sequence[ManagedJobIn]) -> list[tuple[str, JobDefinition]]:
+    def _checked(
+        self, declared: Sequence[ManagedJobIn], live: Mapping[str, tuple[Job | None, int]]
+    ) -> list[tuple[str, JobDefinition]]:
         """Every job's definition, each checked as a save would check it; the first that
-        fails is refused naming its key, so a bad definition writes nothing."""
+        fails is refused naming its key, so a bad definition writes nothing. ``live``:
+        each key's job in the log, or the incarnation it is created as."""
+        ids = {key: job.id if job else managed_job_id(key, n) for key, (job, n) in live.items()}
+
+        def upstream(reference: str) -> UUID:
+            found = ids.get(reference)
+            if found is not None:
+                return found
+            return job_by_reference(self.ledger, reference, field="depends_on.job")
+
         seen: set[str] = set()
         checked: list[tuple[str, JobDefinition]] = []
         for body in declared:
             if body.key in seen:
                 raise InvalidRequestError(
-                    f"jobs[{body.key}]: the key is declared twice",
-                    field=f"jobs[{body.key}].key",
+                    f"{_key(body.key)}: the key is declared twice",
+                    field=f"{_key(body.key)}.key",
                     fix="give every declared job a key of its own",
                 )
             seen.add(body.key)
-            definition = to_definition(body)
             try:
+                definition = to_definition(body, upstream)
                 self.handlers.check(definition.spec.handler, definition.spec.payload)
-                definition.check(self.ledger.limits)
+                definition.check(self.ledger.limits, job_id=ids[body.key])
+                self.links.check_upstreams(definition, saved_with=ids.values())
             except InvalidDefinitionError as error:
                 raise InvalidDefinitionError(
-                    f"jobs[{body.key}].{error.field}", error.problem, error.fix
+                    f"{_key(body.key)}.{error.field}", error.problem, error.fix
                 ) from None
             checked.append((body.key, definition))
         return checked
 
     # ---- planning ------------------------------------------------------------------------
 
-    def _plan(self, key: str, definition: JobDefinition, *, at: datetime, by: Actor) -> _Step:
-        job, incarnation = self._live(key)
+    def _plan(
+        self,
+        key: str,
+        definition: JobDefinition,
+        live: tuple[Job | None, int],
+        *,
+        at: datetime,
+        by: Actor,
+    ) -> _Step:
+        job, incarnation = live
         if job is None:
             created = Job.declare(
                 definition,
@@ -113,21 +159,6 @@ class DeclaredJobs:
             return _Step(_change(key, "unchanged", job), None)
         job.update(definition, at=at, by=by.name, limits=self.ledger.limits, source=CODE)
         return _Step(_change(key, "update", job, changes), job)
-
-    def _live(self, key: str) -> tuple[Job | None, int]:
-        """The job that holds ``key`` now, or None and the incarnation to create."""
-        for incarnation in range(MAX_INCARNATIONS):
-            try:
-                job = self.ledger.get_job(managed_job_id(key, incarnation))
-            except NotFoundError:
-                return None, incarnation
-            if not job.deleted:
-                return job, incarnation
-        raise InvalidRequestError(
-            f"jobs[{key}]: the key was declared and deleted {MAX_INCARNATIONS} times",
-            field=f"jobs[{key}].key",
-            fix="declare the job under a new key",
-        )
 
     def _prune(self, declared: set[str], *, by: Actor) -> list[_Step]:
         """A delete for every live managed job whose key the set no longer has."""
@@ -153,6 +184,11 @@ class DeclaredJobs:
 
 
 Action = Literal["create", "update", "unchanged", "delete"]
+
+
+def _key(key: str) -> str:
+    """How a refusal names a declared job: by its key in the set."""
+    return f"jobs[{key}]"
 
 
 def _change(

@@ -1,10 +1,11 @@
-"""Jobs: schedule, update, pause, resume, delete and trigger; a job now, as it was at a
-version or a time, and its history."""
+"""Jobs: schedule, update, pause, resume, delete, trigger and backfill; a job now, as
+it was at a version or a time, its history, and the jobs it waits for and that wait
+for it."""
 
 import random
 import re
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -12,22 +13,34 @@ from uuid import UUID
 import msgspec
 
 from jobledger.declarations import payload_schema
+from jobledger.domain.backfill import (
+    BackfillPlan,
+    check_backfill_window,
+    plan_backfill,
+    window_occurrences,
+)
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.errors import (
     AlreadyExistsError,
     ConflictError,
     InvalidDefinitionError,
+    InvalidTransitionError,
     NotFoundError,
 )
-from jobledger.domain.execution import Execution, trigger_execution_id
+from jobledger.domain.execution import Execution, occurrence_execution_id, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
-from jobledger.domain.schedules import Schedule, validate_schedule
+from jobledger.domain.policies import BackfillOverlap
+from jobledger.domain.schedules import ManualSchedule, Schedule, validate_schedule
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.handlers.registry import HandlerInfo, unknown_handler_fix
 from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.jobs import BackfillReport
 from jobledger.services.actors import Actor
+from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.history import EventOut, history
+from jobledger.services.job_keys import job_by_reference
 
 
 class HandlerNames:
@@ -97,15 +110,48 @@ ANY_HANDLER = HandlerNames(None)
 # before it gives up with a conflict.
 _TRIGGER_TRIES = 30
 _TRIGGER_PAUSE = 0.005
+# How many of a backfill's occurrences its answer lists.
+SHOWN_OCCURRENCES = 100
+# The longest chain of upstreams followed to find a dependent job's schedule.
+MAX_CHAIN = 100
+
+
+def no_open_runs(_job_id: UUID) -> int:
+    return 0
+
+
+def backfill_report(job_id: UUID, plan: BackfillPlan, *, dry_run: bool) -> BackfillReport:
+    """What a backfill did (or, with ``dry_run``, would do), from its plan."""
+    return BackfillReport(
+        job_id=job_id,
+        dry_run=dry_run,
+        overlap=plan.overlap,
+        occurrences=len(plan.occurrences),
+        already_fired=len(plan.already_fired),
+        excluded=len(plan.excluded),
+        to_fire=len(plan.missing),
+        fired=len(plan.fire),
+        buffered=len(plan.waiting),
+        skipped=len(plan.skip),
+        missing=list(plan.missing[:SHOWN_OCCURRENCES]),
+    )
 
 
 class Jobs:
     """The job use cases. Each change is one direct save: an operator waits for it, and
     a conflict must reach them at once (the writer batches the hot paths instead)."""
 
-    def __init__(self, ledger: Ledger, handlers: HandlerNames = ANY_HANDLER) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        handlers: HandlerNames = ANY_HANDLER,
+        open_runs: Callable[[UUID], int] = no_open_runs,
+    ) -> None:
         self.ledger = ledger
         self.handlers = handlers
+        self.links = DependencyLinks(ledger)
+        # A job's pending and running executions (the backfill's skip mode asks).
+        self.open_runs = open_runs
 
     # ---- commands ---------------------------------------------------------------------
 
@@ -115,9 +161,14 @@ class Jobs:
         """Create a job. With a key, repeating the same request returns the same job."""
         by.require(Role.OPERATOR)
         self.handlers.check(definition.spec.handler, definition.spec.payload)
-        job = Job.schedule(definition, at=at, by=by.name, key=key, limits=self.ledger.limits)
+
+        def scheduled() -> Job:
+            return Job.schedule(definition, at=at, by=by.name, key=key, limits=self.ledger.limits)
+
+        scheduled()  # refuses a bad definition before anything is read
+        self.links.check_upstreams(definition)
         try:
-            self.ledger.save_all(job)
+            job = self._saved_linked(scheduled)
         except ConflictError:
             existing = self.ledger.get_job(job_id_for_key(key or ""))
             if existing.definition != definition or existing.deleted:
@@ -140,9 +191,14 @@ class Jobs:
         """Change a job's definition; one that code manages only with ``override``."""
         by.require(Role.OPERATOR)
         self.handlers.check(definition.spec.handler, definition.spec.payload)
-        job = self.ledger.get_job(job_id)
-        job.update(definition, at=at, by=by.name, limits=self.ledger.limits, override=override)
-        return self._saved(job)
+        self.links.check_upstreams(definition)
+
+        def updated() -> Job:
+            job = self.ledger.get_job(job_id)
+            job.update(definition, at=at, by=by.name, limits=self.ledger.limits, override=override)
+            return job
+
+        return self._saved_linked(updated)
 
     def pause(self, job_id: UUID, *, by: Actor, reason: str = "") -> Job:
         by.require(Role.OPERATOR)
@@ -157,11 +213,17 @@ class Jobs:
         return self._saved(job)
 
     def delete(self, job_id: UUID, *, by: Actor, override: bool = False) -> Job:
-        """Delete a job (its history stays); one that code manages only with ``override``."""
+        """Delete a job (its history stays); one that code manages only with
+        ``override``. Refused while other jobs depend on it (they would wait for runs
+        that never come)."""
         by.require(Role.OPERATOR)
-        job = self.ledger.get_job(job_id)
-        job.delete(by=by.name, override=override)
-        return self._saved(job)
+
+        def deleted() -> Job:
+            job = self.ledger.get_job(job_id)
+            job.delete(by=by.name, override=override)
+            return job
+
+        return self._saved_linked(deleted)
 
     def trigger(self, job_id: UUID, *, key: str, at: datetime, by: Actor) -> Execution:
         """Run a job now. The same key returns the execution of the first request; a
@@ -186,6 +248,107 @@ class Jobs:
     def _saved(self, job: Job) -> Job:
         self.ledger.save_all(job)
         return job
+
+    def _saved_linked(self, change: Callable[[], Job]) -> Job:
+        """The job ``change`` builds, saved with the dependency graph."""
+        saved: list[Job] = []
+
+        def built() -> list[Job]:
+            saved[:] = [change()]
+            return saved
+
+        self.links.save(built)
+        return saved[0]
+
+    # ---- dependencies -----------------------------------------------------------------
+
+    def job_id_of(self, reference: str, *, field: str = "job") -> UUID:
+        """The job ``reference`` names (a ``depends_on`` entry, a command's argument):
+        its id, or the key it was created with over the API or declared with in code."""
+        return job_by_reference(self.ledger, reference, field=field)
+
+    def upstreams(self, job_id: UUID) -> list[Job]:
+        """The jobs ``job_id`` waits for."""
+        return self.links.upstreams(job_id)
+
+    def downstreams(self, job_id: UUID) -> list[Job]:
+        """The live jobs that wait for ``job_id``, by name."""
+        return self.links.downstreams(job_id)
+
+    # ---- backfill ---------------------------------------------------------------------
+
+    def backfill(
+        self,
+        job_id: UUID,
+        *,
+        start: datetime,
+        end: datetime,
+        overlap: BackfillOverlap = BackfillOverlap.ALLOW,
+        limit: int = 1000,
+        reason: str = "",
+        dry_run: bool = False,
+        at: datetime,
+        by: Actor,
+    ) -> BackfillReport:
+        """Fire the job's occurrences in ``[start, end]`` that never fired (see
+        ``domain/backfill.py``); ``dry_run`` only counts. A paused job may be
+        backfilled; a second backfill of the same window fires nothing."""
+        by.require(Role.OPERATOR)
+        check_backfill_window(start, end, now=at, limit=limit)
+        job = self.ledger.get_job(job_id)
+        if job.deleted:
+            raise InvalidTransitionError(f"cannot backfill job {job_id}: it was deleted")
+        plan = self._backfill_plan(job, start, end, overlap)
+        if not dry_run:
+            if len(plan.missing) > limit:
+                raise InvalidDefinitionError(
+                    "max",
+                    f"{len(plan.missing)} occurrences would fire, more than max {limit}",
+                    "raise max, or backfill a shorter window",
+                )
+            executions = job.backfill(plan, at=at, by=by.name, reason=reason)
+            self.ledger.save_all(job, *executions)
+        return backfill_report(job.id, plan, dry_run=dry_run)
+
+    def _backfill_plan(
+        self, job: Job, start: datetime, end: datetime, overlap: BackfillOverlap
+    ) -> BackfillPlan:
+        schedule = self.occurrence_schedule(job)
+        occurrences = window_occurrences(schedule, start, end)
+        ids = {occurrence_execution_id(job.id, o): o for o in (*occurrences, *job.backfill_queue)}
+        runs = load_many(self.ledger, Execution, list(ids))
+        fired = {o for run_id, o in ids.items() if run_id in runs}
+        running = job.backfill_running
+        current = None if running is None else runs.get(occurrence_execution_id(job.id, running))
+        return plan_backfill(
+            schedule,
+            occurrences,
+            start=start,
+            end=end,
+            overlap=overlap,
+            fired=fired,
+            buffered=tuple(o for o in job.backfill_queue if o not in fired),
+            buffer_busy=current is not None and not current.is_terminal,
+            open_runs=self.open_runs(job.id) if overlap is BackfillOverlap.SKIP else 0,
+        )
+
+    def occurrence_schedule(self, job: Job) -> Schedule:
+        """The schedule whose occurrences the job has: its own, or for a job that
+        depends on others, the schedule of the first upstream at the chain's root."""
+        current = job
+        for _ in range(MAX_CHAIN):
+            if not current.definition.depends_on:
+                break
+            current = self.ledger.get_job(current.definition.depends_on[0].job)
+        schedule = current.definition.schedule
+        if isinstance(schedule, ManualSchedule):
+            raise InvalidDefinitionError(
+                "schedule",
+                f"job {job.id} has no schedule (it runs only when triggered), so it has "
+                "no occurrences to backfill",
+                "trigger it instead, or give it a schedule",
+            )
+        return schedule
 
     # ---- queries ----------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from tests.integration.executions import LogReads, adhoc_spec
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
-from jobledger.runtime.settings import load_settings
+from jobledger.runtime.settings import Settings, load_settings
 from jobledger.services.executions import Executions
 
 
@@ -144,19 +144,25 @@ class Harness(LogReads):
             time.sleep(0.05)
 
 
-@pytest.fixture
-def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
-    settings = load_settings(
+def harness_settings(postgres_url: str, redis_url: str, prefix: str = "w") -> Settings:
+    """Settings for a harness: quick polls and a short-lived leader lock, on a Redis
+    key space of its own."""
+    return load_settings(
         {},
         test_handlers="true",
         database_url=postgres_url,
-        redis_url=redis_server,
-        redis_prefix=f"w{uuid.uuid4().hex[:8]}",
+        redis_url=redis_url,
+        redis_prefix=f"{prefix}{uuid.uuid4().hex[:8]}",
         projection_poll_ms="100",
         leader_ttl_ms="1000",
         leader_renew_ms="300",
         leader_poll_ms="100",
     )
+
+
+@pytest.fixture
+def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
+    settings = harness_settings(postgres_url, redis_server)
     with bootstrap(settings) as built:
         projector = built.projector()
         projector.start()

@@ -8,14 +8,25 @@ from typing import Any
 import msgspec
 import pytest
 from eventsourcing.domain import DomainEventProtocol
+from eventsourcing.utils import get_topic
 from tests.conftest import actor
 
+from jobledger.domain.backfill import plan_backfill, window_occurrences
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.dependencies import Dependency, DependencyGraph
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.job import Job
-from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
-from jobledger.domain.schedules import CronSchedule, MissedFires
+from jobledger.domain.policies import (
+    BackfillOverlap,
+    MisfirePolicy,
+    OnFailure,
+    OverlapPolicy,
+    RetryPolicy,
+)
+from jobledger.domain.schedules import CronSchedule, ManualSchedule, MissedFires
+from jobledger.domain.topics import event_topics
+from jobledger.domain.workflow import StepSpec, StepStatus, Workflow
 from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import open_ledger
@@ -224,3 +235,77 @@ def test_limits_come_from_the_settings(store_settings: Settings) -> None:
         assert ledger.recorder.max_notification_id() in {None, 0}
     finally:
         ledger.close()
+
+
+# ---- workflows, dependencies and backfill ---------------------------------------------
+
+
+def workflow_and_dependency_events() -> list[DomainEventProtocol[uuid.UUID]]:
+    """One history holding each event type of workflows, the dependency graph and the
+    job and execution events that came with them."""
+    upstream = Job.schedule(definition(), at=AT, by="alice")
+    down_definition = msgspec.structs.replace(
+        definition(), schedule=ManualSchedule(), depends_on=(Dependency(job=upstream.id),)
+    )
+    downstream = Job.schedule(down_definition, at=AT, by="alice")
+    graph = DependencyGraph()
+    graph.link(downstream.id, [upstream.id])
+    released = downstream.fire_dependency(scheduled_for=AT, at=AT, upstream_results={"u": {"n": 1}})
+    later = AT + timedelta(days=1)
+    skipped = downstream.skip_dependency(
+        scheduled_for=later, at=later, failed={uuid.uuid4(): "dead_lettered"}
+    )
+    downstream.mirror_upstream_misses(upstream.id, MissedFires(first=later, last=later, count=1))
+    occurrences = window_occurrences(upstream.definition.schedule, AT - timedelta(days=3), AT)
+    plan = plan_backfill(
+        upstream.definition.schedule,
+        occurrences,
+        start=AT - timedelta(days=3),
+        end=AT,
+        overlap=BackfillOverlap.BUFFER_ALL,
+        fired=set(),
+    )
+    backfills = upstream.backfill(plan, at=AT, by="bob", reason="gap")
+    steps = [
+        StepSpec(name="a", spec=ExecutionSpec(handler="test.echo")),
+        StepSpec(name="b", spec=ExecutionSpec(handler="test.echo"), after=("a",)),
+        StepSpec(name="c", spec=ExecutionSpec(handler="test.echo")),
+    ]
+    done, _ = Workflow.start(name="wf", steps=steps[:2], on_failure=OnFailure.STOP, at=AT, by="c")
+    done.settle("a", status=StepStatus.COMPLETED, result={"x": 1}, error=None, at=AT)
+    done.settle("b", status=StepStatus.COMPLETED, result=None, error=None, at=AT)
+    failed, _ = Workflow.start(name="wf2", steps=steps, on_failure=OnFailure.STOP, at=AT, by="c")
+    failed.settle("a", status=StepStatus.FAILED, result=None, error="boom", at=AT)
+    cancelled, _ = Workflow.start(name="wf3", steps=steps, on_failure=OnFailure.STOP, at=AT, by="c")
+    cancelled.cancel(by="d", reason="enough")
+    assert released is not None
+    assert skipped is not None
+    return [
+        *upstream.collect_events(),
+        *downstream.collect_events(),
+        *graph.collect_events(),
+        *released.collect_events(),
+        *skipped.collect_events(),
+        *(event for run in backfills for event in run.collect_events()),
+        *done.collect_events(),
+        *failed.collect_events(),
+        *cancelled.collect_events(),
+    ]
+
+
+def test_workflow_dependency_and_backfill_events_round_trip(ledger: Ledger) -> None:
+    """If every workflow and dependency-graph event type, and the job and execution
+    events of backfills and dependencies, are saved and read back, then values and
+    their types are equal."""
+    events = workflow_and_dependency_events()
+    topics = {get_topic(type(e)) for e in events}
+    assert set(event_topics(Workflow)) - {Workflow.Created.TOPIC} <= topics
+    assert set(event_topics(DependencyGraph)) <= topics
+    assert {Job.Backfilled.TOPIC, Execution.Skipped.TOPIC} <= topics
+    ledger.save(*events)
+    for original in events:
+        stored = list(ledger.history(original.originator_id))[original.originator_version - 1]
+        assert type(stored) is type(original)
+        assert stored == original
+        for name, value in vars(original).items():
+            assert type(vars(stored)[name]) is type(value), name

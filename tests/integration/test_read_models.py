@@ -778,6 +778,7 @@ def test_status_counts_list_every_status(database: Database, known: dict[str, uu
             "dead_lettered": 2,
             "cancelled": 0,
             "discarded": 0,
+            "skipped": 0,
         },
     }
 

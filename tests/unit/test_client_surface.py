@@ -1,5 +1,6 @@
 """The client's surface: what importing it loads, and one method set for both clients."""
 
+import asyncio
 import inspect
 import json
 import subprocess
@@ -16,6 +17,7 @@ from jobledger.client import (
 )
 from jobledger.client.errors import error_from
 from jobledger.client.transport import Retrying
+from jobledger.client.workflows import AsyncWorkflows, Workflows
 
 SERVER_SIDE = (
     "litestar",
@@ -66,6 +68,23 @@ def test_both_clients_offer_the_same_methods_with_the_same_parameters() -> None:
         assert inspect.signature(method).parameters == inspect.signature(twin).parameters, name
         if not name.startswith("iter_"):
             assert inspect.iscoroutinefunction(twin), name
+
+
+def test_both_clients_offer_the_same_workflow_calls() -> None:
+    """If a workflow call is on ``Client.workflows``, then ``AsyncClient.workflows`` has
+    it too, with the same parameters, as a coroutine; create, get and wait among them."""
+    blocking, awaiting = _public(Workflows), _public(AsyncWorkflows)
+    assert set(blocking) == set(awaiting)
+    assert {"create", "get", "wait", "cancel", "history"} <= set(blocking)
+    for name, method in blocking.items():
+        twin = awaiting[name]
+        assert inspect.signature(method).parameters == inspect.signature(twin).parameters, name
+        assert inspect.iscoroutinefunction(twin), name
+    with Client("http://127.0.0.1:9", "jl_x") as client:
+        assert isinstance(client.workflows, Workflows)
+    awaiting_client = AsyncClient("http://127.0.0.1:9", "jl_x")
+    assert isinstance(awaiting_client.workflows, AsyncWorkflows)
+    asyncio.run(awaiting_client.close())
 
 
 def test_retries_back_off_honour_retry_after_and_end() -> None:

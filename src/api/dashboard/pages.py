@@ -7,6 +7,7 @@ gets the page, one without a valid session a 303 to the login page.
 """
 
 import hashlib
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,10 +27,10 @@ from litestar.status_codes import HTTP_303_SEE_OTHER
 from litestar.template.config import TemplateConfig
 from litestar.types import ControllerRouterHandler
 
-from jobledger.api.dashboard import charts, presenters
+from jobledger.api.dashboard import charts, dag, presenters
 from jobledger.api.dashboard.access import DASHBOARD, EXCEPTION_HANDLERS, safe_next
 from jobledger.api.schedules import preview_fires
-from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, job_out
+from jobledger.api.schemas import NO_NUL, CronIn, Fire, JobIn, job_out, workflow_out
 from jobledger.api.security import (
     OPEN,
     OPERATOR,
@@ -41,7 +42,9 @@ from jobledger.api.security import (
 )
 from jobledger.api.system import parse_types
 from jobledger.domain.clock import Clock
+from jobledger.domain.errors import DomainError, InvalidDefinitionError
 from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.job import Job
 from jobledger.domain.schedules import ManualSchedule, Schedule
 from jobledger.runtime.accounts import Role
 from jobledger.services.accounts import AccountService
@@ -50,6 +53,7 @@ from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 from jobledger.services.system import System
 from jobledger.services.views import JOB_STATUSES, Page, Views
+from jobledger.services.workflows import Workflows
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -273,7 +277,11 @@ def job_detail(
         "job.html",
         job=job,
         definition=msgspec.to_builtins(job.definition),
-        fires=_next_fires(domain_job.definition.schedule, clock(), active=job.status == "active"),
+        fires=_next_fires(domain_job, clock(), active=job.status == "active"),
+        upstreams=jobs.upstreams(job_id),
+        downstreams=jobs.downstreams(job_id),
+        waits={str(d.job): str(d.on) for d in domain_job.definition.depends_on},
+        backfillable=_backfillable(jobs, domain_job),
         executions=views.executions(job_id=job_id, limit=_RECENT),
         timeline=presenters.timeline(events),
         event_count=len(events),
@@ -281,10 +289,46 @@ def job_detail(
     )
 
 
-def _next_fires(schedule: Schedule, now: datetime, *, active: bool) -> list[Fire]:
+def _next_fires(job: Job, now: datetime, *, active: bool) -> list[Fire]:
+    schedule: Schedule = job.definition.schedule
     if not active or isinstance(schedule, ManualSchedule):
         return []
-    return preview_fires(schedule, after=now, count=_NEXT_FIRES).fires
+    return preview_fires(schedule, after=now, count=_NEXT_FIRES, job_id=job.id).fires
+
+
+def _backfillable(jobs: Jobs, job: Job) -> bool:
+    """Whether the job has occurrences a backfill could fill (its own schedule's, or
+    its upstreams')."""
+    try:
+        jobs.occurrence_schedule(job)
+    except InvalidDefinitionError:
+        return False
+    return not job.deleted
+
+
+# ---- workflows -----------------------------------------------------------------------
+
+
+@get("/workflows/{workflow_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-workflow")
+def workflow_detail(
+    request: Request[Any, Any, Any],
+    workflow_id: FromPath[UUID],
+    workflows: NamedDependency[Workflows],
+) -> Template:
+    """A workflow's DAG, drawn on the server, with each step's state and run."""
+    workflow = workflows.get(workflow_id)
+    states = {name: str(state) for name, state in workflow.states.items()}
+    after = {name: list(spec.after) for name, spec in workflow.steps.items()}
+    events = workflows.history(workflow_id)
+    return render(
+        request,
+        "workflow.html",
+        workflow=workflow_out(workflow),
+        dag=dag.layout(after, states),
+        counts=Counter(states.values()),
+        timeline=presenters.timeline(events),
+        event_count=len(events),
+    )
 
 
 # ---- executions --------------------------------------------------------------------------
@@ -346,10 +390,22 @@ def execution_detail(
         "execution.html",
         execution_id=execution_id,
         execution=row,
+        step=_step_of(executions, execution_id),
         attempts=views.attempts(execution_id) if row else [],
         timeline=presenters.timeline(events),
         event_count=len(events),
     )
+
+
+def _step_of(executions: Executions, execution_id: UUID) -> tuple[UUID, str] | None:
+    """(its workflow, its step name) for a workflow step's run."""
+    try:
+        run = executions.get(execution_id)
+    except DomainError:
+        return None  # shown from its history alone (e.g. an event that no longer decodes)
+    if run.workflow_id is None or run.step is None:
+        return None
+    return run.workflow_id, run.step
 
 
 # ---- workers, dead letters, system, audit ----------------------------------------------
@@ -427,6 +483,7 @@ PAGES = Router(
         new_job,
         edit_job,
         job_detail,
+        workflow_detail,
         executions_page,
         execution_detail,
         workers,

@@ -95,13 +95,21 @@ class Entry:
     execution_id: str | None
 
 
+# What fired an occurrence that was not the schedule's own (JobFired.trigger).
+_FIRED_BY = {
+    "backfill": "backfill",
+    "dependency": "upstream runs (leader epoch {leader_epoch})",
+}
+
+
 def cause_of(event: EventOut) -> str:
     """Who or what made the event happen."""
     data = event.data
     if data.get("by"):
         return str(data["by"])
     if "leader_epoch" in data:
-        return f"scheduler (leader epoch {data['leader_epoch']})"
+        fired_by = _FIRED_BY.get(data.get("trigger", ""), "scheduler (leader epoch {leader_epoch})")
+        return fired_by.format(**data)
     if data.get("worker_id"):
         return f"worker {data['worker_id']}"
     if event.type in {"JobFiresMissed", "ExecutionLeaseExpired"}:
@@ -277,14 +285,40 @@ def as_json(value: Any) -> str:  # noqa: ANN401 (any JSON value)
 def schedule_text(schedule: Mapping[str, Any]) -> Markup:
     kind = schedule.get("kind")
     if kind == "cron":
-        return Markup("<code>{}</code> in {}").format(
+        text = Markup("<code>{}</code> in {}").format(
             schedule.get("cron"), schedule.get("timezone") or "UTC"
         )
+        return text + _rules_text(schedule)
+    if kind == "interval":
+        text = Markup("every {} s (offset {} s) in {}").format(
+            schedule.get("every_seconds"),
+            schedule.get("offset_seconds") or 0,
+            schedule.get("timezone") or "UTC",
+        )
+        return text + _rules_text(schedule)
     if kind == "once":
         run_at = schedule.get("run_at")
         moment = datetime.fromisoformat(run_at) if isinstance(run_at, str) else run_at
         return Markup("once at {}").format(when(moment))
     return escape("manual (only when triggered)")
+
+
+def _rules_text(schedule: Mapping[str, Any]) -> Markup:
+    """The window, exclusions and jitter of a recurring schedule, as a short tail."""
+    parts: list[Markup] = []
+    if schedule.get("start_at") or schedule.get("end_at"):
+        parts.append(
+            Markup("from {} to {}").format(
+                schedule.get("start_at") or "the start", schedule.get("end_at") or "no end"
+            )
+        )
+    if schedule.get("exclude_dates"):
+        parts.append(Markup("except {}").format(", ".join(schedule["exclude_dates"])))
+    if schedule.get("calendars"):
+        parts.append(Markup("skipping holidays of {}").format(", ".join(schedule["calendars"])))
+    if schedule.get("jitter_seconds"):
+        parts.append(Markup("jitter up to {} s").format(schedule["jitter_seconds"]))
+    return Markup("").join(Markup("; ") + part for part in parts)
 
 
 def local_time(iso: str) -> str:

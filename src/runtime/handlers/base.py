@@ -46,6 +46,12 @@ class HandlerContext:
     # The occurrence a scheduled run is for (the period a report covers, say); None for
     # a triggered or ad-hoc run.
     scheduled_for: datetime | None = None
+    # The results of the runs this one waited for: by step name for a workflow step,
+    # by upstream job id for a job's dependency; empty for a run that waited for none.
+    upstream_results: dict[str, Any] = field(default_factory=dict)
+    # The workflow and the step this run is, for a workflow step.
+    workflow_id: UUID | None = None
+    step: str | None = None
     # Set when the execution was cancelled or the lease was lost: stop soon.
     cancelled: threading.Event = field(default_factory=threading.Event)
     log: Any = field(default_factory=lambda: structlog.get_logger("jobledger.handler"))

@@ -9,9 +9,14 @@ DEFAULT_DELAY_SECONDS = 1.0
 
 
 async def echo(ctx: HandlerContext) -> dict[str, Any]:
-    """Returns its payload, and the occurrence it ran for: the smallest useful job."""
+    """Returns its payload, and the occurrence it ran for: the smallest useful job. A
+    run that waited for others (a workflow step, a dependent job) also returns what
+    they returned, under ``upstream``."""
     occurrence = ctx.scheduled_for.isoformat() if ctx.scheduled_for else None
-    return {"echo": ctx.payload, "scheduled_for": occurrence}
+    result: dict[str, Any] = {"echo": ctx.payload, "scheduled_for": occurrence}
+    if ctx.upstream_results:
+        result["upstream"] = ctx.upstream_results
+    return result
 
 
 async def delay(ctx: HandlerContext) -> dict[str, Any]:

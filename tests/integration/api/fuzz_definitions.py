@@ -227,15 +227,32 @@ def run_definitions(
 # ---- what an accepted input must read back as ------------------------------------------
 
 
+# What a recurring schedule's fields are when they are not sent.
+RULE_DEFAULTS: Final = {
+    "timezone": "UTC",
+    "jitter_seconds": 0,
+    "start_at": None,
+    "end_at": None,
+    "exclude_dates": [],
+    "calendars": [],
+}
+SCHEDULE_DEFAULTS: Final = {
+    "cron": RULE_DEFAULTS,
+    "interval": RULE_DEFAULTS | {"offset_seconds": 0},
+}
+_TIMES: Final = (".run_at", ".start_at", ".end_at")
+
+
 def merged(base: dict[str, Any], defaults: dict[str, Any], sent: dict[str, Any]) -> dict[str, Any]:
     """The definition ``sent`` asks for over ``base``: a field sent replaces it whole; an
-    object field (retry, a cron's zone) takes the defaults for what it leaves out."""
+    object field (retry, a schedule's zone and rules) takes the defaults for what it
+    leaves out."""
     result = base | sent
     if "retry" in sent:
         result["retry"] = defaults["retry"] | sent["retry"]
     schedule = result.get("schedule")
-    if isinstance(schedule, dict) and schedule.get("kind") == "cron":
-        result["schedule"] = {"timezone": "UTC"} | schedule
+    if isinstance(schedule, dict) and schedule.get("kind") in SCHEDULE_DEFAULTS:
+        result["schedule"] = SCHEDULE_DEFAULTS[schedule["kind"]] | schedule
     return result
 
 
@@ -263,7 +280,7 @@ def difference(expected: Any, actual: Any, where: str) -> Mismatch | None:
             return Mismatch(f"{where} (fields)", sorted(expected), sorted(actual))
         found = (difference(expected[k], actual[k], f"{where}.{k}") for k in expected)
         return next((problem for problem in found if problem is not None), None)
-    if where.endswith(".run_at") and isinstance(expected, str) and isinstance(actual, str):
+    if where.endswith(_TIMES) and isinstance(expected, str) and isinstance(actual, str):
         equal = datetime.fromisoformat(expected) == datetime.fromisoformat(actual)
     elif where.endswith("_seconds") and _number(expected) and _number(actual):
         # A duration is kept to the microsecond.
@@ -284,7 +301,8 @@ def preview_problem(sent: dict[str, Any], body: dict[str, Any]) -> str | None:
     ats = [datetime.fromisoformat(fire["at"]) for fire in body["fires"]]
     after = sent.get("after")
     schedule = sent["schedule"]
-    zone = schedule.get("timezone", "UTC") if schedule.get("kind") == "cron" else "UTC"
+    recurring = schedule.get("kind") in SCHEDULE_DEFAULTS
+    zone = schedule.get("timezone", "UTC") if recurring else "UTC"
     if len(ats) > sent.get("count", DEFAULT_FIRES):
         return f"{len(ats)} fires, more than asked for"
     if any(later <= earlier for earlier, later in itertools.pairwise(ats)):

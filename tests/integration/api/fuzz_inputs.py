@@ -6,7 +6,7 @@ written as raw JSON text, so that what JSON cannot carry (NaN, 1e400, an integer
 import json
 import math
 import urllib.parse
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Final, NamedTuple
 
 from hypothesis import strategies as st
@@ -146,6 +146,12 @@ BAD_INSTANTS: Final = (
     "",
 )
 QUEUES: Final = ("default", "reports", "emails")
+CALENDARS: Final = ("US", "DE-BY", "GB-SCT")
+ODD_CALENDARS: Final = ("XX", "us", "DE-ZZ", "", "US-", "Mars", "DE BY")
+# Interval lengths and offsets: usual ones, and past the bounds (a minute, a leap year).
+INTERVALS: Final = (60, 300, 2700, 3600, 86_400, 604_800)
+ODD_INTERVALS: Final = (0, -1, 1, 59, 31_622_400, 31_622_401, 2**63, 1.5, "60")
+UNKNOWN_JOB: Final = "00000000-0000-4000-8000-000000000000"
 # What names and queues look like (the definitions refuse others: an edge of their own).
 NAME: Final = r"[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,30}"
 QUEUE: Final = r"[a-z0-9][a-z0-9_-]{0,20}"
@@ -261,6 +267,34 @@ def cron_field(low: int, high: int) -> st.SearchStrategy[str]:
     )
 
 
+def dates() -> st.SearchStrategy[str]:
+    return st.dates().map(date.isoformat)
+
+
+def rules() -> dict[str, Field]:
+    """What a recurring schedule may add: jitter, a window, exclusions."""
+    odd_dates = st.sampled_from(["2026-02-30", "2026-13-01", "20261201", "", "2026-12-01T00:00Z"])
+    return {
+        "jitter_seconds": integers(0, 86_400),
+        "start_at": when(),
+        "end_at": when(),
+        "exclude_dates": Field(
+            st.lists(dates(), max_size=3), st.lists(odd_dates, min_size=1, max_size=2) | st.just(1)
+        ),
+        "calendars": Field(
+            st.lists(st.sampled_from(CALENDARS), max_size=2, unique=True),
+            st.lists(st.sampled_from(ODD_CALENDARS), min_size=1, max_size=2) | st.just("US"),
+        ),
+    }
+
+
+def intervals(zones: Field, kinds: st.SearchStrategy[Any]) -> Field:
+    every = Field(st.sampled_from(INTERVALS), st.sampled_from(ODD_INTERVALS))
+    offsets = Field(st.integers(0, 59), st.sampled_from((-1, 60, 2700, 10**9, "5")))
+    required = {"kind": Field(st.just("interval"), kinds), "every_seconds": every}
+    return body(required, {"offset_seconds": offsets, "timezone": zones} | rules())
+
+
 def schedules() -> Field:
     fields = st.tuples(
         cron_field(0, 59), cron_field(0, 23), cron_field(1, 31), cron_field(1, 12), cron_field(0, 7)
@@ -270,7 +304,10 @@ def schedules() -> Field:
         st.sampled_from(sorted(region_zones())), st.sampled_from(ODD_ZONES) | st.text(max_size=12)
     )
     kinds = st.sampled_from(["", "Cron", "weekly"]) | st.none()
-    cron = body({"kind": Field(st.just("cron"), kinds), "cron": crons}, {"timezone": zones})
+    cron = body(
+        {"kind": Field(st.just("cron"), kinds), "cron": crons}, {"timezone": zones} | rules()
+    )
+    interval = intervals(zones, kinds)
     once = body({"kind": Field(st.just("once"), kinds), "run_at": when()}, {})
     manual = st.just({"kind": "manual"})
     odd: st.SearchStrategy[Any] = st.sampled_from([None, [], "cron", {}])
@@ -283,10 +320,11 @@ def schedules() -> Field:
         ),
         st.fixed_dictionaries({"kind": st.just("once"), "run_at": when().edge}),
         cron.edge,
+        interval.edge,
         once.edge,
         odd,
     )
-    return Field(st.one_of(cron.usual, once.usual, manual), edges)
+    return Field(st.one_of(cron.usual, interval.usual, once.usual, manual), edges)
 
 
 def scheduled() -> st.SearchStrategy[dict[str, Any]]:
@@ -404,7 +442,24 @@ def _job_fields(payload: Field) -> dict[str, Field]:
         "catch_up_cap": integers(1, 1000),
         "overlap": choices(OverlapPolicy),
         "description": texts(text(0, 30), 2000),
+        "pause_on_failure": Field(st.booleans(), st.sampled_from(["true", 0, None])),
+        "depends_on": Field(st.just([]), depends_on_edges()),
     }
+
+
+def depends_on_edges() -> st.SearchStrategy[Any]:
+    """Upstreams that are no job, or not a list of them: each is refused."""
+    entries = st.sampled_from(
+        [
+            {"job": "no such key"},
+            {"job": UNKNOWN_JOB},
+            {"job": UNKNOWN_JOB, "on": "sometimes"},
+            {"job": ""},
+            {"on": "completed"},
+            {"job": 1},
+        ]
+    )
+    return st.lists(entries, min_size=1, max_size=3) | st.sampled_from(["x", [1], {}, None])
 
 
 # ---- writing values as JSON text ----------------------------------------------------

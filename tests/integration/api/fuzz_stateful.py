@@ -51,6 +51,10 @@ VALID_BODIES: dict[tuple[str, str], tuple[dict[str, Any], tuple[str, ...]]] = {
         ("payload", "description", "misfire", "overlap"),
     ),
     ("POST", "/api/v1/executions"): ({"handler": "test.echo"}, ("payload",)),
+    ("POST", "/api/v1/workflows"): (
+        {"steps": [{"name": "first", "handler": "test.echo"}]},
+        ("name", "on_failure"),
+    ),
 }
 
 

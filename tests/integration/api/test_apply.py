@@ -6,17 +6,17 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from tests.integration.api.conftest import serve_api
 
 from jobledger import apply_cli
 from jobledger.cli import build_parser
-from jobledger.client import Client, ConflictError, NotFoundError
+from jobledger.client import Client, ConflictError, NotFoundError, ValidationError
 from jobledger.domain.job import managed_job_id
 from jobledger.runtime.accounts import Role
-from jobledger.schemas.jobs import CronIn, ManagedJobIn
+from jobledger.schemas.jobs import CronIn, DependencyIn, JobIn, ManagedJobIn
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -194,3 +194,79 @@ def test_a_jobs_file_that_does_not_fit_names_the_job_and_field(
 
 def _declared(key: str, *, cron: str) -> ManagedJobIn:
     return ManagedJobIn(key=key, name=key, handler="tests.block", schedule=CronIn(cron=cron))
+
+
+def test_depends_on_by_key_finds_the_job_code_declares(served: "Api") -> None:
+    """If a job created over the API depends on a key that code declares, then the key
+    names the managed job (its current incarnation after a delete and a new apply); the
+    managed job is not deleted while the other waits for it; and a key that names both a
+    job created over the API and a managed job is refused, naming both."""
+    key = f"upstream.{uuid.uuid4().hex[:6]}"
+    with Client(served.url, served.tokens[Role.OPERATOR]) as client:
+        [declared] = client.apply([_declared(key, cron="0 5 * * *")]).plan
+        waiting = client.create_job(_waiting("report", key))
+        assert waiting.definition.depends_on[0].job == str(declared.job_id)
+        links = _links(served, declared.job_id)
+        assert [(d["id"], d["on"]) for d in links["downstreams"]] == [
+            (str(waiting.id), "completed")
+        ]
+        with pytest.raises(ConflictError, match="depend on it"):
+            client.delete_job(declared.job_id, override=True)
+        client.delete_job(waiting.id)
+        client.delete_job(declared.job_id, override=True)
+        [again] = client.apply([_declared(key, cron="0 5 * * *")]).plan
+        assert again.job_id == managed_job_id(key, 1)
+        later = client.create_job(_waiting("later report", key))
+        assert later.definition.depends_on[0].job == str(again.job_id)
+        client.create_job(JobIn(name="same key", handler="tests.block"), idempotency_key=key)
+        with pytest.raises(ValidationError, match="names two jobs") as refused:
+            client.create_job(_waiting("ambiguous", key))
+        assert refused.value.field == "depends_on[0].job"
+        assert str(again.job_id) in refused.value.message
+
+
+def test_a_declared_set_depends_on_its_own_keys_checked_as_a_whole(served: "Api") -> None:
+    """If a declared set's jobs depend on one another by key, then the set is created in
+    one save with the graph; a set whose jobs swap which waits for which applies (the
+    graph is checked as the set leaves it), one that closes a cycle is refused naming a
+    job of the set, and pruning a job another declared job waits for is refused; the
+    refusals write nothing."""
+    a, b, c = (f"{name}.{uuid.uuid4().hex[:6]}" for name in "abc")
+    with Client(served.url, served.tokens[Role.OPERATOR]) as client:
+        chain = [_declared(a, cron="0 6 * * *"), _after(b, a), _after(c, b)]
+        plan = {step.key: step for step in client.apply(chain).plan}
+        assert [step.action for step in plan.values()] == ["create"] * 3
+        links = _links(served, plan[b].job_id)
+        assert [u["id"] for u in links["upstreams"]] == [str(plan[a].job_id)]
+        assert [d["id"] for d in links["downstreams"]] == [str(plan[c].job_id)]
+        assert not client.apply(chain).applied  # nothing changed
+        swapped = [_after(a, b), _declared(b, cron="0 6 * * *"), _after(c, b)]
+        assert client.apply(swapped).applied
+        upstreams = _links(served, plan[a].job_id)["upstreams"]
+        assert [u["id"] for u in upstreams] == [str(plan[b].job_id)]
+        head = served.container.head()
+        cyclic = [_after(a, b), _after(b, c), _after(c, a)]
+        with pytest.raises(ValidationError, match="closes a cycle") as refused:
+            client.apply(cyclic)
+        assert refused.value.field is not None
+        assert refused.value.field.endswith("].depends_on")
+        with pytest.raises(ConflictError, match="depend on it"):
+            client.apply([_after(a, b), _after(c, b)], prune=True)  # prunes b
+        assert served.container.head() == head
+
+
+def _links(served: "Api", job_id: uuid.UUID) -> dict[str, Any]:
+    """The jobs ``job_id`` waits for and that wait for it."""
+    response = served.client(Role.VIEWER).get(f"/api/v1/jobs/{job_id}/dependencies")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _waiting(name: str, upstream: str) -> JobIn:
+    return JobIn(name=name, handler="tests.block", depends_on=[DependencyIn(job=upstream)])
+
+
+def _after(key: str, upstream: str) -> ManagedJobIn:
+    return ManagedJobIn(
+        key=key, name=key, handler="tests.block", depends_on=[DependencyIn(job=upstream)]
+    )

@@ -27,15 +27,27 @@ from jobledger.client import (
     PermissionDeniedError,
     ValidationError,
     WaitTimedOutError,
+    WorkflowFailedError,
+    WorkflowTimedOutError,
 )
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.runtime.accounts import Role
+from jobledger.runtime.scheduler import SchedulerService
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
-from jobledger.schemas.jobs import CronIn, JobIn, JobOut, JobPatch, PreviewOut, RetryIn
+from jobledger.schemas.jobs import (
+    BackfillReport,
+    CronIn,
+    JobIn,
+    JobOut,
+    JobPatch,
+    PreviewOut,
+    RetryIn,
+)
 from jobledger.schemas.rows import ExecutionRow, JobRow
 from jobledger.schemas.system import Readiness
+from jobledger.schemas.workflows import StepIn, WorkflowIn, WorkflowOut
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -350,5 +362,100 @@ def test_the_async_client_covers_the_same_routes(served: "Api") -> None:
             assert [row.id async for row in client.iter_executions(job_id=job.id)] == [run.id]
             applied = await client.apply([], dry_run=True)
             assert not applied.applied
+
+    asyncio.run(scenario())
+
+
+@pytest.fixture
+def releasing(served: "Api") -> Iterator["Api"]:
+    """A scheduler on the served stores: it leads, and releases a workflow's next steps
+    as the steps they wait for end."""
+    service = SchedulerService(served.container.scheduler())
+    service.start()
+    try:
+        yield served
+    finally:
+        service.stop()
+
+
+FAN = {
+    "name": "fan out and in",
+    "steps": [
+        {"name": "extract", "handler": "tests.answer"},
+        {"name": "left", "handler": "test.echo", "payload": {"side": "l"}, "after": ["extract"]},
+        {"name": "right", "handler": "test.echo", "payload": {"side": "r"}, "after": ["extract"]},
+        {"name": "join", "handler": "test.echo", "after": ["left", "right"]},
+    ],
+}
+
+
+def test_workflows_are_created_read_and_waited_for(releasing: "Api") -> None:
+    """If a workflow is created through the client, then wait() returns it completed,
+    each step with its result and the join seeing both of its upstreams' results; the
+    same key returns the same workflow; a failing step makes wait() raise naming it; a
+    wait shorter than the run raises a timeout, and a cancel ends it as cancelled."""
+    with Client(releasing.url, releasing.tokens[Role.OPERATOR], backoff=0.01) as client:
+        key = f"fan-{uuid.uuid4()}"
+        flow = client.workflows.create(FAN, idempotency_key=key)
+        assert isinstance(flow, WorkflowOut)
+        assert client.workflows.create(FAN, idempotency_key=key).id == flow.id
+        done = client.workflows.wait(flow, timeout=60)
+        assert done.status == "completed"
+        steps = {step.name: step for step in done.steps}
+        assert steps["extract"].result == {"value": 42}
+        join = steps["join"].result or {}
+        assert sorted(join["upstream"]) == ["left", "right"]
+        assert join["upstream"]["left"]["echo"] == {"side": "l"}
+        assert client.workflows.get(flow.id).steps == done.steps
+        assert client.workflows.history(flow)[-1].type == "WorkflowCompleted"
+        failing = client.workflows.create(
+            WorkflowIn(
+                steps=[
+                    StepIn(name="charge", handler="test.fail", retry=RetryIn(max_retries=0)),
+                    StepIn(name="ship", handler="test.echo", after=["charge"]),
+                ]
+            )
+        )
+        with pytest.raises(WorkflowFailedError, match="charge") as failed:
+            client.workflows.wait(failing, timeout=60)
+        assert failed.value.failed_steps == ["charge"]
+        slow = client.workflows.create(
+            {"steps": [{"name": "nap", "handler": "test.delay", "payload": {"seconds": 30}}]}
+        )
+        with pytest.raises(WorkflowTimedOutError, match="0 of 1 steps"):
+            client.workflows.wait(slow, timeout=0.3)
+        assert client.workflows.cancel(slow, reason="enough").status == "cancelled"
+        with pytest.raises(WorkflowFailedError, match="cancelled"):
+            client.workflows.wait(slow, timeout=10)
+
+
+def test_the_async_client_waits_for_workflows_and_backfills(releasing: "Api") -> None:
+    """If the AsyncClient starts a workflow and backfills a job, then the workflow is
+    waited for to its end, a dry run counts the occurrences without firing, the run
+    fires them, and a second backfill of the window fires none."""
+
+    async def scenario() -> None:
+        token = releasing.tokens[Role.OPERATOR]
+        async with AsyncClient(releasing.url, token, backoff=0.01) as client:
+            flow = await client.workflows.create(FAN)
+            done = await client.workflows.wait(flow.id, timeout=60)
+            assert [s.status for s in done.steps] == ["completed"] * 4
+            assert (await client.workflows.get(flow)).status == "completed"
+            assert (await client.workflows.history(flow))[0].type == "WorkflowStarted"
+            hourly = await client.create_job(
+                JobIn(name="hourly", handler="test.echo", schedule=CronIn(cron="0 * * * *"))
+            )
+            end = datetime.now(tz=UTC).replace(minute=30) - timedelta(hours=2)
+            start = end - timedelta(hours=5)
+            dry = await client.backfill_job(hourly.id, start=start, end=end, dry_run=True)
+            assert (dry.occurrences, dry.to_fire, dry.fired, dry.dry_run) == (5, 5, 5, True)
+            assert (await client.get_job(hourly.id)).fired_count == 0
+            run = await client.backfill_job(hourly.id, start=start, end=end, reason="gap")
+            assert isinstance(run, BackfillReport)
+            assert (run.fired, run.dry_run) == (5, False)
+            again = await client.backfill_job(hourly.id, start=start, end=end, overlap="skip")
+            assert (again.already_fired, again.fired) == (5, 0)
+            links = await client.job_dependencies(hourly.id)
+            assert (links.upstreams, links.downstreams) == ([], [])
 
     asyncio.run(scenario())

@@ -69,4 +69,5 @@ def test_the_document_links_the_workflows(api: "Api") -> None:
     assert {(step.source, step.target) for step in STEPS} <= followed
     assert ("POST /api/v1/jobs", "POST /api/v1/jobs/{job_id}/trigger") in followed
     assert ("GET /api/v1/dlq", "POST /api/v1/dlq/{execution_id}/requeue") in followed
+    assert ("POST /api/v1/workflows", "GET /api/v1/workflows/{workflow_id}") in followed
     schemathesis.openapi.from_dict(document).as_state_machine()

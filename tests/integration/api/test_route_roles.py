@@ -76,6 +76,14 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/ui/jobs/{job_id:uuid}/edit"): OPERATE,
     ("GET", "/api/v1/handlers"): VIEW,
     ("POST", "/api/v1/jobs:apply"): OPERATE,
+    # Workflows, dependencies and backfill.
+    ("GET", "/api/v1/jobs/{job_id:uuid}/dependencies"): VIEW,
+    ("POST", "/api/v1/jobs/{job_id:uuid}/backfill"): OPERATE,
+    ("POST", "/api/v1/workflows"): OPERATE,
+    ("GET", "/api/v1/workflows/{workflow_id:uuid}"): VIEW,
+    ("POST", "/api/v1/workflows/{workflow_id:uuid}/cancel"): OPERATE,
+    ("GET", "/api/v1/workflows/{workflow_id:uuid}/events"): VIEW,
+    ("GET", "/ui/workflows/{workflow_id:uuid}"): VIEW,
 }
 # Routes whose success changes what later requests see; they run last, once per role.
 _LAST = {("POST", "/api/v1/admin/queue/rebuild")}

@@ -264,7 +264,8 @@
     for (const box of form.querySelectorAll("[data-field]")) {
       if (box.dataset.field.startsWith(prefix)) setFieldError(box, "");
     }
-    if (!prefix) byId("form-error").hidden = true;
+    const top = byId("form-error"); // the job form's; the backfill dialog has its own
+    if (!prefix && top) top.hidden = true;
   }
 
   // The API names the field it refuses; the message goes next to that field, or above
@@ -289,13 +290,40 @@
 
   const kindOf = (form) => form.querySelector('input[name="schedule.kind"]:checked')?.value || "manual";
 
+  const listOf = (text) =>
+    text
+      .split(/[,\s]+/)
+      .map((part) => part.trim())
+      .filter(Boolean);
+
+  function isoOrNull(form, name) {
+    const local = named(form, name).value;
+    return local ? new Date(local).toISOString() : null;
+  }
+
+  // The window, exclusions and jitter a cron or an interval may have.
+  function rulesOf(form) {
+    return {
+      timezone: named(form, "schedule.timezone").value.trim() || "UTC",
+      jitter_seconds: numberOf(form, "schedule.jitter_seconds"),
+      start_at: isoOrNull(form, "schedule.start_at"),
+      end_at: isoOrNull(form, "schedule.end_at"),
+      exclude_dates: listOf(named(form, "schedule.exclude_dates").value),
+      calendars: listOf(named(form, "schedule.calendars").value.toUpperCase()),
+    };
+  }
+
   function scheduleOf(form) {
     const kind = kindOf(form);
     if (kind === "cron") {
+      return { kind, cron: named(form, "schedule.cron").value.trim(), ...rulesOf(form) };
+    }
+    if (kind === "interval") {
       return {
         kind,
-        cron: named(form, "schedule.cron").value.trim(),
-        timezone: named(form, "schedule.timezone").value.trim() || "UTC",
+        every_seconds: numberOf(form, "schedule.every_seconds"),
+        offset_seconds: numberOf(form, "schedule.offset_seconds"),
+        ...rulesOf(form),
       };
     }
     if (kind === "once") {
@@ -344,7 +372,18 @@
       misfire: named(form, "misfire").value,
       catch_up_cap: numberOf(form, "catch_up_cap"),
       overlap: named(form, "overlap").value,
+      depends_on: dependenciesOf(form),
+      pause_on_failure: named(form, "pause_on_failure").checked,
     };
+  }
+
+  // One upstream a line: a job's id or key, and "finished" to wait for any end.
+  function dependenciesOf(form) {
+    return named(form, "depends_on")
+      .value.split("\n")
+      .map((line) => line.trim().split(/\s+/))
+      .filter((parts) => parts[0])
+      .map(([job, on]) => ({ job, on: on === "finished" ? "finished" : "completed" }));
   }
 
   async function submitJob(form) {
@@ -379,7 +418,9 @@
   }
 
   function showKind(form) {
-    for (const part of form.querySelectorAll("[data-kind]")) part.hidden = part.dataset.kind !== kindOf(form);
+    for (const part of form.querySelectorAll("[data-kind]")) {
+      part.hidden = !part.dataset.kind.split(" ").includes(kindOf(form));
+    }
     schedulePreview(form, 0);
   }
 
@@ -394,6 +435,13 @@
       utc.className = "muted";
       utc.textContent = ` (${readable(fire.at).replace(/ (Z|\+00:00)$/, "")} UTC)`;
       item.append(utc);
+    }
+    if (fire.excluded) {
+      item.className = "excluded";
+      const note = document.createElement("span");
+      note.className = "muted";
+      note.textContent = " excluded: recorded as missed";
+      item.append(note);
     }
     return item;
   }
@@ -429,8 +477,89 @@
       return;
     }
     const fires = result.data.fires;
-    note.textContent = fires.length ? `The next ${fires.length} in ${result.data.timezone}:` : "It never fires.";
+    const jitter = schedule.jitter_seconds ? ` Each runs up to ${schedule.jitter_seconds} s later (jitter, fixed once saved).` : "";
+    note.textContent = fires.length ? `The next ${fires.length} in ${result.data.timezone}:${jitter}` : "It never fires.";
     list.replaceChildren(...fires.map(fireItem));
+  }
+
+  // ---- backfill ------------------------------------------------------------------------
+
+  function openDialog(button) {
+    const dialog = byId(button.dataset.open);
+    if (!dialog?.showModal) return;
+    dialog.showModal();
+    dialog.querySelector("input")?.focus();
+    // What it changed shows once it closes: a refresh now would take the dialog away.
+    dialog.addEventListener(
+      "close",
+      () => {
+        if (dialog.dataset.changed) softReload();
+        delete dialog.dataset.changed;
+      },
+      { once: true },
+    );
+  }
+
+  function backfillBody(form, dryRun) {
+    const start = named(form, "start").value;
+    const end = named(form, "end").value;
+    if (!start) throw new FieldError("start", "Pick the first moment of the window.");
+    if (!end) throw new FieldError("end", "Pick the last moment of the window.");
+    return {
+      start: new Date(start).toISOString(),
+      end: new Date(end).toISOString(),
+      overlap: named(form, "overlap").value,
+      max: numberOf(form, "max"),
+      reason: named(form, "reason").value,
+      dry_run: dryRun,
+    };
+  }
+
+  function showBackfill(report) {
+    const parts = [
+      `${report.occurrences} occurrences in the window`,
+      `${report.already_fired} already fired`,
+      `${report.to_fire} to fire`,
+    ];
+    if (report.excluded) parts.push(`${report.excluded} excluded`);
+    const done = report.dry_run ? "" : `: fired ${report.fired} now${report.buffered ? `, ${report.buffered} buffered` : ""}${report.skipped ? `, ${report.skipped} skipped` : ""}`;
+    byId("backfill-summary").textContent = `${parts.join(", ")}${done}.`;
+    const shown = report.missing.map((at) => {
+      const item = document.createElement("li");
+      item.textContent = readable(new Date(at).toISOString());
+      return item;
+    });
+    byId("backfill-list").replaceChildren(...shown);
+  }
+
+  async function backfill(button, dryRun) {
+    const dialog = byId("backfill");
+    const form = byId("backfill-form");
+    clearErrors(form);
+    byId("backfill-error").hidden = true;
+    let body;
+    try {
+      body = backfillBody(form, dryRun);
+    } catch (error) {
+      if (!(error instanceof FieldError)) throw error;
+      setFieldError(fieldBox(form, error.field), error.message, true);
+      return;
+    }
+    const result = await busy(button, () => api("POST", `/api/v1/jobs/${dialog.dataset.job}/backfill`, body));
+    if (!result.ok) {
+      const box = fieldBox(form, result.error.field);
+      if (box) setFieldError(box, result.error.fix ? `${result.error.message} Fix: ${result.error.fix}` : result.error.message, true);
+      else {
+        byId("backfill-error").textContent = result.error.message;
+        byId("backfill-error").hidden = false;
+      }
+      return;
+    }
+    showBackfill(result.data);
+    if (!dryRun) {
+      flash(`Backfill fired ${result.data.fired} occurrences.`);
+      dialog.dataset.changed = "1";
+    }
   }
 
   // ---- the job through time ----------------------------------------------------------
@@ -445,6 +574,7 @@
 
   function scheduleText(schedule) {
     if (schedule.kind === "cron") return `${schedule.cron} in ${schedule.timezone}`;
+    if (schedule.kind === "interval") return `every ${schedule.every_seconds} s in ${schedule.timezone}`;
     if (schedule.kind === "once") return `once at ${schedule.run_at}`;
     return "manual (only when triggered)";
   }
@@ -630,6 +760,10 @@
     ["button[data-discard]", discardOne],
     ["#verify-queue", verifyQueue],
     ["#rebuild-queue", rebuildQueue],
+    ["button[data-open]", openDialog],
+    ["#backfill-dry", (button) => backfill(button, true)],
+    ["#backfill-run", (button) => backfill(button, false)],
+    ["#backfill-close", () => byId("backfill").close()],
   ];
 
   document.addEventListener("click", (event) => {

@@ -1,0 +1,68 @@
+"""Workflows: start an ad-hoc DAG of handler runs, read it with each step's state,
+cancel it, and its history."""
+
+from uuid import UUID
+
+from litestar import Controller, get, post
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
+from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
+
+from jobledger.api.common import IdempotencyKey
+from jobledger.api.schemas import ReasonIn, WorkflowIn, WorkflowOut, to_steps, workflow_out
+from jobledger.api.security import OPERATOR, VIEWER
+from jobledger.domain.clock import Clock
+from jobledger.services.actors import Actor
+from jobledger.services.history import EventOut
+from jobledger.services.workflows import Workflows
+
+
+class WorkflowController(Controller):
+    path = "/api/v1/workflows"
+    tags = ["workflows"]  # noqa: RUF012 (Litestar reads a class attribute)
+
+    @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_201_CREATED)
+    def start_workflow(
+        self,
+        data: JSONBody[WorkflowIn],
+        idempotency_key: IdempotencyKey,
+        workflows: NamedDependency[Workflows],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> WorkflowOut:
+        """Start a DAG of steps; the steps that wait for nothing are enqueued at once,
+        each other step when the steps it waits for completed. The same
+        Idempotency-Key returns the first workflow."""
+        workflow = workflows.start(
+            name=data.name,
+            steps=to_steps(data),
+            on_failure=data.on_failure,
+            key=idempotency_key,
+            at=clock(),
+            by=actor,
+        )
+        return workflow_out(workflow)
+
+    @get("/{workflow_id:uuid}", opt=VIEWER, sync_to_thread=True)
+    def get_workflow(
+        self, workflow_id: FromPath[UUID], workflows: NamedDependency[Workflows]
+    ) -> WorkflowOut:
+        return workflow_out(workflows.get(workflow_id))
+
+    @post("/{workflow_id:uuid}/cancel", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def cancel_workflow(
+        self,
+        workflow_id: FromPath[UUID],
+        workflows: NamedDependency[Workflows],
+        actor: NamedDependency[Actor],
+        data: JSONBody[ReasonIn | None] = None,
+    ) -> WorkflowOut:
+        """Cancel the workflow: waiting steps are skipped, open runs cancelled."""
+        reason = data.reason if data is not None else ""
+        return workflow_out(workflows.cancel(workflow_id, by=actor, reason=reason))
+
+    @get("/{workflow_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
+    def workflow_events(
+        self, workflow_id: FromPath[UUID], workflows: NamedDependency[Workflows]
+    ) -> list[EventOut]:
+        return workflows.history(workflow_id)
