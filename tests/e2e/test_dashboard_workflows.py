@@ -60,10 +60,11 @@ def test_a_job_page_shows_its_links_and_backfills_through_the_dialog(ui: "Ui") -
 
 
 def test_a_workflow_page_draws_its_dag_with_each_steps_state(ui: "Ui") -> None:
-    """If a diamond workflow runs, then its page draws the four steps and four edges as
-    an SVG, and shows every step completed once the runs are done."""
+    """If a diamond workflow runs while its page is open, then the page draws the four
+    steps and four edges as an SVG, and, without a reload, its heading and every step
+    turn completed once the runs are done (its first step takes 5 s)."""
     steps = [
-        {"name": "extract", "handler": "test.echo"},
+        {"name": "extract", "handler": "test.delay", "payload": {"seconds": 5}},
         {"name": "clean", "handler": "test.echo", "after": ["extract"]},
         {"name": "enrich", "handler": "test.echo", "after": ["extract"]},
         {"name": "publish", "handler": "test.echo", "after": ["clean", "enrich"]},
@@ -72,6 +73,7 @@ def test_a_workflow_page_draws_its_dag_with_each_steps_state(ui: "Ui") -> None:
         workflow = client.post("/api/v1/workflows", json={"name": "diamond", "steps": steps}).json()
     page = ui.page
     ui.sign_in("viewer", f"/ui/workflows/{workflow['id']}")
+    expect(page.locator("h1")).to_contain_text("running")
     dag = page.locator("figure.dag svg")
     expect(dag.locator("g.step")).to_have_count(4)
     expect(dag.locator("path.edge")).to_have_count(4)
