@@ -117,6 +117,34 @@ def client_sync(base_url: str, token: str, runs: int) -> Row:
     return row("Client.enqueue, one at a time", latencies, seconds, runs)
 
 
+BATCH = 1000  # runs per batch request, the most the API takes
+
+
+def client_many(base_url: str, token: str, runs: int) -> Row:
+    """``Client.enqueue_many`` of ``runs`` runs: one request per 1,000; the latency
+    columns are those of one batch request."""
+    payloads = [{"n": n} for n in range(BATCH)]
+    latencies: list[float] = []
+    with Client(base_url, token) as client:
+        begun = time.perf_counter()
+        for _ in range(max(runs // BATCH, 1)):
+            sent = time.perf_counter()
+            client.enqueue_many("test.echo", payloads, queue=IDLE_QUEUE)
+            latencies.append(time.perf_counter() - sent)
+        seconds = time.perf_counter() - begun
+    made = len(latencies) * BATCH
+    ordered = sorted(latencies)
+    return Row(
+        scenario=f"Client.enqueue_many, {BATCH:,} a request",
+        runs=made,
+        seconds=round(seconds, 2),
+        per_s=round(made / seconds, 1),
+        p50_ms=round(support.percentile(ordered, 0.5) * 1000, 2),
+        p99_ms=round(support.percentile(ordered, 0.99) * 1000, 2),
+        requests_per_run=round(len(latencies) / made, 4),
+    )
+
+
 async def _in_flight(count: int, limit: int, one: Callable[[], Awaitable[None]]) -> list[float]:
     """``count`` calls of ``one``, at most ``limit`` at once; each call's latency."""
     gate = asyncio.Semaphore(limit)
@@ -242,6 +270,7 @@ def measure(base_url: str, token: str, size: Sizes) -> list[Row]:
             "AsyncClient.enqueue",
             lambda: asyncio.run(client_async(base_url, token, size.enqueues, size.in_flight)),
         ),
+        ("Client.enqueue_many", lambda: client_many(base_url, token, size.enqueues * 10)),
         ("Client.wait", lambda: client_wait(base_url, token, size.waits)),
         ("polling", lambda: polling_wait(base_url, token, size.waits)),
         (

@@ -15,7 +15,7 @@ from jobledger.api.auth import AuthController, TokenController, UserController
 from jobledger.api.dashboard import pages
 from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
-from jobledger.api.executions import DeadLetterController, ExecutionController
+from jobledger.api.executions import DeadLetterController, ExecutionController, run_batch
 from jobledger.api.jobs import JobController, apply_jobs, list_handlers
 from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.openapi_links import add_links
@@ -53,6 +53,7 @@ ROUTES: list[ControllerRouterHandler] = [
     # Application code: its handlers, and the jobs it declares.
     list_handlers,
     apply_jobs,
+    run_batch,
 ]
 
 

@@ -26,10 +26,10 @@ from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
-from jobledger.schemas.executions import ExecutionRef, RunIn
+from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
-from jobledger.services.executions import Executions
+from jobledger.services.executions import BatchRun, Executions
 from jobledger.services.history import EventOut
 from jobledger.services.views import ExecutionDetail, Page, Views
 from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
@@ -204,6 +204,43 @@ class DeadLetterController(Controller):
     ) -> BulkReport:
         """Give up on a dead letter for good; the log keeps its history."""
         return dead_letters.discard_one(execution_id, by=actor, reason=reason)
+
+
+@post(
+    "/api/v1/executions:batch",
+    opt=OPERATOR,
+    sync_to_thread=True,
+    status_code=HTTP_202_ACCEPTED,
+    tags=["executions"],
+)
+def run_batch(
+    data: JSONBody[RunBatchIn],
+    idempotency_key: IdempotencyKey,
+    executions: NamedDependency[Executions],
+    actor: NamedDependency[Actor],
+    clock: NamedDependency[Clock],
+) -> RunBatchOut:
+    """Run up to 1,000 handlers outside any job in one transaction: all of them, or
+    none if one is refused (the error names it as ``runs[i]``). A run's key is its own
+    ``key``, or the batch's Idempotency-Key and its index, so the batch sent again
+    returns the runs it made instead of starting more."""
+    base = key_or_new(idempotency_key)
+    now = clock()
+    runs = [
+        BatchRun(to_spec(run), run.key or f"{base}:{index}", _batch_ready_at(run, index, now))
+        for index, run in enumerate(data.runs)
+    ]
+    outcome = executions.run_many(runs, by=actor)
+    refs = [ExecutionRef(e.id, str(e.status)) for e in outcome.executions]
+    return RunBatchOut(outcome.created, len(refs) - outcome.created, refs)
+
+
+def _batch_ready_at(body: RunIn, index: int, now: datetime) -> datetime:
+    try:
+        return _ready_at(body, now)
+    except ApiError as error:
+        error.field = f"runs[{index}].{error.field}"
+        raise
 
 
 def _ready_at(body: RunIn, now: datetime) -> datetime:

@@ -2,7 +2,7 @@
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -213,6 +213,29 @@ class AsyncClient:
         options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
         body = calls.run_body(handler, payload, options)
         return await self.send(calls.enqueue(body, idempotency_key))
+
+    async def enqueue_many(
+        self,
+        handler: str | HandlerDeclaration[..., Any],
+        payloads: Iterable[Payload],
+        *,
+        queue: str = "default",
+        priority: int = DEFAULT_PRIORITY,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        timeout_seconds: float | None = None,
+        retry: RetryIn | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ExecutionRef]:
+        """Run ``handler`` once per payload, in batches of up to 1,000 runs a request
+        (each batch in one transaction: all its runs or, if one is refused, none). The
+        runs come back in the payloads' order; the same ``idempotency_key`` returns
+        them instead of making more."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        refs: list[ExecutionRef] = []
+        for call in calls.enqueue_batches(handler, payloads, options, idempotency_key):
+            refs += (await self.send(call)).executions
+        return refs
 
     async def get_execution(
         self, execution_id: RunId, *, wait: float | None = None

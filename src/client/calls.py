@@ -3,10 +3,10 @@ body and the type its answer decodes to. ``Client`` sends them with a blocking h
 client and ``AsyncClient`` with an async one; neither adds anything but the sending."""
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import msgspec
 
@@ -21,10 +21,14 @@ from jobledger.declarations import HandlerDeclaration
 from jobledger.domain.policies import DEFAULT_PRIORITY, BackfillOverlap
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
+    MAX_BATCH_RUNS,
+    BatchRunIn,
     BulkReport,
     BulkRequeueIn,
     ExecutionDetail,
     ExecutionRef,
+    RunBatchIn,
+    RunBatchOut,
     RunIn,
 )
 from jobledger.schemas.handlers import HandlerOut
@@ -297,7 +301,10 @@ class RunOptions:
 
 
 def run_body(
-    handler: str | HandlerDeclaration[..., Any], payload: Payload, options: RunOptions
+    handler: str | HandlerDeclaration[..., Any],
+    payload: Payload,
+    options: RunOptions,
+    kind: type[RunIn] = RunIn,
 ) -> RunIn:
     """The body of an ad-hoc run of ``handler`` (a name, or the declared function)."""
     name = handler.name if isinstance(handler, HandlerDeclaration) else handler
@@ -308,7 +315,7 @@ def run_body(
         extra["timeout_seconds"] = options.timeout_seconds
     if options.retry is not None:
         extra["retry"] = options.retry
-    return RunIn(
+    return kind(
         handler=name,
         payload=body,
         queue=options.queue,
@@ -319,8 +326,32 @@ def run_body(
     )
 
 
+BATCH_PATH = "/api/v1/executions:batch"
+
+
 def enqueue(body: RunIn, idempotency_key: str | None) -> Call[ExecutionRef]:
     return _post("/api/v1/executions", ExecutionRef, body, key=idempotency_key)
+
+
+def enqueue_batches(
+    handler: str | HandlerDeclaration[..., Any],
+    payloads: Iterable[Payload],
+    options: RunOptions,
+    idempotency_key: str | None,
+) -> Iterator[Call[RunBatchOut]]:
+    """One batch request per ``MAX_BATCH_RUNS`` payloads, each with the key
+    ``{key}/{n}``: a retry of a batch, or of the whole call with the same key, returns
+    the runs it made instead of making more."""
+    base = idempotency_key or uuid.uuid4().hex
+    runs: list[BatchRunIn] = []
+    number = 0
+    for payload in payloads:
+        runs.append(cast("BatchRunIn", run_body(handler, payload, options, BatchRunIn)))
+        if len(runs) == MAX_BATCH_RUNS:
+            yield _post(BATCH_PATH, RunBatchOut, RunBatchIn(runs=runs), key=f"{base}/{number}")
+            runs, number = [], number + 1
+    if runs:
+        yield _post(BATCH_PATH, RunBatchOut, RunBatchIn(runs=runs), key=f"{base}/{number}")
 
 
 def get_execution(execution_id: RunId, wait: float | None) -> Call[ExecutionDetail]:

@@ -1,7 +1,7 @@
 """``Client``: the REST API from blocking code, with typed results and errors."""
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Self, TypeVar
 
@@ -208,6 +208,29 @@ class Client:
         options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
         body = calls.run_body(handler, payload, options)
         return self.send(calls.enqueue(body, idempotency_key))
+
+    def enqueue_many(
+        self,
+        handler: str | HandlerDeclaration[..., Any],
+        payloads: Iterable[Payload],
+        *,
+        queue: str = "default",
+        priority: int = DEFAULT_PRIORITY,
+        run_at: datetime | None = None,
+        delay: float | None = None,
+        timeout_seconds: float | None = None,
+        retry: RetryIn | None = None,
+        idempotency_key: str | None = None,
+    ) -> list[ExecutionRef]:
+        """Run ``handler`` once per payload, in batches of up to 1,000 runs a request
+        (each batch in one transaction: all its runs or, if one is refused, none). The
+        runs come back in the payloads' order; the same ``idempotency_key`` returns
+        them instead of making more."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        refs: list[ExecutionRef] = []
+        for call in calls.enqueue_batches(handler, payloads, options, idempotency_key):
+            refs += (self.send(call)).executions
+        return refs
 
     def get_execution(self, execution_id: RunId, *, wait: float | None = None) -> ExecutionDetail:
         """The run and its attempts; with ``wait``, once it finishes or after that many

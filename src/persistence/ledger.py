@@ -73,6 +73,13 @@ class Ledger(Application[UUID]):
             ids = ", ".join(str(a.id) for a in aggregates)
             raise ConflictError(f"a concurrent change was saved first for {ids}") from error
 
+    def append(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
+        """``save_events``, with a version clash as a ConflictError (like ``save_all``)."""
+        try:
+            self.save_events(events)
+        except IntegrityError as error:
+            raise ConflictError("a concurrent change was saved first") from error
+
     def save_events(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
         """Record ``events`` (already collected from their aggregates) in one transaction.
 

@@ -1,6 +1,7 @@
 """Execution bodies: a run as the API takes it, what a run or a dead-letter action
 answers, and one execution with its attempts."""
 
+from typing import Annotated
 from uuid import UUID
 
 import msgspec
@@ -21,6 +22,32 @@ class RunIn(ExecutionIn, kw_only=True):
 class ExecutionRef(msgspec.Struct):
     id: UUID
     status: str
+
+
+# The most runs one batch may carry: one transaction, a request body of a few MB.
+MAX_BATCH_RUNS = 1000
+
+
+class BatchRunIn(RunIn, kw_only=True):
+    """A run of a batch; ``key`` is its idempotency key (default: the batch's
+    Idempotency-Key and the run's index)."""
+
+    key: Short | None = None
+
+
+class RunBatchIn(Strict):
+    """Up to 1,000 ad-hoc runs enqueued in one transaction: all of them or none."""
+
+    runs: Annotated[list[BatchRunIn], msgspec.Meta(min_length=1, max_length=MAX_BATCH_RUNS)]
+
+
+class RunBatchOut(msgspec.Struct):
+    """The runs of a batch in its order; ``created`` are new, ``existing`` were
+    enqueued before under the same keys (the batch sent again)."""
+
+    created: int
+    existing: int
+    executions: list[ExecutionRef]
 
 
 class BulkRequeueIn(Strict):

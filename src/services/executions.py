@@ -1,18 +1,43 @@
 """Executions: run a handler ad hoc, cancel it, read it and its history (its attempts
 as the read models show them: ``Views.execution_detail``)."""
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.errors import ConflictError
+from jobledger.domain.errors import ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
+from jobledger.schemas.executions import MAX_BATCH_RUNS
 from jobledger.services.actors import Actor
 from jobledger.services.errors import KeyReusedError
 from jobledger.services.history import EventOut, history
 from jobledger.services.jobs import ANY_HANDLER, HandlerNames
+
+# A batch saved again after another writer saved some of its runs first.
+_BATCH_SAVE_TRIES = 3
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """One run of a batch: what to run, its idempotency key and when it is due."""
+
+    spec: ExecutionSpec
+    key: str
+    ready_at: datetime
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    """The runs of a batch in its order; ``created`` of them are new, the others were
+    enqueued before under the same keys (a batch sent again)."""
+
+    executions: list[Execution]
+    created: int
 
 
 class Executions:
@@ -52,6 +77,60 @@ class Executions:
             )
         return execution
 
+    def run_many(self, runs: Sequence[BatchRun], *, by: Actor) -> BatchOutcome:
+        """Enqueue many ad-hoc runs in one transaction: all of them, or, if one is
+        refused, none (the error names it as ``runs[i]``). A run whose key was used
+        before is returned as it was, and a key used for a different run is refused."""
+        by.require(Role.OPERATOR)
+        self._check_batch(runs)
+        wanted = [
+            Execution.enqueue(
+                spec=run.spec, ready_at=run.ready_at, trigger=Trigger.ADHOC, trigger_key=run.key
+            )
+            for run in runs
+        ]
+        pending = {execution.id: execution.collect_events() for execution in wanted}
+        existing: dict[UUID, Execution] = {}
+        for attempt in range(_BATCH_SAVE_TRIES):
+            new = [
+                e for run_id, events in pending.items() if run_id not in existing for e in events
+            ]
+            try:
+                if new:
+                    self.ledger.append(new)
+                break
+            except ConflictError:
+                if attempt == _BATCH_SAVE_TRIES - 1:
+                    raise
+                # Some were enqueued first (this batch sent again): keep those as they
+                # are, if their keys still name the same runs; then save the others.
+                existing = load_many(self.ledger, Execution, [x.id for x in wanted])
+                _check_keys_kept(runs, wanted, existing)
+        executions = [existing.get(x.id, x) for x in wanted]
+        return BatchOutcome(executions, created=len(wanted) - len(existing))
+
+    def _check_batch(self, runs: Sequence[BatchRun]) -> None:
+        if len(runs) > MAX_BATCH_RUNS:
+            raise InvalidDefinitionError(
+                "runs", f"{len(runs)} runs in one batch", f"send at most {MAX_BATCH_RUNS} a request"
+            )
+        seen: dict[str, int] = {}
+        for index, run in enumerate(runs):
+            if run.key in seen:
+                raise InvalidDefinitionError(
+                    f"runs[{index}].key",
+                    f"the same key as runs[{seen[run.key]}]",
+                    "give every run of a batch a key of its own",
+                )
+            seen[run.key] = index
+            try:
+                self.handlers.check(run.spec.handler, run.spec.payload)
+                run.spec.check(self.ledger.limits)
+            except InvalidDefinitionError as error:
+                raise InvalidDefinitionError(
+                    f"runs[{index}].{error.field}", error.problem, error.fix
+                ) from error
+
     def cancel(self, execution_id: UUID, *, by: Actor, reason: str = "") -> Execution:
         """Cancel a pending or running execution; a running handler is told to stop."""
         by.require(Role.OPERATOR)
@@ -66,3 +145,17 @@ class Executions:
 
     def history(self, execution_id: UUID) -> list[EventOut]:
         return history(self.ledger, Execution, execution_id)
+
+
+def _check_keys_kept(
+    runs: Sequence[BatchRun], wanted: Sequence[Execution], existing: dict[UUID, Execution]
+) -> None:
+    """A key sent again must name the same run, as with one run at a time."""
+    for index, (run, execution) in enumerate(zip(runs, wanted, strict=True)):
+        found = existing.get(execution.id)
+        if found is not None and found.spec != run.spec:
+            raise KeyReusedError(
+                f"runs[{index}]: this key was already used for a different execution",
+                field=f"runs[{index}].key",
+                fix="use a new key (or a new Idempotency-Key for the batch) for new runs",
+            )

@@ -459,3 +459,41 @@ def test_the_async_client_waits_for_workflows_and_backfills(releasing: "Api") ->
             assert (links.upstreams, links.downstreams) == ([], [])
 
     asyncio.run(scenario())
+
+
+def test_enqueue_many_sends_batches_and_a_retry_makes_nothing_new(served: "Api") -> None:
+    """If 2,100 runs are enqueued with enqueue_many, then they go in three batch
+    requests and come back in the payloads' order, each a run of its own; the same
+    call again with its key answers the same runs and writes nothing; the async client
+    enqueues a batch whose runs complete."""
+    counting = CountsRequests()
+    payloads = [{"customer": f"c{n}", "amount": n} for n in range(2100)]
+    token = served.tokens[Role.OPERATOR]
+    key = f"many-{uuid.uuid4().hex}"
+    with Client(served.url, token, transport=counting) as client:
+        runs = client.enqueue_many(
+            code_jobs.send_invoice, payloads, queue="parked", idempotency_key=key
+        )
+        assert counting.count == 3
+        assert len({run.id for run in runs}) == 2100
+        head = served.container.ledger.recorder.max_notification_id()
+        again = client.enqueue_many(
+            code_jobs.send_invoice, payloads, queue="parked", idempotency_key=key
+        )
+        assert again == runs
+        assert served.container.ledger.recorder.max_notification_id() == head
+        spec = served.container.ledger.get_execution(runs[1234].id).spec
+        assert (spec.queue, spec.payload) == ("parked", {"customer": "c1234", "amount": 1234})
+        with pytest.raises(ValidationError) as refused:
+            client.enqueue_many(code_jobs.send_invoice, [{"customer": "x", "amount": 1}, {}])
+        assert refused.value.field is not None
+        assert refused.value.field.startswith("runs[1].payload")
+
+    async def scenario() -> list[Any]:
+        async with AsyncClient(served.url, token) as client:
+            made = await client.enqueue_many(
+                code_jobs.send_invoice, [{"customer": "a", "amount": n} for n in range(5)]
+            )
+            return list(await asyncio.gather(*(client.wait(run, timeout=60) for run in made)))
+
+    assert sorted(result["amount"] for result in asyncio.run(scenario())) == list(range(5))

@@ -76,6 +76,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/ui/jobs/{job_id:uuid}/edit"): OPERATE,
     ("GET", "/api/v1/handlers"): VIEW,
     ("POST", "/api/v1/jobs:apply"): OPERATE,
+    ("POST", "/api/v1/executions:batch"): OPERATE,
     # Workflows, dependencies and backfill.
     ("GET", "/api/v1/jobs/{job_id:uuid}/dependencies"): VIEW,
     ("POST", "/api/v1/jobs/{job_id:uuid}/backfill"): OPERATE,
