@@ -11,6 +11,7 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
 from jobledger.domain.ids import ADHOC_NAMESPACE, trigger_execution_id
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
+from jobledger.domain.progress import Progress
 
 __all__ = [
     "ADHOC_NAMESPACE",
@@ -170,6 +171,11 @@ class Execution(Aggregate):
         by: str
         reason: str
 
+    class Progressed(Aggregate.Event):
+        TOPIC = "jobledger:ExecutionProgressed"
+        lease_id: uuid.UUID
+        progress: Progress
+
     @event(Enqueued)
     def __init__(
         self,
@@ -205,6 +211,8 @@ class Execution(Aggregate):
         self.worker_id: str | None = None
         self.lease_expires_at: datetime | None = None
         self.last_error: str | None = None
+        # The last progress the log recorded for the current attempt.
+        self.progress: Progress | None = None
 
     # ---- commands -------------------------------------------------------------------
 
@@ -295,6 +303,12 @@ class Execution(Aggregate):
     def complete(self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]) -> None:
         self._check_current_lease(lease_id)
         self._completed(lease_id=lease_id, duration=duration, result=result)
+
+    def report_progress(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
+        """Record how far the running attempt has got (the worker throttles reports)."""
+        self._check_current_lease(lease_id)
+        progress.check()
+        self._progressed(lease_id=lease_id, progress=progress)
 
     def fail(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float = 1.0) -> None:
         """Record a failed attempt: retry with backoff, or dead-letter when the budget is spent."""
@@ -398,6 +412,12 @@ class Execution(Aggregate):
         self.worker_id = worker_id
         self.lease_id = lease_id
         self.lease_expires_at = lease_expires_at
+        self.progress = None
+
+    @event(Progressed)
+    def _progressed(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
+        del lease_id
+        self.progress = progress
 
     @event(Completed)
     def _completed(

@@ -59,6 +59,7 @@ from jobledger.projections.prefetch import prefetched
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation
 from jobledger.projections.queue_fold import EXECUTION_TOPICS
 from jobledger.projections.times import to_ms
+from jobledger.schemas.rows import ProgressRow
 
 log = structlog.get_logger(__name__)
 
@@ -91,6 +92,7 @@ EXECUTION_COLUMNS = (
     "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
     "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
     "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
+    "progress",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
@@ -319,7 +321,7 @@ JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
 _NOT_YET = dict.fromkeys(
     (
         "started_at_ms", "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error",
-        "result", "duration_ms", "lateness_ms", "closed_by", "closed_reason",
+        "result", "duration_ms", "lateness_ms", "closed_by", "closed_reason", "progress",
     )
 )  # fmt: skip
 
@@ -496,8 +498,19 @@ def _leased(fold: _Fold, row: Row, event: Execution.Leased) -> None:
         worker_id=event.worker_id,
         lease_id=str(event.lease_id),
         lease_seq=event.originator_version,
+        progress=None,  # a new attempt starts from nothing
     )
     fold.start_attempt(row, event)
+
+
+def _progressed(_fold: _Fold, row: Row, event: Execution.Progressed) -> None:
+    shown = ProgressRow(
+        percent=event.progress.percent,
+        message=event.progress.message,
+        data=event.progress.data,
+        at=event.timestamp,
+    )
+    row["progress"] = msgspec.json.encode(shown).decode()
 
 
 def _completed(fold: _Fold, row: Row, event: Execution.Completed) -> None:
@@ -598,6 +611,7 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[_Fold, Row, Any], None]] = {
     Execution.Requeued: _requeued,
     Execution.Cancelled: _cancelled,
     Execution.Discarded: _discarded,
+    Execution.Progressed: _progressed,
 }
 EXECUTION_EVENTS = frozenset({Execution.Enqueued, Execution.Skipped, *_EXECUTION_CHANGES})
 

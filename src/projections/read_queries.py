@@ -44,7 +44,14 @@ from jobledger.projections.read_models import (
     minute_of,
 )
 from jobledger.projections.times import from_ms, to_ms
-from jobledger.schemas.rows import AttemptRow, ExecutionRow, JobRow, MinuteStats, Page
+from jobledger.schemas.rows import (
+    AttemptRow,
+    ExecutionRow,
+    JobRow,
+    MinuteStats,
+    Page,
+    ProgressRow,
+)
 
 __all__ = [
     "JOB_STATUSES",
@@ -125,7 +132,7 @@ _EXECUTION_SELECT = (
     "SELECT e.id, e.job_id, j.name, e.handler, e.queue, e.priority, e.trigger, e.status, "  # noqa: S608 (constant names)
     "e.attempt, e.max_attempts, e.scheduled_for_ms, e.enqueued_at_ms, e.ready_at_ms, "
     "e.started_at_ms, e.finished_at_ms, e.worker_id, e.last_error, e.duration_ms, "
-    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version "
+    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version, e.progress "
     f"FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id"
 )
 
@@ -155,6 +162,7 @@ def _execution(row: Sequence[Any]) -> ExecutionRow:
         closed_by=row[20],
         closed_reason=row[21],
         version=int(row[22]),
+        progress=None if row[23] is None else msgspec.json.decode(row[23], type=ProgressRow),
     )
 
 

@@ -46,6 +46,7 @@ backends order, time and refuse entries identically.
 """
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from jobledger.projections.queue import PRIORITIES
 
@@ -144,6 +145,11 @@ class Keys:
     def workers_seen(self) -> str:
         """Live workers by last heartbeat (ms), to drop the ones that stopped beating."""
         return f"{self.prefix}:{{workers}}:seen"
+
+    def progress(self, execution_id: UUID) -> str:
+        """The latest progress a running execution reported (JSON), for live views;
+        it expires by itself, so a run that ended without a word leaves nothing."""
+        return f"{self.prefix}:progress:{execution_id}"
 
     def breaker(self, handler: str) -> str:
         """The namespace of a handler's circuit breaker (its keys are named under it)."""

@@ -11,6 +11,7 @@ from typing import Self
 import redis
 
 from jobledger.domain.clock import Clock, utc_now
+from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
@@ -169,6 +170,7 @@ class Container:
             grace=settings.worker_grace_seconds,
             # Deferred runs come back when the breaker may let a probe through.
             defer_when_open=timedelta(seconds=settings.breaker_reset_seconds),
+            progress=ProgressPolicy(log_every=timedelta(seconds=settings.progress_log_seconds)),
         )
         name = worker_id or f"{socket.gethostname()}-{os.getpid()}"
         return Worker(

@@ -1,7 +1,9 @@
-"""Which workers are alive, how many slots they use, and what they run.
+"""Which workers are alive, how many slots they use, what they run, and how far their
+runs have got.
 
 Each worker reports on every heartbeat; a worker that stopped reporting for three
-heartbeats is no longer listed. Presence is not history, so it lives in Redis (or in
+heartbeats is no longer listed. A run's latest progress is shown here at most once a
+second, and expires by itself. Presence is not history, so it lives in Redis (or in
 memory in the embedded mode), not in the log.
 """
 
@@ -15,6 +17,7 @@ import msgspec
 import redis
 
 from jobledger.projections.redis_keys import Keys
+from jobledger.schemas.rows import ProgressRow
 
 
 class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,12 +32,28 @@ class Presence(Protocol):
     def report(self, info: WorkerInfo) -> None: ...
     def leave(self, worker_id: str) -> None: ...
     def live(self, *, now: datetime, stale_after: timedelta) -> list[WorkerInfo]: ...
+    def show_progress(self, execution_id: UUID, progress: ProgressRow, ttl: timedelta) -> None: ...
+    def progress_of(self, execution_id: UUID, *, now: datetime) -> ProgressRow | None: ...
 
 
 class MemoryPresence:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerInfo] = {}
+        self._progress: dict[UUID, tuple[ProgressRow, datetime]] = {}
         self._lock = threading.Lock()
+
+    def show_progress(self, execution_id: UUID, progress: ProgressRow, ttl: timedelta) -> None:
+        with self._lock:
+            self._progress[execution_id] = (progress, progress.at + ttl)
+            # Forget what expired, so the map holds the running ones only.
+            self._progress = {
+                run: shown for run, shown in self._progress.items() if shown[1] > progress.at
+            }
+
+    def progress_of(self, execution_id: UUID, *, now: datetime) -> ProgressRow | None:
+        with self._lock:
+            shown = self._progress.get(execution_id)
+        return shown[0] if shown is not None and shown[1] > now else None
 
     def report(self, info: WorkerInfo) -> None:
         with self._lock:
@@ -55,6 +74,19 @@ class RedisPresence:
         self._keys = keys
         self._encoder = msgspec.json.Encoder()
         self._decoder = msgspec.json.Decoder(WorkerInfo)
+        self._progress_decoder = msgspec.json.Decoder(ProgressRow)
+
+    def show_progress(self, execution_id: UUID, progress: ProgressRow, ttl: timedelta) -> None:
+        self._client.set(
+            self._keys.progress(execution_id),
+            self._encoder.encode(progress),
+            px=max(int(ttl.total_seconds() * 1000), 1),
+        )
+
+    def progress_of(self, execution_id: UUID, *, now: datetime) -> ProgressRow | None:
+        del now  # Redis expires the key itself
+        raw = self._client.get(self._keys.progress(execution_id))
+        return None if raw is None else self._progress_decoder.decode(raw)
 
     def report(self, info: WorkerInfo) -> None:
         pipe = self._client.pipeline(transaction=True)

@@ -86,6 +86,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     ] = 4
     worker_lease_ttl_seconds: Annotated[float, Meta(ge=1, extra={"use": "{range} seconds"})] = 30.0
     worker_grace_seconds: Annotated[float, Meta(ge=0, extra={"use": "{range} seconds"})] = 10.0
+    progress_log_seconds: Annotated[
+        float, Meta(ge=1, le=3600, extra={"use": "{range} seconds"})
+    ] = 10.0
     handlers: _List = ()
     webhook_allow: _List = ()
     webhook_timeout_seconds: _Seconds = 30.0

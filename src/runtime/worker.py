@@ -28,10 +28,12 @@ import structlog
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, decode_spec
 from jobledger.projections.streams import load_many
+from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler_error
@@ -56,6 +58,7 @@ class WorkerConfig:
     idle_poll: float = 0.05
     grace: float = 10.0  # on shutdown, how long running jobs may take to finish
     defer_when_open: timedelta = timedelta(seconds=30)
+    progress: ProgressPolicy = field(default_factory=ProgressPolicy)
 
 
 @dataclass
@@ -79,6 +82,7 @@ class _Running:
     # Set once the handler has returned: the outcome is being recorded, and the lease
     # may leave the queue at any moment, so failing to extend it means nothing.
     finished: bool = False
+    progress: AttemptProgress | None = None
 
 
 @dataclass
@@ -285,7 +289,17 @@ class Worker:
                 worker_id=self.worker_id,
             ),
         )
-        return _Running(execution, lease, context)
+        running = _Running(execution, lease, context)
+        running.progress = AttemptProgress(
+            running,
+            self.writer,
+            self.presence,
+            self.now,
+            self.config.progress,
+            live_ttl=2 * self.config.lease_ttl,
+        )
+        context.progress_sink = running.progress
+        return running
 
     def _give_back(self, lease: Lease) -> None:
         # The log disagrees with the queue: let the projection's next write settle it.
@@ -340,7 +354,9 @@ class Worker:
         only delays it: the report is tried again on a fresh copy until the store
         answers (the lease rules then decide what a late report means)."""
         running.finished = True
-        conflicts, reload = 0, False
+        # A progress report whose save failed left the worker's copy behind the log.
+        kept = running.progress is None or await running.progress.settled()
+        conflicts, reload = 0, not kept
         while conflicts < 2:  # noqa: PLR2004 (the first try, and one after a reload)
             execution = running.execution
             try:

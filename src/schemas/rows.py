@@ -56,6 +56,18 @@ class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
     closed_by: str | None  # who requeued, cancelled or discarded it last
     closed_reason: str | None
     version: int
+    # How far the current (or last) attempt got, as its handler reported it.
+    progress: "ProgressRow | None" = None
+
+
+class ProgressRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A run's progress: a percentage (None: unknown), a message, small data, and when
+    the handler reported it."""
+
+    percent: float | None
+    message: str
+    data: dict[str, Any]
+    at: datetime
 
 
 class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):

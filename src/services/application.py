@@ -42,7 +42,7 @@ class Services:
         registry = container.handlers()
         names = frozenset(registry.names())
         handlers = HandlerNames(names, {name: registry.info(name) for name in names})
-        views = Views(container.database, container.ledger)
+        views = Views(container.database, container.ledger, container.presence)
         return cls(
             jobs=Jobs(container.ledger, handlers, open_runs=_open_runs(container)),
             executions=Executions(container.ledger, handlers),

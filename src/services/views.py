@@ -7,6 +7,10 @@ from datetime import datetime
 from typing import TypedDict, Unpack
 from uuid import UUID
 
+import msgspec
+
+from jobledger.domain.clock import Clock, utc_now
+from jobledger.domain.execution import ExecutionStatus
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections import read_queries
 from jobledger.projections.database import Database
@@ -18,6 +22,7 @@ from jobledger.projections.read_queries import (
     MinuteStats,
     Page,
 )
+from jobledger.runtime.presence import Presence
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
 
@@ -88,9 +93,17 @@ class Views:
     """Queries of the read models (eventually consistent with the log; the ledger tells
     what the log has that they do not show yet)."""
 
-    def __init__(self, database: Database, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        database: Database,
+        ledger: Ledger,
+        presence: Presence | None = None,
+        now: Clock = utc_now,
+    ) -> None:
         self.database = database
         self._ledger = ledger
+        self._presence = presence
+        self._now = now
 
     def jobs(self, **filters: Unpack[JobFilters]) -> Page:
         """Jobs by name, ignoring case."""
@@ -111,7 +124,9 @@ class Views:
             return read_queries.list_dead_letters(self.database, **filters)
 
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
-        return read_queries.get_execution(self.database, execution_id)
+        """The execution's row; a running one with its latest live progress."""
+        row = read_queries.get_execution(self.database, execution_id)
+        return None if row is None else self._with_live_progress(row)
 
     def execution_detail(self, execution_id: UUID) -> ExecutionDetail:
         """The execution's row and its attempts."""
@@ -123,6 +138,16 @@ class Views:
                 fix="retry in a moment",
             )
         return ExecutionDetail(row, self.attempts(execution_id))
+
+    def _with_live_progress(self, row: ExecutionRow) -> ExecutionRow:
+        """A running execution's progress as its worker showed it last (at most a second
+        old), when that is newer than what the log recorded."""
+        if self._presence is None or row.status != ExecutionStatus.RUNNING.value:
+            return row
+        live = self._presence.progress_of(row.id, now=self._now())
+        if live is None or (row.progress is not None and row.progress.at >= live.at):
+            return row
+        return msgspec.structs.replace(row, progress=live)
 
     def statuses(self, execution_ids: list[UUID]) -> dict[UUID, str]:
         """The status of each of these executions that the read model shows."""

@@ -24,6 +24,7 @@ from jobledger.domain.policies import (
     OverlapPolicy,
     RetryPolicy,
 )
+from jobledger.domain.progress import Progress
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, MissedFires
 from jobledger.domain.topics import event_topics
 from jobledger.domain.workflow import StepSpec, StepStatus, Workflow
@@ -79,6 +80,10 @@ def every_event_type() -> list[DomainEventProtocol[uuid.UUID]]:
     fired.requeue(by="dave", reason="endpoint fixed", at=AT)
     lease_4 = uuid.uuid4()
     fired.lease(worker_id="w2", lease_id=lease_4, lease_expires_at=AT)
+    fired.report_progress(
+        lease_id=lease_4,
+        progress=Progress(percent=62.5, message="loading", data={"rows": 625, "of": 1000}),
+    )
     fired.complete(lease_id=lease_4, duration=timedelta(seconds=1.5), result={"status": 200})
     triggered.cancel(by="carol", reason="not needed")
     dropped = Execution.enqueue(
@@ -107,7 +112,7 @@ def test_every_event_type_round_trips_with_its_types(ledger: Ledger) -> None:
     """If every event type is saved and read back, then values and their types are equal."""
     events = every_event_type()
     names = {type(e).__name__ for e in events}
-    assert len(names) == 18
+    assert len(names) == 19
     ledger.save(*events)
     for original in events:
         stored = list(ledger.history(original.originator_id))[original.originator_version - 1]

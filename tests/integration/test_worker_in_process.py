@@ -205,12 +205,19 @@ class InProcess(LogReads):
         return None
 
 
-@pytest.fixture
-def embedded(tmp_path: Path) -> Iterator[InProcess]:
-    settings = load_settings({}, data_dir=str(tmp_path), test_handlers="true")
+@contextlib.contextmanager
+def in_process(folder: Path) -> Iterator[InProcess]:
+    """An embedded store in ``folder``, on a clock standing at START."""
+    settings = load_settings({}, data_dir=str(folder), test_handlers="true")
     migrate(settings, progress=lambda _: None)
     with bootstrap(settings, role="test") as container:
         yield InProcess(container, Clock(START))
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[InProcess]:
+    with in_process(tmp_path) as made:
+        yield made
 
 
 def counted(worker: Worker, handler: str, outcome: str) -> float:

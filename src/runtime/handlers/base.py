@@ -6,10 +6,12 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import structlog
+
+from jobledger.domain.progress import Progress
 
 T = TypeVar("T")
 
@@ -32,6 +34,12 @@ class PayloadRefusedError(HandlerError):
 
 class CircuitOpenError(HandlerError):
     """The handler's circuit breaker is open: the execution is deferred, not failed."""
+
+
+class ProgressSink(Protocol):
+    """Where a handler's progress reports go (the worker's reporter of the attempt)."""
+
+    async def report(self, progress: Progress) -> None: ...
 
 
 @dataclass
@@ -57,6 +65,22 @@ class HandlerContext:
     log: Any = field(default_factory=lambda: structlog.get_logger("jobledger.handler"))
     # The worker's threads for blocking handler code (None: asyncio's default pool).
     threads: Executor | None = None
+    # Where progress reports go; None where nothing runs the attempt (a unit test).
+    progress_sink: ProgressSink | None = None
+
+    async def progress(
+        self, percent: float | None = None, message: str = "", data: dict[str, Any] | None = None
+    ) -> None:
+        """Say how far the run has got: ``percent`` from 0 to 100 (None: unknown), a
+        short ``message`` and small JSON ``data``. Call it as often as you like: live
+        views show it at most once a second, and the log records the first report, each
+        new message, and otherwise one every 10 s. A value the stores cannot carry
+        raises ``InvalidDefinitionError`` naming it."""
+        report = Progress(percent=percent, message=message, data=data or {})
+        if self.progress_sink is None:
+            report.check()
+            return
+        await self.progress_sink.report(report)
 
     async def in_thread(self, function: Callable[[], T]) -> T:
         """Run blocking ``function`` on one of the worker's handler threads. It cannot

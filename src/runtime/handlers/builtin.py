@@ -28,6 +28,19 @@ async def delay(ctx: HandlerContext) -> dict[str, Any]:
     return {"slept": seconds}
 
 
+async def progress(ctx: HandlerContext) -> dict[str, Any]:
+    """Works through ``payload["steps"]`` steps (default 4) over ``payload["seconds"]``
+    (default 2), reporting its progress after each: for trying progress views."""
+    steps = max(int(ctx.payload.get("steps", 4)), 1)
+    pause = float(ctx.payload.get("seconds", 2.0)) / steps
+    for step in range(1, steps + 1):
+        if not await ctx.sleep(pause):
+            raise HandlerCancelledError("cancelled between steps")
+        message = str(ctx.payload.get("message", f"step {step} of {steps}"))
+        await ctx.progress(100 * step / steps, message, {"step": step})
+    return {"steps": steps}
+
+
 async def log_message(ctx: HandlerContext) -> dict[str, Any]:
     """Writes ``payload["message"]`` to the log."""
     message = str(ctx.payload.get("message", ""))
@@ -49,6 +62,7 @@ async def crash(ctx: HandlerContext) -> dict[str, Any]:
 BUILTIN = {
     "test.echo": echo,
     "test.delay": delay,
+    "test.progress": progress,
     "test.log": log_message,
     "test.fail": fail,
     "test.crash": crash,

@@ -1,0 +1,55 @@
+"""A run's progress over real HTTP: live while it runs, from the log once it ended, on
+the execution's API answer and its dashboard page."""
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from tests.integration.api.conftest import worker_for
+
+from jobledger.runtime.accounts import Role
+
+if TYPE_CHECKING:
+    from tests.integration.api.conftest import Api
+
+
+def test_progress_shows_while_running_and_the_log_keeps_the_reports(api: "Api") -> None:
+    """If a handler reports four steps a second apart, then the execution's answer shows
+    its progress while it runs (rising, from the worker's live view), the dashboard page
+    draws a progress bar, and once it completed the log holds one ExecutionProgressed
+    per new message and the answer keeps the last report."""
+    client = api.client(Role.OPERATOR)
+    with worker_for(api):
+        run = client.post(
+            "/api/v1/executions",
+            json={"handler": "test.progress", "payload": {"steps": 4, "seconds": 4}},
+        )
+        assert run.status_code == 202, run.text
+        run_id = run.json()["id"]
+        seen: list[float] = []
+        page = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            answer = client.get(f"/api/v1/executions/{run_id}")
+            row: dict[str, Any] = answer.json()["execution"] if answer.status_code == 200 else {}
+            if row.get("status") == "completed":
+                break
+            progress = row.get("progress")
+            if row.get("status") == "running" and progress and progress["percent"] not in seen:
+                seen.append(progress["percent"])
+                page = client.get(f"/ui/executions/{run_id}").text
+            time.sleep(0.1)
+        assert len(seen) >= 2, seen
+        assert seen == sorted(seen)
+        assert '<progress max="100"' in page
+        events = client.get(f"/api/v1/executions/{run_id}/events").json()
+        reports = [e["data"]["progress"] for e in events if e["type"] == "ExecutionProgressed"]
+        assert [r["message"] for r in reports] == [f"step {n} of 4" for n in range(1, 5)]
+        api.wait_for(
+            lambda: (
+                client.get(f"/api/v1/executions/{run_id}").json()["execution"]["progress"]
+                is not None
+            )
+        )
+        final = client.get(f"/api/v1/executions/{run_id}").json()["execution"]
+        assert (final["status"], final["progress"]["percent"]) == ("completed", 100.0)
+        assert final["progress"]["data"] == {"step": 4}
