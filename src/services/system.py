@@ -2,8 +2,10 @@
 leader, the breakers, and pages of the whole log (the audit)."""
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 import msgspec
 import structlog
@@ -14,6 +16,7 @@ from jobledger.projections.log import LogRow
 from jobledger.projections.queue import Depths
 from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.presence import WorkerInfo
+from jobledger.schemas.rows import ProgressRow
 from jobledger.schemas.system import Check, Readiness
 from jobledger.services.history import EventOut, EventPage, event_out
 from jobledger.services.views import MinuteStats, Views
@@ -123,6 +126,14 @@ class System:
         beat = container.settings.worker_lease_ttl_seconds / 3
         stale = timedelta(seconds=beat * _STALE_AFTER_BEATS)
         return container.presence.live(now=at, stale_after=stale)
+
+    def live_progress(
+        self, execution_ids: Sequence[UUID], *, at: datetime
+    ) -> dict[UUID, ProgressRow]:
+        """The live progress of each of these running executions that reported some."""
+        presence = self._container.presence
+        shown = {run: presence.progress_of(run, now=at) for run in execution_ids}
+        return {run: progress for run, progress in shown.items() if progress is not None}
 
     def view(self, *, at: datetime) -> SystemView:
         container = self._container

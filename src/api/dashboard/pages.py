@@ -415,8 +415,14 @@ def _step_of(executions: Executions, execution_id: UUID) -> tuple[UUID, str] | N
 def workers(
     request: Request[Any, Any, Any], system: NamedDependency[System], clock: NamedDependency[Clock]
 ) -> Template:
-    live = system.live_workers(at=clock())
-    return render(request, "workers.html", workers=sorted(live, key=lambda w: w.worker_id))
+    now = clock()
+    live = system.live_workers(at=now)
+    return render(
+        request,
+        "workers.html",
+        workers=sorted(live, key=lambda w: w.worker_id),
+        progress=system.live_progress([run for w in live for run in w.running], at=now),
+    )
 
 
 @get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")
