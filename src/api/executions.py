@@ -6,8 +6,9 @@ from datetime import datetime, timedelta
 from typing import Annotated
 from uuid import UUID
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, Response, delete, get, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 
@@ -23,13 +24,13 @@ from jobledger.api.common import (
     key_or_new,
 )
 from jobledger.api.errors import ApiError
-from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec
+from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec, to_unique
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
-from jobledger.services.executions import BatchRun, Executions
+from jobledger.services.executions import BatchRun, Duplicate, Executions, Started
 from jobledger.services.history import EventOut
 from jobledger.services.views import ExecutionDetail, Page, Views
 from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
@@ -52,7 +53,13 @@ class ExecutionController(Controller):
     path = "/api/v1/executions"
     tags = ["executions"]  # noqa: RUF012 (Litestar reads a class attribute)
 
-    @post("/", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_202_ACCEPTED)
+    @post(
+        "/",
+        opt=OPERATOR,
+        sync_to_thread=True,
+        status_code=HTTP_202_ACCEPTED,
+        responses={200: ResponseSpec(ExecutionRef, description="a duplicate of a unique run")},
+    )
     def run_execution(
         self,
         data: JSONBody[RunIn],
@@ -60,15 +67,24 @@ class ExecutionController(Controller):
         executions: NamedDependency[Executions],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
-    ) -> ExecutionRef:
+    ) -> Response[ExecutionRef]:
         """Run a handler outside any job, now or later (``run_at``, ``delay_seconds``);
-        the same Idempotency-Key returns the first run instead of starting another."""
+        the same Idempotency-Key returns the first run instead of starting another. With
+        ``unique``, a run another run's key holds answers 200 with that run and
+        ``duplicate: true`` (after replacing or debouncing it, if asked)."""
         key = key_or_new(idempotency_key)
         now = clock()
-        execution = executions.run(
-            to_spec(data), key=key, at=now, by=actor, ready_at=_ready_at(data, now)
-        )
-        return ExecutionRef(execution.id, str(execution.status))
+        spec, ready_at = to_spec(data), _ready_at(data, now)
+        if data.unique is None:
+            execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
+            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
+        unique = to_unique(data.unique)
+        match executions.run_unique(spec, unique, key=key, at=now, by=actor, ready_at=ready_at):
+            case Started(execution=execution):
+                return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
+            case Duplicate(execution=execution):
+                ref = ExecutionRef(execution.id, str(execution.status), duplicate=True)
+                return Response(ref, status_code=200)
 
     @get("/", opt=VIEWER, sync_to_thread=True)
     def list_executions(
@@ -226,6 +242,14 @@ def run_batch(
     returns the runs it made instead of starting more."""
     base = key_or_new(idempotency_key)
     now = clock()
+    for index, run in enumerate(data.runs):
+        if run.unique is not None:
+            raise ApiError(
+                422,
+                "a batch takes no unique runs",
+                field=f"runs[{index}].unique",
+                fix="send runs with a unique key one at a time to POST /api/v1/executions",
+            )
     runs = [
         BatchRun(to_spec(run), run.key or f"{base}:{index}", _batch_ready_at(run, index, now))
         for index, run in enumerate(data.runs)

@@ -42,6 +42,7 @@ from jobledger.services.bodies import (
     to_schedule,
     to_spec,
     to_steps,
+    to_unique,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "to_schedule",
     "to_spec",
     "to_steps",
+    "to_unique",
     "workflow_out",
 ]
 

@@ -16,7 +16,13 @@ from jobledger.client.workflows import AsyncWorkflows
 from jobledger.declarations import HandlerDeclaration
 from jobledger.domain.policies import DEFAULT_PRIORITY
 from jobledger.schemas.events import EventOut
-from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
+from jobledger.schemas.executions import (
+    BulkReport,
+    BulkRequeueIn,
+    ExecutionDetail,
+    ExecutionRef,
+    UniqueIn,
+)
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import (
     ApplyOut,
@@ -205,12 +211,15 @@ class AsyncClient:
         timeout_seconds: float | None = None,
         retry: RetryIn | None = None,
         idempotency_key: str | None = None,
+        unique: UniqueIn | None = None,
     ) -> ExecutionRef:
         """Run ``handler`` (a name or the declared function) with ``payload`` (a dict or
         a Struct), now, at ``run_at`` or after ``delay`` seconds. The same
         ``idempotency_key`` returns the first run; without one a key is made, so a
-        retry of this call runs it once. ``timeout_seconds`` bounds one attempt."""
-        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        retry of this call runs it once. ``timeout_seconds`` bounds one attempt.
+        With ``unique``, a run holding the same key is returned instead, marked
+        ``duplicate`` (after replacing or debouncing it, if asked)."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, unique)
         body = calls.run_body(handler, payload, options)
         return await self.send(calls.enqueue(body, idempotency_key))
 

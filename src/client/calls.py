@@ -30,6 +30,7 @@ from jobledger.schemas.executions import (
     RunBatchIn,
     RunBatchOut,
     RunIn,
+    UniqueIn,
 )
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import (
@@ -298,6 +299,7 @@ class RunOptions:
     delay: float | timedelta | None = None
     timeout_seconds: float | None = None
     retry: RetryIn | None = None
+    unique: UniqueIn | None = None
 
 
 def run_body(
@@ -315,6 +317,8 @@ def run_body(
         extra["timeout_seconds"] = options.timeout_seconds
     if options.retry is not None:
         extra["retry"] = options.retry
+    if options.unique is not None:
+        extra["unique"] = options.unique
     return kind(
         handler=name,
         payload=body,

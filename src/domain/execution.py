@@ -5,6 +5,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import msgspec
 from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -171,6 +172,21 @@ class Execution(Aggregate):
         by: str
         reason: str
 
+    class Replaced(Aggregate.Event):
+        """A duplicate of a unique run swapped the pending run's payload."""
+
+        TOPIC = "jobledger:ExecutionReplaced"
+        payload: dict[str, Any]
+        by: str
+
+    class Debounced(Aggregate.Event):
+        """A duplicate of a unique run swapped its payload and moved its start."""
+
+        TOPIC = "jobledger:ExecutionDebounced"
+        payload: dict[str, Any]
+        ready_at: datetime
+        by: str
+
     class Progressed(Aggregate.Event):
         TOPIC = "jobledger:ExecutionProgressed"
         lease_id: uuid.UUID
@@ -304,6 +320,17 @@ class Execution(Aggregate):
         self._check_current_lease(lease_id)
         self._completed(lease_id=lease_id, duration=duration, result=result)
 
+    def replace_payload(
+        self, *, payload: dict[str, Any], by: str, ready_at: datetime | None = None
+    ) -> None:
+        """Run the pending execution with ``payload`` instead, and from ``ready_at`` if
+        given (a debounce). The payload is checked by whoever sent it."""
+        self._check_status(ExecutionStatus.PENDING, action="replace the payload of")
+        if ready_at is None:
+            self._replaced(payload=payload, by=by)
+        else:
+            self._debounced(payload=payload, ready_at=ready_at, by=by)
+
     def report_progress(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
         """Record how far the running attempt has got (the worker throttles reports)."""
         self._check_current_lease(lease_id)
@@ -413,6 +440,17 @@ class Execution(Aggregate):
         self.lease_id = lease_id
         self.lease_expires_at = lease_expires_at
         self.progress = None
+
+    @event(Replaced)
+    def _replaced(self, *, payload: dict[str, Any], by: str) -> None:
+        del by
+        self.spec = msgspec.structs.replace(self.spec, payload=payload)
+
+    @event(Debounced)
+    def _debounced(self, *, payload: dict[str, Any], ready_at: datetime, by: str) -> None:
+        del by
+        self.spec = msgspec.structs.replace(self.spec, payload=payload)
+        self.ready_at = ready_at
 
     @event(Progressed)
     def _progressed(self, *, lease_id: uuid.UUID, progress: Progress) -> None:

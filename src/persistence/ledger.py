@@ -32,6 +32,7 @@ from jobledger.domain.dependencies import GRAPH_ID, DependencyGraph
 from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
+from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
@@ -111,6 +112,9 @@ class Ledger(Application[UUID]):
 
     def get_execution(self, execution_id: UUID) -> Execution:
         return self._get(Execution, execution_id, None)
+
+    def get_unique_key(self, key: str) -> UniqueKey:
+        return self._get(UniqueKey, unique_key_id(key), None)
 
     def get_workflow(self, workflow_id: UUID) -> Workflow:
         return self._get(Workflow, workflow_id, None)

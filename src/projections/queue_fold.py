@@ -20,6 +20,7 @@ from jobledger.projections.queue import (
     QueueItem,
     QueueState,
     WorkSpec,
+    decode_spec,
     encode_spec,
 )
 
@@ -36,38 +37,55 @@ def is_execution_event(topic: str) -> bool:
 
 def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None:  # noqa: ANN401 (any execution event)
     """The entry after ``domain_event``; None once the execution is finished."""
-    version: int = domain_event.originator_version
     if isinstance(domain_event, Execution.Enqueued):
         return _enqueued(domain_event)
     if previous is None:
         return None  # finished (or never enqueued): later events change nothing
-    update: dict[str, Any] = {"version": version}
-    match domain_event:
-        case Execution.Leased():
-            update |= {
-                "state": QueueState.LEASED,
-                "at": domain_event.lease_expires_at,
-                "attempt": domain_event.attempt,
-                "lease_id": domain_event.lease_id,
-                "leased_at": domain_event.timestamp,
-            }
-        case Execution.Completed() | Execution.Cancelled() | Execution.Discarded():
-            return None
-        case Execution.Retried():
-            update |= _pending(domain_event.ready_at, domain_event.next_attempt)
-        case Execution.Deferred():
-            update |= _pending(domain_event.ready_at, previous.attempt)
-        case Execution.Requeued():
-            update |= _pending(domain_event.ready_at, previous.attempt + 1)
-        case Execution.DeadLettered():
-            update |= {
-                "state": QueueState.DEAD,
-                "at": domain_event.timestamp,
-                "attempt": domain_event.attempts,
-                "lease_id": None,
-                "leased_at": None,
-            }
-    return msgspec.structs.replace(previous, **update)
+    if isinstance(domain_event, Execution.Completed | Execution.Cancelled | Execution.Discarded):
+        return None
+    version: int = domain_event.originator_version
+    return msgspec.structs.replace(previous, version=version, **_changes(domain_event, previous))
+
+
+def _changes(domain_event: Any, previous: QueueItem) -> dict[str, Any]:  # noqa: ANN401 (any execution event)
+    """The fields of the entry an event changes (none: only its version moves on)."""
+    change = _CHANGES.get(type(domain_event))
+    return {} if change is None else change(domain_event, previous)
+
+
+def _leased(event: Execution.Leased, _previous: QueueItem) -> dict[str, Any]:
+    return {
+        "state": QueueState.LEASED,
+        "at": event.lease_expires_at,
+        "attempt": event.attempt,
+        "lease_id": event.lease_id,
+        "leased_at": event.timestamp,
+    }
+
+
+def _dead_lettered(event: Execution.DeadLettered, _previous: QueueItem) -> dict[str, Any]:
+    return {
+        "state": QueueState.DEAD,
+        "at": event.timestamp,
+        "attempt": event.attempts,
+        "lease_id": None,
+        "leased_at": None,
+    }
+
+
+_CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
+    Execution.Leased: _leased,
+    Execution.Retried: lambda e, _p: _pending(e.ready_at, e.next_attempt),
+    Execution.Deferred: lambda e, p: _pending(e.ready_at, p.attempt),
+    Execution.Requeued: lambda e, p: _pending(e.ready_at, p.attempt + 1),
+    Execution.Replaced: lambda e, p: {"spec": _with_payload(p.spec, e.payload)},
+    Execution.Debounced: lambda e, p: {"spec": _with_payload(p.spec, e.payload), "at": e.ready_at},
+    Execution.DeadLettered: _dead_lettered,
+}
+
+
+def _with_payload(spec: bytes, payload: dict[str, Any]) -> bytes:
+    return encode_spec(msgspec.structs.replace(decode_spec(spec), payload=payload))
 
 
 def _pending(ready_at: datetime, attempt: int) -> dict[str, Any]:

@@ -503,6 +503,14 @@ def _leased(fold: _Fold, row: Row, event: Execution.Leased) -> None:
     fold.start_attempt(row, event)
 
 
+def _debounced(_fold: _Fold, row: Row, event: Execution.Debounced) -> None:
+    row["ready_at_ms"] = to_ms(event.ready_at)
+
+
+def _replaced(_fold: _Fold, _row: Row, _event: Execution.Replaced) -> None:
+    """The payload is not a column: the row stays as it is (its version moves on)."""
+
+
 def _progressed(_fold: _Fold, row: Row, event: Execution.Progressed) -> None:
     shown = ProgressRow(
         percent=event.progress.percent,
@@ -612,6 +620,8 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[_Fold, Row, Any], None]] = {
     Execution.Cancelled: _cancelled,
     Execution.Discarded: _discarded,
     Execution.Progressed: _progressed,
+    Execution.Replaced: _replaced,
+    Execution.Debounced: _debounced,
 }
 EXECUTION_EVENTS = frozenset({Execution.Enqueued, Execution.Skipped, *_EXECUTION_CHANGES})
 

@@ -1,7 +1,7 @@
 """Execution bodies: a run as the API takes it, what a run or a dead-letter action
 answers, and one execution with its attempts."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 from uuid import UUID
 
 import msgspec
@@ -11,17 +11,34 @@ from jobledger.schemas.jobs import ExecutionIn
 from jobledger.schemas.rows import AttemptRow, ExecutionRow
 
 
+class UniqueIn(Strict):
+    """At most one run per ``key`` (``{payload.field}`` takes a value of the payload)
+    while the run holding it is in one of ``states`` and younger than
+    ``period_seconds``; a duplicate gets that run (``return_existing``), swaps its
+    payload (``replace``) or also moves its start to its own due time (``debounce``)."""
+
+    key: Short
+    period_seconds: Seconds = 300.0
+    states: list[Literal["pending", "running", "completed", "dead_lettered"]] = msgspec.field(
+        default_factory=lambda: ["pending", "running"]
+    )
+    on_conflict: Literal["return_existing", "replace", "debounce"] = "return_existing"
+
+
 class RunIn(ExecutionIn, kw_only=True):
     """An ad-hoc run: what to run, and when: now, at ``run_at``, or ``delay_seconds``
-    from now (give one of the two at most)."""
+    from now (give one of the two at most); ``unique`` makes it one per key."""
 
     run_at: AwareTime | None = None
     delay_seconds: Seconds | None = None
+    unique: UniqueIn | None = None
 
 
 class ExecutionRef(msgspec.Struct):
     id: UUID
     status: str
+    # True when another run held the request's unique key: this is that run.
+    duplicate: bool = False
 
 
 # The most runs one batch may carry: one transaction, a request body of a few MB.

@@ -19,7 +19,9 @@ from jobledger.domain.schedules import (
     Schedule,
     ScheduleRules,
 )
+from jobledger.domain.unique import OnConflict, UniqueSpec
 from jobledger.domain.workflow import StepSpec
+from jobledger.schemas.executions import UniqueIn
 from jobledger.schemas.jobs import (
     CronIn,
     DependencyIn,
@@ -96,6 +98,15 @@ def to_dependencies(
             raise InvalidDefinitionError(field, error.problem, error.fix) from None
         found.append(Dependency(job=job_id, on=dependency.on))
     return tuple(found)
+
+
+def to_unique(body: UniqueIn) -> UniqueSpec:
+    return UniqueSpec(
+        key=body.key,
+        period=timedelta(seconds=body.period_seconds),
+        states=tuple(body.states),
+        on_conflict=OnConflict(body.on_conflict),
+    )
 
 
 def to_spec(body: ExecutionIn) -> ExecutionSpec:

@@ -35,7 +35,13 @@ from jobledger.domain.job import Job
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.schemas.events import EventOut
-from jobledger.schemas.executions import BulkReport, BulkRequeueIn, ExecutionDetail, ExecutionRef
+from jobledger.schemas.executions import (
+    BulkReport,
+    BulkRequeueIn,
+    ExecutionDetail,
+    ExecutionRef,
+    UniqueIn,
+)
 from jobledger.schemas.jobs import (
     BackfillReport,
     CronIn,
@@ -497,3 +503,18 @@ def test_enqueue_many_sends_batches_and_a_retry_makes_nothing_new(served: "Api")
             return list(await asyncio.gather(*(client.wait(run, timeout=60) for run in made)))
 
     assert sorted(result["amount"] for result in asyncio.run(scenario())) == list(range(5))
+
+
+def test_a_unique_enqueue_returns_the_run_holding_the_key(client: Client) -> None:
+    """If two enqueues name the same unique key, then the second returns the first run,
+    marked duplicate, and starts nothing."""
+    key = f"invoice:{uuid.uuid4().hex[:8]}"
+    rule = UniqueIn(key=key)
+    first = client.enqueue(
+        code_jobs.send_invoice, {"customer": "a", "amount": 1}, queue="parked", unique=rule
+    )
+    second = client.enqueue(
+        code_jobs.send_invoice, {"customer": "a", "amount": 2}, queue="parked", unique=rule
+    )
+    assert (first.duplicate, second.duplicate) == (False, True)
+    assert second.id == first.id

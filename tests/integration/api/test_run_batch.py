@@ -1,5 +1,5 @@
-"""``POST /api/v1/executions:batch``: many ad-hoc runs in one request and one
-transaction, over real HTTP on PostgreSQL."""
+"""``POST /api/v1/executions:batch`` (many ad-hoc runs in one request and one
+transaction) and unique runs, over real HTTP on PostgreSQL."""
 
 import threading
 import uuid
@@ -127,3 +127,32 @@ def test_two_racing_copies_of_a_batch_make_each_run_once(api: "Api") -> None:
     ledger = api.container.ledger
     ids = [ref["id"] for ref in answers[0]["executions"]]
     assert all(len(list(ledger.history(uuid.UUID(i)))) == 1 for i in ids[:20])
+
+
+def test_unique_runs_over_http_answer_200_for_a_duplicate(api: "Api") -> None:
+    """If a run names a unique key that a pending run holds, then the answer is 200 with
+    that run and duplicate true (202 for the first); a key the payload cannot fill is
+    422 naming unique.key; a batch refuses unique runs naming the run."""
+    client = api.client(Role.OPERATOR)
+    body = {
+        "handler": "test.echo",
+        "payload": {"order_id": 77},
+        "delay_seconds": 3600,
+        "unique": {"key": "order:{payload.order_id}", "on_conflict": "debounce"},
+    }
+    first = client.post("/api/v1/executions", json=body)
+    assert first.status_code == 202, first.text
+    assert first.json()["duplicate"] is False
+    again = client.post("/api/v1/executions", json=body | {"payload": {"order_id": 77, "v": 2}})
+    assert again.status_code == 200, again.text
+    assert (again.json()["id"], again.json()["duplicate"]) == (first.json()["id"], True)
+    events = client.get(f"/api/v1/executions/{first.json()['id']}/events").json()
+    assert [e["type"] for e in events] == ["ExecutionEnqueued", "ExecutionDebounced"]
+    head = _head(api)
+    unfilled = client.post("/api/v1/executions", json=body | {"payload": {}})
+    assert unfilled.status_code == 422, unfilled.text
+    assert unfilled.json()["error"]["field"] == "unique.key"
+    in_batch = client.post(BATCH, json={"runs": [*_runs(1), body]})
+    assert in_batch.status_code == 422, in_batch.text
+    assert in_batch.json()["error"]["field"] == "runs[1].unique"
+    assert _head(api) == head
