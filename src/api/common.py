@@ -4,10 +4,13 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
+from litestar import Response
 from litestar.params import HeaderParameter, QueryParameter
 
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL
+from jobledger.schemas.executions import ExecutionRef
+from jobledger.services.unique_runs import Duplicate, RunOutcome, Started
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
 Offset = Annotated[int, QueryParameter(ge=0, le=10_000_000, description="rows to skip")]
@@ -48,3 +51,13 @@ def aware(name: str, value: datetime | None) -> datetime | None:
             fix="add an offset, e.g. 2026-11-29T10:00:00Z",
         )
     return value
+
+
+def outcome_response(outcome: RunOutcome) -> Response[ExecutionRef]:
+    """202 with a run a request started; 200 with the run that holds its unique key."""
+    match outcome:
+        case Started(execution=execution):
+            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
+        case Duplicate(execution=execution):
+            ref = ExecutionRef(execution.id, str(execution.status), duplicate=True)
+            return Response(ref, status_code=200)

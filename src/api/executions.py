@@ -22,6 +22,7 @@ from jobledger.api.common import (
     Until,
     aware,
     key_or_new,
+    outcome_response,
 )
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec, to_unique
@@ -30,7 +31,7 @@ from jobledger.domain.clock import Clock
 from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
-from jobledger.services.executions import BatchRun, Duplicate, Executions, Started
+from jobledger.services.executions import BatchRun, Executions
 from jobledger.services.history import EventOut
 from jobledger.services.views import ExecutionDetail, Page, Views
 from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
@@ -79,12 +80,9 @@ class ExecutionController(Controller):
             execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
             return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
         unique = to_unique(data.unique)
-        match executions.run_unique(spec, unique, key=key, at=now, by=actor, ready_at=ready_at):
-            case Started(execution=execution):
-                return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
-            case Duplicate(execution=execution):
-                ref = ExecutionRef(execution.id, str(execution.status), duplicate=True)
-                return Response(ref, status_code=200)
+        return outcome_response(
+            executions.run_unique(spec, unique, key=key, at=now, by=actor, ready_at=ready_at)
+        )
 
     @get("/", opt=VIEWER, sync_to_thread=True)
     def list_executions(

@@ -4,12 +4,21 @@ from datetime import datetime, timedelta
 from typing import Annotated, Literal
 from uuid import UUID
 
-from litestar import Controller, delete, get, patch, post
+from litestar import Controller, Response, delete, get, patch, post
 from litestar.di import NamedDependency
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_202_ACCEPTED
 
-from jobledger.api.common import Cursor, Filter, IdempotencyKey, Limit, Offset, key_or_new
+from jobledger.api.common import (
+    Cursor,
+    Filter,
+    IdempotencyKey,
+    Limit,
+    Offset,
+    key_or_new,
+    outcome_response,
+)
 from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
 from jobledger.api.schemas import (
@@ -28,13 +37,14 @@ from jobledger.api.schemas import (
     job_status,
     patched,
     to_definition,
+    to_unique,
 )
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.domain.job import Job
 from jobledger.domain.json_values import MAX_INT
 from jobledger.domain.policies import WaitFor
-from jobledger.schemas.executions import ExecutionRef
+from jobledger.schemas.executions import ExecutionRef, TriggerIn
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import ApplyIn, ApplyOut
 from jobledger.services.actors import Actor
@@ -168,19 +178,30 @@ class JobController(Controller):
         return job_out(jobs.resume(job_id, at=clock(), by=actor))
 
     @post(
-        "/{job_id:uuid}/trigger", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_202_ACCEPTED
+        "/{job_id:uuid}/trigger",
+        opt=OPERATOR,
+        sync_to_thread=True,
+        status_code=HTTP_202_ACCEPTED,
+        responses={200: ResponseSpec(ExecutionRef, description="a duplicate of a unique run")},
     )
     def trigger_job(
         self,
         job_id: FromPath[UUID],
+        *,
         idempotency_key: IdempotencyKey,
         jobs: NamedDependency[Jobs],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
-    ) -> ExecutionRef:
+        data: JSONBody[TriggerIn | None] = None,
+    ) -> Response[ExecutionRef]:
+        """Run the job now; the same Idempotency-Key returns the first run. With
+        ``unique``, a run holding the key answers 200 with ``duplicate: true``."""
         key = key_or_new(idempotency_key)
-        execution = jobs.trigger(job_id, key=key, at=clock(), by=actor)
-        return ExecutionRef(execution.id, str(execution.status))
+        if data is None or data.unique is None:
+            execution = jobs.trigger(job_id, key=key, at=clock(), by=actor)
+            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
+        outcome = jobs.trigger_unique(job_id, to_unique(data.unique), key=key, at=clock(), by=actor)
+        return outcome_response(outcome)
 
     @get("/{job_id:uuid}/executions", opt=VIEWER, sync_to_thread=True)
     def job_executions(

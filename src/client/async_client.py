@@ -141,9 +141,12 @@ class AsyncClient:
         """Delete a job (its history stays); one that code manages needs ``override``."""
         return await self.send(calls.delete_job(job_id, override))
 
-    async def trigger_job(self, job_id: Id, *, idempotency_key: str | None = None) -> ExecutionRef:
-        """Run a job now; the same ``idempotency_key`` returns the same run."""
-        return await self.send(calls.trigger_job(job_id, idempotency_key))
+    async def trigger_job(
+        self, job_id: Id, *, idempotency_key: str | None = None, unique: UniqueIn | None = None
+    ) -> ExecutionRef:
+        """Run a job now; the same ``idempotency_key`` returns the same run. With
+        ``unique``, a run holding the key is returned instead, marked ``duplicate``."""
+        return await self.send(calls.trigger_job(job_id, idempotency_key, unique))
 
     async def job_history(self, job_id: Id) -> list[EventOut]:
         """Every event of the job, oldest first."""

@@ -30,6 +30,7 @@ from jobledger.schemas.executions import (
     RunBatchIn,
     RunBatchOut,
     RunIn,
+    TriggerIn,
     UniqueIn,
 )
 from jobledger.schemas.handlers import HandlerOut
@@ -169,8 +170,11 @@ def resume_job(job_id: Id) -> Call[JobOut]:
     return _post(f"/api/v1/jobs/{job_id}/resume", JobOut)
 
 
-def trigger_job(job_id: Id, idempotency_key: str | None) -> Call[ExecutionRef]:
-    return _post(f"/api/v1/jobs/{job_id}/trigger", ExecutionRef, key=idempotency_key)
+def trigger_job(
+    job_id: Id, idempotency_key: str | None, unique: UniqueIn | None = None
+) -> Call[ExecutionRef]:
+    body = None if unique is None else TriggerIn(unique=unique)
+    return _post(f"/api/v1/jobs/{job_id}/trigger", ExecutionRef, body, key=idempotency_key)
 
 
 def job_history(job_id: Id) -> Call[list[EventOut]]:

@@ -136,9 +136,12 @@ class Client:
         """Delete a job (its history stays); one that code manages needs ``override``."""
         return self.send(calls.delete_job(job_id, override))
 
-    def trigger_job(self, job_id: Id, *, idempotency_key: str | None = None) -> ExecutionRef:
-        """Run a job now; the same ``idempotency_key`` returns the same run."""
-        return self.send(calls.trigger_job(job_id, idempotency_key))
+    def trigger_job(
+        self, job_id: Id, *, idempotency_key: str | None = None, unique: UniqueIn | None = None
+    ) -> ExecutionRef:
+        """Run a job now; the same ``idempotency_key`` returns the same run. With
+        ``unique``, a run holding the key is returned instead, marked ``duplicate``."""
+        return self.send(calls.trigger_job(job_id, idempotency_key, unique))
 
     def job_history(self, job_id: Id) -> list[EventOut]:
         """Every event of the job, oldest first."""

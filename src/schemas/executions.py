@@ -25,6 +25,13 @@ class UniqueIn(Strict):
     on_conflict: Literal["return_existing", "replace", "debounce"] = "return_existing"
 
 
+class TriggerIn(Strict):
+    """A trigger's options: ``unique`` makes it one run per key (filled from the job's
+    payload)."""
+
+    unique: UniqueIn | None = None
+
+
 class RunIn(ExecutionIn, kw_only=True):
     """An ad-hoc run: what to run, and when: now, at ``run_at``, or ``delay_seconds``
     from now (give one of the two at most); ``unique`` makes it one per key."""

@@ -7,9 +7,9 @@ from datetime import datetime
 from uuid import UUID
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.errors import ConflictError, InvalidDefinitionError, NotFoundError
-from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
-from jobledger.domain.unique import OnConflict, UniqueKey, UniqueSpec
+from jobledger.domain.errors import ConflictError, InvalidDefinitionError
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.unique import UniqueSpec
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
@@ -18,6 +18,7 @@ from jobledger.services.actors import Actor
 from jobledger.services.errors import KeyReusedError
 from jobledger.services.history import EventOut, history
 from jobledger.services.jobs import ANY_HANDLER, HandlerNames
+from jobledger.services.unique_runs import NewRun, RunOutcome, run_once
 
 # A batch saved again after another writer saved some of its runs first.
 _BATCH_SAVE_TRIES = 3
@@ -39,27 +40,6 @@ class BatchOutcome:
 
     executions: list[Execution]
     created: int
-
-
-@dataclass(frozen=True)
-class Started:
-    """The request started a run (or, sent again with its key, finds the one it started)."""
-
-    execution: Execution
-
-
-@dataclass(frozen=True)
-class Duplicate:
-    """Another run holds the request's unique key; ``action`` says what the request did
-    to it (``return_existing``: nothing)."""
-
-    execution: Execution
-    action: OnConflict
-
-
-RunOutcome = Started | Duplicate
-# Tries of a unique run against racing requests for the same key.
-_UNIQUE_TRIES = 8
 
 
 class Executions:
@@ -110,85 +90,17 @@ class Executions:
         ready_at: datetime | None = None,
     ) -> RunOutcome:
         """Enqueue a run unless another run holds the unique key (see
-        ``domain/unique.py``); exact under concurrency: racing requests save the same
-        version of the key, and the losers try again against the winner."""
+        ``domain/unique.py`` and ``unique_runs.py``)."""
         by.require(Role.OPERATOR)
         self.handlers.check(spec.handler, spec.payload)
         spec.check(self.ledger.limits)
-        unique.check()
-        resolved = unique.resolve(spec.payload)
         due = ready_at or at
-        for _ in range(_UNIQUE_TRIES):
-            claim = self._unique_key(resolved)
-            holder = None if claim is None else self._holder(claim, unique, at)
-            try:
-                if holder is not None:
-                    return self._duplicate(holder, spec, unique, due, by)
-                return Started(self._claim(claim, resolved, spec, key=key, at=at, due=due))
-            except ConflictError:
-                continue  # another request changed the key or the run first: look again
-        raise ConflictError(f"the unique key {resolved!r} kept changing; retry the request")
 
-    def _unique_key(self, resolved: str) -> UniqueKey | None:
-        try:
-            return self.ledger.get_unique_key(resolved)
-        except NotFoundError:
-            return None
+        def enqueue() -> NewRun:
+            run = Execution.enqueue(spec=spec, ready_at=due, trigger=Trigger.ADHOC, trigger_key=key)
+            return NewRun(run, ())
 
-    def _holder(self, claim: UniqueKey, unique: UniqueSpec, at: datetime) -> Execution | None:
-        try:
-            holder = self.ledger.get_execution(claim.execution_id)
-        except NotFoundError:
-            return None
-        return holder if claim.holds(unique, status=holder.status.value, at=at) else None
-
-    def _claim(
-        self,
-        claim: UniqueKey | None,
-        resolved: str,
-        spec: ExecutionSpec,
-        *,
-        key: str,
-        at: datetime,
-        due: datetime,
-    ) -> Execution:
-        execution = Execution.enqueue(
-            spec=spec, ready_at=due, trigger=Trigger.ADHOC, trigger_key=key
-        )
-        if claim is None:
-            claim = UniqueKey(key=resolved, execution_id=execution.id, at=at)
-        else:
-            claim.pass_to(execution.id, at=at)
-        try:
-            self.ledger.save_all(claim, execution)
-        except ConflictError:
-            try:  # the same request sent again: its run exists under its key
-                return self.ledger.get_execution(execution.id)
-            except NotFoundError:
-                raise ConflictError("the unique key was claimed first") from None
-        return execution
-
-    def _duplicate(
-        self,
-        holder: Execution,
-        spec: ExecutionSpec,
-        unique: UniqueSpec,
-        due: datetime,
-        by: Actor,
-    ) -> Duplicate:
-        action = unique.on_conflict
-        if action is OnConflict.RETURN_EXISTING or holder.status is not ExecutionStatus.PENDING:
-            return Duplicate(holder, OnConflict.RETURN_EXISTING)
-        if holder.spec.handler != spec.handler:
-            raise KeyReusedError(
-                f"the unique key is held by a run of {holder.spec.handler}, not {spec.handler}",
-                field="unique.key",
-                fix="give runs of different handlers keys of their own",
-            )
-        moved = due if action is OnConflict.DEBOUNCE else None
-        holder.replace_payload(payload=spec.payload, by=by.name, ready_at=moved)
-        self.ledger.save_all(holder)
-        return Duplicate(holder, action)
+        return run_once(self.ledger, unique, spec, enqueue, at=at, due=due, by=by)
 
     def run_many(self, runs: Sequence[BatchRun], *, by: Actor) -> BatchOutcome:
         """Enqueue many ad-hoc runs in one transaction: all of them, or, if one is

@@ -31,6 +31,7 @@ from jobledger.domain.execution import Execution, occurrence_execution_id, trigg
 from jobledger.domain.job import Job, job_id_for_key
 from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import ManualSchedule, Schedule, validate_schedule
+from jobledger.domain.unique import UniqueSpec
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
@@ -41,6 +42,7 @@ from jobledger.services.actors import Actor
 from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.history import EventOut, history
 from jobledger.services.job_keys import job_by_reference
+from jobledger.services.unique_runs import NewRun, RunOutcome, run_once
 
 
 class HandlerNames:
@@ -244,6 +246,20 @@ class Jobs:
                     continue
             return execution
         raise ConflictError(f"job {job_id} kept changing while it was triggered; try again")
+
+    def trigger_unique(
+        self, job_id: UUID, unique: UniqueSpec, *, key: str, at: datetime, by: Actor
+    ) -> RunOutcome:
+        """Run a job now unless another run holds the unique key (filled from the job's
+        payload); see ``unique_runs.py``."""
+        by.require(Role.OPERATOR)
+        spec = self.ledger.get_job(job_id).definition.spec
+
+        def trigger() -> NewRun:
+            job = self.ledger.get_job(job_id)  # a fresh copy for every try
+            return NewRun(job.trigger(trigger_key=key, at=at, by=by.name), (job,))
+
+        return run_once(self.ledger, unique, spec, trigger, at=at, due=at, by=by)
 
     def _saved(self, job: Job) -> Job:
         self.ledger.save_all(job)

@@ -20,7 +20,8 @@ from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.store import migrate
 from jobledger.services.actors import Actor
-from jobledger.services.executions import Duplicate, Executions, RunOutcome, Started
+from jobledger.services.executions import Executions
+from jobledger.services.unique_runs import Duplicate, RunOutcome, Started
 
 if TYPE_CHECKING:
     from jobledger.runtime.settings import Settings

@@ -156,3 +156,22 @@ def test_unique_runs_over_http_answer_200_for_a_duplicate(api: "Api") -> None:
     assert in_batch.status_code == 422, in_batch.text
     assert in_batch.json()["error"]["field"] == "runs[1].unique"
     assert _head(api) == head
+
+
+def test_a_unique_trigger_of_a_job_makes_one_run_per_key(api: "Api") -> None:
+    """If a job is triggered twice with a unique key filled from its payload, then the
+    second trigger answers 200 with the first run; a plain trigger still starts one."""
+    client = api.client(Role.OPERATOR)
+    job = client.post(
+        "/api/v1/jobs",
+        json={"name": "reindex", "handler": "test.echo", "payload": {"shop": 7}},
+    ).json()
+    rule = {"unique": {"key": "reindex:{payload.shop}"}}
+    first = client.post(f"/api/v1/jobs/{job['id']}/trigger", json=rule)
+    assert first.status_code == 202, first.text
+    again = client.post(f"/api/v1/jobs/{job['id']}/trigger", json=rule)
+    assert again.status_code == 200, again.text
+    assert (again.json()["id"], again.json()["duplicate"]) == (first.json()["id"], True)
+    plain = client.post(f"/api/v1/jobs/{job['id']}/trigger")
+    assert plain.status_code == 202, plain.text
+    assert plain.json()["id"] != first.json()["id"]
