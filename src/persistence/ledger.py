@@ -34,6 +34,7 @@ from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
 from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
+from jobledger.persistence.bulk import BULK_MIN_EVENTS, copy_events
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
@@ -89,6 +90,10 @@ class Ledger(Application[UUID]):
         events by the hundred, so it comes here. Raises the store's IntegrityError on a
         version clash, like ``save``.
         """
+        recorder = self.recorder
+        if len(events) >= BULK_MIN_EVENTS and isinstance(recorder, PostgresApplicationRecorder):
+            copy_events(recorder, [self.mapper.to_stored_event(e) for e in events])
+            return
         processing_event: ProcessingEvent[UUID] = ProcessingEvent()
         processing_event.events.extend(events)
         self._notify(self._record(processing_event))
