@@ -23,7 +23,13 @@ import msgspec
 
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.policies import BackfillOverlap
-from jobledger.domain.schedules import MissedFires, Schedule, fires_between, is_excluded
+from jobledger.domain.schedules import (
+    MissedFires,
+    Schedule,
+    check_instant,
+    fires_between,
+    is_excluded,
+)
 
 DEFAULT_MAX: Final = 1000
 MAX_BACKFILL: Final = 10_000
@@ -124,6 +130,9 @@ def check_backfill_window(start: datetime, end: datetime, *, now: datetime, limi
         raise InvalidDefinitionError(
             "start", "start and end need a time zone", "give times like 2026-11-01T00:00:00Z"
         )
+    # Within the range a schedule may name: the window's edges are compared and moved.
+    check_instant("start", start)
+    check_instant("end", end)
     if end < start:
         raise InvalidDefinitionError(
             "end", f"{end.isoformat()} is before start {start.isoformat()}", "give end >= start"

@@ -330,7 +330,13 @@ class Jobs:
         self, job: Job, start: datetime, end: datetime, overlap: BackfillOverlap
     ) -> BackfillPlan:
         schedule = self.occurrence_schedule(job)
-        occurrences = window_occurrences(schedule, start, end)
+        # The occurrence the scheduler fires next, and any after it, are the scheduler's:
+        # a backfill that fired one would collide with the scheduler's own fire of it,
+        # which would then fail on every tick and never move the job on.
+        due = job.next_fire_at
+        occurrences = [
+            o for o in window_occurrences(schedule, start, end) if due is None or o < due
+        ]
         ids = {occurrence_execution_id(job.id, o): o for o in (*occurrences, *job.backfill_queue)}
         runs = load_many(self.ledger, Execution, list(ids))
         fired = {o for run_id, o in ids.items() if run_id in runs}

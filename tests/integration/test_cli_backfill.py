@@ -33,7 +33,10 @@ def test_backfill_dry_run_then_run_by_key_then_nothing(
             spec=ExecutionSpec(handler="test.echo"),
             schedule=CronSchedule("0 * * * *"),
         )
-        job = Jobs(ledger).schedule(definition, at=start, by=actor(), key="hourly-report")
+        # Created now: its next occurrence is the scheduler's, the past ones a backfill's.
+        job = Jobs(ledger).schedule(
+            definition, at=datetime.now(tz=UTC), by=actor(), key="hourly-report"
+        )
     finally:
         ledger.close()
     window = ("--from", start.isoformat(), "--to", end.isoformat())
