@@ -11,3 +11,8 @@ class ProjectionError(Exception):
 class QueueLostError(ProjectionError):
     """The queue store lost its data (restart without persistence, flush, failover);
     it must be rebuilt from the log."""
+
+
+class ContendedError(ProjectionError):
+    """Other writers kept changing what a follower writes; it tries the page again
+    later (contention is about the store's traffic, not about the event)."""

@@ -31,7 +31,7 @@ from eventsourcing import persistence
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.json_values import error_line
 from jobledger.projections.database import Cursor, Database
-from jobledger.projections.errors import ProjectionError, QueueLostError
+from jobledger.projections.errors import ContendedError, ProjectionError, QueueLostError
 from jobledger.projections.log import LogRow, RowPage
 from jobledger.projections.times import from_ms, to_ms
 
@@ -42,7 +42,14 @@ QUEUE_FOLLOWER = "queue-projection"
 CHECKPOINT_FOLLOWER = "checkpoint-projection"
 READ_MODELS_FOLLOWER = "read-models"
 JOB_SCHEDULE_FOLLOWER = "job-schedule"
-FOLLOWERS = (QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, READ_MODELS_FOLLOWER, JOB_SCHEDULE_FOLLOWER)
+RELEASES_FOLLOWER = "releases"  # the scheduler leader's: what runs' ends release
+FOLLOWERS = (
+    QUEUE_FOLLOWER,
+    CHECKPOINT_FOLLOWER,
+    READ_MODELS_FOLLOWER,
+    JOB_SCHEDULE_FOLLOWER,
+    RELEASES_FOLLOWER,
+)
 
 MAX_ERROR_CHARS = 2000
 MAX_KEPT = 10_000  # isolated events a long-lived follower remembers in memory
@@ -55,6 +62,7 @@ _OUTAGES: tuple[type[BaseException], ...] = (
     OSError,  # ConnectionError, TimeoutError, socket errors
     MemoryError,
     QueueLostError,
+    ContendedError,
     psycopg.OperationalError,  # lost connections, pool timeouts, deadlocks, shutdowns
     psycopg.InterfaceError,
     psycopg.ProgrammingError,

@@ -22,6 +22,7 @@ from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
+    RELEASES_FOLLOWER,
     ApplyOne,
     Isolation,
     Quarantine,
@@ -52,7 +53,7 @@ from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
-from jobledger.runtime.releases import ReleaseLoop, Releaser
+from jobledger.runtime.releases import ReleaseLoop, Releaser, RetryLeadership
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
 from jobledger.runtime.store import (
@@ -148,7 +149,9 @@ class Container:
 
     def releaser(self, leadership: Leadership) -> Releaser:
         """What follows a run's end, carried out while ``leadership`` leads."""
-        return Releaser(self.ledger, self.database, leadership)
+        return Releaser(
+            self.ledger, self.database, leadership, isolation=self.isolation(RELEASES_FOLLOWER)
+        )
 
     def release_loop(self, leadership: Leadership, *, poll: float) -> ReleaseLoop:
         settings = self.settings
@@ -287,12 +290,13 @@ class Container:
     def isolation(self, follower: str, *, persist: bool = True) -> Isolation:
         """How ``follower`` isolates events here: recorded, and counted in metrics. The
         job-schedule index holds no stream: each job event sets the job's next fire
-        whole, so the events after a quarantined one keep the index right."""
+        whole, so the events after a quarantined one keep the index right. Nor do the
+        releases: each run's end releases what it releases on its own."""
         return Isolation(
             follower,
             self.quarantine(),
             persist=persist,
-            hold=follower != JOB_SCHEDULE_FOLLOWER,
+            hold=follower not in {JOB_SCHEDULE_FOLLOWER, RELEASES_FOLLOWER},
             counted=self.metrics.count_quarantined,
         )
 
@@ -306,7 +310,13 @@ class Container:
     def quarantine_appliers(self, projector: Projector) -> dict[str, ApplyOne]:
         """Each follower's way of applying one quarantined event (for a retry)."""
         index = JobIndex(self.ledger, self.database)
-        return {**projector.appliers(), JOB_SCHEDULE_FOLLOWER: index.apply_one}
+        epoch = StoredEpochs(self.database).latest_epoch()
+        releaser = self.releaser(RetryLeadership(epoch))
+        return {
+            **projector.appliers(),
+            JOB_SCHEDULE_FOLLOWER: index.apply_one,
+            RELEASES_FOLLOWER: releaser.apply_one,
+        }
 
     def retry_quarantined(self, ids: Sequence[int] | None) -> RetryReport:
         """Apply quarantined events again (``ids`` and their streams, or all), each in

@@ -40,6 +40,7 @@ from jobledger.domain.schedules import MissedFires
 from jobledger.domain.workflow import Workflow, step_status_of
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
+from jobledger.projections.errors import ContendedError
 from jobledger.projections.log import (
     Follower,
     LogReader,
@@ -49,6 +50,7 @@ from jobledger.projections.log import (
     Wakeup,
 )
 from jobledger.projections.positions import Position
+from jobledger.projections.quarantine import RELEASES_FOLLOWER, Isolation
 from jobledger.projections.streams import load_many
 from jobledger.runtime.leader import Leadership
 
@@ -171,10 +173,12 @@ class Releaser:
         *,
         page_size: int = 500,
         now: Clock = utc_now,
+        isolation: Isolation | None = None,
     ) -> None:
         self.ledger = ledger
         self.leadership = leadership
         self.stats = ReleaseStats()
+        self._isolation = isolation or Isolation(RELEASES_FOLLOWER, hold=False)
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._database = database
         self._position = Position(database, POSITION)
@@ -193,34 +197,33 @@ class Releaser:
         page = self._reader.rows(start)
         if page.position == start:
             return False
-        events = self._decoded(page.rows)
-        for attempt in range(_CONFLICT_RETRIES):
-            try:
-                self._carry_out(events)
-                break
-            except ConflictError:
-                # Fresh copies, and the page again: every effect is idempotent.
-                self.stats.conflicts += 1
-                if attempt == _CONFLICT_RETRIES - 1:
-                    raise
-        with self._database.transaction() as cursor:
-            self._position.write(cursor, page.position)
+        # An event whose releases fail (a run that no longer loads, say) is recorded in
+        # the quarantine and passed over: one event never stops every job's releases.
+        self._isolation.apply(page, start, self._apply_rows)
         # While it leads, nobody else should move the position: it is read once. (A
         # second leader's moves only make the two read pages again, which is safe.)
         self._cursor = page.position
         self.stats.pages += 1
         return True
 
-    def _decoded(self, rows: Sequence[LogRow]) -> list[Any]:
-        """The page's events; one that does not decode is logged and left out (the other
-        followers quarantine it; a release it would have made waits for an operator)."""
-        events = []
-        for row in rows:
+    def _apply_rows(self, rows: Sequence[LogRow], _start: int, position: int) -> bool:
+        events = [self._reader.event(row) for row in rows]
+        for attempt in range(_CONFLICT_RETRIES):
             try:
-                events.append(self._reader.event(row))
-            except Exception as error:  # noqa: BLE001 (one bad event must not stop releases)
-                log.warning("releases.undecodable", position=row[0], topic=row[3], error=str(error))
-        return events
+                self._carry_out(events)
+                break
+            except ConflictError as error:
+                # Fresh copies, and the page again: every effect is idempotent.
+                self.stats.conflicts += 1
+                if attempt == _CONFLICT_RETRIES - 1:
+                    raise ContendedError(str(error)) from error  # later, not quarantined
+        with self._database.transaction() as cursor:
+            self._position.write(cursor, position)
+        return True
+
+    def apply_one(self, row: LogRow) -> None:
+        """Carry out one event's releases again (a retry of a quarantined one)."""
+        self._carry_out([self._reader.event(row)])
 
     def _carry_out(self, events: Sequence[Any]) -> None:
         batch = _Batch(self.ledger, self._now(), self.stats, self.leadership.epoch)
@@ -428,3 +431,22 @@ class ReleaseLoop:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._follower.wait(timeout)
+
+
+class RetryLeadership:
+    """The leadership a retry of quarantined releases acts under, outside the scheduler:
+    the latest epoch in the store, so a fire it makes never lowers the epochs in the
+    log. (Two leaders at once are safe for releases: see the module docstring.)"""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.changes = 0
+
+    def tick(self) -> None:
+        """Nothing to renew: it leads for one retry."""
+
+    def is_leader(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        """Nothing to release."""

@@ -10,12 +10,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from eventsourcing.persistence import StoredEvent
 from tests.conftest import actor
 from tests.integration.test_scheduler import ForcedLeadership
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
-from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
+from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError, NotFoundError
 from jobledger.domain.execution import Execution, occurrence_execution_id
 from jobledger.domain.job import FireTrigger, Job
 from jobledger.domain.policies import BackfillOverlap
@@ -211,10 +212,11 @@ def test_a_week_of_hourly_backfill_fires_only_the_missing_and_once(container: Co
 
 
 def test_backfill_refuses_the_future_and_too_many(container: Container) -> None:
-    """If a backfill's end is after now, or more would fire than max, then it is refused
-    naming the field, and nothing is written."""
+    """If a backfill's end is after now, its start before the range a schedule may name,
+    or more would fire than max, then it is refused naming the field, and nothing is
+    written."""
     jobs = Jobs(container.ledger)
-    job = hourly(jobs)
+    job = hourly(jobs, paused=True)  # a paused job's occurrences are all a backfill's
     head = container.head()
     with pytest.raises(InvalidDefinitionError) as future:
         jobs.backfill(job.id, start=WEEK_START, end=NOW + timedelta(hours=1), at=NOW, by=actor())
@@ -222,6 +224,10 @@ def test_backfill_refuses_the_future_and_too_many(container: Container) -> None:
     with pytest.raises(InvalidDefinitionError) as too_many:
         jobs.backfill(job.id, start=WEEK_START, end=WEEK_END, limit=100, at=NOW, by=actor())
     assert too_many.value.field == "max"
+    year_one = datetime(1, 1, 1, tzinfo=UTC)
+    with pytest.raises(InvalidDefinitionError) as too_early:
+        jobs.backfill(job.id, start=year_one, end=WEEK_START, at=NOW, by=actor())
+    assert too_early.value.field == "start"
     assert container.head() == head
 
 
@@ -259,6 +265,7 @@ def test_buffer_all_fires_one_at_a_time_and_skip_fires_one(container: Container)
     other = jobs.schedule(
         definition("other", schedule=CronSchedule("0 * * * *")), at=WEEK_START, by=actor()
     )
+    other = jobs.pause(other.id, by=actor())  # else 01:00 on is the scheduler's to fire
     skipped = jobs.backfill(
         other.id, start=WEEK_START, end=end, overlap=BackfillOverlap.SKIP, at=NOW, by=actor()
     )
@@ -311,3 +318,73 @@ def test_pause_on_failure_pauses_the_job_by_system_naming_the_dead_letter(
     while again.step():
         pass
     assert not jobs.get(watched.id).paused
+
+
+def test_a_backfill_leaves_the_schedulers_next_occurrence_to_the_scheduler(
+    container: Container,
+) -> None:
+    """If an hourly job's scheduler is behind (its next occurrence is already due) and
+    the window of a backfill reaches past it, then the backfill fires only the
+    occurrences before it, and the scheduler's next tick fires that occurrence itself
+    and moves the job on, with no conflict."""
+    jobs = Jobs(container.ledger)
+    job = hourly(jobs)  # created at WEEK_START: its next occurrence is 01:00 that day
+    due = jobs.get(job.id).next_fire_at
+    assert due == WEEK_START + timedelta(hours=1)
+    report = jobs.backfill(
+        job.id,
+        start=WEEK_START - timedelta(hours=3),
+        end=WEEK_START + timedelta(hours=4),
+        at=NOW,
+        by=actor(),
+    )
+    assert report.fired == 4  # 21:00 to 00:00: the job was created at 00:00, due 01:00
+    assert due not in fired_occurrences(container.ledger, job.id)
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    report = scheduler.tick(WEEK_START + timedelta(hours=1, seconds=1))
+    assert (report.fired, report.conflicts) == (1, 0), report
+    fires = [e for e in container.ledger.history(job.id) if isinstance(e, Job.Fired)]
+    assert [(e.scheduled_for, e.trigger) for e in fires[-1:]] == [(due, FireTrigger.SCHEDULE)]
+    assert jobs.get(job.id).next_fire_at == WEEK_START + timedelta(hours=2)
+
+
+def test_a_run_that_no_longer_loads_is_isolated_and_other_releases_go_on(
+    container: Container,
+) -> None:
+    """If a completed upstream run's stream holds an event this release cannot read,
+    then the releases quarantine that run's end (named under the releases follower),
+    move past it, and still release the downstream of an unrelated job."""
+    jobs = Jobs(container.ledger)
+    up_a = jobs.schedule(definition("A", schedule=CronSchedule("0 * * * *")), at=NOW, by=actor())
+    down_a = jobs.schedule(definition("D", up_a), at=NOW, by=actor())
+    up_b = jobs.schedule(definition("B", schedule=CronSchedule("0 * * * *")), at=NOW, by=actor())
+    down_b = jobs.schedule(definition("E", up_b), at=NOW, by=actor())
+    occurrence = NOW - timedelta(hours=1)
+    runs = {}
+    for job in (up_a, up_b):
+        report = jobs.backfill(job.id, start=occurrence, end=occurrence, at=NOW, by=actor())
+        assert report.fired == 1
+        runs[job.id] = occurrence_execution_id(job.id, occurrence)
+    _finish(container, runs[up_a.id])
+    broken = container.ledger.get_execution(runs[up_a.id])
+    container.ledger.recorder.insert_events(
+        [
+            StoredEvent(
+                originator_id=broken.id,
+                originator_version=broken.version + 1,
+                topic="jobledger:ExecutionProgressed",
+                state=b'{"shape": "of a later release"}',
+            )
+        ]
+    )
+    _finish(container, runs[up_b.id])
+    releaser = container.releaser(ForcedLeadership(epoch=1))
+    while releaser.step():
+        pass
+    released = container.ledger.get_execution(occurrence_execution_id(down_b.id, occurrence))
+    assert released.job_id == down_b.id
+    with pytest.raises(NotFoundError):
+        container.ledger.get_execution(occurrence_execution_id(down_a.id, occurrence))
+    quarantined = container.quarantine().events()
+    assert [(q.follower, q.originator_id) for q in quarantined] == [("releases", str(broken.id))]
+    assert releaser.position() == container.head()
