@@ -26,8 +26,15 @@ from typing import Any, assert_never
 import structlog
 
 from jobledger.domain.clock import Clock, utc_now
-from jobledger.domain.errors import ConflictError, DomainError, NotFoundError, StaleLeaseError
+from jobledger.domain.errors import (
+    ConflictError,
+    DomainError,
+    InvalidDefinitionError,
+    NotFoundError,
+    StaleLeaseError,
+)
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
@@ -338,7 +345,21 @@ class Worker:
             return Failed(f"timed out after {timeout:g} s")
         except Exception as error:  # noqa: BLE001 (a handler's failure is the attempt's outcome)
             return Failed(f"{type(error).__name__}: {error}")
+        refused = self._storable(result)
+        if refused is not None:
+            return Failed(refused)
         return Completed(result, duration=timedelta(seconds=time.monotonic() - started))
+
+    def _storable(self, result: object) -> str | None:
+        """Why the log cannot keep ``result`` (the attempt then fails with it), or None:
+        a result goes into an event and every read of the run, like a payload."""
+        if not isinstance(result, dict):
+            return f"the handler returned a {type(result).__name__}; return a JSON object"
+        try:
+            check_json(result, "result", max_bytes=self.ledger.limits.max_payload_bytes)
+        except InvalidDefinitionError as error:
+            return f"the handler's result cannot be stored: {error}"
+        return None
 
     def _observe_duration(self, handler: str, started: float) -> None:
         self.metrics.execution_duration.labels(handler=handler).observe(time.monotonic() - started)

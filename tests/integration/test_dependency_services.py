@@ -341,8 +341,8 @@ def test_a_backfill_leaves_the_schedulers_next_occurrence_to_the_scheduler(
     assert report.fired == 4  # 21:00 to 00:00: the job was created at 00:00, due 01:00
     assert due not in fired_occurrences(container.ledger, job.id)
     scheduler = container.scheduler(ForcedLeadership(epoch=1))
-    report = scheduler.tick(WEEK_START + timedelta(hours=1, seconds=1))
-    assert (report.fired, report.conflicts) == (1, 0), report
+    ticked = scheduler.tick(WEEK_START + timedelta(hours=1, seconds=1))
+    assert (ticked.fired, ticked.conflicts) == (1, 0), ticked
     fires = [e for e in container.ledger.history(job.id) if isinstance(e, Job.Fired)]
     assert [(e.scheduled_for, e.trigger) for e in fires[-1:]] == [(due, FireTrigger.SCHEDULE)]
     assert jobs.get(job.id).next_fire_at == WEEK_START + timedelta(hours=2)

@@ -258,6 +258,40 @@ def test_a_handler_that_returns_completes_its_run(embedded: InProcess) -> None:
     asyncio.run(scenario())
 
 
+def test_a_result_the_log_cannot_keep_fails_the_attempt_naming_it(embedded: InProcess) -> None:
+    """If a handler returns a result nested deeper than the stores take, or no JSON
+    object, then the attempt fails with an error naming the result and the fix, and
+    the run's history still loads (nothing unreadable was written)."""
+
+    async def deep(_context: HandlerContext) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for _ in range(600):
+            result = {"inner": result}
+        return result
+
+    async def listed(_context: HandlerContext) -> Any:
+        return [1, 2]
+
+    async def scenario() -> None:
+        too_deep = embedded.run("tests.deep", retries=0)
+        not_an_object = embedded.run("tests.listed", retries=0)
+        worker = embedded.worker({"tests.deep": deep, "tests.listed": listed})
+        async with embedded.running(worker):
+            for run in (too_deep, not_an_object):
+                await embedded.until(
+                    lambda r=run: embedded.status(r.id) is ExecutionStatus.DEAD_LETTERED  # type: ignore[misc]
+                )
+        errors = [
+            embedded.container.ledger.get_execution(r.id).last_error
+            for r in (too_deep, not_an_object)
+        ]
+        assert "result" in str(errors[0])
+        assert "nests deeper than" in str(errors[0])
+        assert "returned a list; return a JSON object" in str(errors[1])
+
+    asyncio.run(scenario())
+
+
 def test_a_plain_handler_that_blocks_delays_no_other_slot(embedded: InProcess) -> None:
     """If a plain (not async) handler sleeps 2 s in one slot, then the runs of the other
     slot are leased, run and recorded meanwhile: the sleep holds a thread of the
