@@ -76,6 +76,10 @@ def _row(
     options: RunOptions,
 ) -> tuple[tuple[str, str], uuid.UUID]:
     """The outbox row of a run (its key and its body), and the id the run will have."""
+    if options.run_at is not None and options.delay is not None:
+        raise ValueError("run_at and delay: give one of them, not both")
+    if options.unique is not None:
+        raise ValueError("the outbox takes no unique runs: enqueue them with Client.enqueue")
     key = idempotency_key or uuid.uuid4().hex
     body = msgspec.json.encode(run_body(handler, payload, options)).decode()
     return (key, body), trigger_execution_id(None, key)

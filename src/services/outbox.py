@@ -19,7 +19,7 @@ import msgspec
 import structlog
 
 from jobledger.domain.clock import utc_now
-from jobledger.domain.errors import ConflictError, DomainError
+from jobledger.domain.errors import ConflictError, DomainError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
@@ -118,6 +118,15 @@ class Outbox:
 
     def _execution(self, row: _Row, at: datetime) -> Execution:
         body = msgspec.json.decode(row.run, type=RunIn)
+        # The API's rules for a run, for a row written by other means than the client.
+        if body.run_at is not None and body.delay_seconds is not None:
+            raise InvalidDefinitionError(
+                "delay_seconds", "given with run_at", "give run_at or delay_seconds, not both"
+            )
+        if body.unique is not None:
+            raise InvalidDefinitionError(
+                "unique", "the outbox takes no unique runs", "enqueue them over the API"
+            )
         spec = to_spec(body)
         self.handlers.check(spec.handler, spec.payload)
         spec.check(self.ledger.limits)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import msgspec
 import psycopg
 import pytest
 from tests.integration.api.conftest import serve_api, worker_for
@@ -15,6 +16,8 @@ from jobledger.client import Client, enqueue_in_transaction
 from jobledger.domain.errors import NotFoundError
 from jobledger.domain.execution import Execution
 from jobledger.runtime.accounts import Role
+from jobledger.schemas.executions import UniqueIn
+from jobledger.schemas.outbox import OUTBOX_INSERT
 from jobledger.services.application import Services
 from jobledger.services.outbox import Outbox, relay_part
 
@@ -130,6 +133,26 @@ def test_a_run_the_server_refuses_stays_with_its_error(
     for execution_id in (unknown, wrong):
         with pytest.raises(NotFoundError):
             served.container.ledger.get_execution(execution_id)
+    with psycopg.connect(module_postgres_url) as conn:
+        conn.execute("DELETE FROM jobledger_outbox")
+
+
+def test_a_run_the_api_would_refuse_is_refused_on_both_sides(
+    outbox: Outbox, module_postgres_url: str
+) -> None:
+    """If a run gives both run_at and a delay, or a unique key, then the client refuses
+    it before writing, and a row written by other means is kept with the error by the
+    relay, as POST /api/v1/executions refuses such a run."""
+    with psycopg.connect(module_postgres_url) as conn, conn.transaction():
+        with pytest.raises(ValueError, match="not both"):
+            enqueue_in_transaction(conn, "billing.send_invoice", run_at=_now(), delay=5)
+        with pytest.raises(ValueError, match="no unique runs"):
+            enqueue_in_transaction(conn, "billing.send_invoice", unique=UniqueIn(key="k"))
+        body = {"handler": "test.echo", "run_at": _now().isoformat(), "delay_seconds": 5}
+        conn.execute(OUTBOX_INSERT, ("both", msgspec.json.encode(body).decode()))
+    report = outbox.relay(at=_now())
+    assert (report.enqueued, report.refused) == (0, 1)
+    assert "delay_seconds" in (dict(_rows(module_postgres_url))["both"] or "")
     with psycopg.connect(module_postgres_url) as conn:
         conn.execute("DELETE FROM jobledger_outbox")
 
