@@ -20,6 +20,8 @@ from jobledger.services.history import EventOut, history
 from jobledger.services.jobs import ANY_HANDLER, HandlerNames
 from jobledger.services.unique_runs import NewRun, RunOutcome, run_once
 
+# Tries of a cancel against a worker's saves to the same run (a lease, a report).
+_CANCEL_TRIES = 5
 # A batch saved again after another writer saved some of its runs first.
 _BATCH_SAVE_TRIES = 3
 
@@ -157,12 +159,20 @@ class Executions:
                 ) from error
 
     def cancel(self, execution_id: UUID, *, by: Actor, reason: str = "") -> Execution:
-        """Cancel a pending or running execution; a running handler is told to stop."""
+        """Cancel a pending or running execution; a running handler is told to stop. A
+        worker's lease or report saved meanwhile is read again and cancelled after it."""
         by.require(Role.OPERATOR)
-        execution = self.ledger.get_execution(execution_id)
-        execution.cancel(by=by.name, reason=reason)
-        self.ledger.save_all(execution)
-        return execution
+        for attempt in range(_CANCEL_TRIES):
+            execution = self.ledger.get_execution(execution_id)
+            execution.cancel(by=by.name, reason=reason)
+            try:
+                self.ledger.save_all(execution)
+            except ConflictError:
+                if attempt == _CANCEL_TRIES - 1:
+                    raise
+                continue
+            return execution
+        raise AssertionError("unreachable: the last try returns or raises")
 
     def get(self, execution_id: UUID) -> Execution:
         """The execution as the log has it now."""

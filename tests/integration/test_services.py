@@ -2,6 +2,7 @@
 it (the API, the dashboard, the CLI)."""
 
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,7 @@ from tests.integration.test_dead_letters import dead
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import InvalidDefinitionError
-from jobledger.domain.execution import Execution
+from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule
 from jobledger.domain.topics import event_topics
@@ -146,7 +147,7 @@ def test_the_topics_followers_read_are_every_recorded_event_type() -> None:
     assert "jobledger:JobFired" in event_topics(Job)
     assert "jobledger:JobCreated" not in event_topics(Job)
     executions = event_topics(Execution)
-    assert len(executions) == 12
+    assert len(executions) == 14
     assert "jobledger:ExecutionEnqueued" in executions
     assert "jobledger:ExecutionProgressed" in executions
     assert "jobledger:ExecutionCreated" not in executions
@@ -164,3 +165,25 @@ def test_racing_triggers_with_their_own_keys_each_get_a_run(store_settings: "Set
             runs = list(pool.map(lambda k: jobs.trigger(job.id, key=k, at=AT, by=ALICE), keys))
         assert len({run.id for run in runs}) == len(keys)
         assert jobs.get(job.id).version == 1 + len(keys)
+
+
+def test_a_cancel_that_loses_the_version_to_a_lease_cancels_the_leased_run(
+    container: Container, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a worker saves its lease between a cancel's read of the run and its save, then
+    the cancel reads the run again and cancels it as running, instead of answering a
+    conflict."""
+    spec = ExecutionSpec(handler="test.echo")
+    run = services.executions.run(spec, key="race", at=AT, by=ALICE)
+    ledger = container.ledger
+    stale = ledger.get_execution(run.id)
+    leased = ledger.get_execution(run.id)
+    leased.lease(worker_id="w", lease_id=uuid.uuid4(), lease_expires_at=AT + timedelta(minutes=1))
+    ledger.save_all(leased)
+    reads = [stale]
+    fresh = ledger.get_execution
+    monkeypatch.setattr(ledger, "get_execution", lambda i: reads.pop() if reads else fresh(i))
+    cancelled = services.executions.cancel(run.id, by=ALICE, reason="stop")
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    kinds = [type(e).__name__ for e in ledger.history(run.id)]
+    assert kinds == ["Enqueued", "Leased", "Cancelled"]
