@@ -23,6 +23,14 @@ from jobledger.domain.json_values import check_actor, check_reason
 QUEUE_NAMESPACE = uuid.UUID("b6a1f1d2-4c7e-4a5b-9f3e-2d8c6e0a7b19")
 
 
+def check_reason_given(reason: str, action: str) -> None:
+    """A paused or drained queue stops work others rely on: the log says why."""
+    if not reason.strip():
+        raise InvalidDefinitionError(
+            "reason", "is empty", f"say why you {action} the queue (it is recorded)"
+        )
+
+
 def queue_id(name: str) -> uuid.UUID:
     """The id of the queue named ``name`` (checked: a name no job could use is refused)."""
     check_queue_name(name)
@@ -88,7 +96,7 @@ class Queue(Aggregate):
         check_reason(by, reason)
         if self.paused:
             return False
-        self._check_reason_given(reason, "pause")
+        check_reason_given(reason, "pause")
         self._paused(queue=self.name, by=by, reason=reason, at=at)
         return True
 
@@ -103,18 +111,8 @@ class Queue(Aggregate):
     def drain(self, *, by: str, reason: str, cancelled: tuple[uuid.UUID, ...]) -> None:
         """Record that the runs ``cancelled`` were cancelled as a drain of the queue."""
         check_reason(by, reason)
-        self._check_reason_given(reason, "drain")
+        check_reason_given(reason, "drain")
         self._drained(queue=self.name, by=by, reason=reason, cancelled=cancelled)
-
-    # ---- invariants -----------------------------------------------------------------
-
-    @staticmethod
-    def _check_reason_given(reason: str, action: str) -> None:
-        # A paused or drained queue stops work others rely on: the log says why.
-        if not reason.strip():
-            raise InvalidDefinitionError(
-                "reason", "is empty", f"say why you {action} the queue (it is recorded)"
-            )
 
     # ---- events ---------------------------------------------------------------------
 

@@ -147,6 +147,19 @@ class Checkpoint:
             row = cursor.fetchone()
         return None if row is None else decode_item(bytes(row[0]))
 
+    def pending_in(self, queue: str) -> list[UUID]:
+        """The pending (not leased, not dead) executions of ``queue``, by id."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(
+                "SELECT execution_id FROM jobledger_open_executions "
+                "WHERE queue = ? AND state = ? ORDER BY execution_id",
+                (queue, QueueState.PENDING.value),
+            )
+            rows: list[Any] = []
+            while batch := cursor.fetchmany(SNAPSHOT_BATCH):
+                rows += batch
+        return [UUID(str(row[0])) for row in rows]
+
     def open_counts(self, job_id: UUID) -> dict[QueueState, int]:
         """How many open executions of a job there are, by state (for overlap rules)."""
         with self._database.transaction(snapshot=True) as cursor:

@@ -265,16 +265,23 @@ class RedisQueue:
                 listed.add(pause.queue)
 
     def pauses(self) -> dict[str, QueuePause]:
+        """The records, with ``paused`` as the flag the lease script reads says (what is
+        enforced, even if something changed the flag alone)."""
         names = sorted(self.queues())
         pipe = self._client.pipeline(transaction=False)
         for name in names:
-            pipe.hget(self._keys.queue(name).paused, "record")
-        records = pipe.execute()
-        return {
-            name: self._pause_decoder.decode(_blob(record))
-            for name, record in zip(names, records, strict=True)
-            if record is not None
-        }
+            pipe.hmget(self._keys.queue(name).paused, ["paused", "version", "record"])
+        found: dict[str, QueuePause] = {}
+        for name, (flag, version, record) in zip(names, pipe.execute(), strict=True):
+            if flag is None:
+                continue
+            pause = (
+                self._pause_decoder.decode(_blob(record))
+                if record is not None
+                else QueuePause(queue=name, version=int(version or 0), paused=False)
+            )
+            found[name] = msgspec.structs.replace(pause, paused=_text(flag) == "1")
+        return found
 
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):

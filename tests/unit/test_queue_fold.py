@@ -211,4 +211,6 @@ def test_a_replay_keeps_the_newest_pause_record() -> None:
     fold.fold(events[:2])
     (record,) = fold.pauses()
     assert (record.version, record.paused) == (3, False)
-    assert next_pause(events[0]) is None
+    registered = events[0]
+    assert isinstance(registered, Queue.Registered)
+    assert next_pause(registered) is None
