@@ -6,6 +6,7 @@ finishes). A drain cancels the queue's pending runs (not the running ones) with 
 executions' own cancel command, and records ``QueueDrained`` with them in one save.
 """
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
@@ -23,6 +24,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.queues import DrainReport, QueueOut, QueueStateOut
 from jobledger.services.actors import Actor
+from jobledger.services.errors import ProjectionBehindError
 
 log = structlog.get_logger(__name__)
 
@@ -32,15 +34,26 @@ _T = TypeVar("_T")
 DRAIN_BATCH = 500
 # Attempts of a save that lost a race (another pause, a worker's lease in a drain).
 ATTEMPTS = 3
+# How long a drain waits for the checkpoint to reach the log's head (the projector
+# follows within a poll) before it refuses to guess what is pending.
+CATCH_UP_SECONDS = 5.0
 
 
 class Queues:
     """The queue use cases; every change is a direct save, like the jobs'."""
 
-    def __init__(self, ledger: Ledger, backend: QueueBackend, checkpoint: Checkpoint) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        backend: QueueBackend,
+        checkpoint: Checkpoint,
+        *,
+        catch_up_seconds: float = CATCH_UP_SECONDS,
+    ) -> None:
         self.ledger = ledger
         self.backend = backend
         self.checkpoint = checkpoint
+        self.catch_up_seconds = catch_up_seconds
 
     def overview(self, *, at: datetime, by: Actor) -> list[QueueOut]:
         """Every queue the backend knows, by name: depths as projected at ``at``, and
@@ -106,6 +119,7 @@ class Queues:
         # Checked before the dry run too, so it answers what the drain itself would.
         check_reason(by.name, reason)
         check_reason_given(reason, "drain")
+        self._await_checkpoint()
         pending = self._pending(self.checkpoint.pending_in(name))
         if dry_run:
             return DrainReport(queue=name, dry_run=True, cancelled=[e.id for e in pending])
@@ -122,6 +136,21 @@ class Queues:
             cancelled=len(cancelled),
         )
         return DrainReport(queue=name, dry_run=False, cancelled=cancelled)
+
+    def _await_checkpoint(self) -> None:
+        """Wait until the checkpoint has folded every event logged before the drain was
+        asked for, so the drain (and its dry run) covers every run pending by then."""
+        head = self.ledger.recorder.max_notification_id() or 0
+        deadline = time.monotonic() + self.catch_up_seconds
+        while (position := self.checkpoint.position()) < head:
+            if time.monotonic() > deadline:
+                raise ProjectionBehindError(
+                    f"the open-executions checkpoint is {head - position} event(s) behind "
+                    "the log, so the runs to drain are not known yet",
+                    fix="make sure the projector runs (jobledger projector, or the process "
+                    "of jobledger dev), then retry",
+                )
+            time.sleep(0.05)
 
     def _pending(self, ids: Sequence[UUID]) -> list[Execution]:
         """The runs of ``ids`` that are pending in the log (the checkpoint may lag)."""
