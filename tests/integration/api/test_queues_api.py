@@ -129,3 +129,24 @@ def test_a_drain_cancels_what_its_dry_run_listed(api: "Api") -> None:
     assert done.json() == {"queue": Q, "dry_run": False, "cancelled": [str(i) for i in ids]}
     ledger = api.container.ledger
     assert {ledger.get_execution(i).status for i in ids} == {ExecutionStatus.CANCELLED}
+
+
+def test_the_system_page_offers_operators_the_pause_toggle(api: "Api") -> None:
+    """If an operator opens the system page, then each queue's row has a Pause button
+    (a Resume button once paused, with who paused it and why); a viewer sees the state
+    but no button."""
+    enqueue(api, 1)
+    api.wait_for(lambda: Q in api.container.queue.queues())
+    operator = api.session("operator")
+    page = operator.get("/ui/system", headers={"Accept": "text/html"})
+    assert page.status_code == 200, page.text
+    assert f'data-action="/api/v1/queues/{Q}/pause"' in page.text
+    paused = operator.post(f"/api/v1/queues/{Q}/pause", json={"reason": "provider outage"})
+    assert paused.status_code == 200, paused.text
+    page = operator.get("/ui/system", headers={"Accept": "text/html"})
+    assert f'data-action="/api/v1/queues/{Q}/resume"' in page.text
+    assert "by operator" in page.text
+    assert "provider outage" in page.text
+    viewer = api.session("viewer").get("/ui/system", headers={"Accept": "text/html"})
+    assert "provider outage" in viewer.text
+    assert "/api/v1/queues/" not in viewer.text
