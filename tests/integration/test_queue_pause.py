@@ -49,19 +49,35 @@ def leases_of(harness: "Harness", execution: Execution) -> list[Any]:
     return [e for e in harness.events(execution.id) if isinstance(e, Execution.Leased)]
 
 
+def queues_leased_between(harness: "Harness", start: int, stop: int) -> list[str]:
+    """The queue of every ExecutionLeased the log holds after ``start`` up to ``stop``."""
+    reader = harness.container.reader(topics=[Execution.Leased.TOPIC])
+    ledger = harness.container.ledger
+    queues: list[str] = []
+    position = start
+    while (page := reader.rows(position, stop)).position != position:
+        queues += [
+            ledger.get_execution(e.originator_id).spec.queue for e in reader.events(page.rows)
+        ]
+        position = page.position
+    return queues
+
+
 def test_a_paused_queue_leases_nothing_under_load_while_another_flows(
     harness: "Harness",
 ) -> None:
     """If a queue is paused while a worker runs one of its runs and more runs arrive in
     it and in another queue, then the running one completes, the other queue's runs all
-    complete, and the log holds no ExecutionLeased for the paused queue's new runs until
-    it is resumed; then they run."""
+    complete, and from the moment the pause was projected until the resume the log holds
+    an ExecutionLeased for each of the other queue's runs and none for the paused
+    queue's; after the resume they lease and complete."""
     services = Services.build(harness.container)
     harness.start_worker(worker_queues=f"{HELD},{FREE}", worker_slots="4")
     running = run_in(harness, HELD, "test.delay", seconds=1.5)
     harness.wait_for_all([running], ExecutionStatus.RUNNING, 30)
     services.queues.pause(HELD, reason="provider outage", at=now(), by=OPERATOR)
     harness.wait_for(lambda: projected_pause(harness, HELD), 10)
+    projected = harness.container.head()
     held: list[Execution] = []
     free: list[Execution] = []
     for _ in range(5):  # the load arrives in waves, while the worker polls
@@ -71,8 +87,13 @@ def test_a_paused_queue_leases_nothing_under_load_while_another_flows(
     harness.wait_for_all([running], ExecutionStatus.COMPLETED, 30)
     assert [leases_of(harness, e) for e in held] == [[] for _ in held]
     assert {harness.status(e.id) for e in held} == {ExecutionStatus.PENDING}
+    leased = queues_leased_between(harness, projected, harness.container.head())
+    assert set(leased) == {FREE}
+    assert len(leased) == len(free)
+    resumed_at = harness.container.head()
     assert services.queues.resume(HELD, at=now(), by=OPERATOR).changed
     harness.wait_for_all(held, ExecutionStatus.COMPLETED, 30)
+    assert set(queues_leased_between(harness, resumed_at, harness.container.head())) == {HELD}
 
 
 def test_a_drain_cancels_exactly_what_its_dry_run_listed(harness: "Harness") -> None:
