@@ -64,17 +64,17 @@ class Queues:
     def _row(self, name: str, at: datetime) -> QueueOut:
         depths = self.backend.depths(name, now=at)
         queue = self.ledger.queue(name)
-        paused = queue is not None and queue.paused
+        paused = queue if queue is not None and queue.paused else None
         return QueueOut(
             name=name,
             ready=depths.ready,
             delayed=depths.delayed,
             leased=depths.leased,
             dead=depths.dead,
-            paused=paused,
-            paused_by=queue.paused_by if paused and queue else None,
-            paused_since=queue.paused_since if paused and queue else None,
-            pause_reason=queue.pause_reason if paused and queue else None,
+            paused=paused is not None,
+            paused_by=paused.paused_by if paused else None,
+            paused_since=paused.paused_since if paused else None,
+            pause_reason=paused.pause_reason if paused else None,
         )
 
     def pause(self, name: str, *, reason: str, at: datetime, by: Actor) -> QueueStateOut:
