@@ -779,7 +779,8 @@ class Step(msgspec.Struct, frozen=True):
 @st.composite
 def steps(draw: st.DrawFn) -> Step:
     execution_id = draw(st.sampled_from(EXECUTIONS))
-    kind = draw(st.sampled_from(["apply", "lease", "extend", "ack", "release", "expired"]))
+    kinds = ["apply", "lease", "extend", "ack", "release", "expired", "pause"]
+    kind = draw(st.sampled_from(kinds))
     return Step(
         kind=kind,
         execution_id=execution_id,
@@ -806,9 +807,8 @@ class Worker:
     def run(self, backend: QueueBackend, step: Step, lease_ids: list[UUID]) -> object:
         queue, execution_id, lease_id = self.target(step)
         match step.kind:
-            case "apply":
-                backend.apply(step.changes, epoch=META.epoch)
-                return backend.depths(queue_of(step.execution_id), now=step.at)
+            case "apply" | "pause":
+                return self.project(backend, step)
             case "lease":
                 queue = queue_of(step.execution_id)
                 return backend.lease(queue, lease_ids=lease_ids, ttl=TTL, now=step.at)
@@ -820,6 +820,18 @@ class Worker:
                 return backend.release(queue, execution_id, lease_id, ready_at=step.at)
             case _:
                 return backend.expired(queue, now=step.at, limit=3)
+
+    @staticmethod
+    def project(backend: QueueBackend, step: Step) -> object:
+        """What the projection writes: the step's changes, or a pause (even pick) or a
+        resume (odd pick) of the step's queue at version ``pick``."""
+        queue = queue_of(step.execution_id)
+        if step.kind == "apply":
+            backend.apply(step.changes, epoch=META.epoch)
+            return backend.depths(queue, now=step.at)
+        record = QueuePause(queue=queue, version=step.pick, paused=step.pick % 2 == 0)
+        backend.apply_pauses([record], epoch=META.epoch)
+        return backend.pauses()
 
     def saw(self, step: Step, answer: object) -> None:
         if isinstance(answer, list):
@@ -842,8 +854,8 @@ class Worker:
 def test_memory_and_redis_answer_alike(
     redis_client: redis.Redis, clock: Clock, priorities: list[int], script: list[Step]
 ) -> None:
-    """If both backends get the same applies and worker steps, then every step returns
-    the same answer and both end with the same entries."""
+    """If both backends get the same applies, pauses and worker steps, then every step
+    returns the same answer and both end with the same entries."""
     memory = MemoryQueue(clock=clock)
     remote = RedisQueue(redis_client, "jldiff", clock=clock)
     # Every execution starts pending, so worker steps have entries to act on.
