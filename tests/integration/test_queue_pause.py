@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
+from structlog.testing import capture_logs
 from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -189,3 +190,25 @@ def test_verify_reports_a_pause_flag_that_differs_from_the_log(
     services.admin.rebuild_queue(full=True, by=Actor("root", Role.ADMIN), via="test")
     assert verify_queue(container.reader(), container.queue) == []
     assert redis_client.hget(paused_key, "paused") == b"1"
+
+
+def test_each_change_is_logged_under_a_stable_name(harness: "Harness") -> None:
+    """If a queue is paused, paused again, resumed and drained, then each step logs its
+    stable event with the queue, who acted and whether anything changed."""
+    services = Services.build(harness.container)
+    with capture_logs() as logs:
+        services.queues.pause(HELD, reason="outage", at=now(), by=OPERATOR)
+        services.queues.pause(HELD, reason="outage", at=now(), by=OPERATOR)
+        services.queues.resume(HELD, at=now(), by=OPERATOR)
+        services.queues.drain(HELD, reason="stale", at=now(), by=OPERATOR)
+    steps = [
+        (e["event"], e["queue"], e["by"], e.get("changed", e.get("cancelled")))
+        for e in logs
+        if e["event"].startswith("queue.")
+    ]
+    assert steps == [
+        ("queue.paused", HELD, "ada", True),
+        ("queue.paused", HELD, "ada", False),
+        ("queue.resumed", HELD, "ada", True),
+        ("queue.drained", HELD, "ada", 0),
+    ]
