@@ -94,9 +94,9 @@ class Queue(Aggregate):
         """Stop leasing from the queue; running work finishes. False (and nothing
         recorded) if it is already paused."""
         check_reason(by, reason)
+        check_reason_given(reason, "pause")  # refused whatever the state, as a drain's
         if self.paused:
             return False
-        check_reason_given(reason, "pause")
         self._paused(queue=self.name, by=by, reason=reason, at=at)
         return True
 

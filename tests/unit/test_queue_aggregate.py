@@ -72,7 +72,8 @@ def test_resume_clears_the_pause() -> None:
 
 @pytest.mark.parametrize("reason", ["", "   "])
 def test_a_pause_or_drain_needs_a_reason(reason: str) -> None:
-    """If a pause or a drain gives no reason, then it is refused naming the reason field."""
+    """If a pause or a drain gives no reason, then it is refused naming the reason field,
+    also when the queue is paused already."""
     queue = Queue.register("emails")
     with pytest.raises(InvalidDefinitionError) as refused:
         queue.pause(by="ada", reason=reason, at=AT)
@@ -80,6 +81,9 @@ def test_a_pause_or_drain_needs_a_reason(reason: str) -> None:
     with pytest.raises(InvalidDefinitionError):
         queue.drain(by="ada", reason=reason, cancelled=())
     assert not queue.paused
+    queue.pause(by="ada", reason="outage", at=AT)
+    with pytest.raises(InvalidDefinitionError):
+        queue.pause(by="ada", reason=reason, at=AT)
 
 
 def test_drain_records_what_it_cancelled() -> None:
