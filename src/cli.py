@@ -102,10 +102,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--full", action="store_true", help="replay the whole log, not the open executions"
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
+    _add_steering_commands(queue_commands)
     _add_projection_commands(commands)
     _add_job_commands(commands)
     apply_cli.add_parser(commands)
     return parser
+
+
+# The queue commands that work on this process's own copy of the queue.
+_QUEUE_COPIES = frozenset({"rebuild", "verify"})
+
+
+def _add_steering_commands(queue_commands: "argparse._SubParsersAction[Any]") -> None:
+    """``queue pause|resume|drain NAME``: events in the log, whatever holds the queue."""
+    helps = {
+        "pause": "stop leasing from a queue (running work finishes)",
+        "resume": "lease from a paused queue again",
+        "drain": "cancel a queue's pending runs (running ones finish)",
+    }
+    for action, text in helps.items():
+        steer = queue_commands.add_parser(action, help=text)
+        steer.add_argument("name", metavar="NAME", help="the queue's name")
+        steer.add_argument("--by", help="who acts (recorded; default: this login)")
+        if action != "resume":
+            steer.add_argument("--reason", required=True, help="why (recorded in the event)")
+        if action == "drain":
+            steer.add_argument("--dry-run", action="store_true", help="only list the runs")
 
 
 def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> None:
@@ -173,7 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = msgspec.structs.replace(settings, mode="dev")
         configure_logging(settings)
         return _run(args, settings)
-    except (RuntimeLayerError, DomainError, ServiceError) as error:
+    except ServiceError as error:
+        # A use case's error keeps its fix apart (the API answers it as a field).
+        fix = f"; {error.fix}" if error.fix and error.fix not in error.message else ""
+        print(f"jobledger: {error}{fix}", file=sys.stderr)
+    except (RuntimeLayerError, DomainError) as error:
         print(f"jobledger: {error}", file=sys.stderr)
     except (redis.ConnectionError, redis.TimeoutError) as error:
         # The start check, or a one-shot command: a role that runs rides out an outage.
@@ -202,7 +228,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         return _run_dev(args, settings)
     if command == "apply":  # a client of a running API: no store of its own
         return apply_cli.run(args)
-    if command == "queue" and not settings.redis_url:
+    # Pause, resume and drain are events: the running process's queue follows them.
+    if command == "queue" and not settings.redis_url and args.queue_command in _QUEUE_COPIES:
         _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings, role=command) as container:
         if command in _ROLES:
@@ -264,11 +291,7 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             container, WorkerRunner(container.worker()), with_projector=args.with_projector
         ),
         "dlq": lambda: _dead_letters(args, container),
-        "queue": lambda: (
-            _rebuild_queue(container, full=args.full)
-            if args.queue_command == "rebuild"
-            else _verify_queue(container)
-        ),
+        "queue": lambda: _queue(args, container),
         "projections": lambda: (
             _rebuild_read_models(container)
             if args.projections_command == "rebuild"
@@ -370,6 +393,31 @@ def _print_bulk(action: str, report: BulkReport) -> int:
     verb = f"would {action}" if report.dry_run else action.rstrip("e") + "ed"
     done = report.matched if report.dry_run else report.changed
     print(f"{verb} {done} of {report.matched} matching dead letter(s); {report.refused} refused")
+    return 0
+
+
+def _queue(args: argparse.Namespace, container: Container) -> int:
+    if args.queue_command == "rebuild":
+        return _rebuild_queue(container, full=args.full)
+    if args.queue_command == "verify":
+        return _verify_queue(container)
+    queues = _services(container).queues
+    by = operator_of_store(args.by) if args.by else _cli_actor()
+    if args.queue_command == "drain":
+        report = queues.drain(
+            args.name, reason=args.reason, at=utc_now(), by=by, dry_run=args.dry_run
+        )
+        for execution_id in report.cancelled:
+            print(f"  {execution_id}")
+        verb = "would cancel" if report.dry_run else "cancelled"
+        print(f"{verb} {len(report.cancelled)} pending run(s) of queue {report.queue}")
+        return 0
+    if args.queue_command == "pause":
+        done = queues.pause(args.name, reason=args.reason, at=utc_now(), by=by)
+    else:
+        done = queues.resume(args.name, at=utc_now(), by=by)
+    state = "paused" if done.paused else "running"
+    print(f"queue {done.name} {'is now' if done.changed else 'was already'} {state}")
     return 0
 
 

@@ -19,6 +19,7 @@ from jobledger.api.executions import DeadLetterController, ExecutionController, 
 from jobledger.api.jobs import JobController, apply_jobs, list_handlers
 from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.openapi_links import add_links
+from jobledger.api.queues import QueueController
 from jobledger.api.schedules import preview_schedule
 from jobledger.api.schemas import strict_bodies
 from jobledger.api.security import (
@@ -43,6 +44,7 @@ ROUTES: list[ControllerRouterHandler] = [
     JobController,
     ExecutionController,
     DeadLetterController,
+    QueueController,
     SystemController,
     WorkflowController,
     preview_schedule,

@@ -42,6 +42,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "clock": clock,
     }
     given["workflows"] = services.workflows
+    given["queues"] = services.queues
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

@@ -3,10 +3,10 @@
 A link says, for one response, which value of it (``$response.body#/id``) fills a
 parameter of another operation. Clients and schema-driven tests follow them to run
 the workflows of the API: create a job, trigger it, cancel the run; list the dead
-letters and requeue or discard one; start a workflow, read it, cancel it. Litestar
-cannot declare links on a route, so they are added to the generated document, by
-method and path: a route renamed or removed makes ``add_links`` raise instead of
-leaving a link to nowhere.
+letters and requeue or discard one; start a workflow, read it, cancel it; pause a
+queue, then drain or resume it. Litestar cannot declare links on a route, so they are
+added to the generated document, by method and path: a route renamed or removed makes
+``add_links`` raise instead of leaving a link to nowhere.
 """
 
 from typing import Final, NamedTuple
@@ -32,6 +32,8 @@ _FIRST_JOB = {"job_id": "$response.body#/items/0/id"}
 _WORKFLOW = {"workflow_id": "$response.body#/id"}
 _SAME_WORKFLOW = {"workflow_id": "$request.path.workflow_id"}
 _FIRST_STEP = {"execution_id": "$response.body#/steps/0/execution_id"}
+_FIRST_QUEUE = {"name": "$response.body#/queues/0/name"}
+_SAME_QUEUE = {"name": "$request.path.name"}
 
 STEPS: Final = (
     Step("POST /api/v1/jobs", "201", "POST /api/v1/jobs/{job_id}/trigger", _JOB),
@@ -93,6 +95,14 @@ STEPS: Final = (
         "200",
         "GET /api/v1/workflows/{workflow_id}/events",
         _SAME_WORKFLOW,
+    ),
+    # Queues: pause one of the list, then drain or resume it.
+    Step("GET /api/v1/queues", "200", "POST /api/v1/queues/{name}/pause", _FIRST_QUEUE),
+    Step(
+        "POST /api/v1/queues/{name}/pause", "200", "POST /api/v1/queues/{name}/drain", _SAME_QUEUE
+    ),
+    Step(
+        "POST /api/v1/queues/{name}/pause", "200", "POST /api/v1/queues/{name}/resume", _SAME_QUEUE
     ),
 )
 

@@ -57,7 +57,7 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
         _check_handler(self.handler)
-        _check_queue(self.queue)
+        check_queue_name(self.queue)
         _check_priority(self.priority)
         _check_timeout(self.timeout)
         if not isinstance(self.payload, dict):
@@ -118,7 +118,7 @@ def _check_handler(handler: str) -> None:
         )
 
 
-def _check_queue(queue: str) -> None:
+def check_queue_name(queue: str) -> None:
     if not _QUEUE.fullmatch(queue):
         raise InvalidDefinitionError(
             "queue",

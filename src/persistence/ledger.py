@@ -1,6 +1,6 @@
 """The eventsourcing Application over the log: save, load and read back the aggregates.
 
-Jobs, executions, workflows and the dependency graph share one application (one events
+Jobs, executions, workflows, queues and the dependency graph share one application (one events
 table, one notification log) so that a fire saves ``JobFired`` and
 ``ExecutionEnqueued`` atomically, and every projection follows a single ordered log.
 The commands that change them are use cases (``jobledger.services``); this class only
@@ -32,6 +32,7 @@ from jobledger.domain.dependencies import GRAPH_ID, DependencyGraph
 from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
+from jobledger.domain.queue import Queue, queue_id
 from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
 from jobledger.persistence.bulk import BULK_MIN_EVENTS, copy_events
@@ -123,6 +124,13 @@ class Ledger(Application[UUID]):
 
     def get_workflow(self, workflow_id: UUID) -> Workflow:
         return self._get(Workflow, workflow_id, None)
+
+    def queue(self, name: str) -> Queue | None:
+        """The queue named ``name``; None if nobody has steered it yet."""
+        try:
+            return self._get(Queue, queue_id(name), None)
+        except NotFoundError:
+            return None
 
     def dependency_graph(self) -> DependencyGraph | None:
         """Every job's upstreams; None before the first dependency was saved."""

@@ -7,6 +7,9 @@ open executions, not with all history) and then follows the log from its positio
 Each row keeps the entry as the Redis queue stores it (``queue_entries``): the msgpack
 item, and beside it the fields that place it (queue, state, priority, lease id, score).
 A rebuild copies those bytes; only the embedded mode decodes them into items.
+
+Each queue's pause record (``QueuePause``) is kept beside them, committed with the
+same position, so a rebuild from the checkpoint pauses what the log paused.
 """
 
 import contextlib
@@ -15,12 +18,19 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
+import msgspec
 import psycopg
 
 from jobledger.projections import positions
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.positions import Position
-from jobledger.projections.queue import QueueChange, QueueItem, QueueState, decode_spec
+from jobledger.projections.queue import (
+    QueueChange,
+    QueueItem,
+    QueuePause,
+    QueueState,
+    decode_spec,
+)
 from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_item
 from jobledger.projections.times import due_score
 
@@ -38,6 +48,13 @@ _UPSERT = (
     "WHERE excluded.version > jobledger_open_executions.version"
 )
 _DELETE = "DELETE FROM jobledger_open_executions WHERE execution_id = ? AND version < ?"
+_UPSERT_PAUSE = (
+    "INSERT INTO jobledger_queue_pauses (queue, version, record) VALUES (?, ?, ?) "
+    "ON CONFLICT (queue) DO UPDATE SET version = excluded.version, record = excluded.record "
+    "WHERE excluded.version > jobledger_queue_pauses.version"
+)
+_pause_encoder = msgspec.msgpack.Encoder()
+_pause_decoder = msgspec.msgpack.Decoder(QueuePause)
 # The columns of an ``EncodedEntry``, in its order.
 _ENTRY = "execution_id, queue, version, state, priority, lease_id, score, item"
 _SELECT_ENTRIES = f"SELECT {_ENTRY} FROM jobledger_open_executions"  # noqa: S608 (constant)
@@ -62,22 +79,42 @@ class Checkpoint:
     def position(self) -> int:
         return self._position.get()
 
-    def commit(self, changes: Sequence[QueueChange], position: int | None) -> None:
-        """Apply ``changes`` and move the position (unless None), in one transaction."""
+    def commit(
+        self,
+        changes: Sequence[QueueChange],
+        position: int | None,
+        *,
+        pauses: Sequence[QueuePause] = (),
+    ) -> None:
+        """Apply ``changes`` and ``pauses`` and move the position (unless None), in one
+        transaction."""
         upserts = [stored_row(c.item) for c in changes if c.item is not None]
         deletes = [(str(c.execution_id), c.version) for c in changes if c.item is None]
+        paused = [(p.queue, p.version, _pause_encoder.encode(p)) for p in pauses]
         with self._database.transaction() as cursor:
             if upserts:
                 cursor.executemany(_UPSERT, upserts)
             if deletes:
                 cursor.executemany(_DELETE, deletes)
+            if paused:
+                cursor.executemany(_UPSERT_PAUSE, paused)
             if position is not None:
                 self._position.write(cursor, position)
 
     def clear(self) -> None:
         with self._database.transaction() as cursor:
             cursor.execute("DELETE FROM jobledger_open_executions")
+            cursor.execute("DELETE FROM jobledger_queue_pauses")
             self._position.write(cursor, 0)
+
+    def pauses(self) -> list[QueuePause]:
+        """Every queue's pause record (one row per queue ever paused: a few)."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute("SELECT record FROM jobledger_queue_pauses")
+            rows: list[Any] = []
+            while batch := cursor.fetchmany(1000):
+                rows += batch
+        return [_pause_decoder.decode(bytes(row[0])) for row in rows]
 
     def entries(self, batch: int = SNAPSHOT_BATCH) -> Iterator[tuple[int, list[EncodedEntry]]]:
         """Batches of open entries as stored, each with the position they belong to.
@@ -109,6 +146,19 @@ class Checkpoint:
             )
             row = cursor.fetchone()
         return None if row is None else decode_item(bytes(row[0]))
+
+    def pending_in(self, queue: str) -> list[UUID]:
+        """The pending (not leased, not dead) executions of ``queue``, by id."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(
+                "SELECT execution_id FROM jobledger_open_executions "
+                "WHERE queue = ? AND state = ? ORDER BY execution_id",
+                (queue, QueueState.PENDING.value),
+            )
+            rows: list[Any] = []
+            while batch := cursor.fetchmany(SNAPSHOT_BATCH):
+                rows += batch
+        return [UUID(str(row[0])) for row in rows]
 
     def open_counts(self, job_id: UUID) -> dict[QueueState, int]:
         """How many open executions of a job there are, by state (for overlap rules)."""

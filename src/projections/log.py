@@ -28,6 +28,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
 from jobledger.domain.execution import Execution
+from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.persistence.ledger import Ledger
@@ -36,6 +37,8 @@ from jobledger.projections.background import Background
 log = structlog.get_logger(__name__)
 
 EXECUTION_EVENTS = event_topics(Execution)
+# What the queue and its checkpoint follow: the executions, and the queues' pauses.
+QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue)))
 
 
 # (notification id, originator id, originator version, topic, state): one stored event
@@ -87,11 +90,11 @@ def read_rows(
 
 
 class LogReader:
-    """Events of the ledger's log, a page at a time: the execution events unless told
-    other ``topics`` (``()``: every event)."""
+    """Events of the ledger's log, a page at a time: those the queue folds (execution
+    and queue events) unless told other ``topics`` (``()``: every event)."""
 
     def __init__(
-        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = EXECUTION_EVENTS
+        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = QUEUE_EVENTS
     ) -> None:
         self.ledger = ledger
         self.page_size = page_size

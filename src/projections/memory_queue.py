@@ -25,6 +25,7 @@ from jobledger.projections.queue import (
     QueueChange,
     QueueItem,
     QueueMeta,
+    QueuePause,
     QueueState,
     check_change,
 )
@@ -48,6 +49,11 @@ class _Queue:
     dead: set[UUID] = field(default_factory=set)
     versions: dict[UUID, int] = field(default_factory=dict)  # open entries and tombstones
     gone: dict[UUID, int] = field(default_factory=dict)  # tombstone -> removal score
+    pause: QueuePause | None = None  # as the log last set it (None: never paused)
+
+    @property
+    def paused(self) -> bool:
+        return self.pause is not None and self.pause.paused
 
     def insert(self, item: QueueItem) -> None:
         eid = item.execution_id
@@ -119,6 +125,20 @@ class MemoryQueue:
                 queue = self._queues.setdefault(change.queue, _Queue())
                 _apply_one(queue, change, force=force, removed_at=removed_at)
 
+    def apply_pauses(self, pauses: Sequence[QueuePause], *, epoch: str) -> None:
+        with self._lock:
+            self._check_epoch(epoch)
+            for pause in pauses:
+                queue = self._queues.setdefault(pause.queue, _Queue())
+                if queue.pause is None or pause.version > queue.pause.version:
+                    queue.pause = pause
+
+    def pauses(self) -> dict[str, QueuePause]:
+        with self._lock:
+            return {
+                name: queue.pause for name, queue in self._queues.items() if queue.pause is not None
+            }
+
     def write_position(self, position: int, *, epoch: str) -> None:
         with self._lock:
             meta = self._check_epoch(epoch)
@@ -175,7 +195,7 @@ class MemoryQueue:
         score = now_score(now)
         with self._lock:
             found = self._queues.get(queue)
-            if found is None:
+            if found is None or found.paused:
                 return []
             taken: list[UUID] = []
             for priority in PRIORITIES:

@@ -16,6 +16,10 @@ Ordering: within a queue, a higher priority always leases first; within a priori
 the earliest ``ready_at`` first (first in, first out); equal times by execution id.
 Priority and time are never mixed in one score: each priority has its own set.
 
+A queue can be paused (``QueuePause``, the fold of the Queue aggregate's events,
+version-guarded like an entry): a paused queue leases nothing, while its leases
+already taken still extend, ack and release as usual.
+
 A backend keeps a meta record (store id, epoch, position). ``apply`` and
 ``write_position`` take the epoch the projection believes in; if the backend lost its
 data (the epoch is gone), they raise ``QueueLostError`` and change nothing, and the
@@ -99,6 +103,18 @@ class Depths(msgspec.Struct, frozen=True, kw_only=True):
     dead: int = 0
 
 
+class QueuePause(msgspec.Struct, frozen=True, kw_only=True):
+    """A queue's pause as the log last set it. ``version`` is the Queue aggregate's:
+    an older record never replaces a newer one (the guard entries have too)."""
+
+    queue: str
+    version: int
+    paused: bool
+    by: str = ""
+    reason: str = ""
+    since: datetime | None = None
+
+
 class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Which log the queue follows, which rebuild it belongs to, and how far it got."""
 
@@ -141,6 +157,15 @@ class QueueBackend(Protocol):
         batches; returns how many."""
         ...
 
+    def apply_pauses(self, pauses: Sequence[QueuePause], *, epoch: str) -> None:
+        """Set each queue's pause record, unless the stored one has the same or a newer
+        version. QueueLostError as for ``apply``."""
+        ...
+
+    def pauses(self) -> dict[str, QueuePause]:
+        """Every queue's pause record (paused or resumed) since the last reset."""
+        ...
+
     def write_position(self, position: int, *, epoch: str) -> None:
         """Record how far the log has been applied. QueueLostError as for ``apply``."""
         ...
@@ -168,7 +193,8 @@ class QueueBackend(Protocol):
         now: datetime,
     ) -> list[Lease]:
         """Lease up to ``len(lease_ids)`` ready entries, highest priority first, FIFO
-        within a priority; each gets the next lease id and the deadline ``now + ttl``.
+        within a priority (none while the queue is paused); each gets the next lease
+        id and the deadline ``now + ttl``.
         An entry is ready when ``now`` has reached its ``ready_at``; a shared queue
         (Redis) also waits for its own clock to reach it, so that a caller whose clock
         runs ahead cannot lease early."""

@@ -4,6 +4,9 @@ Every event of an Execution maps to the entry it leaves in the queue, given the 
 before it. Applying the changes of a log in order gives the queue; applying them again,
 or an older change after a newer one, gives the same queue (the version guard of the
 backends), which is what makes the projection exactly-once in effect.
+
+The events of a Queue aggregate fold into the queue's pause record (``QueuePause``),
+guarded by the queue's version the same way.
 """
 
 from collections.abc import Callable, Iterable, Iterator
@@ -14,10 +17,12 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.execution import Execution
+from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.projections.queue import (
     QueueChange,
     QueueItem,
+    QueuePause,
     QueueState,
     WorkSpec,
     decode_spec,
@@ -29,6 +34,7 @@ from jobledger.projections.queue import (
 PreviousLoader = Callable[[UUID, int], QueueItem | None]
 
 EXECUTION_TOPICS = frozenset(event_topics(Execution))
+QUEUE_TOPICS = frozenset(event_topics(Queue))
 
 
 def is_execution_event(topic: str) -> bool:
@@ -86,6 +92,25 @@ _CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
 
 def _with_payload(spec: bytes, payload: dict[str, Any]) -> bytes:
     return encode_spec(msgspec.structs.replace(decode_spec(spec), payload=payload))
+
+
+def next_pause(domain_event: Queue.Event) -> QueuePause | None:
+    """The queue's pause record after ``domain_event``; None if it leaves it as it was
+    (a registration or a drain)."""
+    version = domain_event.originator_version
+    match domain_event:
+        case Queue.Paused():
+            return QueuePause(
+                queue=domain_event.queue,
+                version=version,
+                paused=True,
+                by=domain_event.by,
+                reason=domain_event.reason,
+                since=domain_event.at,
+            )
+        case Queue.Resumed():
+            return QueuePause(queue=domain_event.queue, version=version, paused=False)
+    return None
 
 
 def _pending(ready_at: datetime, attempt: int) -> dict[str, Any]:
@@ -146,6 +171,9 @@ class QueueFold:
         # and a replay looks the cache up twice per event.
         self._open: dict[int, QueueItem] = {}
         self._load_previous = load_previous
+        # Each queue's last pause record, and those folded since ``take_pauses``.
+        self._pauses: dict[str, QueuePause] = {}
+        self._new_pauses: list[QueuePause] = []
 
     def remember(self, items: Iterable[QueueItem]) -> None:
         """Seed the fold with entries known to be current (from a checkpoint)."""
@@ -154,6 +182,17 @@ class QueueFold:
 
     def forget(self) -> None:
         self._open.clear()
+        self._pauses.clear()
+        self._new_pauses.clear()
+
+    def pauses(self) -> list[QueuePause]:
+        """Every queue's last pause record the fold has seen."""
+        return list(self._pauses.values())
+
+    def take_pauses(self) -> list[QueuePause]:
+        """The pause records folded since the last call: what a page changes."""
+        taken, self._new_pauses = self._new_pauses, []
+        return taken
 
     def open_items(self) -> list[QueueItem]:
         """Every open entry the fold has seen (after a full replay: the whole queue)."""
@@ -170,9 +209,24 @@ class QueueFold:
         full replay keeps the end state, so building each change would be waste)."""
         step = self._step
         for domain_event in domain_events:
-            step(domain_event)
+            if isinstance(domain_event, Queue.Event):
+                self._pause(domain_event)
+            else:
+                step(domain_event)
+
+    def _pause(self, domain_event: Queue.Event) -> None:
+        pause = next_pause(domain_event)
+        if pause is None:
+            return
+        known = self._pauses.get(pause.queue)
+        if known is None or known.version < pause.version:
+            self._pauses[pause.queue] = pause
+        self._new_pauses.append(pause)
 
     def change(self, domain_event: Any) -> QueueChange | None:  # noqa: ANN401 (any execution event)
+        if isinstance(domain_event, Queue.Event):
+            self._pause(domain_event)
+            return None
         previous, item = self._step(domain_event)
         execution_id: UUID = domain_event.originator_id
         version: int = domain_event.originator_version

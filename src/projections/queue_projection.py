@@ -1,10 +1,10 @@
 """The queue projection: keeps a queue backend equal to the fold of the log.
 
-It reads execution events page by page after its position, folds them into queue
-changes, applies them (version-guarded, so a page applied twice changes nothing) and
-then records the position. If the backend comes back empty or with another epoch, the
-next step rebuilds: from the open-executions checkpoint when there is one (cost grows
-with open executions), else by replaying the whole log.
+It reads execution and queue events page by page after its position, folds them into
+queue changes and pause records, applies them (version-guarded, so a page applied
+twice changes nothing) and then records the position. If the backend comes back empty
+or with another epoch, the next step rebuilds: from the open-executions checkpoint when
+there is one (cost grows with open executions), else by replaying the whole log.
 """
 
 import contextlib
@@ -33,7 +33,13 @@ from jobledger.projections.quarantine import (
     Isolation,
     Quarantine,
 )
-from jobledger.projections.queue import QueueBackend, QueueItem, QueueMeta, QueueState
+from jobledger.projections.queue import (
+    QueueBackend,
+    QueueItem,
+    QueueMeta,
+    QueuePause,
+    QueueState,
+)
 from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_entry
 from jobledger.projections.queue_fold import (
     QueueFold,
@@ -157,6 +163,7 @@ class QueueProjection:
         try:
             changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
             self.backend.apply(changes, epoch=epoch)
+            self.backend.apply_pauses(self.fold.take_pauses(), epoch=epoch)
         except Exception:
             # The fold may have moved past what was applied: ask the log again.
             self.fold.forget()
@@ -170,8 +177,10 @@ class QueueProjection:
         meta = self.backend.read_meta()
         if meta is None or meta.store_id != self.store_id:
             raise QueueLostError
-        change = QueueFold(self._load_previous).change(self.reader.event(row))
+        fold = QueueFold(self._load_previous)
+        change = fold.change(self.reader.event(row))
         self.backend.apply([] if change is None else [change], epoch=meta.epoch)
+        self.backend.apply_pauses(fold.take_pauses(), epoch=meta.epoch)
 
     def _check_still_there(self, epoch: str) -> bool:
         """While the log is quiet, look for a loss anyway, so it is repaired before work
@@ -267,11 +276,16 @@ class QueueProjection:
             first = next(batches)
             position = first[0]
             self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+            # Before the entries, so no worker leases from a paused queue meanwhile.
+            self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
             read = itertools.chain([first], batches)
             restoring = ((at, _restored_entries(batch, now)) for at, batch in read)
             items = self._load_entries(restoring, epoch, progress)
         finally:
             batches.close()
+        # Read again after the entries: a pause committed since the first read is at or
+        # past ``position``, which the follower replays from (version-guarded).
+        self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
         if self.quarantine is not None:
             # The checkpoint left out what it holds; so does the queue built from it.
@@ -303,6 +317,7 @@ class QueueProjection:
             events += count
             progress(position, max(head, position))
         self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+        self.backend.apply_pauses(self.fold.pauses(), epoch=epoch)
         open_items = [restored(item, now) for item in self.fold.open_items()]
         self.backend.load(open_items, epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
@@ -359,7 +374,7 @@ class CheckpointProjection:
         """Rows and position in one transaction (each row alone, when isolating)."""
         try:
             changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
-            self.checkpoint.commit(changes, position)
+            self.checkpoint.commit(changes, position, pauses=self.fold.take_pauses())
         except Exception:
             self.fold.forget()  # it may have moved past what was committed
             raise
@@ -367,8 +382,9 @@ class CheckpointProjection:
 
     def apply_one(self, row: LogRow) -> None:
         """Apply one event without moving the position (a retry)."""
-        change = QueueFold(self._load_previous).change(self.reader.event(row))
-        self.checkpoint.commit([] if change is None else [change], None)
+        fold = QueueFold(self._load_previous)
+        change = fold.change(self.reader.event(row))
+        self.checkpoint.commit([] if change is None else [change], None, pauses=fold.take_pauses())
 
     def _load_previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         item = self.checkpoint.load(execution_id)
@@ -386,6 +402,7 @@ def expected_queue(reader: LogReader, *, stop: int, isolation: Isolation) -> Mem
     for _page in replay(reader, fold, isolation, stop=stop):
         pass  # the fold remembers every open entry
     memory.load(fold.open_items(), epoch="verify")
+    memory.apply_pauses(fold.pauses(), epoch="verify")
     return memory
 
 
@@ -402,10 +419,27 @@ def verify_queue(
         return ["the queue is empty: no position recorded (it was never built, or it was lost)"]
     isolation = isolation or Isolation(QUEUE_FOLLOWER, persist=False)
     expected = expected_queue(reader, stop=meta.position, isolation=isolation)
-    differences: list[str] = []
+    differences = _diff_pauses(expected.pauses(), backend.pauses())
     for queue in sorted(expected.queues() | backend.queues()):
         differences += _diff_queue(queue, expected.items(queue), backend.items(queue))
     return differences
+
+
+def _diff_pauses(expected: dict[str, QueuePause], actual: dict[str, QueuePause]) -> list[str]:
+    """A queue paused on one side and not on the other, or paused by another operator
+    or for another reason (a queue never paused and one resumed are both running)."""
+    differences = []
+    for queue in sorted(expected.keys() | actual.keys()):
+        want, have = expected.get(queue), actual.get(queue)
+        if _shown(want) != _shown(have):
+            differences.append(f"{queue}: paused is {_shown(have)}, the log says {_shown(want)}")
+    return differences
+
+
+def _shown(pause: QueuePause | None) -> str:
+    if pause is None or not pause.paused:
+        return "no"
+    return f"yes (by {pause.by}: {pause.reason})"
 
 
 def _diff_queue(queue: str, expected: list[QueueItem], actual: list[QueueItem]) -> list[str]:

@@ -22,6 +22,10 @@ key                           type    holds
 ``jl:{q:<queue>}:ver``        hash    execution id -> version, kept after removal as
                                       the tombstone
 ``jl:{q:<queue>}:gone``       zset    tombstones, scored by removal time (for pruning)
+``jl:{q:<queue>}:paused``     hash    the queue's pause as the log last set it:
+                                      ``paused`` (``1`` or ``0``: what the lease script
+                                      reads), ``version`` (the Queue aggregate's, the
+                                      guard) and ``record`` (msgpack ``QueuePause``)
 ============================  ======  =================================================
 
 Two global keys sit outside any queue's slot and are only touched by single commands:
@@ -93,6 +97,10 @@ class QueueKeys:
     def gone(self) -> str:
         return f"{self.base}:gone"
 
+    @property
+    def paused(self) -> str:
+        return f"{self.base}:paused"
+
     def ready(self, priority: int) -> str:
         return f"{self.base}:ready:{priority}"
 
@@ -103,6 +111,7 @@ class QueueKeys:
 
     def all(self) -> list[str]:
         fixed = [self.meta, self.leased, self.dead, self.item, self.state, self.ver, self.gone]
+        fixed.append(self.paused)
         return fixed + self.ready_by_priority
 
 

@@ -31,6 +31,7 @@ from jobledger.projections.queue import (
     QueueChange,
     QueueItem,
     QueueMeta,
+    QueuePause,
     QueueState,
     check_change,
 )
@@ -92,6 +93,7 @@ class _Scripts:
         self.expired = self._load(client, "expired")
         self.prune = self._load(client, "prune")
         self.write_position = self._load(client, "write_position")
+        self.pause = self._load(client, "pause")
 
     @staticmethod
     def _load(client: redis.Redis, name: str) -> Script:
@@ -117,6 +119,8 @@ class RedisQueue:
         self._clock = clock
         self._scripts = _Scripts(client)
         self._decoder = msgspec.msgpack.Decoder(QueueItem)
+        self._pause_decoder = msgspec.msgpack.Decoder(QueuePause)
+        self._encoder = msgspec.msgpack.Encoder()
 
     # ---- projection side ------------------------------------------------------------
 
@@ -246,6 +250,39 @@ class RedisQueue:
                 commands.append(pack(("SADD", self._keys.queues, queue)))
         return commands
 
+    def apply_pauses(self, pauses: Sequence[QueuePause], *, epoch: str) -> None:
+        if not pauses:
+            return
+        listed = self._check_epoch(epoch, sorted({pause.queue for pause in pauses}))
+        for pause in pauses:
+            qkeys = self._keys.queue(pause.queue)
+            args: list[_Arg] = [epoch, int(pause.queue in listed), pause.version]
+            args += [int(pause.paused), self._encoder.encode(pause)]
+            if self._scripts.pause(keys=[qkeys.meta, qkeys.paused], args=args) < 0:
+                raise QueueLostError
+            if pause.queue not in listed:
+                self._client.sadd(self._keys.queues, pause.queue)
+                listed.add(pause.queue)
+
+    def pauses(self) -> dict[str, QueuePause]:
+        """The records, with ``paused`` as the flag the lease script reads says (what is
+        enforced, even if something changed the flag alone)."""
+        names = sorted(self.queues())
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(self._keys.queue(name).paused, ["paused", "version", "record"])
+        found: dict[str, QueuePause] = {}
+        for name, (flag, version, record) in zip(names, pipe.execute(), strict=True):
+            if flag is None:
+                continue
+            pause = (
+                self._pause_decoder.decode(_blob(record))
+                if record is not None
+                else QueuePause(queue=name, version=int(version or 0), paused=False)
+            )
+            found[name] = msgspec.structs.replace(pause, paused=_text(flag) == "1")
+        return found
+
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):
             raise QueueLostError
@@ -308,7 +345,7 @@ class RedisQueue:
         qkeys = self._keys.queue(queue)
         deadline = now + ttl
         raw = self._scripts.lease(
-            keys=[*qkeys.ready_by_priority, qkeys.leased, qkeys.item, qkeys.state],
+            keys=[*qkeys.ready_by_priority, qkeys.leased, qkeys.item, qkeys.state, qkeys.paused],
             args=[
                 now_score(now),
                 due_score(deadline),

@@ -89,7 +89,7 @@ class Container:
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self, *, topics: Sequence[str] | None = None) -> LogReader:
-        """A reader of the log: of the execution events, unless told other ``topics``
+        """A reader of the log: of the events the queue folds, unless told other ``topics``
         (``()`` reads every event)."""
         page = self.settings.projection_page_size
         if topics is None:

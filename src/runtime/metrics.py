@@ -60,6 +60,12 @@ class Metrics:
         self.queue_depth = Gauge(
             "jobledger_queue_depth", "Entries per queue and state.", ["queue", "state"], registry=r
         )
+        self.queue_paused = Gauge(
+            "jobledger_queue_paused",
+            "1 while an operator has the queue paused (it leases nothing), else 0.",
+            ["queue"],
+            registry=r,
+        )
         self.projection_lag = Gauge(
             "jobledger_projection_lag_events",
             "Events in the log that the queue projection has not applied yet.",
@@ -194,10 +200,13 @@ class Metrics:
 
     def observe_queue(self, queue: QueueBackend, *, now: datetime, head: int) -> None:
         """Refresh the queue gauges (called by the scheduler's metrics loop)."""
+        pauses = queue.pauses()
         for name in queue.queues():
             depths = queue.depths(name, now=now)
             for state in ("ready", "delayed", "leased", "dead"):
                 self.queue_depth.labels(queue=name, state=state).set(getattr(depths, state))
+            pause = pauses.get(name)
+            self.queue_paused.labels(queue=name).set(int(pause is not None and pause.paused))
         meta = queue.read_meta()
         self.projection_lag.set(max(head - (meta.position if meta else 0), 0))
 

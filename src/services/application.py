@@ -13,6 +13,7 @@ from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.outbox import Outbox
+from jobledger.services.queues import Queues
 from jobledger.services.system import System
 from jobledger.services.views import Views
 from jobledger.services.waits import ExecutionWaits
@@ -34,6 +35,7 @@ class Services:
     declared_jobs: DeclaredJobs
     outbox: Outbox | None  # PostgreSQL only
     workflows: Workflows
+    queues: Queues
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -59,6 +61,7 @@ class Services:
                 else None
             ),
             workflows=Workflows(container.ledger, handlers),
+            queues=Queues(container.ledger, container.queue, container.checkpoint),
         )
 
 

@@ -44,3 +44,7 @@ class InvalidRequestError(ServiceError):
 
 class StoresUnavailableError(ServiceError):
     """A store the operation needs cannot be reached now."""
+
+
+class ProjectionBehindError(StoresUnavailableError):
+    """A projection the operation reads has not caught up with the log yet."""

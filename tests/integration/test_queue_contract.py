@@ -22,6 +22,7 @@ from jobledger.projections.queue import (
     QueueChange,
     QueueItem,
     QueueMeta,
+    QueuePause,
     QueueState,
 )
 from jobledger.projections.queue_fold import restored
@@ -515,6 +516,77 @@ def test_a_new_epoch_refuses_the_old_one(backend: QueueBackend) -> None:
     assert len(backend.items("a")) == 1
 
 
+# ---- pause ------------------------------------------------------------------------------
+
+
+def pause(backend: QueueBackend, version: int, *, paused: bool = True, queue: str = Q) -> None:
+    record = QueuePause(
+        queue=queue, version=version, paused=paused, by="ada", reason="outage", since=AT
+    )
+    backend.apply_pauses([record], epoch=META.epoch)
+
+
+def test_a_paused_queue_leases_nothing_while_others_do(backend: QueueBackend) -> None:
+    """If a queue is paused, then it leases nothing and keeps its entries ready, while
+    another queue keeps leasing."""
+    held, other = entry(), entry(queue="other")
+    add(backend, held, other)
+    pause(backend, 2)
+    assert lease(backend, 5) == []
+    assert backend.depths(Q, now=AT) == Depths(ready=1)
+    assert [x.execution_id for x in lease(backend, 5, queue="other")] == [other.execution_id]
+
+
+def test_a_resumed_queue_leases_again(backend: QueueBackend) -> None:
+    """If a paused queue is resumed, then its ready entries lease again."""
+    item = entry()
+    add(backend, item)
+    pause(backend, 2)
+    pause(backend, 3, paused=False)
+    assert leased_ids(backend) == [item.execution_id]
+
+
+def test_a_lease_taken_before_the_pause_still_acts(backend: QueueBackend) -> None:
+    """If a lease was taken before the queue was paused, then it still extends, releases
+    (not leased again while paused) and acks."""
+    first, second = entry(), entry(at=AT + timedelta(seconds=1))
+    add(backend, first, second)
+    held, released = lease(backend, 2, now=AT + timedelta(seconds=1))
+    pause(backend, 2)
+    later = AT + TTL * 2
+    assert backend.extend(Q, held.execution_id, held.lease_id, deadline=later)
+    assert backend.release(Q, released.execution_id, released.lease_id, ready_at=AT)
+    assert lease(backend, 5) == []
+    assert backend.ack(Q, held.execution_id, held.lease_id)
+    assert backend.depths(Q, now=AT) == Depths(ready=1)
+
+
+def test_an_older_pause_record_is_ignored(backend: QueueBackend) -> None:
+    """If a pause record arrives after a newer one (a replayed page), then the newer
+    record stands."""
+    add(backend, entry())
+    pause(backend, 3, paused=False)
+    pause(backend, 2)
+    assert backend.pauses()[Q].paused is False
+    assert len(lease(backend)) == 1
+
+
+def test_pauses_are_listed_and_a_reset_forgets_them(backend: QueueBackend) -> None:
+    """If a queue with no entries is paused, then queues and pauses list it, with who,
+    why and since when, until a reset."""
+    pause(backend, 2, queue="idle")
+    assert backend.queues() == {"idle"}
+    assert backend.pauses() == {
+        "idle": QueuePause(
+            queue="idle", version=2, paused=True, by="ada", reason="outage", since=AT
+        )
+    }
+    backend.reset(META)
+    assert backend.pauses() == {}
+    with pytest.raises(QueueLostError):
+        backend.apply_pauses([QueuePause(queue="idle", version=3, paused=False)], epoch="stale")
+
+
 # ---- Redis only ---------------------------------------------------------------------------
 
 
@@ -581,6 +653,10 @@ def test_every_key_of_a_queue_shares_one_hash_tag(
     lease(redis_backend, queue="a")
     queue_keys = [as_text(k) for k in redis_client.keys("jltest:{q:*")]
     assert queue_keys
+    assert all(k.startswith("jltest:{q:a}:") for k in queue_keys)
+    pause(redis_backend, 2, queue="a")
+    queue_keys = [as_text(k) for k in redis_client.keys("jltest:{q:*")]
+    assert "jltest:{q:a}:paused" in queue_keys
     assert all(k.startswith("jltest:{q:a}:") for k in queue_keys)
     assert {as_text(k) for k in redis_client.keys("*")} - set(queue_keys) == {
         "jltest:meta",
@@ -703,7 +779,8 @@ class Step(msgspec.Struct, frozen=True):
 @st.composite
 def steps(draw: st.DrawFn) -> Step:
     execution_id = draw(st.sampled_from(EXECUTIONS))
-    kind = draw(st.sampled_from(["apply", "lease", "extend", "ack", "release", "expired"]))
+    kinds = ["apply", "lease", "extend", "ack", "release", "expired", "pause"]
+    kind = draw(st.sampled_from(kinds))
     return Step(
         kind=kind,
         execution_id=execution_id,
@@ -730,9 +807,8 @@ class Worker:
     def run(self, backend: QueueBackend, step: Step, lease_ids: list[UUID]) -> object:
         queue, execution_id, lease_id = self.target(step)
         match step.kind:
-            case "apply":
-                backend.apply(step.changes, epoch=META.epoch)
-                return backend.depths(queue_of(step.execution_id), now=step.at)
+            case "apply" | "pause":
+                return self.project(backend, step)
             case "lease":
                 queue = queue_of(step.execution_id)
                 return backend.lease(queue, lease_ids=lease_ids, ttl=TTL, now=step.at)
@@ -744,6 +820,18 @@ class Worker:
                 return backend.release(queue, execution_id, lease_id, ready_at=step.at)
             case _:
                 return backend.expired(queue, now=step.at, limit=3)
+
+    @staticmethod
+    def project(backend: QueueBackend, step: Step) -> object:
+        """What the projection writes: the step's changes, or a pause (even pick) or a
+        resume (odd pick) of the step's queue at version ``pick``."""
+        queue = queue_of(step.execution_id)
+        if step.kind == "apply":
+            backend.apply(step.changes, epoch=META.epoch)
+            return backend.depths(queue, now=step.at)
+        record = QueuePause(queue=queue, version=step.pick, paused=step.pick % 2 == 0)
+        backend.apply_pauses([record], epoch=META.epoch)
+        return backend.pauses()
 
     def saw(self, step: Step, answer: object) -> None:
         if isinstance(answer, list):
@@ -766,8 +854,8 @@ class Worker:
 def test_memory_and_redis_answer_alike(
     redis_client: redis.Redis, clock: Clock, priorities: list[int], script: list[Step]
 ) -> None:
-    """If both backends get the same applies and worker steps, then every step returns
-    the same answer and both end with the same entries."""
+    """If both backends get the same applies, pauses and worker steps, then every step
+    returns the same answer and both end with the same entries."""
     memory = MemoryQueue(clock=clock)
     remote = RedisQueue(redis_client, "jldiff", clock=clock)
     # Every execution starts pending, so worker steps have entries to act on.

@@ -12,9 +12,10 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.domain.queue import Queue
 from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import QueueItem, QueueMeta, QueueState, decode_spec
-from jobledger.projections.queue_fold import PreviousLoader, QueueFold, next_item
+from jobledger.projections.queue import QueueItem, QueueMeta, QueuePause, QueueState, decode_spec
+from jobledger.projections.queue_fold import PreviousLoader, QueueFold, next_item, next_pause
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 COMMANDS = ["lease", "complete", "fail", "expire", "defer", "cancel", "requeue", "stale"]
@@ -168,3 +169,48 @@ def test_the_fold_follows_each_event() -> None:
     assert requeued.at == T0 + timedelta(hours=1)
     assert enqueued is not None
     assert decode_spec(enqueued.spec).handler == "test.echo"
+
+
+def _no_previous(_execution_id: uuid.UUID, _version: int) -> QueueItem | None:
+    return None
+
+
+def test_queue_events_fold_into_the_last_pause_record() -> None:
+    """If a queue is paused, resumed and paused again, then the fold keeps the last pause
+    with who, why and since when; a registration or a drain changes no record."""
+    queue = Queue.register("emails")
+    queue.pause(by="ada", reason="outage", at=T0)
+    queue.resume(by="bob", at=T0 + timedelta(minutes=5))
+    queue.drain(by="bob", reason="bad batch", cancelled=())
+    queue.pause(by="cy", reason="again", at=T0 + timedelta(minutes=9))
+    fold = QueueFold(_no_previous)
+    assert list(fold.changes(queue.collect_events())) == []
+    assert [p.paused for p in fold.take_pauses()] == [True, False, True]
+    assert fold.take_pauses() == []
+    assert fold.pauses() == [
+        QueuePause(
+            queue="emails",
+            version=5,
+            paused=True,
+            by="cy",
+            reason="again",
+            since=T0 + timedelta(minutes=9),
+        )
+    ]
+
+
+def test_a_replay_keeps_the_newest_pause_record() -> None:
+    """If the pause events are folded again after newer ones (a redelivery), then the
+    fold still remembers the newest record."""
+    queue = Queue.register("emails")
+    queue.pause(by="ada", reason="outage", at=T0)
+    queue.resume(by="bob", at=T0)
+    events = queue.collect_events()
+    fold = QueueFold(_no_previous)
+    fold.fold(events)
+    fold.fold(events[:2])
+    (record,) = fold.pauses()
+    assert (record.version, record.paused) == (3, False)
+    registered = events[0]
+    assert isinstance(registered, Queue.Registered)
+    assert next_pause(registered) is None

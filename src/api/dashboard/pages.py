@@ -48,9 +48,11 @@ from jobledger.domain.job import Job
 from jobledger.domain.schedules import ManualSchedule, Schedule
 from jobledger.runtime.accounts import Role
 from jobledger.services.accounts import AccountService
+from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
+from jobledger.services.queues import Queues
 from jobledger.services.system import System
 from jobledger.services.views import JOB_STATUSES, Page, Views
 from jobledger.services.workflows import Workflows
@@ -444,14 +446,19 @@ def dead_letters_page(
 @get("/system", opt=VIEWER, sync_to_thread=True, name="ui-system")
 def system_page(
     request: Request[Any, Any, Any],
+    *,
     system: NamedDependency[System],
     admin: NamedDependency[Admin],
+    queues: NamedDependency[Queues],
+    actor: NamedDependency[Actor],
     clock: NamedDependency[Clock],
 ) -> Template:
+    now = clock()
     return render(
         request,
         "system.html",
-        view=system.view(at=clock()),
+        view=system.view(at=now),
+        queues=queues.overview(at=now, by=actor),
         breakers=system.breaker_states(),
         rebuild=admin.rebuild_task,
     )

@@ -1,10 +1,15 @@
 -- Leases up to #ARGV - 3 due entries of one queue in one round trip: highest priority
 -- first, and within a priority the sorted set's order (ready_at, then execution id).
--- KEYS: 1..10 ready:0..9, 11 leased, 12 item, 13 state
+-- KEYS: 1..10 ready:0..9, 11 leased, 12 item, 13 state, 14 paused
 -- ARGV: 1 now score, 2 deadline score, 3 deadline (exact), 4.. one lease id per slot
 -- Returns execution id, lease id, item for each lease.
 -- An entry is due once both the caller's clock and this server's have reached its
 -- ready time: a worker whose clock runs ahead must not lease it early.
+-- A paused queue leases nothing (its leases already taken run on).
+
+if redis.call('HGET', KEYS[14], 'paused') == '1' then
+  return {}
+end
 
 local wanted = #ARGV - 3
 local time = redis.call('TIME')

@@ -1,0 +1,36 @@
+"""The queue gauges: depth per state, and 1/0 per queue for an operator's pause."""
+
+import uuid
+from datetime import UTC, datetime
+
+from jobledger.projections.memory_queue import MemoryQueue
+from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueuePause, QueueState
+from jobledger.runtime.metrics import Metrics
+
+AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def test_the_paused_gauge_follows_the_pause_record() -> None:
+    """If one queue is paused and another is not (or was resumed), then the paused gauge
+    is 1 for the first and 0 for the others, and follows a resume."""
+    queue = MemoryQueue(clock=lambda: AT)
+    queue.reset(QueueMeta(store_id="s", epoch="e", position=0))
+    item = QueueItem(
+        execution_id=uuid.uuid4(),
+        queue="free",
+        priority=5,
+        version=1,
+        state=QueueState.PENDING,
+        at=AT,
+        attempt=1,
+    )
+    queue.apply([QueueChange.put(item)], epoch="e")
+    queue.apply_pauses([QueuePause(queue="held", version=2, paused=True, by="ada")], epoch="e")
+    metrics = Metrics()
+    value = metrics.registry.get_sample_value
+    metrics.observe_queue(queue, now=AT, head=0)
+    assert value("jobledger_queue_paused", {"queue": "held"}) == 1
+    assert value("jobledger_queue_paused", {"queue": "free"}) == 0
+    queue.apply_pauses([QueuePause(queue="held", version=3, paused=False)], epoch="e")
+    metrics.observe_queue(queue, now=AT, head=0)
+    assert value("jobledger_queue_paused", {"queue": "held"}) == 0
