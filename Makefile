@@ -55,9 +55,9 @@ compose:
 # Two processes for the bulk of the tests (they mostly wait on servers and subprocesses);
 # the modules that run role processes on the shared PostgreSQL share one of them (the
 # server's connections), and the tests marked serial run alone afterwards, as they
-# measure rates or load the machine.
+# measure rates or load the machine. The slowest tests are listed, to keep the suite short.
 test: setup browser compose
-	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial"
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial" --durations=15
 	$(BIN)/pytest -m serial
 
 check: lint typecheck imports test

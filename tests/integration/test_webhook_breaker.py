@@ -31,7 +31,7 @@ RESET_SECONDS = 5
 DEFER_SECONDS = WorkerConfig().defer_when_open.total_seconds()
 # Each phase's executions become ready together once all are enqueued, so the worker
 # drains one backlog at its own pace rather than at the pace of the enqueueing.
-ENQUEUE_LEAD = timedelta(seconds=1)
+ENQUEUE_LEAD = timedelta(seconds=3)  # one save each: seconds on a loaded machine
 BASELINE_ECHOES = 100
 # Generous for a 2-core CI machine: deferrals share the slots, and timing is noisy.
 MIN_RATE_WHILE_OPEN = 0.5
