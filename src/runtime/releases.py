@@ -174,6 +174,7 @@ class Releaser:
         page_size: int = 500,
         now: Clock = utc_now,
         isolation: Isolation | None = None,
+        position: str = POSITION,
     ) -> None:
         self.ledger = ledger
         self.leadership = leadership
@@ -181,7 +182,7 @@ class Releaser:
         self._isolation = isolation or Isolation(RELEASES_FOLLOWER, hold=False)
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._database = database
-        self._position = Position(database, POSITION)
+        self._position = Position(database, position)
         self._cursor: int | None = None
         self._now = now
 

@@ -206,7 +206,8 @@ def test_verify_reports_a_pause_flag_that_differs_from_the_log(harness: "Harness
         differences = verify_queue(container.reader(), container.queue)
         assert differences == [f"{HELD}: paused is no, the log says yes (by ada: maintenance)"]
         services.admin.rebuild_queue(full=True, by=Actor("root", Role.ADMIN), via="test")
-        assert verify_queue(container.reader(), container.queue) == []
+        # The rebuild runs in the background: the queue is empty until it ends.
+        harness.wait_for(lambda: verify_queue(container.reader(), container.queue) == [], 30)
         assert client.hget(paused_key, "paused") == b"1"
 
 

@@ -27,6 +27,7 @@ from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import CronSchedule, ManualSchedule
 from jobledger.domain.workflow import StepSpec, StepStatus, WorkflowStatus
 from jobledger.runtime.bootstrap import bootstrap
+from jobledger.runtime.releases import Releaser
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.services.jobs import Jobs
 from jobledger.services.workflows import Workflows
@@ -198,9 +199,11 @@ def _replay_releases(harness: Harness) -> None:
     """Every release again from the start of the log: a crash between saving a page's
     effects and moving the position, at every page. Nothing new is written."""
     container = harness.container
-    releaser = container.releaser(ForcedLeadership(epoch=99))
-    with container.database.transaction() as cursor:
-        cursor.execute("UPDATE jobledger_positions SET position = 0 WHERE name = 'releases'")
+    # A position of its own, from 0: the scheduler's releases, still running, keep
+    # moving theirs (and would move a shared one back past the replay's start).
+    releaser = Releaser(
+        container.ledger, container.database, ForcedLeadership(epoch=99), position="replay"
+    )
     # The scheduler's own releases (and fires) may still add events: count only ours.
     before = releaser.stats.fired + releaser.stats.skipped + releaser.stats.steps
     while releaser.step():
