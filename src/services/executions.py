@@ -64,8 +64,7 @@ class Executions:
         ``at``: now). The same key returns the first run; the same key for a different
         run is refused."""
         by.require(Role.OPERATOR)
-        self.handlers.check(spec.handler, spec.payload)
-        spec.check(self.ledger.limits)
+        self._check_spec(spec)
         execution = Execution.enqueue(
             spec=spec, ready_at=ready_at or at, trigger=Trigger.ADHOC, trigger_key=key
         )
@@ -94,8 +93,7 @@ class Executions:
         """Enqueue a run unless another run holds the unique key (see
         ``domain/unique.py`` and ``unique_runs.py``)."""
         by.require(Role.OPERATOR)
-        self.handlers.check(spec.handler, spec.payload)
-        spec.check(self.ledger.limits)
+        self._check_spec(spec)
         due = ready_at or at
 
         def enqueue() -> NewRun:
@@ -136,6 +134,11 @@ class Executions:
         executions = [existing.get(x.id, x) for x in wanted]
         return BatchOutcome(executions, created=len(wanted) - len(existing))
 
+    def _check_spec(self, spec: ExecutionSpec) -> None:
+        """A handler the workers have, with a payload it and the stores take."""
+        self.handlers.check(spec.handler, spec.payload)
+        spec.check(self.ledger.limits)
+
     def _check_batch(self, runs: Sequence[BatchRun]) -> None:
         if len(runs) > MAX_BATCH_RUNS:
             raise InvalidDefinitionError(
@@ -151,8 +154,7 @@ class Executions:
                 )
             seen[run.key] = index
             try:
-                self.handlers.check(run.spec.handler, run.spec.payload)
-                run.spec.check(self.ledger.limits)
+                self._check_spec(run.spec)
             except InvalidDefinitionError as error:
                 raise InvalidDefinitionError(
                     f"runs[{index}].{error.field}", error.problem, error.fix
