@@ -17,6 +17,7 @@ from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
 from jobledger.api.executions import DeadLetterController, ExecutionController, run_batch
 from jobledger.api.jobs import JobController, apply_jobs, list_handlers
+from jobledger.api.limits import LimitController
 from jobledger.api.metrics import MetricsMiddleware
 from jobledger.api.openapi_links import add_links
 from jobledger.api.queues import QueueController
@@ -45,6 +46,7 @@ ROUTES: list[ControllerRouterHandler] = [
     ExecutionController,
     DeadLetterController,
     QueueController,
+    LimitController,
     SystemController,
     WorkflowController,
     preview_schedule,

@@ -43,6 +43,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
     }
     given["workflows"] = services.workflows
     given["queues"] = services.queues
+    given["limits"] = services.limits
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

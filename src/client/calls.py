@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar, cast
+from urllib.parse import quote
 
 import msgspec
 
@@ -43,6 +44,7 @@ from jobledger.schemas.jobs import (
     JobIn,
     JobOut,
     JobPatch,
+    LimitsIn,
     ManagedJobIn,
     PreviewIn,
     PreviewOut,
@@ -50,6 +52,8 @@ from jobledger.schemas.jobs import (
     RetryIn,
     ScheduleIn,
 )
+from jobledger.schemas.limits import LimitIn, LimitList, LimitOut, LimitStateOut, LimitValuesIn
+from jobledger.schemas.queues import DrainIn, DrainReport, PauseIn, QueueList, QueueStateOut
 from jobledger.schemas.rows import ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
 from jobledger.schemas.workflows import WorkflowIn, WorkflowOut
@@ -304,6 +308,7 @@ class RunOptions:
     timeout_seconds: float | None = None
     retry: RetryIn | None = None
     unique: UniqueIn | None = None
+    limits: LimitsIn | Mapping[str, Any] | None = None
 
 
 def run_body(
@@ -323,6 +328,8 @@ def run_body(
         extra["retry"] = options.retry
     if options.unique is not None:
         extra["unique"] = options.unique
+    if options.limits is not None:
+        extra["limits"] = limits_of(options.limits)
     return kind(
         handler=name,
         payload=body,
@@ -332,6 +339,11 @@ def run_body(
         delay_seconds=delay,
         **extra,
     )
+
+
+def limits_of(limits: LimitsIn | Mapping[str, Any]) -> LimitsIn:
+    """A run's limits, from the struct or from a mapping of the same fields."""
+    return limits if isinstance(limits, LimitsIn) else msgspec.convert(limits, LimitsIn)
 
 
 BATCH_PATH = "/api/v1/executions:batch"
@@ -446,6 +458,54 @@ def discard(execution_id: RunId, reason: str) -> Call[BulkReport]:
         _decoder(BulkReport),
         params={"reason": reason},
     )
+
+
+# ---- queues and limits -----------------------------------------------------------------
+
+
+def _segment(name: str) -> str:
+    """A queue's or a limit's name as one path segment (a key may hold ``/``)."""
+    return quote(name, safe="")
+
+
+def queues() -> Call[QueueList]:
+    return _get("/api/v1/queues", QueueList)
+
+
+def pause_queue(name: str, reason: str) -> Call[QueueStateOut]:
+    return _post(f"/api/v1/queues/{_segment(name)}/pause", QueueStateOut, PauseIn(reason=reason))
+
+
+def resume_queue(name: str) -> Call[QueueStateOut]:
+    return _post(f"/api/v1/queues/{_segment(name)}/resume", QueueStateOut)
+
+
+def drain_queue(name: str, reason: str, *, dry_run: bool) -> Call[DrainReport]:
+    body = DrainIn(reason=reason, dry_run=dry_run)
+    return _post(f"/api/v1/queues/{_segment(name)}/drain", DrainReport, body)
+
+
+def limits() -> Call[LimitList]:
+    return _get("/api/v1/limits", LimitList)
+
+
+def get_limit(name: str) -> Call[LimitOut]:
+    return _get(f"/api/v1/limits/{_segment(name)}", LimitOut)
+
+
+def create_limit(
+    name: str, *, concurrency: int | None, rate: int | None, per_seconds: float | None
+) -> Call[LimitStateOut]:
+    body = LimitIn(name=name, concurrency=concurrency, rate=rate, per_seconds=per_seconds)
+    return _post("/api/v1/limits", LimitStateOut, body)
+
+
+def change_limit(
+    name: str, *, concurrency: int | None, rate: int | None, per_seconds: float | None
+) -> Call[LimitStateOut]:
+    body = LimitValuesIn(concurrency=concurrency, rate=rate, per_seconds=per_seconds)
+    path = f"/api/v1/limits/{_segment(name)}"
+    return Call("PUT", path, _decoder(LimitStateOut), body=body)
 
 
 # ---- system ----------------------------------------------------------------------------

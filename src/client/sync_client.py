@@ -30,11 +30,14 @@ from jobledger.schemas.jobs import (
     JobIn,
     JobOut,
     JobPatch,
+    LimitsIn,
     ManagedJobIn,
     PreviewOut,
     RetryIn,
     ScheduleIn,
 )
+from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
+from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
 from jobledger.schemas.rows import ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
 
@@ -210,14 +213,17 @@ class Client:
         retry: RetryIn | None = None,
         idempotency_key: str | None = None,
         unique: UniqueIn | None = None,
+        limits: LimitsIn | Mapping[str, Any] | None = None,
     ) -> ExecutionRef:
         """Run ``handler`` (a name or the declared function) with ``payload`` (a dict or
         a Struct), now, at ``run_at`` or after ``delay`` seconds. The same
         ``idempotency_key`` returns the first run; without one a key is made, so a
         retry of this call runs it once. ``timeout_seconds`` bounds one attempt.
         With ``unique``, a run holding the same key is returned instead, marked
-        ``duplicate`` (after replacing or debouncing it, if asked)."""
-        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, unique)
+        ``duplicate`` (after replacing or debouncing it, if asked). ``limits`` (a
+        ``LimitsIn`` or a mapping of its fields) makes it wait for concurrency or rate
+        limits before it starts."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, unique, limits)
         body = calls.run_body(handler, payload, options)
         return self.send(calls.enqueue(body, idempotency_key))
 
@@ -233,12 +239,13 @@ class Client:
         timeout_seconds: float | None = None,
         retry: RetryIn | None = None,
         idempotency_key: str | None = None,
+        limits: LimitsIn | Mapping[str, Any] | None = None,
     ) -> list[ExecutionRef]:
         """Run ``handler`` once per payload, in batches of up to 1,000 runs a request
         (each batch in one transaction: all its runs or, if one is refused, none). The
         runs come back in the payloads' order; the same ``idempotency_key`` returns
-        them instead of making more."""
-        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry)
+        them instead of making more. ``limits`` applies to each run, as in ``enqueue``."""
+        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, limits=limits)
         refs: list[ExecutionRef] = []
         for call in calls.enqueue_batches(handler, payloads, options, idempotency_key):
             refs += (self.send(call)).executions
@@ -304,6 +311,67 @@ class Client:
     def discard(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
         """Give up on a dead letter for good; its history stays."""
         return self.send(calls.discard(execution_id, reason))
+
+    # ---- queues ------------------------------------------------------------------------
+
+    def queues(self) -> QueueList:
+        """Every queue with its entries by state, and whether it is paused (by whom,
+        since when, why)."""
+        return self.send(calls.queues())
+
+    def pause_queue(self, name: str, reason: str) -> QueueStateOut:
+        """Stop leasing from the queue (running work finishes); ``changed`` is False if
+        it was paused already."""
+        return self.send(calls.pause_queue(name, reason))
+
+    def resume_queue(self, name: str) -> QueueStateOut:
+        """Lease from the queue again; ``changed`` is False if it was running."""
+        return self.send(calls.resume_queue(name))
+
+    def drain_queue(self, name: str, reason: str, *, dry_run: bool = False) -> DrainReport:
+        """Cancel the queue's pending runs (running ones finish); ``dry_run`` lists the
+        runs it would cancel and cancels none."""
+        return self.send(calls.drain_queue(name, reason, dry_run=dry_run))
+
+    # ---- limits ------------------------------------------------------------------------
+
+    def limits(self) -> LimitList:
+        """The named limits with their use, and every limit key in use or waited for,
+        per queue."""
+        return self.send(calls.limits())
+
+    def limit(self, name: str) -> LimitOut:
+        """One named limit and its use."""
+        return self.send(calls.get_limit(name))
+
+    def create_limit(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per_seconds: float | None = None,
+    ) -> LimitStateOut:
+        """Create the named limit ``name``: at most ``concurrency`` runs naming it at
+        once, at most ``rate`` starts per ``per_seconds``, or both. Runs already waiting
+        are held to it too; ConflictError if it exists."""
+        return self.send(
+            calls.create_limit(name, concurrency=concurrency, rate=rate, per_seconds=per_seconds)
+        )
+
+    def change_limit(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        rate: int | None = None,
+        per_seconds: float | None = None,
+    ) -> LimitStateOut:
+        """Give the named limit new values (they replace all of its old ones);
+        ``changed`` is False when they were the same."""
+        return self.send(
+            calls.change_limit(name, concurrency=concurrency, rate=rate, per_seconds=per_seconds)
+        )
 
     # ---- system ------------------------------------------------------------------------
 

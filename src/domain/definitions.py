@@ -10,6 +10,7 @@ import msgspec
 from jobledger.domain.dependencies import Dependency, check_dependencies
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_json, check_text
+from jobledger.domain.limits import RunLimits
 from jobledger.domain.policies import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -54,6 +55,8 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = DEFAULT_PRIORITY
     timeout: timedelta = timedelta(minutes=5)
     retry: RetryPolicy = RetryPolicy()
+    # Concurrency and rate limits (keys as given; an enqueued run's are resolved).
+    limits: RunLimits | None = None
 
     def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
         _check_handler(self.handler)
@@ -66,6 +69,16 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
             )
         check_json(self.payload, "payload", max_bytes=limits.max_payload_bytes)
         self.retry.check()
+        if self.limits is not None:
+            self.limits.check()
+            self.limits.check_payload(self.payload)
+
+    def resolved(self) -> "ExecutionSpec":
+        """The spec with its limit keys built from its payload (what a run records)."""
+        if self.limits is None:
+            return self
+        limits = self.limits.resolve(self.payload)
+        return self if limits == self.limits else msgspec.structs.replace(self, limits=limits)
 
 
 class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 from eventsourcing.domain import Aggregate, event
+from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
@@ -192,6 +193,15 @@ class Execution(Aggregate):
         lease_id: uuid.UUID
         progress: Progress
 
+    class Throttled(Aggregate.Event):
+        """The run was due but waited for a limit: recorded once per run, so its
+        history says why it started late."""
+
+        TOPIC = "jobledger:ExecutionThrottled"
+        kind: str  # a LimitKind value
+        limit: str  # the key it waited for
+        at: datetime
+
     @event(Enqueued)
     def __init__(
         self,
@@ -229,6 +239,8 @@ class Execution(Aggregate):
         self.last_error: str | None = None
         # The last progress the log recorded for the current attempt.
         self.progress: Progress | None = None
+        # The limit key the run first waited for, if it ever did.
+        self.throttled_by: str | None = None
 
     # ---- commands -------------------------------------------------------------------
 
@@ -269,7 +281,7 @@ class Execution(Aggregate):
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
         return cls(
             job_id=job_id,
-            spec=spec,
+            spec=spec.resolved(),
             trigger=trigger,
             scheduled_for=scheduled_for,
             trigger_key=trigger_key,
@@ -279,6 +291,36 @@ class Execution(Aggregate):
             workflow_id=workflow_id,
             step=step,
         )
+
+    @classmethod
+    def enqueued(
+        cls,
+        *,
+        spec: ExecutionSpec,
+        ready_at: datetime,
+        trigger: Trigger,
+        trigger_key: str | None = None,
+    ) -> "Execution.Enqueued":
+        """The event ``enqueue`` records for a run of no job, without building the run:
+        a bulk path that only saves it spends most of its time on the aggregate object
+        otherwise. ``enqueued(...).mutate(None)`` is the run ``enqueue`` makes."""
+        if trigger_key is not None:
+            check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
+        # The metaclass makes events dataclasses, which type checkers do not see.
+        fields: dict[str, Any] = {
+            "originator_id": cls.create_id(None, None, trigger_key),
+            "originator_version": 1,
+            "timestamp": cls.Enqueued.create_timestamp(),
+            "originator_topic": _EXECUTION_TOPIC,
+            "job_id": None,
+            "spec": spec.resolved(),
+            "trigger": trigger,
+            "scheduled_for": None,
+            "trigger_key": trigger_key,
+            "ready_at": ready_at,
+            "attempt": 1,
+        }
+        return cls.Enqueued(**fields)
 
     @classmethod
     def skip(
@@ -336,6 +378,15 @@ class Execution(Aggregate):
         self._check_current_lease(lease_id)
         progress.check()
         self._progressed(lease_id=lease_id, progress=progress)
+
+    def throttle(self, *, kind: str, limit: str, at: datetime) -> None:
+        """Record that the due run waits for ``limit``; only the first wait is recorded."""
+        self._check_status(ExecutionStatus.PENDING, action="throttle")
+        if self.throttled_by is not None:
+            raise InvalidTransitionError(
+                f"execution {self.id} already waited for {self.throttled_by}: recorded once"
+            )
+        self._throttled(kind=kind, limit=limit, at=at)
 
     def fail(self, *, lease_id: uuid.UUID, error: str, at: datetime, rand: float = 1.0) -> None:
         """Record a failed attempt: retry with backoff, or dead-letter when the budget is spent."""
@@ -452,6 +503,11 @@ class Execution(Aggregate):
         self.spec = msgspec.structs.replace(self.spec, payload=payload)
         self.ready_at = ready_at
 
+    @event(Throttled)
+    def _throttled(self, *, kind: str, limit: str, at: datetime) -> None:
+        del kind, at
+        self.throttled_by = limit
+
     @event(Progressed)
     def _progressed(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
         del lease_id
@@ -520,3 +576,6 @@ class Execution(Aggregate):
         self.lease_id = None
         self.worker_id = None
         self.lease_expires_at = None
+
+
+_EXECUTION_TOPIC = get_topic(Execution)

@@ -10,7 +10,6 @@ of them loses: exactly one run, whatever the concurrency.
 """
 
 import enum
-import re
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,12 +19,12 @@ from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_text
+from jobledger.domain.key_templates import resolve_key
 
 UNIQUE_NAMESPACE = uuid.UUID("0f7c2d4e-8a1b-4c3d-9e5f-6a7b8c9d0e1f")
 MAX_PERIOD = timedelta(days=30)
 # The states a run may hold its key in: the open ones, and the ends that may count.
 HOLDING_STATES = frozenset({"pending", "running", "completed", "dead_lettered"})
-_FIELD = re.compile(r"\{payload\.([A-Za-z0-9_.\-]+)\}")
 
 
 class OnConflict(enum.StrEnum):
@@ -62,26 +61,7 @@ class UniqueSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     def resolve(self, payload: dict[str, Any]) -> str:
         """The key with each ``{payload.a.b}`` replaced by that value of the payload."""
-        return _FIELD.sub(lambda found: _lookup(payload, found.group(1)), self.key)
-
-
-def _lookup(payload: dict[str, Any], path: str) -> str:
-    value: Any = payload
-    for part in path.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise InvalidDefinitionError(
-                "unique.key",
-                f"names payload.{path}, which the payload does not have",
-                "send that field in the payload, or name another in the key",
-            )
-        value = value[part]
-    if isinstance(value, dict | list) or value is None:
-        raise InvalidDefinitionError(
-            "unique.key",
-            f"names payload.{path}, which is {type(value).__name__}",
-            "name a field that holds a string or a number",
-        )
-    return str(value)
+        return resolve_key(self.key, payload, field="unique.key")
 
 
 def unique_key_id(key: str) -> uuid.UUID:

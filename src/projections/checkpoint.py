@@ -8,13 +8,14 @@ Each row keeps the entry as the Redis queue stores it (``queue_entries``): the m
 item, and beside it the fields that place it (queue, state, priority, lease id, score).
 A rebuild copies those bytes; only the embedded mode decodes them into items.
 
-Each queue's pause record (``QueuePause``) is kept beside them, committed with the
-same position, so a rebuild from the checkpoint pauses what the log paused.
+Each queue's pause record (``QueuePause``) and each named limit (``NamedLimit``) are
+kept beside them, committed with the same position, so a rebuild from the checkpoint
+pauses and limits what the log paused and limited.
 """
 
 import contextlib
 import itertools
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -22,9 +23,17 @@ import msgspec
 import psycopg
 
 from jobledger.projections import positions
-from jobledger.projections.database import Cursor, Database
+from jobledger.projections.database import (
+    Cursor,
+    Database,
+    RowsStatement,
+    chunked,
+    recordset,
+    upsert,
+)
 from jobledger.projections.positions import Position
 from jobledger.projections.queue import (
+    NamedLimit,
     QueueChange,
     QueueItem,
     QueuePause,
@@ -38,23 +47,44 @@ CHECKPOINT = "queue-checkpoint"
 SNAPSHOT_BATCH = 10_000  # entries per batch of ``entries`` and ``snapshot``
 
 _T = TypeVar("_T")
+_Record = TypeVar("_Record", QueuePause, NamedLimit)
 # The columns of a ``stored_row``, in its order.
 COLUMNS = "execution_id, job_id, queue, version, state, priority, lease_id, score, item"
-_UPSERT = (
-    f"INSERT INTO jobledger_open_executions ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "  # noqa: S608 (constant column list)
+_TABLE = "jobledger_open_executions"
+_ID_CHUNK = 500  # ids per IN (...) list, well below SQLite's parameter limit
+# More open runs than any 500 jobs hold (each job's are few: its overlap policy, or
+# its own pace, bounds them); fetchmany needs a bound.
+_OPEN_ROWS = 1_000_000
+_UPSERT = upsert(
+    _TABLE,
+    COLUMNS.split(", "),
     "ON CONFLICT (execution_id) DO UPDATE SET queue = excluded.queue, "
     "version = excluded.version, state = excluded.state, priority = excluded.priority, "
     "lease_id = excluded.lease_id, score = excluded.score, item = excluded.item "
-    "WHERE excluded.version > jobledger_open_executions.version"
+    f"WHERE excluded.version > {_TABLE}.version",
 )
-_DELETE = "DELETE FROM jobledger_open_executions WHERE execution_id = ? AND version < ?"
-_UPSERT_PAUSE = (
-    "INSERT INTO jobledger_queue_pauses (queue, version, record) VALUES (?, ?, ?) "
+# A removal leaves no tombstone here: it only deletes a row of an older version.
+_DELETE = RowsStatement(
+    ("execution_id", "version"),
+    f"DELETE FROM {_TABLE} WHERE execution_id = ? AND version < ?",  # noqa: S608 (constant)
+    f"DELETE FROM {_TABLE} USING {recordset(_TABLE)} "  # noqa: S608 (constant)
+    f"WHERE {_TABLE}.execution_id = r.execution_id AND {_TABLE}.version < r.version",
+)
+_UPSERT_PAUSE = upsert(
+    "jobledger_queue_pauses",
+    ("queue", "version", "record"),
     "ON CONFLICT (queue) DO UPDATE SET version = excluded.version, record = excluded.record "
-    "WHERE excluded.version > jobledger_queue_pauses.version"
+    "WHERE excluded.version > jobledger_queue_pauses.version",
 )
-_pause_encoder = msgspec.msgpack.Encoder()
+_UPSERT_LIMIT = upsert(
+    "jobledger_queue_limits",
+    ("name", "version", "record"),
+    "ON CONFLICT (name) DO UPDATE SET version = excluded.version, record = excluded.record "
+    "WHERE excluded.version > jobledger_queue_limits.version",
+)
+_record_encoder = msgspec.msgpack.Encoder()
 _pause_decoder = msgspec.msgpack.Decoder(QueuePause)
+_limit_decoder = msgspec.msgpack.Decoder(NamedLimit)
 # The columns of an ``EncodedEntry``, in its order.
 _ENTRY = "execution_id, queue, version, state, priority, lease_id, score, item"
 _SELECT_ENTRIES = f"SELECT {_ENTRY} FROM jobledger_open_executions"  # noqa: S608 (constant)
@@ -85,19 +115,25 @@ class Checkpoint:
         position: int | None,
         *,
         pauses: Sequence[QueuePause] = (),
+        limits: Sequence[NamedLimit] = (),
     ) -> None:
-        """Apply ``changes`` and ``pauses`` and move the position (unless None), in one
-        transaction."""
+        """Apply ``changes``, ``pauses`` and ``limits`` and move the position (unless
+        None), in one transaction."""
         upserts = [stored_row(c.item) for c in changes if c.item is not None]
         deletes = [(str(c.execution_id), c.version) for c in changes if c.item is None]
-        paused = [(p.queue, p.version, _pause_encoder.encode(p)) for p in pauses]
+        paused = [
+            (p.queue, p.version, _record_encoder.encode(p)) for p in _latest(pauses, _queue_of)
+        ]
+        limited = [
+            (n.name, n.version, _record_encoder.encode(n)) for n in _latest(limits, _name_of)
+        ]
         with self._database.transaction() as cursor:
-            if upserts:
-                cursor.executemany(_UPSERT, upserts)
-            if deletes:
-                cursor.executemany(_DELETE, deletes)
-            if paused:
-                cursor.executemany(_UPSERT_PAUSE, paused)
+            # The rows and the position commit together, and the log has both again.
+            cursor.asynchronous_commit()
+            cursor.write_rows(_UPSERT, upserts)
+            cursor.write_rows(_DELETE, deletes)
+            cursor.write_rows(_UPSERT_PAUSE, paused)
+            cursor.write_rows(_UPSERT_LIMIT, limited)
             if position is not None:
                 self._position.write(cursor, position)
 
@@ -105,16 +141,24 @@ class Checkpoint:
         with self._database.transaction() as cursor:
             cursor.execute("DELETE FROM jobledger_open_executions")
             cursor.execute("DELETE FROM jobledger_queue_pauses")
+            cursor.execute("DELETE FROM jobledger_queue_limits")
             self._position.write(cursor, 0)
 
     def pauses(self) -> list[QueuePause]:
         """Every queue's pause record (one row per queue ever paused: a few)."""
+        return [_pause_decoder.decode(r) for r in self._records("jobledger_queue_pauses")]
+
+    def limits(self) -> list[NamedLimit]:
+        """Every named limit (one row per limit: a few)."""
+        return [_limit_decoder.decode(r) for r in self._records("jobledger_queue_limits")]
+
+    def _records(self, table: str) -> list[bytes]:
         with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute("SELECT record FROM jobledger_queue_pauses")
+            cursor.execute(f"SELECT record FROM {table}")  # noqa: S608 (a constant of this class)
             rows: list[Any] = []
             while batch := cursor.fetchmany(1000):
                 rows += batch
-        return [_pause_decoder.decode(bytes(row[0])) for row in rows]
+        return [bytes(row[0]) for row in rows]
 
     def entries(self, batch: int = SNAPSHOT_BATCH) -> Iterator[tuple[int, list[EncodedEntry]]]:
         """Batches of open entries as stored, each with the position they belong to.
@@ -162,14 +206,22 @@ class Checkpoint:
 
     def open_counts(self, job_id: UUID) -> dict[QueueState, int]:
         """How many open executions of a job there are, by state (for overlap rules)."""
+        return self.open_counts_of([job_id]).get(job_id, {})
+
+    def open_counts_of(self, job_ids: Sequence[UUID]) -> dict[UUID, dict[QueueState, int]]:
+        """How many open executions each job has, by state, in one query per 500 ids
+        (a job with none is left out): a tick asks for all the due jobs it might hold
+        back at once."""
+        found: dict[UUID, dict[QueueState, int]] = {}
+        if not job_ids:
+            return found
         with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(
-                "SELECT state, count(*) FROM jobledger_open_executions "
-                "WHERE job_id = ? GROUP BY state",
-                (str(job_id),),
-            )
-            rows = cursor.fetchmany(10)
-        return {QueueState(state): int(count) for state, count in rows}
+            for chunk in chunked([str(job_id) for job_id in job_ids], _ID_CHUNK):
+                cursor.execute_in(f"SELECT job_id, state FROM {_TABLE} WHERE job_id IN", chunk)  # noqa: S608 (a constant name)
+                for job_id, state in cursor.fetchmany(_OPEN_ROWS):
+                    counts = found.setdefault(UUID(job_id), {})
+                    counts[QueueState(state)] = counts.get(QueueState(state), 0) + 1
+        return found
 
 
 def _copied(raw: psycopg.Cursor[Any]) -> Generator[EncodedEntry, None, None]:
@@ -181,6 +233,25 @@ def _copied(raw: psycopg.Cursor[Any]) -> Generator[EncodedEntry, None, None]:
 def _streamed(cursor: Cursor) -> Generator[EncodedEntry, None, None]:
     for rows in cursor.stream(_SELECT_ENTRIES):
         yield from rows
+
+
+def _queue_of(pause: QueuePause) -> str:
+    return pause.queue
+
+
+def _name_of(limit: NamedLimit) -> str:
+    return limit.name
+
+
+def _latest(records: Iterable[_Record], name: Callable[[_Record], str]) -> list[_Record]:
+    """The newest record of each name: one statement may upsert a row only once, and the
+    version guard would keep only the newest of them anyway."""
+    latest: dict[str, _Record] = {}
+    for record in records:
+        kept = latest.get(name(record))
+        if kept is None or record.version > kept.version:
+            latest[name(record)] = record
+    return [latest[key] for key in sorted(latest)]
 
 
 def _batches(values: Iterable[_T], size: int) -> Iterator[list[_T]]:

@@ -18,15 +18,21 @@ import msgspec
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
+from jobledger.projections.memory_limits import MAX_SET_ASIDE, SPAN, QueueLimits
 from jobledger.projections.queue import (
+    LIMIT_KINDS,
     PRIORITIES,
     Depths,
     Lease,
+    LeaseRound,
+    LimitUsage,
+    NamedLimit,
     QueueChange,
     QueueItem,
     QueueMeta,
     QueuePause,
     QueueState,
+    Throttle,
     check_change,
 )
 from jobledger.projections.queue_entries import EncodedEntry, decode_item
@@ -50,6 +56,7 @@ class _Queue:
     versions: dict[UUID, int] = field(default_factory=dict)  # open entries and tombstones
     gone: dict[UUID, int] = field(default_factory=dict)  # tombstone -> removal score
     pause: QueuePause | None = None  # as the log last set it (None: never paused)
+    limits: QueueLimits = field(default_factory=QueueLimits)
 
     @property
     def paused(self) -> bool:
@@ -58,6 +65,7 @@ class _Queue:
     def insert(self, item: QueueItem) -> None:
         eid = item.execution_id
         self.items[eid] = item
+        self.limits.place(eid, item.limits, leased=item.state is QueueState.LEASED)
         if item.state is QueueState.PENDING:
             bisect.insort(self.ready[item.priority], (due_score(item.at), str(eid), eid))
         elif item.state is QueueState.LEASED:
@@ -69,13 +77,14 @@ class _Queue:
         item = self.items.pop(eid, None)
         if item is None:
             return None
-        if item.state is QueueState.PENDING:
+        waited = self.limits.unlink(eid)  # then it is in no ready list
+        if item.state is QueueState.LEASED:
+            del self.leased[eid]
+        elif item.state is QueueState.DEAD:
+            self.dead.discard(eid)
+        elif not waited:
             ready = self.ready[item.priority]
             del ready[bisect.bisect_left(ready, (due_score(item.at), str(eid), eid))]
-        elif item.state is QueueState.LEASED:
-            del self.leased[eid]
-        else:
-            self.dead.discard(eid)
         return item
 
     def held(self, eid: UUID, lease_id: UUID) -> QueueItem | None:
@@ -85,13 +94,19 @@ class _Queue:
             return None
         return item
 
-    def take_ready(self, priority: int, now: int, limit: int) -> list[UUID]:
+    def take_ready(self, priority: int, now: int, limit: int) -> list[_Slot]:
         ready = self.ready[priority]
         # (now + 1,) sorts before every slot scored now + 1 and after every slot scored now.
         end = min(bisect.bisect_left(ready, (now + 1,)), limit)
-        taken = [eid for _, _, eid in ready[:end]]
+        taken = ready[:end]
         del ready[:end]
         return taken
+
+    def wake(self, now: int, named: dict[str, NamedLimit]) -> None:
+        """Put the waiting entries of limits with room back in their ready lists."""
+        for ordered, text, eid in self.limits.woken(now, named):
+            band, score = divmod(ordered, SPAN)
+            bisect.insort(self.ready[9 - band], (score, text, eid))
 
 
 class MemoryQueue:
@@ -103,6 +118,7 @@ class MemoryQueue:
         self._lock = threading.Lock()
         self._meta: QueueMeta | None = None
         self._queues: dict[str, _Queue] = {}
+        self._named: dict[str, NamedLimit] = {}
 
     # ---- projection side ------------------------------------------------------------
 
@@ -113,6 +129,7 @@ class MemoryQueue:
     def reset(self, meta: QueueMeta) -> None:
         with self._lock:
             self._queues.clear()
+            self._named.clear()
             self._meta = meta
 
     def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
@@ -138,6 +155,21 @@ class MemoryQueue:
             return {
                 name: queue.pause for name, queue in self._queues.items() if queue.pause is not None
             }
+
+    def apply_limits(self, limits: Sequence[NamedLimit], *, epoch: str) -> None:
+        with self._lock:
+            self._check_epoch(epoch)
+            for limit in limits:
+                known = self._named.get(limit.name)
+                if known is None or limit.version > known.version:
+                    self._named[limit.name] = limit
+            for queue in self._queues.values():
+                for limit in limits:
+                    queue.limits.wake.update({f"c:{limit.name}": 0, f"r:{limit.name}": 0})
+
+    def named_limits(self) -> dict[str, NamedLimit]:
+        with self._lock:
+            return dict(self._named)
 
     def write_position(self, position: int, *, epoch: str) -> None:
         with self._lock:
@@ -168,6 +200,10 @@ class MemoryQueue:
     def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
         changes = [QueueChange.put(item) for item in items]
         self.apply(changes, epoch=epoch, force=True)
+        moment = now_score(self._clock())
+        with self._lock:
+            for name in {item.queue for item in items}:
+                self._queues[name].limits.close(moment)
 
     def load_entries(self, batches: Iterable[Sequence[EncodedEntry]], *, epoch: str) -> int:
         count = 0
@@ -191,19 +227,35 @@ class MemoryQueue:
         ttl: timedelta,
         now: datetime,
     ) -> list[Lease]:
-        deadline = now + ttl
+        return self.lease_round(queue, lease_ids=lease_ids, ttl=ttl, now=now).leases
+
+    def lease_round(
+        self,
+        queue: str,
+        *,
+        lease_ids: Sequence[UUID],
+        ttl: timedelta,
+        now: datetime,
+    ) -> LeaseRound:
         score = now_score(now)
         with self._lock:
             found = self._queues.get(queue)
-            if found is None or found.paused:
-                return []
-            taken: list[UUID] = []
-            for priority in PRIORITIES:
-                taken += found.take_ready(priority, score, len(lease_ids) - len(taken))
-            return [
-                _lease_one(found, queue, eid, lease_id, deadline)
+            if found is None or found.paused or not lease_ids:
+                return LeaseRound(leases=[])
+            found.wake(score, self._named)
+            taken, throttled = _Round(found, queue, score, self._named).run(len(lease_ids))
+            leases = [
+                _lease_one(found, queue, eid, lease_id, now + ttl)
                 for eid, lease_id in zip(taken, lease_ids, strict=False)
             ]
+            return LeaseRound(leases=leases, throttled=throttled)
+
+    def limit_usage(self, queue: str, *, now: datetime) -> list[LimitUsage]:
+        with self._lock:
+            found = self._queues.get(queue)
+            if found is None:
+                return []
+            return found.limits.usage(queue, now_score(now), self._named)
 
     def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:
         return self._replace_held(queue, execution_id, lease_id, at=deadline)
@@ -216,8 +268,12 @@ class MemoryQueue:
                 return False
             # The version stays as a tombstone: the log's own removal comes later.
             found.remove(execution_id)
+            found.limits.forget(execution_id)
             found.gone[execution_id] = removed_at
             return True
+
+    def ack_many(self, leases: Iterable[Lease]) -> int:
+        return sum(self.ack(lease.queue, lease.execution_id, lease.lease_id) for lease in leases)
 
     def release(
         self, queue: str, execution_id: UUID, lease_id: UUID, *, ready_at: datetime
@@ -256,12 +312,63 @@ class MemoryQueue:
                 return Depths()
             ready = sum(bisect.bisect_left(slots, (score + 1,)) for slots in found.ready)
             pending = sum(len(slots) for slots in found.ready)
+            # Entries waiting for a limit were due: they count as ready (as in Redis).
             return Depths(
-                ready=ready,
+                ready=ready + len(found.limits.aside),
                 delayed=pending - ready,
                 leased=len(found.leased),
                 dead=len(found.dead),
             )
+
+
+@dataclass
+class _Round:
+    """One lease round over a queue's ready lists, as lease.lua runs it: an entry over a
+    limit is set aside, the others are taken, until enough are taken."""
+
+    found: _Queue
+    queue: str
+    now: int
+    named: dict[str, NamedLimit]
+    aside: int = 0
+
+    def run(self, wanted: int) -> tuple[list[UUID], list[Throttle]]:
+        taken: list[UUID] = []
+        throttled: list[Throttle] = []
+        for priority in PRIORITIES:
+            while len(taken) < wanted and self.aside < MAX_SET_ASIDE:
+                batch = self.found.take_ready(priority, self.now, wanted - len(taken))
+                if not batch:
+                    break
+                for slot in batch:
+                    leases, throttle = self._one(slot, priority)
+                    if leases:
+                        taken.append(slot[2])
+                    elif throttle is not None:
+                        throttled.append(throttle)
+            if len(taken) == wanted or self.aside >= MAX_SET_ASIDE:
+                break
+        return taken, throttled
+
+    def _one(self, slot: _Slot, priority: int) -> tuple[bool, Throttle | None]:
+        """Whether the entry leases; if not, what to report (None when it waited before)."""
+        score, text, eid = slot
+        limits = self.found.limits
+        verdict = limits.verdict(eid, self.now, self.named)
+        if verdict.member is None:
+            limits.count(eid, self.now, self.named)
+            return True, None
+        self.aside += 1
+        ordered = (9 - priority) * SPAN + max(score, 0)
+        if not limits.set_aside(eid, verdict.member, (ordered, text, eid), verdict.wake_at):
+            return False, None
+        return False, Throttle(
+            execution_id=eid,
+            queue=self.queue,
+            version=self.found.items[eid].version,
+            kind=LIMIT_KINDS[verdict.member[0]],
+            key=verdict.member[2:],
+        )
 
 
 def _apply_one(queue: _Queue, change: QueueChange, *, force: bool, removed_at: int) -> None:
@@ -272,6 +379,7 @@ def _apply_one(queue: _Queue, change: QueueChange, *, force: bool, removed_at: i
     queue.versions[change.execution_id] = change.version
     if change.item is None:
         queue.gone[change.execution_id] = removed_at
+        queue.limits.forget(change.execution_id)
     else:
         queue.gone.pop(change.execution_id, None)
         queue.insert(change.item)

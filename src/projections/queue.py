@@ -47,8 +47,35 @@ class QueueState(enum.StrEnum):
     DEAD = "dead"  # dead-lettered: waits for an operator
 
 
-class QueueItem(msgspec.Struct, frozen=True, kw_only=True):
-    """An open execution as the queue holds it."""
+class EntryLimits(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The limits an entry waits for, as its run resolved them (values: the run's own;
+    a named limit of the same key overrides them where the entry is leased)."""
+
+    concurrency_key: str | None = None
+    concurrency_max: int | None = None
+    rate_key: str | None = None
+    rate_limit: int | None = None
+    rate_per_ms: int | None = None
+
+    def descriptor(self) -> str:
+        """The form the Redis scripts read: five fields joined by the unit separator
+        (keys hold no control character: ``check_limit_key``)."""
+        fields = (
+            self.concurrency_key,
+            self.concurrency_max,
+            self.rate_key,
+            self.rate_limit,
+            self.rate_per_ms,
+        )
+        return LIMIT_SEPARATOR.join("" if f is None else str(f) for f in fields)
+
+
+LIMIT_SEPARATOR = "\x1f"
+
+
+class QueueItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An open execution as the queue holds it. Encoded without its defaults, so an
+    entry's stored form names ``limits`` only when it has some (``has_limits``)."""
 
     execution_id: UUID
     queue: str
@@ -64,6 +91,13 @@ class QueueItem(msgspec.Struct, frozen=True, kw_only=True):
     leased_at: datetime | None = None
     # What a worker needs to run it, encoded by the projection (opaque to backends).
     spec: bytes = b""
+    limits: EntryLimits | None = None
+
+
+def has_limits(blob: bytes) -> bool:
+    """Whether an encoded ``QueueItem`` may carry limits: False only when it does not
+    (a payload that mentions the field name gives a false True, never a false False)."""
+    return b"\xa6limits" in blob
 
 
 class QueueChange(msgspec.Struct, frozen=True, kw_only=True):
@@ -113,6 +147,90 @@ class QueuePause(msgspec.Struct, frozen=True, kw_only=True):
     by: str = ""
     reason: str = ""
     since: datetime | None = None
+
+
+class NamedLimit(msgspec.Struct, frozen=True, kw_only=True):
+    """A named limit's values as the log last set them; ``version`` is the Limit
+    aggregate's (the guard, as for pauses). None: that part does not limit."""
+
+    name: str
+    version: int
+    concurrency: int | None = None
+    rate: int | None = None
+    rate_per_ms: int | None = None
+
+
+LIMIT_KINDS = {"c": "concurrency", "r": "rate"}  # the scripts' short kinds
+# How long a rebuild holds a concurrency key of its entries full (see LimitCloser).
+REBUILD_GRACE_MS = 5_000
+
+
+class LimitCloser:
+    """The limits a rebuild cannot know the use of, and for how long to hold them full.
+
+    A rate window's starts before the rebuild are not among the log's open entries; and
+    a lease taken in Redis just before it lost its data is recorded in the log only
+    after the rebuild read it, so its slot is missing from the rebuilt queue. Each rate
+    key of the loaded entries therefore counts as full for one period, and each
+    concurrency key for ``REBUILD_GRACE_MS``: a limit is never exceeded, at the cost of
+    a pause after a loss (which is rare).
+    """
+
+    def __init__(self) -> None:
+        self._periods: dict[str, int] = {}
+
+    def add(self, limits: EntryLimits) -> None:
+        if limits.concurrency_key is not None:
+            self._periods[f"c:{limits.concurrency_key}"] = REBUILD_GRACE_MS
+        if limits.rate_key is not None and limits.rate_per_ms:
+            member = f"r:{limits.rate_key}"
+            self._periods[member] = max(self._periods.get(member, 0), limits.rate_per_ms)
+
+    def closed(self, now: int) -> dict[str, int]:
+        """Each limit to hold full, and until when (score)."""
+        return {member: now + period for member, period in self._periods.items()}
+
+
+def enforced(
+    named: NamedLimit | None, kind: str, own: int | None, own_per: int | None
+) -> tuple[int | None, int | None]:
+    """The value (and, for a rate, the period in ms) a limit of ``kind`` (``c`` or
+    ``r``) is held to: the named limit's when it gives one, else the entry's own."""
+    if named is not None and kind == "c" and named.concurrency is not None:
+        return named.concurrency, None
+    if named is not None and kind == "r" and named.rate is not None:
+        return named.rate, named.rate_per_ms
+    return own, own_per
+
+
+class Throttle(msgspec.Struct, frozen=True, kw_only=True):
+    """A due entry a lease round left waiting for a limit, for the first time."""
+
+    execution_id: UUID
+    queue: str
+    version: int
+    kind: str  # "concurrency" or "rate"
+    key: str
+
+
+class LeaseRound(msgspec.Struct, frozen=True, kw_only=True):
+    """What one lease call did: the leases it took, and the entries it held back."""
+
+    leases: list[Lease]
+    throttled: list[Throttle] = msgspec.field(default_factory=list)
+
+
+class LimitUsage(msgspec.Struct, frozen=True, kw_only=True):
+    """One limit key of one queue now: runs holding it (concurrency) or starts in the
+    current window (rate), and entries waiting for it; ``allowed``: the value enforced
+    (None when nothing gives one)."""
+
+    queue: str
+    kind: str
+    key: str
+    in_use: int
+    waiting: int
+    allowed: int | None
 
 
 class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
@@ -166,6 +284,16 @@ class QueueBackend(Protocol):
         """Every queue's pause record (paused or resumed) since the last reset."""
         ...
 
+    def apply_limits(self, limits: Sequence[NamedLimit], *, epoch: str) -> None:
+        """Set each named limit, unless the stored one has the same or a newer version;
+        runs waiting for its key are reconsidered at the next lease. QueueLostError as
+        for ``apply``."""
+        ...
+
+    def named_limits(self) -> dict[str, NamedLimit]:
+        """Every named limit since the last reset, by name."""
+        ...
+
     def write_position(self, position: int, *, epoch: str) -> None:
         """Record how far the log has been applied. QueueLostError as for ``apply``."""
         ...
@@ -200,12 +328,36 @@ class QueueBackend(Protocol):
         runs ahead cannot lease early."""
         ...
 
+    def lease_round(
+        self,
+        queue: str,
+        *,
+        lease_ids: Sequence[UUID],
+        ttl: timedelta,
+        now: datetime,
+    ) -> LeaseRound:
+        """``lease``, enforcing limits: an entry over a limit of its own is set aside
+        (pending, its attempt unspent) until the limit has room, so later rounds do not
+        look at it again; the round reports each entry it set aside for the first time.
+        Entries of keys with room still lease in priority, then FIFO order."""
+        ...
+
+    def limit_usage(self, queue: str, *, now: datetime) -> list[LimitUsage]:
+        """Each limit key of ``queue`` that holds or held back an entry since the last
+        reset, with its use now."""
+        ...
+
     def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:
         """Move the lease deadline; False if that lease is no longer held."""
         ...
 
     def ack(self, queue: str, execution_id: UUID, lease_id: UUID) -> bool:
         """Drop a finished lease's entry; False if that lease is no longer held."""
+        ...
+
+    def ack_many(self, leases: Iterable[Lease]) -> int:
+        """``ack`` for each of ``leases``, in one round trip per queue; returns how many
+        were still held."""
         ...
 
     def release(

@@ -6,20 +6,24 @@ or an older change after a newer one, gives the same queue (the version guard of
 backends), which is what makes the projection exactly-once in effect.
 
 The events of a Queue aggregate fold into the queue's pause record (``QueuePause``),
-guarded by the queue's version the same way.
+and those of a Limit aggregate into the named limit (``NamedLimit``), each guarded by
+its aggregate's version the same way.
 """
 
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import msgspec
 
 from jobledger.domain.execution import Execution
+from jobledger.domain.limits import Limit, LimitValues, RunLimits
 from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.projections.queue import (
+    EntryLimits,
+    NamedLimit,
     QueueChange,
     QueueItem,
     QueuePause,
@@ -35,6 +39,7 @@ PreviousLoader = Callable[[UUID, int], QueueItem | None]
 
 EXECUTION_TOPICS = frozenset(event_topics(Execution))
 QUEUE_TOPICS = frozenset(event_topics(Queue))
+LIMIT_TOPICS = frozenset(event_topics(Limit))
 
 
 def is_execution_event(topic: str) -> bool:
@@ -113,6 +118,35 @@ def next_pause(domain_event: Queue.Event) -> QueuePause | None:
     return None
 
 
+def named_limit(name: str, version: int, values: LimitValues) -> NamedLimit:
+    per = None if values.per is None else _milliseconds(values.per)
+    return NamedLimit(
+        name=name,
+        version=version,
+        concurrency=values.concurrency,
+        rate=values.rate,
+        rate_per_ms=per,
+    )
+
+
+def entry_limits(limits: RunLimits | None) -> EntryLimits | None:
+    """A run's resolved limits as its queue entry carries them."""
+    if limits is None:
+        return None
+    concurrency, rate = limits.concurrency, limits.rate
+    return EntryLimits(
+        concurrency_key=None if concurrency is None else concurrency.key,
+        concurrency_max=None if concurrency is None else concurrency.max,
+        rate_key=None if rate is None else rate.key,
+        rate_limit=None if rate is None else rate.limit,
+        rate_per_ms=None if rate is None or rate.per is None else _milliseconds(rate.per),
+    )
+
+
+def _milliseconds(period: timedelta) -> int:
+    return round(period.total_seconds() * 1000)
+
+
 def _pending(ready_at: datetime, attempt: int) -> dict[str, Any]:
     return {
         "state": QueueState.PENDING,
@@ -160,6 +194,7 @@ def _enqueued(enqueued: Execution.Enqueued) -> QueueItem:
         at=enqueued.ready_at,
         attempt=enqueued.attempt,
         spec=encode_spec(work),
+        limits=entry_limits(spec.limits),
     )
 
 
@@ -174,6 +209,9 @@ class QueueFold:
         # Each queue's last pause record, and those folded since ``take_pauses``.
         self._pauses: dict[str, QueuePause] = {}
         self._new_pauses: list[QueuePause] = []
+        # The same for named limits.
+        self._limits: dict[str, NamedLimit] = {}
+        self._new_limits: list[NamedLimit] = []
 
     def remember(self, items: Iterable[QueueItem]) -> None:
         """Seed the fold with entries known to be current (from a checkpoint)."""
@@ -184,6 +222,8 @@ class QueueFold:
         self._open.clear()
         self._pauses.clear()
         self._new_pauses.clear()
+        self._limits.clear()
+        self._new_limits.clear()
 
     def pauses(self) -> list[QueuePause]:
         """Every queue's last pause record the fold has seen."""
@@ -192,6 +232,15 @@ class QueueFold:
     def take_pauses(self) -> list[QueuePause]:
         """The pause records folded since the last call: what a page changes."""
         taken, self._new_pauses = self._new_pauses, []
+        return taken
+
+    def named_limits(self) -> list[NamedLimit]:
+        """Every named limit the fold has seen, as last set."""
+        return list(self._limits.values())
+
+    def take_limits(self) -> list[NamedLimit]:
+        """The named limits folded since the last call."""
+        taken, self._new_limits = self._new_limits, []
         return taken
 
     def open_items(self) -> list[QueueItem]:
@@ -209,10 +258,20 @@ class QueueFold:
         full replay keeps the end state, so building each change would be waste)."""
         step = self._step
         for domain_event in domain_events:
-            if isinstance(domain_event, Queue.Event):
-                self._pause(domain_event)
+            if isinstance(domain_event, Queue.Event | Limit.Event):
+                self._setting(domain_event)
             else:
                 step(domain_event)
+
+    def _setting(self, domain_event: Queue.Event | Limit.Event) -> None:
+        if not isinstance(domain_event, Limit.Defined | Limit.Changed):
+            self._pause(domain_event)
+            return
+        limit = named_limit(domain_event.name, domain_event.originator_version, domain_event.values)
+        known = self._limits.get(limit.name)
+        if known is None or known.version < limit.version:
+            self._limits[limit.name] = limit
+        self._new_limits.append(limit)
 
     def _pause(self, domain_event: Queue.Event) -> None:
         pause = next_pause(domain_event)
@@ -224,8 +283,8 @@ class QueueFold:
         self._new_pauses.append(pause)
 
     def change(self, domain_event: Any) -> QueueChange | None:  # noqa: ANN401 (any execution event)
-        if isinstance(domain_event, Queue.Event):
-            self._pause(domain_event)
+        if isinstance(domain_event, Queue.Event | Limit.Event):
+            self._setting(domain_event)
             return None
         previous, item = self._step(domain_event)
         execution_id: UUID = domain_event.originator_id

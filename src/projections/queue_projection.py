@@ -34,6 +34,7 @@ from jobledger.projections.quarantine import (
     Quarantine,
 )
 from jobledger.projections.queue import (
+    NamedLimit,
     QueueBackend,
     QueueItem,
     QueueMeta,
@@ -164,6 +165,7 @@ class QueueProjection:
             changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
             self.backend.apply(changes, epoch=epoch)
             self.backend.apply_pauses(self.fold.take_pauses(), epoch=epoch)
+            self.backend.apply_limits(self.fold.take_limits(), epoch=epoch)
         except Exception:
             # The fold may have moved past what was applied: ask the log again.
             self.fold.forget()
@@ -181,6 +183,7 @@ class QueueProjection:
         change = fold.change(self.reader.event(row))
         self.backend.apply([] if change is None else [change], epoch=meta.epoch)
         self.backend.apply_pauses(fold.take_pauses(), epoch=meta.epoch)
+        self.backend.apply_limits(fold.take_limits(), epoch=meta.epoch)
 
     def _check_still_there(self, epoch: str) -> bool:
         """While the log is quiet, look for a loss anyway, so it is repaired before work
@@ -276,8 +279,10 @@ class QueueProjection:
             first = next(batches)
             position = first[0]
             self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
-            # Before the entries, so no worker leases from a paused queue meanwhile.
+            # Before the entries, so no worker leases from a paused queue meanwhile, nor
+            # past a named limit.
             self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
+            self.backend.apply_limits(checkpoint.limits(), epoch=epoch)
             read = itertools.chain([first], batches)
             restoring = ((at, _restored_entries(batch, now)) for at, batch in read)
             items = self._load_entries(restoring, epoch, progress)
@@ -286,6 +291,7 @@ class QueueProjection:
         # Read again after the entries: a pause committed since the first read is at or
         # past ``position``, which the follower replays from (version-guarded).
         self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
+        self.backend.apply_limits(checkpoint.limits(), epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
         if self.quarantine is not None:
             # The checkpoint left out what it holds; so does the queue built from it.
@@ -318,6 +324,7 @@ class QueueProjection:
             progress(position, max(head, position))
         self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
         self.backend.apply_pauses(self.fold.pauses(), epoch=epoch)
+        self.backend.apply_limits(self.fold.named_limits(), epoch=epoch)
         open_items = [restored(item, now) for item in self.fold.open_items()]
         self.backend.load(open_items, epoch=epoch)
         self.backend.write_position(position, epoch=epoch)
@@ -374,7 +381,12 @@ class CheckpointProjection:
         """Rows and position in one transaction (each row alone, when isolating)."""
         try:
             changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
-            self.checkpoint.commit(changes, position, pauses=self.fold.take_pauses())
+            self.checkpoint.commit(
+                changes,
+                position,
+                pauses=self.fold.take_pauses(),
+                limits=self.fold.take_limits(),
+            )
         except Exception:
             self.fold.forget()  # it may have moved past what was committed
             raise
@@ -384,7 +396,12 @@ class CheckpointProjection:
         """Apply one event without moving the position (a retry)."""
         fold = QueueFold(self._load_previous)
         change = fold.change(self.reader.event(row))
-        self.checkpoint.commit([] if change is None else [change], None, pauses=fold.take_pauses())
+        self.checkpoint.commit(
+            [] if change is None else [change],
+            None,
+            pauses=fold.take_pauses(),
+            limits=fold.take_limits(),
+        )
 
     def _load_previous(self, execution_id: UUID, version: int) -> QueueItem | None:
         item = self.checkpoint.load(execution_id)
@@ -403,6 +420,7 @@ def expected_queue(reader: LogReader, *, stop: int, isolation: Isolation) -> Mem
         pass  # the fold remembers every open entry
     memory.load(fold.open_items(), epoch="verify")
     memory.apply_pauses(fold.pauses(), epoch="verify")
+    memory.apply_limits(fold.named_limits(), epoch="verify")
     return memory
 
 
@@ -420,6 +438,7 @@ def verify_queue(
     isolation = isolation or Isolation(QUEUE_FOLLOWER, persist=False)
     expected = expected_queue(reader, stop=meta.position, isolation=isolation)
     differences = _diff_pauses(expected.pauses(), backend.pauses())
+    differences += _diff_limits(expected.named_limits(), backend.named_limits())
     for queue in sorted(expected.queues() | backend.queues()):
         differences += _diff_queue(queue, expected.items(queue), backend.items(queue))
     return differences
@@ -434,6 +453,15 @@ def _diff_pauses(expected: dict[str, QueuePause], actual: dict[str, QueuePause])
         if _shown(want) != _shown(have):
             differences.append(f"{queue}: paused is {_shown(have)}, the log says {_shown(want)}")
     return differences
+
+
+def _diff_limits(expected: dict[str, NamedLimit], actual: dict[str, NamedLimit]) -> list[str]:
+    """A named limit missing on one side, or with other values."""
+    return [
+        f"limit {name}: the queue has {actual.get(name)}, the log says {expected.get(name)}"
+        for name in sorted(expected.keys() | actual.keys())
+        if expected.get(name) != actual.get(name)
+    ]
 
 
 def _shown(pause: QueuePause | None) -> str:

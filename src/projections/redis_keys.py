@@ -28,10 +28,36 @@ key                           type    holds
                                       guard) and ``record`` (msgpack ``QueuePause``)
 ============================  ======  =================================================
 
-Two global keys sit outside any queue's slot and are only touched by single commands:
+Limits keep these keys beside them, under the same hash tag (``<k>``: a limit key;
+``<m>``: ``c:<k>`` for a concurrency limit, ``r:<k>`` for a rate limit):
+
+- ``:lim`` (hash): execution id -> the entry's limits (concurrency key, max, rate key,
+  limit, per ms, joined by ``\\x1f``), for entries that have some;
+- ``:lim:run:<k>`` (set): the entries leased under concurrency key ``k``;
+- ``:lim:starts:<k>`` (zset): starts under rate key ``k`` (lease ids by the lease's
+  time), trimmed to the window;
+- ``:lim:closed:<m>`` (string, expires): until when (ms) a rebuild holds limit ``m``
+  full, since what happened just before it is unknown (``LimitCloser``);
+- ``:lim:wait:<m>`` (zset): entries set aside for limit ``m``, by priority band, then
+  ready time;
+- ``:lim:wake`` (zset): limits whose waiting entries get a look at the next lease, by
+  when (0: at once);
+- ``:lim:noted`` (hash): entries already reported as throttled;
+- ``:lim:vals`` (hash): limit ``m`` -> ``<own value>|<per ms>``, the values its entries
+  carry (a named limit's win).
+
+Three global keys sit outside any queue's slot and are only touched by single commands
+(or pipelines of them, never a script):
 
 - ``jl:meta`` (hash): ``store_id``, ``epoch``, ``position`` of the whole queue store.
-- ``jl:queues`` (set): every queue created since the last reset.
+- ``jl:queues`` (set): every queue created since the last reset, and the mark
+  ``:epoch:<epoch>`` that the reset adds (no queue name has a colon): a set without
+  its mark lost its data. On a Redis Cluster each of these keys may lose its data on
+  its own (one master lost), so a queue listed without its meta, or a set without the
+  mark, is a loss as a missing ``jl:meta`` is.
+- ``jl:limits`` (hash): the named limits, ``v:<name>`` -> version and ``r:<name>`` ->
+  the record (msgpack ``NamedLimit``). The lease script cannot read it (another slot):
+  the queue reads it and passes it in.
 
 The scheduler's leader election keeps two keys in a slot of their own:
 ``jl:{leader}:lock`` (string: the leader's token, with the lease ttl) and
@@ -101,6 +127,34 @@ class QueueKeys:
     def paused(self) -> str:
         return f"{self.base}:paused"
 
+    @property
+    def lim(self) -> str:
+        return f"{self.base}:lim"
+
+    @property
+    def lim_wake(self) -> str:
+        return f"{self.base}:lim:wake"
+
+    @property
+    def lim_noted(self) -> str:
+        return f"{self.base}:lim:noted"
+
+    @property
+    def lim_vals(self) -> str:
+        return f"{self.base}:lim:vals"
+
+    def lim_run(self, key: str) -> str:
+        return f"{self.base}:lim:run:{key}"
+
+    def lim_starts(self, key: str) -> str:
+        return f"{self.base}:lim:starts:{key}"
+
+    def lim_closed(self, member: str) -> str:
+        return f"{self.base}:lim:closed:{member}"
+
+    def lim_wait(self, member: str) -> str:
+        return f"{self.base}:lim:wait:{member}"
+
     def ready(self, priority: int) -> str:
         return f"{self.base}:ready:{priority}"
 
@@ -111,7 +165,8 @@ class QueueKeys:
 
     def all(self) -> list[str]:
         fixed = [self.meta, self.leased, self.dead, self.item, self.state, self.ver, self.gone]
-        fixed.append(self.paused)
+        fixed += [self.paused, self.lim, self.lim_wake, self.lim_noted, self.lim_vals]
+        # The per-key limit sets are found by a reset's scan of the queue pattern.
         return fixed + self.ready_by_priority
 
 
@@ -134,6 +189,10 @@ class Keys:
     @property
     def queues(self) -> str:
         return f"{self.prefix}:queues"
+
+    @property
+    def limits(self) -> str:
+        return f"{self.prefix}:limits"
 
     @property
     def leader(self) -> str:

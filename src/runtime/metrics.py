@@ -66,6 +66,24 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.limit_in_use = Gauge(
+            "jobledger_limit_in_use",
+            "Runs holding a concurrency key, or starts of a rate key in its current window.",
+            ["queue", "kind", "limit"],
+            registry=r,
+        )
+        self.limit_waiting = Gauge(
+            "jobledger_limit_waiting",
+            "Due runs set aside until their limit has room.",
+            ["queue", "kind", "limit"],
+            registry=r,
+        )
+        self.limit_throttled = Counter(
+            "jobledger_limit_throttled_total",
+            "Runs recorded as waiting for a limit (once per run).",
+            ["kind"],
+            registry=r,
+        )
         self.projection_lag = Gauge(
             "jobledger_projection_lag_events",
             "Events in the log that the queue projection has not applied yet.",
@@ -207,8 +225,22 @@ class Metrics:
                 self.queue_depth.labels(queue=name, state=state).set(getattr(depths, state))
             pause = pauses.get(name)
             self.queue_paused.labels(queue=name).set(int(pause is not None and pause.paused))
+        self._observe_limits(queue, now)
         meta = queue.read_meta()
         self.projection_lag.set(max(head - (meta.position if meta else 0), 0))
+
+    def _observe_limits(self, queue: QueueBackend, now: datetime) -> None:
+        """One series per limit key in use or waited for: keys that went idle are
+        dropped, so per-customer keys do not pile up series."""
+        self.limit_in_use.clear()
+        self.limit_waiting.clear()
+        for name in queue.queues():
+            for usage in queue.limit_usage(name, now=now):
+                if usage.in_use == 0 and usage.waiting == 0:
+                    continue
+                labels = {"queue": name, "kind": usage.kind, "limit": usage.key}
+                self.limit_in_use.labels(**labels).set(usage.in_use)
+                self.limit_waiting.labels(**labels).set(usage.waiting)
 
     def observe_breakers(self, states: dict[str, str]) -> None:
         """Set the breaker gauge from ``Breakers.states()``."""

@@ -38,7 +38,7 @@ from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
-from jobledger.projections.queue import Lease, QueueBackend, decode_spec
+from jobledger.projections.queue import Lease, QueueBackend, Throttle, decode_spec
 from jobledger.projections.streams import load_many
 from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
@@ -198,8 +198,10 @@ class Worker:
         return len(recorded)
 
     def _lease_and_record(self, free: int) -> list[_Running]:
-        leases = self._lease(free)
+        leases, throttled = self._lease(free)
         self.health.succeeded(REDIS, self.health.clock())
+        if throttled:
+            self._note_throttled(throttled)
         if not leases:
             return []
         try:
@@ -214,18 +216,48 @@ class Worker:
         self.health.succeeded(POSTGRESQL, self.health.clock())
         return self._record_leases(leases, executions)
 
-    def _lease(self, free: int) -> list[Lease]:
+    def _lease(self, free: int) -> tuple[list[Lease], list[Throttle]]:
         self._send_acks()
         leases: list[Lease] = []
+        throttled: list[Throttle] = []
         for name in self.config.queues:
             wanted = free - len(leases)
             if wanted <= 0:
                 break
             lease_ids = [uuid.uuid4() for _ in range(wanted)]
-            leases += self.queue.lease(
+            taken = self.queue.lease_round(
                 name, lease_ids=lease_ids, ttl=self.config.lease_ttl, now=self.now()
             )
-        return leases
+            leases += taken.leases
+            throttled += taken.throttled
+        return leases, throttled
+
+    def _note_throttled(self, throttled: list[Throttle]) -> None:
+        """Record once per run that it waited for a limit (the queue reports each run
+        once). Best effort: a run that started or changed meanwhile is left as it is,
+        and a store that fails here loses the note, never a lease."""
+        try:
+            executions = load_many(self.ledger, Execution, [t.execution_id for t in throttled])
+        except OUTAGE_ERRORS:
+            log.warning("worker.throttle_not_recorded", count=len(throttled))
+            return
+        now = self.now()
+        for throttle in throttled:
+            execution = executions.get(throttle.execution_id)
+            if execution is None:
+                continue
+            try:
+                execution.throttle(kind=throttle.kind, limit=throttle.key, at=now)
+            except DomainError:
+                continue
+            self.writer.submit(execution)
+            self.metrics.limit_throttled.labels(kind=throttle.kind).inc()
+            log.info(
+                "worker.throttled",
+                execution_id=str(throttle.execution_id),
+                kind=throttle.kind,
+                limit=throttle.key,
+            )
 
     def _record_leases(
         self, leases: list[Lease], executions: dict[uuid.UUID, Execution]
@@ -435,8 +467,8 @@ class Worker:
     def _send_acks(self) -> None:
         # Swap first: the event loop may append while this thread sends.
         acks, self._acks = self._acks, []
-        for lease in acks:
-            self.queue.ack(lease.queue, lease.execution_id, lease.lease_id)
+        if acks:
+            self.queue.ack_many(acks)
 
     def _count(self, outcome: Outcome, execution: Execution) -> None:
         label = self._tally(outcome, execution)

@@ -72,8 +72,32 @@ class ManualIn(Strict, tag="manual", tag_field="kind"):
 ScheduleIn = CronIn | IntervalIn | OnceIn | ManualIn
 
 
+class ConcurrencyIn(Strict):
+    """At most ``max`` runs with ``key`` at once (``{payload.field}`` takes a value of
+    the payload); without ``max``, the named limit of that key decides."""
+
+    key: Short
+    max: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+
+
+class RateIn(Strict):
+    """At most ``limit`` runs with ``key`` start in any ``per_seconds``; without both,
+    the named limit of that key decides."""
+
+    key: Short
+    limit: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
+    per_seconds: Annotated[float, msgspec.Meta(ge=1, le=86_400)] | None = None
+
+
+class LimitsIn(Strict):
+    """The limits a run waits for before it starts (it spends no attempt waiting)."""
+
+    concurrency: ConcurrencyIn | None = None
+    rate: RateIn | None = None
+
+
 class ExecutionIn(Strict):
-    """What to run: a handler, its payload and how to retry it."""
+    """What to run: a handler, its payload, how to retry it, and its limits."""
 
     handler: Short
     payload: Payload = msgspec.field(default_factory=dict)
@@ -81,6 +105,7 @@ class ExecutionIn(Strict):
     priority: SmallInt = DEFAULT_PRIORITY
     timeout_seconds: Seconds = 300.0
     retry: RetryIn = msgspec.field(default_factory=RetryIn)
+    limits: LimitsIn | None = None
 
 
 class DependencyIn(Strict):
@@ -117,6 +142,7 @@ class JobPatch(Strict):
     priority: SmallInt | msgspec.UnsetType = msgspec.UNSET
     timeout_seconds: Seconds | msgspec.UnsetType = msgspec.UNSET
     retry: RetryIn | msgspec.UnsetType = msgspec.UNSET
+    limits: LimitsIn | msgspec.UnsetType | None = msgspec.UNSET
     misfire: MisfirePolicy | msgspec.UnsetType = msgspec.UNSET
     catch_up_cap: SmallInt | msgspec.UnsetType = msgspec.UNSET
     overlap: OverlapPolicy | msgspec.UnsetType = msgspec.UNSET

@@ -10,6 +10,7 @@ from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.job import job_reference
+from jobledger.domain.limits import ConcurrencyLimit, RateLimit, RunLimits
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import (
     CronSchedule,
@@ -23,13 +24,16 @@ from jobledger.domain.unique import OnConflict, UniqueSpec
 from jobledger.domain.workflow import StepSpec
 from jobledger.schemas.executions import UniqueIn
 from jobledger.schemas.jobs import (
+    ConcurrencyIn,
     CronIn,
     DependencyIn,
     ExecutionIn,
     IntervalIn,
     JobIn,
+    LimitsIn,
     ManualIn,
     OnceIn,
+    RateIn,
     RetryIn,
     RulesIn,
     ScheduleIn,
@@ -109,6 +113,42 @@ def to_unique(body: UniqueIn) -> UniqueSpec:
     )
 
 
+def to_limits(body: LimitsIn | None) -> RunLimits | None:
+    if body is None:
+        return None
+    concurrency, rate = body.concurrency, body.rate
+    return RunLimits(
+        concurrency=None
+        if concurrency is None
+        else ConcurrencyLimit(key=concurrency.key, max=concurrency.max),
+        rate=None
+        if rate is None
+        else RateLimit(
+            key=rate.key,
+            limit=rate.limit,
+            per=None if rate.per_seconds is None else timedelta(seconds=rate.per_seconds),
+        ),
+    )
+
+
+def from_limits(limits: RunLimits | None) -> LimitsIn | None:
+    if limits is None:
+        return None
+    concurrency, rate = limits.concurrency, limits.rate
+    return LimitsIn(
+        concurrency=None
+        if concurrency is None
+        else ConcurrencyIn(key=concurrency.key, max=concurrency.max),
+        rate=None
+        if rate is None
+        else RateIn(
+            key=rate.key,
+            limit=rate.limit,
+            per_seconds=None if rate.per is None else rate.per.total_seconds(),
+        ),
+    )
+
+
 def to_spec(body: ExecutionIn) -> ExecutionSpec:
     retry = body.retry
     return ExecutionSpec(
@@ -123,6 +163,7 @@ def to_spec(body: ExecutionIn) -> ExecutionSpec:
             max_backoff=timedelta(seconds=retry.max_backoff_seconds),
             jitter=retry.jitter,
         ),
+        limits=to_limits(body.limits),
     )
 
 
@@ -157,6 +198,7 @@ def from_definition(definition: JobDefinition) -> JobIn:
             max_backoff_seconds=retry.max_backoff.total_seconds(),
             jitter=retry.jitter,
         ),
+        limits=from_limits(spec.limits),
         schedule=from_schedule(definition.schedule),
         misfire=definition.misfire,
         catch_up_cap=definition.catch_up_cap,

@@ -15,6 +15,7 @@ PAGES = {
     "workers": "/ui/workers",
     "dead-letters": "/ui/dlq",
     "system": "/ui/system",
+    "limits": "/ui/limits",
     "audit": "/ui/audit",
 }
 

@@ -280,3 +280,33 @@ class ExecutionMachine(RuleBasedStateMachine):
 
 
 TestExecutionMachine = ExecutionMachine.TestCase
+
+
+def test_the_enqueued_event_alone_makes_the_run_enqueue_makes() -> None:
+    """If a bulk path records only ``Execution.enqueued``, then that event, applied,
+    gives the run ``Execution.enqueue`` gives, with the same id, fields and stored
+    fields, and the limit keys resolved from the payload."""
+    from jobledger.domain.limits import ConcurrencyLimit, RunLimits  # noqa: PLC0415 (here only)
+    from jobledger.persistence.codec import MsgspecMapper  # noqa: PLC0415 (here only)
+
+    limits = RunLimits(concurrency=ConcurrencyLimit(key="c:{payload.c}", max=1))
+    spec = ExecutionSpec(handler="test.echo", payload={"c": 7}, limits=limits)
+    made = Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC, trigger_key="k-1")
+    event = Execution.enqueued(spec=spec, ready_at=T0, trigger=Trigger.ADHOC, trigger_key="k-1")
+    # The event's own typing names the base aggregate; it makes an Execution.
+    applied = typing.cast("Execution", event.mutate(None))
+    assert type(applied) is Execution
+    ignored = {"_created_on", "_modified_on", "_pending_events"}
+
+    def shown(run: Execution) -> dict[str, object]:
+        return {k: v for k, v in vars(run).items() if k not in ignored}
+
+    assert shown(applied) == shown(made)
+    assert applied.spec.limits is not None
+    assert applied.spec.limits.concurrency == ConcurrencyLimit(key="c:7", max=1)
+    mapper = MsgspecMapper()
+    (original,) = made.collect_events()
+    assert mapper.to_stored_event(event).topic == mapper.to_stored_event(original).topic
+    decoded = mapper.to_domain_event(mapper.to_stored_event(event))
+    assert isinstance(decoded, Execution.Enqueued)
+    assert decoded.spec == typing.cast("Execution.Enqueued", original).spec

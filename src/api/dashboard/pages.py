@@ -43,7 +43,7 @@ from jobledger.api.security import (
 from jobledger.api.system import parse_types
 from jobledger.domain.clock import Clock
 from jobledger.domain.errors import DomainError, InvalidDefinitionError
-from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import ManualSchedule, Schedule
 from jobledger.runtime.accounts import Role
@@ -52,6 +52,7 @@ from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
+from jobledger.services.limits import Limits
 from jobledger.services.queues import Queues
 from jobledger.services.system import System
 from jobledger.services.views import JOB_STATUSES, Page, Views
@@ -387,25 +388,30 @@ def execution_detail(
 ) -> Template:
     events = executions.history(execution_id)  # the 404 page for an unknown id
     row = views.execution(execution_id)
+    run = _run_of(executions, execution_id)
     return render(
         request,
         "execution.html",
         execution_id=execution_id,
         execution=row,
-        step=_step_of(executions, execution_id),
+        step=_step_of(run),
+        limits=presenters.run_limits(run.spec.limits) if run else "",
         attempts=views.attempts(execution_id) if row else [],
         timeline=presenters.timeline(events),
         event_count=len(events),
     )
 
 
-def _step_of(executions: Executions, execution_id: UUID) -> tuple[UUID, str] | None:
-    """(its workflow, its step name) for a workflow step's run."""
+def _run_of(executions: Executions, execution_id: UUID) -> Execution | None:
     try:
-        run = executions.get(execution_id)
+        return executions.get(execution_id)
     except DomainError:
         return None  # shown from its history alone (e.g. an event that no longer decodes)
-    if run.workflow_id is None or run.step is None:
+
+
+def _step_of(run: Execution | None) -> tuple[UUID, str] | None:
+    """(its workflow, its step name) for a workflow step's run."""
+    if run is None or run.workflow_id is None or run.step is None:
         return None
     return run.workflow_id, run.step
 
@@ -464,6 +470,20 @@ def system_page(
     )
 
 
+@get("/limits", opt=VIEWER, sync_to_thread=True, name="ui-limits")
+def limits_page(
+    request: Request[Any, Any, Any],
+    *,
+    limits: NamedDependency[Limits],
+    actor: NamedDependency[Actor],
+    clock: NamedDependency[Clock],
+) -> Template:
+    """The named limits and every key in use or waited for, from the use case the
+    API's GET /api/v1/limits answers with; operators also get the form that creates
+    or changes a named limit."""
+    return render(request, "limits.html", overview=limits.overview(at=clock(), by=actor))
+
+
 @get("/audit", opt=VIEWER, sync_to_thread=True, name="ui-audit")
 def audit(
     request: Request[Any, Any, Any],
@@ -502,6 +522,7 @@ PAGES = Router(
         workers,
         dead_letters_page,
         system_page,
+        limits_page,
         audit,
     ],
     exception_handlers=EXCEPTION_HANDLERS,

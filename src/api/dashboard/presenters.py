@@ -11,6 +11,7 @@ from uuid import UUID
 import msgspec
 from markupsafe import Markup, escape
 
+from jobledger.domain.limits import RunLimits
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
 from jobledger.schemas.handlers import HandlerOut
@@ -150,6 +151,8 @@ def summary_of(event: EventOut, previous: Mapping[str, Any] | None) -> str:
     if event.undecodable:
         return f"cannot be decoded: {event.error}"
     data = event.data
+    if event.type == "ExecutionThrottled":
+        return f"waited for the {data.get('kind', '')} limit {data.get('limit', '')}"
     parts = [_changed(previous, data["definition"])] if "definition" in data else []
     parts += [
         f"{k.replace('_', ' ')}: {_short(v)}"
@@ -176,6 +179,27 @@ def timeline(events: Sequence[EventOut]) -> list[Entry]:
 def _execution(event: EventOut) -> str | None:
     value = event.data.get("execution_id")
     return str(value) if value else None
+
+
+def run_limits(limits: RunLimits | None) -> str:
+    """What a run waits for, as its spec keeps it (keys resolved): without values of its
+    own, the named limit of the key decides."""
+    if limits is None:
+        return ""
+    parts = []
+    if limits.concurrency is not None:
+        at_most = limits.concurrency.max
+        values = "the named limit's" if at_most is None else f"at most {at_most} at once"
+        parts.append(f"concurrency {limits.concurrency.key} ({values})")
+    if limits.rate is not None:
+        rate, per = limits.rate.limit, limits.rate.per
+        values = (
+            "the named limit's"
+            if rate is None or per is None
+            else (f"{rate} starts per {per.total_seconds():g} s")
+        )
+        parts.append(f"rate {limits.rate.key} ({values})")
+    return "; ".join(parts)
 
 
 def versions(events: Sequence[EventOut]) -> list[dict[str, Any]]:

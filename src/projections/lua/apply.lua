@@ -1,9 +1,11 @@
 -- Applies one page of changes to one queue; a change is skipped unless its version is
 -- newer than the stored one (or force is set), so pages can be replayed safely.
--- KEYS: 1 meta, 2 ver, 3 item, 4 state, 5 gone, 6 leased, 7 dead, 8..17 ready:0..9
+-- KEYS: 1 meta, 2 ver, 3 item, 4 state, 5 gone, 6 leased, 7 dead, 8..17 ready:0..9,
+--       18 lim, 19 lim:wake, 20 lim:noted
 -- ARGV: 1 epoch, 2 listed ('1' when the global queue set names this queue), 3 force
---       ('1' or '0'), 4 removal score, then 6 values per change: execution id,
---       version, target key index (0 removes the entry), score, item, state
+--       ('1' or '0'), 4 removal score, 5 the queue's key base, then 7 values per
+--       change: execution id, version, target key index (0 removes the entry), score,
+--       item, state, limits (lease.lua's lim format; empty for none)
 -- Returns the number of changes applied, or -1 when the queue's data was lost.
 
 local meta = redis.call('GET', KEYS[1])
@@ -15,6 +17,13 @@ elseif meta ~= ARGV[1] then
   return -1
 end
 
+local base = ARGV[5]
+
+local function limit_keys(desc)
+  local ckey, rkey = string.match(desc, '^([^\31]*)\31[^\31]*\31([^\31]*)\31')
+  return ckey or '', rkey or ''
+end
+
 local function unlink_entry(id)
   -- The state hash names the only ready set the entry can be in.
   local state = redis.call('HGET', KEYS[4], id)
@@ -23,10 +32,21 @@ local function unlink_entry(id)
   end
   redis.call('ZREM', KEYS[6], id)
   redis.call('ZREM', KEYS[7], id)
+  local desc = redis.call('HGET', KEYS[18], id)
+  if not desc then return end
+  local ckey, rkey = limit_keys(desc)
+  if ckey ~= '' then
+    -- A slot it held is free: waiting entries of the key get a look at the next lease.
+    if redis.call('SREM', base .. ':lim:run:' .. ckey, id) == 1 then
+      redis.call('ZADD', KEYS[19], 0, 'c:' .. ckey)
+    end
+    redis.call('ZREM', base .. ':lim:wait:c:' .. ckey, id)
+  end
+  if rkey ~= '' then redis.call('ZREM', base .. ':lim:wait:r:' .. rkey, id) end
 end
 
 local applied = 0
-for i = 5, #ARGV, 6 do
+for i = 6, #ARGV, 7 do
   local id, version, target = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local stored = redis.call('HGET', KEYS[2], id)
   if ARGV[3] == '1' or not stored or tonumber(version) > tonumber(stored) then
@@ -35,12 +55,24 @@ for i = 5, #ARGV, 6 do
     if target == 0 then
       redis.call('HDEL', KEYS[3], id)
       redis.call('HDEL', KEYS[4], id)
+      redis.call('HDEL', KEYS[18], id)
+      redis.call('HDEL', KEYS[20], id)
       redis.call('ZADD', KEYS[5], ARGV[4], id)
     else
       redis.call('HSET', KEYS[3], id, ARGV[i + 4])
       redis.call('HSET', KEYS[4], id, ARGV[i + 5])
       redis.call('ZREM', KEYS[5], id)
       redis.call('ZADD', KEYS[target], ARGV[i + 3], id)
+      local desc = ARGV[i + 6]
+      if desc == '' then
+        redis.call('HDEL', KEYS[18], id)
+      else
+        redis.call('HSET', KEYS[18], id, desc)
+        local ckey = limit_keys(desc)
+        if target == 6 and ckey ~= '' then
+          redis.call('SADD', base .. ':lim:run:' .. ckey, id)
+        end
+      end
     end
     applied = applied + 1
   end

@@ -4,6 +4,7 @@ second run, and a list of 1,000 jobs walked along its cursor."""
 
 import asyncio
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -44,13 +45,16 @@ from jobledger.schemas.executions import (
 )
 from jobledger.schemas.jobs import (
     BackfillReport,
+    ConcurrencyIn,
     CronIn,
     JobIn,
     JobOut,
     JobPatch,
+    LimitsIn,
     PreviewOut,
     RetryIn,
 )
+from jobledger.schemas.limits import KeyUse, LimitList, LimitOut
 from jobledger.schemas.rows import ExecutionRow, JobRow
 from jobledger.schemas.system import Readiness
 from jobledger.schemas.workflows import StepIn, WorkflowIn, WorkflowOut
@@ -186,6 +190,12 @@ def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
     assert counted == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
     assert client.requeue(dead[0].id, reason="card updated").changed == 1
     assert client.discard(dead[1].id, reason="obsolete").changed == 1
+    # wait() reads what the read models show: a dead letter is an end too, until the
+    # projector has applied the discard.
+    deadline = time.monotonic() + 30
+    while client.get_execution(dead[1].id).execution.status != "discarded":
+        assert time.monotonic() < deadline, "the discard never showed"
+        time.sleep(0.05)
     with pytest.raises(ExecutionCancelledError, match="discarded"):
         client.wait(dead[1], timeout=30)
 
@@ -518,3 +528,89 @@ def test_a_unique_enqueue_returns_the_run_holding_the_key(client: Client) -> Non
     )
     assert (first.duplicate, second.duplicate) == (False, True)
     assert second.id == first.id
+
+
+def _lease(api: "Api", queue: str) -> int:
+    """Lease what ``queue`` lets lease now, as a worker would (no worker serves it)."""
+    ids = [uuid.uuid4() for _ in range(10)]
+    leased = api.container.queue.lease_round(
+        queue, lease_ids=ids, ttl=timedelta(minutes=5), now=datetime.now(UTC)
+    )
+    return len(leased.leases)
+
+
+def test_limits_are_made_changed_and_held_by_runs_the_client_enqueues(
+    client: Client, served: "Api"
+) -> None:
+    """If a named limit is created and changed through the client, then a second
+    create is a ConflictError and the same values change nothing; if runs enqueued with
+    limits (a struct or a mapping) wait for its key and one leases, then limits() shows
+    the key with 1 in use of 1 and 2 waiting."""
+    name, queue = f"partner:{uuid.uuid4().hex[:8]}", "limited"
+    created = client.create_limit(name, concurrency=2)
+    assert (created.changed, created.limit.concurrency) == (True, 2)
+    with pytest.raises(ConflictError):
+        client.create_limit(name, concurrency=3)
+    changed = client.change_limit(name, concurrency=1, rate=100, per_seconds=60)
+    assert changed.changed
+    assert not client.change_limit(name, concurrency=1, rate=100, per_seconds=60).changed
+    limit = client.limit(name)
+    assert isinstance(limit, LimitOut)
+    assert (limit.version, limit.concurrency, limit.rate, limit.per_seconds) == (2, 1, 100, 60)
+    # Each run also gives 1 itself: whether the lease step has read the named limit yet
+    # or not, one run holds the key.
+    own = LimitsIn(concurrency=ConcurrencyIn(key=name, max=1))
+    given: list[LimitsIn | dict[str, Any]] = [own, {"concurrency": {"key": name, "max": 1}}, own]
+    for limits in given:
+        client.enqueue("test.echo", {}, queue=queue, limits=limits)
+    served.wait_for(lambda: served.container.queue.depths(queue, now=datetime.now(UTC)).ready == 3)
+    assert _lease(served, queue) == 1
+    served.wait_for(lambda: any(row.name == name for row in client.limits().limits))
+    overview = client.limits()
+    assert (
+        KeyUse(queue=queue, kind="concurrency", key=name, in_use=1, waiting=2, allowed=1)
+        in overview.keys
+    )
+    assert [(row.in_use, row.waiting) for row in overview.limits if row.name == name] == [(1, 2)]
+
+
+def test_queues_are_listed_paused_resumed_and_drained(client: Client) -> None:
+    """If a queue with runs is paused through the client, then it lists as paused with
+    the reason, a second pause changes nothing, resume runs it again, and a dry-run
+    drain lists its pending runs without cancelling them, which the drain then does."""
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    runs = {client.enqueue("test.echo", {}, queue=queue).id for _ in range(2)}
+    paused = client.pause_queue(queue, "moving the database")
+    assert (paused.name, paused.paused, paused.changed) == (queue, True, True)
+    assert not client.pause_queue(queue, "again").changed
+    listed = {row.name: row for row in client.queues().queues}
+    assert (listed[queue].paused, listed[queue].pause_reason) == (True, "moving the database")
+    assert client.resume_queue(queue).paused is False
+    dry = client.drain_queue(queue, "not needed", dry_run=True)
+    assert (dry.dry_run, set(dry.cancelled)) == (True, runs)
+    assert client.get_execution(next(iter(runs))).execution.status == "pending"
+    drained = client.drain_queue(queue, "not needed")
+    assert set(drained.cancelled) == runs
+
+
+def test_the_async_client_manages_queues_and_limits(served: "Api") -> None:
+    """If the AsyncClient creates and changes a limit and pauses, resumes and drains a
+    queue, then each answer is the same struct the blocking client gets."""
+    name, queue = f"async:{uuid.uuid4().hex[:8]}", f"a{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        async with AsyncClient(served.url, served.tokens[Role.OPERATOR]) as client:
+            assert (await client.create_limit(name, rate=5, per_seconds=10)).limit.rate == 5
+            assert (await client.change_limit(name, concurrency=4)).changed
+            assert (await client.limit(name)).concurrency == 4
+            assert isinstance(await client.limits(), LimitList)
+            run = await client.enqueue(
+                "test.echo", {}, queue=queue, limits={"concurrency": {"key": name}}
+            )
+            assert (await client.pause_queue(queue, "a moment")).paused
+            assert queue in {row.name for row in (await client.queues()).queues}
+            assert not (await client.resume_queue(queue)).paused
+            drained = await client.drain_queue(queue, "done", dry_run=True)
+            assert drained.cancelled == [run.id]
+
+    asyncio.run(scenario())

@@ -386,16 +386,22 @@
       .map(([job, on]) => ({ job, on: on === "finished" ? "finished" : "completed" }));
   }
 
-  async function submitJob(form) {
-    clearErrors(form);
-    let body;
+  // The body ``build`` makes of the form; null, with the message at the field, when a
+  // field cannot give its part.
+  function bodyOf(form, build) {
     try {
-      body = jobBody(form);
+      return build(form);
     } catch (error) {
       if (!(error instanceof FieldError)) throw error;
       setFieldError(fieldBox(form, error.field), error.message, true);
-      return;
+      return null;
     }
+  }
+
+  async function submitJob(form) {
+    clearErrors(form);
+    const body = bodyOf(form, jobBody);
+    if (!body) return;
     const submit = form.querySelector('button[type="submit"]');
     const override = named(form, "override")?.checked ? "?override=true" : "";
     const url = form.dataset.url + override;
@@ -537,14 +543,8 @@
     const form = byId("backfill-form");
     clearErrors(form);
     byId("backfill-error").hidden = true;
-    let body;
-    try {
-      body = backfillBody(form, dryRun);
-    } catch (error) {
-      if (!(error instanceof FieldError)) throw error;
-      setFieldError(fieldBox(form, error.field), error.message, true);
-      return;
-    }
+    const body = bodyOf(form, (filled) => backfillBody(filled, dryRun));
+    if (!body) return;
     const result = await busy(button, () => api("POST", `/api/v1/jobs/${dialog.dataset.job}/backfill`, body));
     if (!result.ok) {
       const box = fieldBox(form, result.error.field);
@@ -694,6 +694,68 @@
     flash("Discarded 1 dead letter.");
   }
 
+  // ---- named limits ------------------------------------------------------------------
+
+  // The form creates a limit; a row's Change button turns it into a change of that one.
+  function limitMode(form, name) {
+    const field = named(form, "name");
+    field.value = name;
+    field.readOnly = Boolean(name);
+    form.dataset.method = name ? "PUT" : "POST";
+    form.dataset.url = name ? `/api/v1/limits/${encodeURIComponent(name)}` : "/api/v1/limits";
+    byId("limit-submit").textContent = name ? "Change limit" : "Create limit";
+    byId("limit-form-title").textContent = name ? `Change the limit ${name}` : "New named limit";
+    byId("limit-new").hidden = !name;
+    clearErrors(form);
+  }
+
+  function editLimit(button) {
+    const form = byId("limit-form");
+    limitMode(form, button.dataset.editLimit);
+    named(form, "concurrency").value = button.dataset.concurrency;
+    named(form, "rate").value = button.dataset.rate;
+    named(form, "per_seconds").value = button.dataset.per;
+    named(form, "concurrency").focus();
+  }
+
+  function newLimit() {
+    const form = byId("limit-form");
+    form.reset();
+    limitMode(form, "");
+    named(form, "name").focus();
+  }
+
+  const optionalNumber = (form, name) => (named(form, name).value.trim() === "" ? null : numberOf(form, name));
+
+  function limitBody(form) {
+    const values = {
+      concurrency: optionalNumber(form, "concurrency"),
+      rate: optionalNumber(form, "rate"),
+      per_seconds: optionalNumber(form, "per_seconds"),
+    };
+    if (form.dataset.method === "PUT") return values;
+    const name = named(form, "name").value.trim();
+    if (!name) throw new FieldError("name", "Name the key the limit holds, e.g. stripe.");
+    return { name, ...values };
+  }
+
+  async function submitLimit(form) {
+    clearErrors(form);
+    const body = bodyOf(form, limitBody);
+    if (!body) return;
+    const changing = form.dataset.method === "PUT";
+    const result = await busy(byId("limit-submit"), () => api(form.dataset.method, form.dataset.url, body));
+    if (!result.ok) return showError(form, result.error, true);
+    const { limit, changed } = result.data;
+    // The list follows the log a moment behind: wait until it shows this version.
+    await softReload((page) => {
+      const row = page.querySelector(`#limits tr[data-limit="${CSS.escape(limit.name)}"]`);
+      return Number(row?.dataset.version) >= limit.version;
+    });
+    const verb = changing ? (changed ? "Changed" : "Nothing to change in") : "Created";
+    flash(`${verb} the limit ${limit.name}.`);
+  }
+
   // ---- queue maintenance (admin) -----------------------------------------------------
 
   async function verifyQueue(button) {
@@ -764,6 +826,8 @@
     ["#backfill-dry", (button) => backfill(button, true)],
     ["#backfill-run", (button) => backfill(button, false)],
     ["#backfill-close", () => byId("backfill").close()],
+    ["button[data-edit-limit]", editLimit],
+    ["#limit-new", newLimit],
   ];
 
   document.addEventListener("click", (event) => {
@@ -785,6 +849,9 @@
     } else if (form.id === "job-form") {
       event.preventDefault();
       submitJob(form);
+    } else if (form.id === "limit-form") {
+      event.preventDefault();
+      submitLimit(form);
     }
   });
 

@@ -1,0 +1,124 @@
+"""Named limits: define one, change it, and list limits with their use now.
+
+A named limit is a ``Limit`` aggregate in the log; the queue projection carries it
+into the backend, whose lease step then holds every run naming its key to its values
+(within a second). Use comes from the queue backend: runs holding each concurrency
+key, starts in each rate window, and due runs waiting.
+"""
+
+from datetime import datetime, timedelta
+
+import structlog
+
+from jobledger.domain.errors import AlreadyExistsError, ConflictError, NotFoundError
+from jobledger.domain.limits import Limit, LimitValues, limit_id
+from jobledger.persistence.ledger import Ledger
+from jobledger.projections.queue import QueueBackend
+from jobledger.runtime.accounts import Role
+from jobledger.schemas.limits import KeyUse, LimitList, LimitOut, LimitStateOut, LimitValuesIn
+from jobledger.services.actors import Actor
+
+log = structlog.get_logger(__name__)
+
+
+def to_values(body: LimitValuesIn) -> LimitValues:
+    per = None if body.per_seconds is None else timedelta(seconds=body.per_seconds)
+    return LimitValues(concurrency=body.concurrency, rate=body.rate, per=per)
+
+
+class Limits:
+    """The named-limit use cases; every change is a direct save, like the queues'."""
+
+    def __init__(self, ledger: Ledger, backend: QueueBackend) -> None:
+        self.ledger = ledger
+        self.backend = backend
+
+    def define(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
+        """Create the named limit ``name``; AlreadyExistsError if it exists."""
+        by.require(Role.OPERATOR)
+        limit = Limit.define(name, to_values(values), by=by.name, at=at)
+        try:
+            self.ledger.save_all(limit)
+        except (AlreadyExistsError, ConflictError):
+            raise AlreadyExistsError(
+                f"a limit named {name!r} exists: change it with PUT /api/v1/limits/{name}"
+            ) from None
+        log.info("limit.defined", limit=name, by=by.name)
+        return LimitStateOut(limit=self._out(limit, []), changed=True)
+
+    def change(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
+        """Give the named limit new values; the same values change nothing."""
+        by.require(Role.OPERATOR)
+        limit = self._get(name)
+        changed = limit.change(to_values(values), by=by.name, at=at)
+        if changed:
+            self.ledger.save_all(limit)
+        log.info("limit.changed", limit=name, by=by.name, changed=changed)
+        return LimitStateOut(limit=self._out(limit, []), changed=changed)
+
+    def set(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
+        """Create the named limit, or change it if it exists (what the CLI's ``limit
+        set`` does)."""
+        by.require(Role.OPERATOR)
+        if self.ledger.limit(limit_id(name)) is None:
+            try:
+                return self.define(name, values, at=at, by=by)
+            except AlreadyExistsError:
+                pass  # created meanwhile: change it instead
+        return self.change(name, values, at=at, by=by)
+
+    def get(self, name: str, *, at: datetime, by: Actor) -> LimitOut:
+        by.require(Role.VIEWER)
+        return self._out(self._get(name), self._uses(at))
+
+    def overview(self, *, at: datetime, by: Actor) -> LimitList:
+        """Every named limit with its use, and every key in use or waited for."""
+        by.require(Role.VIEWER)
+        uses = self._uses(at)
+        names = sorted(self.backend.named_limits())
+        limits = [self._out(limit, uses) for limit in self._existing(names)]
+        return LimitList(limits=limits, keys=uses)
+
+    def _existing(self, names: list[str]) -> list[Limit]:
+        found = []
+        for name in names:
+            try:
+                found.append(self._get(name))
+            except NotFoundError:
+                continue  # the projection knows a limit the log lost: never, but not fatal
+        return found
+
+    def _get(self, name: str) -> Limit:
+        limit = self.ledger.limit(limit_id(name))
+        if limit is None:
+            raise NotFoundError(f"no limit named {name!r}: create it with POST /api/v1/limits")
+        return limit
+
+    def _uses(self, at: datetime) -> list[KeyUse]:
+        return [
+            KeyUse(
+                queue=use.queue,
+                kind=use.kind,
+                key=use.key,
+                in_use=use.in_use,
+                waiting=use.waiting,
+                allowed=use.allowed,
+            )
+            for queue in sorted(self.backend.queues())
+            for use in self.backend.limit_usage(queue, now=at)
+        ]
+
+    @staticmethod
+    def _out(limit: Limit, uses: list[KeyUse]) -> LimitOut:
+        values = limit.values
+        own = [use for use in uses if use.key == limit.name]
+        return LimitOut(
+            name=limit.name,
+            version=limit.version,
+            concurrency=values.concurrency,
+            rate=values.rate,
+            per_seconds=None if values.per is None else values.per.total_seconds(),
+            changed_at=limit.changed_at,
+            in_use=sum(use.in_use for use in own),
+            waiting=sum(use.waiting for use in own),
+        )

@@ -1,0 +1,40 @@
+"""What the dashboard writes for a run's limits and for the wait a limit caused."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from jobledger.api.dashboard.presenters import run_limits, summary_of
+from jobledger.domain.limits import ConcurrencyLimit, RateLimit, RunLimits
+from jobledger.schemas.events import EventOut
+
+
+def test_a_runs_own_limit_values_are_written_out() -> None:
+    """If a run carries its own concurrency and rate values, then the page names both
+    keys with their values."""
+    limits = RunLimits(
+        concurrency=ConcurrencyLimit(key="customer:7", max=2),
+        rate=RateLimit(key="stripe", limit=10, per=timedelta(seconds=60)),
+    )
+    assert run_limits(limits) == (
+        "concurrency customer:7 (at most 2 at once); rate stripe (10 starts per 60 s)"
+    )
+
+
+def test_a_run_without_values_takes_the_named_limits() -> None:
+    """If a run names a key without values, then the page says the named limit decides;
+    without limits it says nothing."""
+    assert run_limits(RunLimits(rate=RateLimit(key="stripe"))) == "rate stripe (the named limit's)"
+    assert run_limits(None) == ""
+
+
+def test_a_throttled_event_says_which_limit_the_run_waited_for() -> None:
+    """If a run waited for a limit, then its timeline entry names the kind and key."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    event = EventOut(
+        type="ExecutionThrottled",
+        aggregate_id=uuid.uuid4(),
+        version=2,
+        timestamp=at,
+        data={"kind": "rate", "limit": "stripe", "at": at.isoformat()},
+    )
+    assert summary_of(event, None) == "waited for the rate limit stripe"
