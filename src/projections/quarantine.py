@@ -33,6 +33,7 @@ from jobledger.domain.json_values import error_line
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.errors import ContendedError, ProjectionError, QueueLostError
 from jobledger.projections.log import LogRow, RowPage
+from jobledger.projections.redis_client import CLUSTER_OUTAGE_ERRORS
 from jobledger.projections.times import from_ms, to_ms
 
 log = structlog.get_logger(__name__)
@@ -78,6 +79,7 @@ _OUTAGES: tuple[type[BaseException], ...] = (
     redis.ConnectionError,  # includes BusyLoadingError
     redis.TimeoutError,
     redis.ReadOnlyError,
+    *CLUSTER_OUTAGE_ERRORS,
     sqlite3.OperationalError,  # locked, disk full, no such table
     sqlite3.InterfaceError,
     sqlite3.ProgrammingError,
@@ -351,6 +353,20 @@ class Isolation:
             topic=row[3],
             error=text,
         )
+
+    @property
+    def unrecorded(self) -> Held:
+        """The streams isolated here that the table does not hold (a dry run's)."""
+        return self._unrecorded
+
+    def absorb(self, isolated: Sequence[tuple[LogRow, str]], count: int, unrecorded: Held) -> None:
+        """Take in what another process isolated for this follower (a rebuild's share)."""
+        self.count += count
+        self.isolated.extend(isolated[: max(0, MAX_KEPT - len(self.isolated))])
+        for stream, version in unrecorded.items():
+            self._unrecorded[stream] = min(self._unrecorded.get(stream, version), version)
+            if self.hold:
+                self._held[stream] = min(self._held.get(stream, version), version)
 
     def apply(self, page: RowPage, start: int, apply_rows: ApplyRows) -> bool:
         """Apply ``page`` (from ``start``) through ``apply_rows``, isolating what fails.

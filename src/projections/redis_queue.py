@@ -8,11 +8,15 @@ queue's ``state`` hash, so no script needs to decode msgpack.
 
 Loss detection: ``jl:meta`` holds the store's epoch and each queue's ``meta`` key the
 epoch it was created in. ``apply`` fails with ``QueueLostError`` when the global epoch
-is missing or different, or when a queue listed in ``jl:queues`` lost its meta (a
-partial loss); the scripts repeat the per-queue check atomically before writing.
+is missing or different, when ``jl:queues`` lost its mark, or when a queue listed in
+``jl:queues`` lost its meta (a partial loss, as a cluster master that comes back empty
+leaves it); the scripts repeat the per-queue check atomically before writing.
+``read_meta`` answers None for the same losses, so a follower finds them while the
+log is quiet.
 """
 
 import itertools
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
@@ -20,23 +24,29 @@ from typing import TypeVar
 from uuid import UUID
 
 import msgspec
-import redis
 from redis.commands.core import Script
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
 from jobledger.projections.queue import (
+    LIMIT_KINDS,
     Depths,
     Lease,
+    LeaseRound,
+    LimitUsage,
+    NamedLimit,
     QueueChange,
     QueueItem,
     QueueMeta,
     QueuePause,
     QueueState,
+    Throttle,
     check_change,
+    enforced,
 )
 from jobledger.projections.queue_entries import EncodedEntry, encode_entry, encode_item
-from jobledger.projections.redis_bulk import EntryPacker, pack, packed_pipeline
+from jobledger.projections.redis_bulk import EntryPacker, packed_pipeline
+from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import DEFAULT_PREFIX, Keys, QueueKeys
 from jobledger.projections.times import decode_time, due_score, encode_time, now_score
 
@@ -47,6 +57,9 @@ _Arg = str | int | bytes  # a script argument
 APPLY_CHUNK = 500
 # Entries per batch of a bulk load (four commands per queue and batch).
 LOAD_CHUNK = 10_000
+# How long a queue uses the named limits it read before it reads them again: a change
+# reaches the lease script within this time.
+NAMED_TTL = 1.0
 # Keys per UNLINK during a reset, and tombstones per prune call.
 DELETE_BATCH = 500
 
@@ -54,6 +67,8 @@ DELETE_BATCH = 500
 _LEASED_INDEX = 6
 _DEAD_INDEX = 7
 _READY_INDEX = 8  # + priority
+# No queue name has a colon, so no queue is named like the queue set's mark.
+_MARK = ":epoch:"
 
 
 def _utc_now() -> datetime:
@@ -74,17 +89,39 @@ def _blob(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode()
 
 
+def _listing_mark(epoch: str) -> str:
+    """The member of the queue set that shows the set is whole (see ``redis_keys``)."""
+    return f"{_MARK}{epoch}"
+
+
 def _apply_keys(qkeys: QueueKeys) -> list[str]:
     """apply.lua's KEYS, in the order its header lists."""
     fixed = [qkeys.meta, qkeys.ver, qkeys.item, qkeys.state, qkeys.gone, qkeys.leased, qkeys.dead]
-    return fixed + qkeys.ready_by_priority
+    return [*fixed, *qkeys.ready_by_priority, qkeys.lim, qkeys.lim_wake, qkeys.lim_noted]
+
+
+def _ack_limit_keys(qkeys: QueueKeys) -> list[str]:
+    return [qkeys.lim, qkeys.lim_wake, qkeys.lim_noted]
+
+
+def _allowed(
+    named: NamedLimit | None, kind: str, own: str, own_per: str
+) -> tuple[int | None, int | None]:
+    """``enforced`` for the values as lim:vals stores them."""
+    return enforced(named, kind, int(own) if own else None, int(own_per) if own_per else None)
+
+
+def _lease_keys(qkeys: QueueKeys) -> list[str]:
+    """lease.lua's KEYS, in the order its header lists."""
+    fixed = [qkeys.leased, qkeys.item, qkeys.state, qkeys.paused, qkeys.lim, qkeys.lim_wake]
+    return [*qkeys.ready_by_priority, *fixed, qkeys.lim_noted, qkeys.lim_vals]
 
 
 class _Scripts:
     """The Lua scripts, registered once per client (redis-py reloads them after a
     SCRIPT FLUSH or a failover)."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: RedisClient) -> None:
         self.apply = self._load(client, "apply")
         self.lease = self._load(client, "lease")
         self.extend = self._load(client, "extend")
@@ -94,9 +131,10 @@ class _Scripts:
         self.prune = self._load(client, "prune")
         self.write_position = self._load(client, "write_position")
         self.pause = self._load(client, "pause")
+        self.limit_set = self._load(client, "limit_set")
 
     @staticmethod
-    def _load(client: redis.Redis, name: str) -> Script:
+    def _load(client: RedisClient, name: str) -> Script:
         source = resources.files("jobledger.projections").joinpath(f"lua/{name}.lua")
         return client.register_script(source.read_text(encoding="utf-8"))
 
@@ -106,7 +144,7 @@ class RedisQueue:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: RedisClient,
         prefix: str = DEFAULT_PREFIX,
         *,
         clock: Clock = utc_now,
@@ -120,23 +158,45 @@ class RedisQueue:
         self._scripts = _Scripts(client)
         self._decoder = msgspec.msgpack.Decoder(QueueItem)
         self._pause_decoder = msgspec.msgpack.Decoder(QueuePause)
+        self._limit_decoder = msgspec.msgpack.Decoder(NamedLimit)
         self._encoder = msgspec.msgpack.Encoder()
+        # The named limits as lease.lua's arguments, and when they were read (monotonic).
+        self._named: tuple[float, list[_Arg]] | None = None
 
     # ---- projection side ------------------------------------------------------------
 
     def read_meta(self) -> QueueMeta | None:
-        raw = {_text(k): _text(v) for k, v in self._client.hgetall(self._keys.meta).items()}
+        """The store's meta, or None if the store lost any of its data (on a cluster,
+        one master may lose the slots of some queues, or of the queue set, alone)."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hgetall(self._keys.meta)
+        pipe.smembers(self._keys.queues)
+        stored, members = pipe.execute()
+        raw = {_text(k): _text(v) for k, v in stored.items()}
         if not {"store_id", "epoch", "position"} <= raw.keys():
             return None
-        return QueueMeta(
+        meta = QueueMeta(
             store_id=raw["store_id"], epoch=raw["epoch"], position=int(raw["position"])
         )
+        listed = {_text(name) for name in members}
+        if _listing_mark(meta.epoch) not in listed or not self._all_there(meta.epoch, listed):
+            return None
+        return meta
+
+    def _all_there(self, epoch: str, listed: set[str]) -> bool:
+        names = sorted(listed - {_listing_mark(epoch)})
+        if not names:
+            return True
+        pipe = self._client.pipeline(transaction=False)
+        for name in names:
+            pipe.get(self._keys.queue(name).meta)
+        return all(meta is not None and _text(meta) == epoch for meta in pipe.execute())
 
     def reset(self, meta: QueueMeta) -> None:
         keys = self._keys
         # Dropping the meta first makes every writer on the old epoch fail from now on.
         self._client.unlink(keys.meta)
-        listed = (_text(name) for name in self._client.smembers(keys.queues))
+        listed = self.queues()
         known = itertools.chain.from_iterable(keys.queue(name).all() for name in listed)
         for batch in _batches(known, DELETE_BATCH):
             self._client.unlink(*batch)
@@ -144,7 +204,11 @@ class RedisQueue:
         leftovers = self._client.scan_iter(match=keys.queue_pattern, count=DELETE_BATCH)
         for batch in _batches(leftovers, DELETE_BATCH):
             self._client.unlink(*batch)
+        # One key a command: on a cluster the two live in different slots.
         self._client.unlink(keys.queues)
+        self._client.unlink(keys.limits)
+        self._named = None
+        self._client.sadd(keys.queues, _listing_mark(meta.epoch))
         self._client.hset(
             keys.meta,
             mapping={"store_id": meta.store_id, "epoch": meta.epoch, "position": meta.position},
@@ -162,6 +226,7 @@ class RedisQueue:
             script_keys = _apply_keys(self._keys.queue(queue))
             for chunk in _batches(group, APPLY_CHUNK):
                 args: list[_Arg] = [epoch, int(queue in listed), int(force), removed_at]
+                args.append(self._keys.queue(queue).base)
                 args += [arg for change in chunk for arg in self._change_args(change)]
                 if self._scripts.apply(keys=script_keys, args=args) < 0:
                     raise QueueLostError
@@ -173,17 +238,13 @@ class RedisQueue:
         the global set already lists."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hget(self._keys.meta, "epoch")
-        if queues:
-            pipe.smismember(self._keys.queues, queues)
+        pipe.smismember(self._keys.queues, [*queues, _listing_mark(epoch)])
         for queue in queues:
             pipe.get(self._keys.queue(queue).meta)
-        stored, *rest = pipe.execute()
-        if stored is None or _text(stored) != epoch:
+        stored, flags, *metas = pipe.execute()
+        if stored is None or _text(stored) != epoch or not flags[-1]:
             raise QueueLostError
-        if not queues:
-            return set()
-        flags, metas = rest[0], rest[1:]
-        listed = {queue for queue, flag in zip(queues, flags, strict=True) if flag}
+        listed = {queue for queue, flag in zip(queues, flags[:-1], strict=True) if flag}
         for queue, meta in zip(queues, metas, strict=True):
             if (meta is None and queue in listed) or (meta is not None and _text(meta) != epoch):
                 raise QueueLostError
@@ -192,7 +253,7 @@ class RedisQueue:
     def _change_args(self, change: QueueChange) -> list[_Arg]:
         item = change.item
         if item is None:
-            return [str(change.execution_id), change.version, 0, 0, b"", ""]
+            return [str(change.execution_id), change.version, 0, 0, b"", "", ""]
         lease_id = ""
         if item.state is QueueState.PENDING:
             target = _READY_INDEX + item.priority
@@ -207,6 +268,7 @@ class RedisQueue:
             due_score(item.at),
             encode_item(item),
             f"{item.priority}|{lease_id}|",
+            "" if item.limits is None else item.limits.descriptor(),
         ]
 
     def load(self, items: Sequence[QueueItem], *, epoch: str) -> None:
@@ -228,27 +290,44 @@ class RedisQueue:
                 groups: dict[str, list[EncodedEntry]] = {}
                 for entry in batch:
                     groups.setdefault(entry[1], []).append(entry)
-                commands = self._new_queues([q for q in groups if q not in packers], epoch)
+                self._new_queues([q for q in groups if q not in packers], epoch)
+                commands = []
                 for queue, entries in groups.items():
                     packer = packers.get(queue) or EntryPacker(self._keys.queue(queue))
                     packers[queue] = packer
-                    commands += packer.pack(entries)
-                pipeline.send(commands)
+                    commands.append((self._keys.queue(queue).meta, packer.pack(entries)))
+                pipeline.send_groups(commands)
                 count += len(batch)
+        self._close_windows(packers)
         return count
 
-    def _new_queues(self, queues: list[str], epoch: str) -> list[bytes]:
-        """The commands that create ``queues`` (unless listed), after the epoch check.
-        Only checked once per queue: a check waits for the batch Redis is executing."""
+    def _close_windows(self, packers: dict[str, EntryPacker]) -> None:
+        """Close the limits of the loaded entries for a while (see ``LimitCloser``)."""
+        moment = now_score(self._clock())
+        pipe = self._client.pipeline(transaction=False)
+        for queue, packer in packers.items():
+            qkeys = self._keys.queue(queue)
+            for member, until in packer.closer.closed(moment).items():
+                pipe.set(qkeys.lim_closed(member), until, px=until - moment)
+                pipe.zadd(qkeys.lim_wake, {member: until + 1})
+        pipe.execute()
+
+    def _new_queues(self, queues: list[str], epoch: str) -> None:
+        """Create ``queues`` (unless listed), after the epoch check. Only checked once
+        per queue: a check waits for the batch Redis is executing. Each meta is written
+        before the set lists its queue (a listed queue without meta is a lost one),
+        which on a cluster takes a reply from each master in turn."""
         if not queues:
-            return []
+            return
         listed = self._check_epoch(epoch, queues)
-        commands = []
-        for queue in queues:
-            if queue not in listed:
-                commands.append(pack(("SET", self._keys.queue(queue).meta, epoch)))
-                commands.append(pack(("SADD", self._keys.queues, queue)))
-        return commands
+        new = [queue for queue in queues if queue not in listed]
+        if not new:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for queue in new:
+            pipe.set(self._keys.queue(queue).meta, epoch)
+        pipe.execute()
+        self._client.sadd(self._keys.queues, *new)
 
     def apply_pauses(self, pauses: Sequence[QueuePause], *, epoch: str) -> None:
         if not pauses:
@@ -283,12 +362,47 @@ class RedisQueue:
             found[name] = msgspec.structs.replace(pause, paused=_text(flag) == "1")
         return found
 
+    def apply_limits(self, limits: Sequence[NamedLimit], *, epoch: str) -> None:
+        if not limits:
+            return
+        self._check_epoch(epoch, [])
+        for limit in limits:
+            args: list[_Arg] = [limit.name, limit.version, self._encoder.encode(limit)]
+            self._scripts.limit_set(keys=[self._keys.limits], args=args)
+        self._named = None
+        # Entries waiting for these keys may have room now: each queue looks again.
+        members = [f"{kind}:{limit.name}" for limit in limits for kind in ("c", "r")]
+        pipe = self._client.pipeline(transaction=False)
+        for queue in sorted(self.queues()):
+            pipe.zadd(self._keys.queue(queue).lim_wake, dict.fromkeys(members, 0))
+        pipe.execute()
+
+    def named_limits(self) -> dict[str, NamedLimit]:
+        raw = self._client.hgetall(self._keys.limits)
+        records = (self._limit_decoder.decode(_blob(v)) for k, v in raw.items() if k[:2] == b"r:")
+        return {limit.name: limit for limit in records}
+
+    def _named_args(self) -> list[_Arg]:
+        """lease.lua's named-limit arguments, read at most once per NAMED_TTL."""
+        cached = self._named
+        moment = time.monotonic()
+        if cached is not None and moment - cached[0] < NAMED_TTL:
+            return cached[1]
+        named = self.named_limits()
+        args: list[_Arg] = [len(named)]
+        for limit in named.values():
+            values = (limit.concurrency, limit.rate, limit.rate_per_ms)
+            args += [limit.name, *("" if v is None else v for v in values)]
+        self._named = (moment, args)
+        return args
+
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):
             raise QueueLostError
 
     def queues(self) -> set[str]:
-        return {_text(name) for name in self._client.smembers(self._keys.queues)}
+        names = {_text(name) for name in self._client.smembers(self._keys.queues)}
+        return {name for name in names if not name.startswith(_MARK)}
 
     def items(self, queue: str) -> list[QueueItem]:
         qkeys = self._keys.queue(queue)
@@ -340,34 +454,93 @@ class RedisQueue:
         ttl: timedelta,
         now: datetime,
     ) -> list[Lease]:
+        return self.lease_round(queue, lease_ids=lease_ids, ttl=ttl, now=now).leases
+
+    def lease_round(
+        self,
+        queue: str,
+        *,
+        lease_ids: Sequence[UUID],
+        ttl: timedelta,
+        now: datetime,
+    ) -> LeaseRound:
         if not lease_ids:
-            return []
+            return LeaseRound(leases=[])
         qkeys = self._keys.queue(queue)
         deadline = now + ttl
         raw = self._scripts.lease(
-            keys=[*qkeys.ready_by_priority, qkeys.leased, qkeys.item, qkeys.state, qkeys.paused],
+            keys=_lease_keys(qkeys),
             args=[
                 now_score(now),
                 due_score(deadline),
                 encode_time(deadline),
+                qkeys.base,
+                *self._named_args(),
                 *(str(lease_id) for lease_id in lease_ids),
             ],
         )
-        leases = []
-        for eid, lease_id, blob in _batches(raw, 3):
-            item = self._decoder.decode(blob)
-            leases.append(
-                Lease(
-                    execution_id=UUID(_text(eid)),
-                    queue=queue,
-                    lease_id=UUID(_text(lease_id)),
-                    deadline=deadline,
-                    attempt=item.attempt,
-                    version=item.version,
-                    spec=item.spec,
-                )
+        count = 3 * int(raw[0])
+        leases = [
+            self._lease(queue, eid, lease_id, blob, deadline)
+            for eid, lease_id, blob in _batches(raw[1 : 1 + count], 3)
+        ]
+        throttled = [
+            self._throttle(queue, eid, kind, key)
+            for eid, kind, key in _batches(raw[1 + count :], 3)
+        ]
+        return LeaseRound(leases=leases, throttled=throttled)
+
+    def _lease(
+        self, queue: str, eid: bytes, lease_id: bytes, blob: bytes, deadline: datetime
+    ) -> Lease:
+        item = self._decoder.decode(blob)
+        return Lease(
+            execution_id=UUID(_text(eid)),
+            queue=queue,
+            lease_id=UUID(_text(lease_id)),
+            deadline=deadline,
+            attempt=item.attempt,
+            version=item.version,
+            spec=item.spec,
+        )
+
+    def _throttle(self, queue: str, eid: bytes, kind: bytes, key: bytes) -> Throttle:
+        execution_id = UUID(_text(eid))
+        blob = self._client.hget(self._keys.queue(queue).item, str(execution_id))
+        version = 0 if blob is None else self._decoder.decode(_blob(blob)).version
+        return Throttle(
+            execution_id=execution_id,
+            queue=queue,
+            version=version,
+            kind=LIMIT_KINDS[_text(kind)],
+            key=_text(key),
+        )
+
+    def limit_usage(self, queue: str, *, now: datetime) -> list[LimitUsage]:
+        qkeys = self._keys.queue(queue)
+        vals = {_text(k): _text(v) for k, v in self._client.hgetall(qkeys.lim_vals).items()}
+        named = self.named_limits()
+        members = sorted(vals)
+        enforced = [_allowed(named.get(m[2:]), m[0], *vals[m].split("|")) for m in members]
+        pipe = self._client.pipeline(transaction=False)
+        for member, (_, per) in zip(members, enforced, strict=True):
+            if member[0] == "c":
+                pipe.scard(qkeys.lim_run(member[2:]))
+            else:
+                pipe.zcount(qkeys.lim_starts(member[2:]), now_score(now) - (per or 0), "+inf")
+            pipe.zcard(qkeys.lim_wait(member))
+        counts = pipe.execute()
+        return [
+            LimitUsage(
+                queue=queue,
+                kind=LIMIT_KINDS[member[0]],
+                key=member[2:],
+                in_use=int(counts[2 * i]),
+                waiting=int(counts[2 * i + 1]),
+                allowed=allowed,
             )
-        return leases
+            for i, (member, (allowed, _)) in enumerate(zip(members, enforced, strict=True))
+        ]
 
     def extend(self, queue: str, execution_id: UUID, lease_id: UUID, *, deadline: datetime) -> bool:
         qkeys = self._keys.queue(queue)
@@ -379,11 +552,26 @@ class RedisQueue:
         )
 
     def ack(self, queue: str, execution_id: UUID, lease_id: UUID) -> bool:
+        return self._ack(queue, [(execution_id, lease_id)]) > 0
+
+    def ack_many(self, leases: Iterable[Lease]) -> int:
+        groups: dict[str, list[tuple[UUID, UUID]]] = {}
+        for lease in leases:
+            groups.setdefault(lease.queue, []).append((lease.execution_id, lease.lease_id))
+        return sum(
+            self._ack(queue, chunk)
+            for queue, held in groups.items()
+            for chunk in _batches(held, APPLY_CHUNK)
+        )
+
+    def _ack(self, queue: str, held: Sequence[tuple[UUID, UUID]]) -> int:
         qkeys = self._keys.queue(queue)
-        return bool(
+        args: list[_Arg] = [now_score(self._clock()), qkeys.base]
+        args += [str(value) for pair in held for value in pair]
+        return int(
             self._scripts.ack(
-                keys=[qkeys.leased, qkeys.state, qkeys.item, qkeys.gone],
-                args=[str(execution_id), str(lease_id), now_score(self._clock())],
+                keys=[qkeys.leased, qkeys.state, qkeys.item, qkeys.gone, *_ack_limit_keys(qkeys)],
+                args=args,
             )
         )
 
@@ -393,8 +581,20 @@ class RedisQueue:
         qkeys = self._keys.queue(queue)
         return bool(
             self._scripts.release(
-                keys=[qkeys.leased, qkeys.state, *qkeys.ready_by_priority],
-                args=[str(execution_id), str(lease_id), due_score(ready_at), encode_time(ready_at)],
+                keys=[
+                    qkeys.leased,
+                    qkeys.state,
+                    *qkeys.ready_by_priority,
+                    qkeys.lim,
+                    qkeys.lim_wake,
+                ],
+                args=[
+                    str(execution_id),
+                    str(lease_id),
+                    due_score(ready_at),
+                    encode_time(ready_at),
+                    qkeys.base,
+                ],
             )
         )
 
@@ -416,10 +616,10 @@ class RedisQueue:
             pipe.zcount(key, f"({score}", "+inf")
         pipe.zcard(qkeys.leased)
         pipe.zcard(qkeys.dead)
-        *counts, leased, dead = pipe.execute()
-        return Depths(
-            ready=sum(counts[0::2]),
-            delayed=sum(counts[1::2]),
-            leased=leased,
-            dead=dead,
-        )
+        pipe.hlen(qkeys.state)
+        *counts, leased, dead, entries = pipe.execute()
+        ready, delayed = sum(counts[0::2]), sum(counts[1::2])
+        # Entries waiting for a limit are in no sorted set, but are open entries (the
+        # state hash has every one): they were due, so they count as ready.
+        waiting = max(entries - ready - delayed - leased - dead, 0)
+        return Depths(ready=ready + waiting, delayed=delayed, leased=leased, dead=dead)

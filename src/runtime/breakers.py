@@ -19,11 +19,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import cast
 
 import pybreaker
 import redis
 import structlog
 
+from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.handlers.base import (
     CircuitOpenError,
@@ -71,7 +73,7 @@ class _SharedStorage(pybreaker.CircuitRedisStorage):
     def __init__(
         self,
         state: str,
-        client: redis.Redis,
+        client: RedisClient,
         *,
         namespace: str,
         refresh: float,
@@ -79,7 +81,9 @@ class _SharedStorage(pybreaker.CircuitRedisStorage):
     ) -> None:
         # Only .exception() is called on it; before super(): that talks to Redis at once.
         self.logger = _RedisErrors(health)  # type: ignore[assignment]
-        super().__init__(state, client, namespace=namespace)
+        # pybreaker names the single-server client; it uses single-key commands and
+        # WATCH on one key only, which a cluster client serves alike.
+        super().__init__(state, cast("redis.Redis", client), namespace=namespace)
         self._refresh = refresh
         self._state_cache: tuple[str, float] | None = None
         self._zero_until = 0.0
@@ -123,7 +127,7 @@ class Breakers:
 
     def __init__(
         self,
-        client: redis.Redis | None,
+        client: RedisClient | None,
         keys: Keys,
         settings: BreakerSettings = BreakerSettings(),
         health: DependencyHealth | None = None,

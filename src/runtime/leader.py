@@ -25,6 +25,7 @@ import structlog
 
 from jobledger.domain.clock import MonotonicClock
 from jobledger.projections.database import Database
+from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.errors import StoreNotMigratedError
 from jobledger.runtime.outages import REDIS, DependencyHealth
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
+# The election reports to the outage tracker as a loop of its own (see DependencyHealth).
+_ELECTION = "leader-election"
 _EPOCH_TABLE = "jobledger_leader_epoch"
 
 
@@ -139,7 +142,7 @@ class RedisLeadership:
 
     def __init__(
         self,
-        client: redis.Redis,
+        client: RedisClient,
         keys: Keys,
         epochs: EpochSource,
         *,
@@ -189,11 +192,13 @@ class RedisLeadership:
         except redis.RedisError as error:
             # Unreachable Redis: keep the deadline; acting stops when it passes. An
             # outage is said once, by the tracker; tries go on at the poll interval.
-            if self._health.report(error, self._health.clock()) is None:
+            if self._health.report(error, self._health.clock(), loop=_ELECTION) is None:
                 log.warning("leader.redis_error", scheduler_id=self.token, error=str(error))
             self._next_attempt = now + self._timing.poll
         else:
-            self._health.succeeded(REDIS, self._health.clock())
+            # Its own loop: the scheduler's thread also recovers leases, in slots of a
+            # cluster that may be down while the lock's slot answers.
+            self._health.succeeded(REDIS, self._health.clock(), loop=_ELECTION)
 
     def release(self) -> None:
         if self._leading:
@@ -277,12 +282,12 @@ class RedisLeadership:
             )
 
 
-def _script(client: redis.Redis, name: str) -> redis.commands.core.Script:
+def _script(client: RedisClient, name: str) -> redis.commands.core.Script:
     source = resources.files("jobledger.runtime").joinpath(f"lua/{name}.lua")
     return client.register_script(source.read_text(encoding="utf-8"))
 
 
-def current_leader(client: redis.Redis, keys: Keys) -> tuple[str | None, int]:
+def current_leader(client: RedisClient, keys: Keys) -> tuple[str | None, int]:
     """(the token of the scheduler that holds the lock, or None; the epoch its leader
     announced, 0 if none since Redis last lost its data)."""
     token, epoch = client.mget([keys.leader, keys.leader_epoch])

@@ -14,7 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 import redis
@@ -25,6 +25,7 @@ from prometheus_client import Gauge
 from jobledger.domain.clock import MonotonicClock
 from jobledger.domain.json_values import error_line
 from jobledger.projections.background import Background
+from jobledger.projections.redis_client import CLUSTER_OUTAGE_ERRORS
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +42,11 @@ _WRAPPED_ERRORS: tuple[type[Exception], ...] = (
     persistence.OperationalError,
     persistence.InterfaceError,
 )
-_REDIS_ERRORS: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
+_REDIS_ERRORS: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    *CLUSTER_OUTAGE_ERRORS,
+)
 # Every class ``dependency_of`` may name a store for: what a loop catches.
 OUTAGE_ERRORS = _REDIS_ERRORS + _POSTGRES_ERRORS + _WRAPPED_ERRORS
 _MAX_ERROR_TEXT = 300
@@ -95,6 +100,12 @@ class _Outage:
     since: float
     failures: int
     error: str
+    # The loops whose last try failed, with when; see ``succeeded``.
+    failing: dict[str, float] = field(default_factory=dict)
+
+
+def _this_thread() -> str:
+    return f"thread-{threading.get_ident()}"
 
 
 class DependencyHealth:
@@ -124,8 +135,11 @@ class DependencyHealth:
             for dependency in dependencies:
                 self._gauge.labels(dependency=dependency).set(1)
 
-    def failed(self, dependency: str, error: BaseException, now: float) -> float:
-        """Record a failed try; returns the seconds to wait before the next one."""
+    def failed(
+        self, dependency: str, error: BaseException, now: float, *, loop: str | None = None
+    ) -> float:
+        """Record a failed try of ``loop`` (by default, the calling thread); returns the
+        seconds to wait before the next one."""
         text = error_line(error, max_chars=_MAX_ERROR_TEXT)
         with self._lock:
             outage = self._outages.get(dependency)
@@ -134,6 +148,7 @@ class DependencyHealth:
                 outage = self._outages[dependency] = _Outage(now, 0, text)
             outage.failures += 1
             outage.error = text
+            outage.failing[loop or _this_thread()] = now
             failures = outage.failures
         if starts:
             if self._gauge is not None:
@@ -143,14 +158,27 @@ class DependencyHealth:
             )
         return self._backoff.delay(failures, self._rand())
 
-    def succeeded(self, dependency: str, now: float) -> None:
-        """Record a successful try; ends the outage of ``dependency`` if there was one."""
+    def succeeded(self, dependency: str, now: float, *, loop: str | None = None) -> None:
+        """Record a successful try of ``loop`` (by default, the calling thread); ends the
+        outage of ``dependency`` if there was one and no other loop is still failing.
+
+        Part of a store may stay down while the rest answers (one master of a Redis
+        Cluster): a loop that uses the rest must not end an outage that another loop
+        still meets, or the outage would be said over and over. A loop whose last
+        failure is older than the longest back-off pause no longer tries (or succeeded
+        without saying so) and is not waited for."""
         if dependency not in self._outages:  # the common case, without the lock
             return
         with self._lock:
-            outage = self._outages.pop(dependency, None)
-        if outage is None:
-            return
+            outage = self._outages.get(dependency)
+            if outage is None:
+                return
+            outage.failing.pop(loop or _this_thread(), None)
+            recent = now - self._backoff.cap
+            outage.failing = {name: at for name, at in outage.failing.items() if at > recent}
+            if outage.failing:
+                return
+            del self._outages[dependency]
         if self._gauge is not None:
             self._gauge.labels(dependency=dependency).set(1)
         log.info(
@@ -161,12 +189,12 @@ class DependencyHealth:
             failures=outage.failures,
         )
 
-    def report(self, error: BaseException, now: float) -> float | None:
+    def report(self, error: BaseException, now: float, *, loop: str | None = None) -> float | None:
         """``failed`` for the store ``error`` names; None if it names none."""
         dependency = dependency_of(error)
         if dependency is None:
             return None
-        return self.failed(dependency, error, now)
+        return self.failed(dependency, error, now, loop=loop)
 
     def down(self) -> dict[str, str]:
         """The stores in an outage now, with the last error each gave."""

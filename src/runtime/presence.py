@@ -14,8 +14,8 @@ from typing import Protocol
 from uuid import UUID
 
 import msgspec
-import redis
 
+from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
 from jobledger.schemas.rows import ProgressRow
 
@@ -69,7 +69,7 @@ class MemoryPresence:
 
 
 class RedisPresence:
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: RedisClient, keys: Keys) -> None:
         self._client = client
         self._keys = keys
         self._encoder = msgspec.json.Encoder()

@@ -1,4 +1,5 @@
-"""Integration fixtures: a private redis-server, and workers as real processes.
+"""Integration fixtures: a private redis-server (and a private Redis Cluster), and
+workers as real processes.
 
 The redis-server listens on a free loopback port with persistence off, so the tests
 never touch a Redis the machine runs for itself. The ``harness`` fixture runs a ledger
@@ -13,20 +14,23 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import redis
-from tests.conftest import actor
+from redis.cluster import RedisCluster
+from tests.conftest import CHEAP_PASSWORDS, actor
 from tests.integration.executions import LogReads, adhoc_spec
+from tests.redis_cluster import PrivateRedisCluster
 
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.runtime.settings import Settings, load_settings
-from jobledger.services.executions import Executions
+from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
+from jobledger.services.executions import BatchRun, Executions
 
 
 @pytest.fixture
@@ -38,6 +42,25 @@ def redis_client(redis_server: str) -> Iterator[redis.Redis]:
         yield client
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedisCluster]:
+    """A private three-master Redis Cluster for this session, stopped after."""
+    cluster = PrivateRedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.create()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def cluster_client(redis_cluster: PrivateRedisCluster) -> Iterator[RedisCluster]:
+    """A client of the private Redis Cluster, whose masters are emptied before each test."""
+    with redis_cluster.client() as client:
+        client.flushall(target_nodes=RedisCluster.PRIMARIES)
+        yield client
 
 
 class WorkerProcess:
@@ -122,8 +145,41 @@ class Harness(LogReads):
         at = ready_at or datetime.now(tz=UTC)
         return Executions(self.container.ledger).run(spec, key=uuid.uuid4().hex, at=at, by=actor())
 
+    def run_many(
+        self, runs: Sequence[tuple[str, dict[str, Any]]], *, ready_at: datetime | None = None
+    ) -> list[ExecutionRef]:
+        """Ad-hoc executions of (handler, payload) pairs, as ``run`` makes them, ready
+        now unless ``ready_at`` says later: saved a thousand at a time (a transaction
+        each) rather than one save each."""
+        at = ready_at or datetime.now(tz=UTC)
+        batch = [
+            BatchRun(
+                adhoc_spec(
+                    handler,
+                    payload,
+                    retries=3,
+                    backoff=timedelta(milliseconds=500),
+                    max_backoff=timedelta(seconds=5),
+                ),
+                uuid.uuid4().hex,
+                at,
+            )
+            for handler, payload in runs
+        ]
+        executions = Executions(self.container.ledger)
+        return [
+            ref
+            for start in range(0, len(batch), MAX_BATCH_RUNS)
+            for ref in executions.run_many(
+                batch[start : start + MAX_BATCH_RUNS], by=actor()
+            ).executions
+        ]
+
     def wait_for_all(
-        self, executions: Iterable[Execution], status: ExecutionStatus, timeout: float
+        self,
+        executions: Iterable[Execution | ExecutionRef],
+        status: ExecutionStatus,
+        timeout: float,
     ) -> None:
         """Wait until every execution has ``status``; an execution is read again only
         until it gets there, so a long list costs little to poll."""
@@ -157,6 +213,7 @@ def harness_settings(postgres_url: str, redis_url: str, prefix: str = "w") -> Se
         leader_ttl_ms="1000",
         leader_renew_ms="300",
         leader_poll_ms="100",
+        **CHEAP_PASSWORDS,
     )
 
 

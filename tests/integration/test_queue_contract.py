@@ -12,6 +12,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.integration.queue_backends import AT, META, REDIS_BACKENDS, TTL, Clock, Q
 
 from jobledger.projections.errors import QueueLostError
 from jobledger.projections.memory_queue import MemoryQueue
@@ -26,23 +27,9 @@ from jobledger.projections.queue import (
     QueueState,
 )
 from jobledger.projections.queue_fold import restored
+from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import APPLY_CHUNK, RedisQueue
-
-AT = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
-TTL = timedelta(seconds=30)
-META = QueueMeta(store_id="s", epoch="e1", position=0)
-Q = "default"
-
-
-class Clock:
-    """A settable clock; the backends use it to date tombstones."""
-
-    def __init__(self) -> None:
-        self.now = AT
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture
@@ -50,13 +37,20 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=REDIS_BACKENDS)
+def queue_client(request: pytest.FixtureRequest) -> RedisClient:
+    """An emptied client of one Redis server, or of a Redis Cluster."""
+    client: RedisClient = request.getfixturevalue(request.param)
+    return client
+
+
+@pytest.fixture(params=["memory", *REDIS_BACKENDS])
 def new_backend(request: pytest.FixtureRequest, clock: Clock) -> Callable[[], QueueBackend]:
     """Makes backends on one empty store (never reset)."""
     if request.param == "memory":
         memory = MemoryQueue(clock=clock)
         return lambda: memory
-    client: redis.Redis = request.getfixturevalue("redis_client")
+    client: RedisClient = request.getfixturevalue(request.param)
     return lambda: RedisQueue(client, "jltest", clock=clock)
 
 
@@ -244,6 +238,24 @@ def test_a_stale_lease_id_changes_nothing(backend: QueueBackend) -> None:
     assert backend.ack(Q, item.execution_id, held.lease_id)
     assert not backend.ack(Q, item.execution_id, held.lease_id)
     assert backend.items(Q) == []
+
+
+def test_ack_many_drops_only_the_held_leases_of_every_queue(backend: QueueBackend) -> None:
+    """If many leases of two queues are acked at once, among them a stale one, then the
+    held ones are dropped, each leaving a tombstone, and the count says how many."""
+    items = [entry() for _ in range(3)]
+    other = entry(queue="other")
+    add(backend, *items, other)
+    held = lease(backend, 3)
+    (held_other,) = lease(backend, queue="other")
+    stale = msgspec.structs.replace(held[0], lease_id=uuid.uuid4())
+    assert backend.ack_many([]) == 0
+    assert backend.ack_many([stale]) == 0
+    assert backend.ack_many([*held[1:], held_other, stale]) == 3
+    assert [i.execution_id for i in backend.items(Q)] == [held[0].execution_id]
+    assert backend.items("other") == []
+    add(backend, other)
+    assert backend.items("other") == []
 
 
 def test_a_pending_entry_has_no_lease_to_act_on(backend: QueueBackend) -> None:
@@ -591,46 +603,62 @@ def test_pauses_are_listed_and_a_reset_forgets_them(backend: QueueBackend) -> No
 
 
 @pytest.fixture
-def redis_backend(redis_client: redis.Redis, clock: Clock) -> RedisQueue:
-    queue = RedisQueue(redis_client, "jltest", clock=clock)
+def redis_backend(queue_client: RedisClient, clock: Clock) -> RedisQueue:
+    queue = RedisQueue(queue_client, "jltest", clock=clock)
     queue.reset(META)
     return queue
 
 
 @pytest.mark.redis
-def test_a_flushed_redis_is_detected(redis_backend: RedisQueue, redis_client: redis.Redis) -> None:
+def test_a_flushed_redis_is_detected(redis_backend: RedisQueue, queue_client: RedisClient) -> None:
     """If Redis loses everything (FLUSHALL), then apply and write_position with the old
     epoch raise QueueLostError and write nothing."""
     add(redis_backend, entry())
-    redis_client.flushall()
+    queue_client.flushall()
     with pytest.raises(QueueLostError):
         add(redis_backend, entry())
     with pytest.raises(QueueLostError):
         redis_backend.write_position(5, epoch=META.epoch)
-    assert redis_client.dbsize() == 0
+    assert queue_client.dbsize() == 0
     assert redis_backend.read_meta() is None
 
 
 @pytest.mark.redis
 def test_a_queue_that_lost_its_keys_is_detected(
-    redis_backend: RedisQueue, redis_client: redis.Redis
+    redis_backend: RedisQueue, queue_client: RedisClient
 ) -> None:
     """If one queue loses its keys while the global meta survives (a partial loss), then
-    apply raises QueueLostError for it, before writing to any queue of the page."""
+    apply raises QueueLostError for it, before writing to any queue of the page, and
+    the store's meta reads as lost."""
     add(redis_backend, entry(queue="a"), entry(queue="b"))
-    redis_client.unlink(*Keys("jltest").queue("b").all())
+    queue_client.unlink(*Keys("jltest").queue("b").all())
     with pytest.raises(QueueLostError):
         add(redis_backend, entry(queue="a"), entry(queue="b"))
     assert len(redis_backend.items("a")) == 1
     assert redis_backend.items("b") == []
+    assert redis_backend.read_meta() is None
 
 
 @pytest.mark.redis
-def test_prefixes_isolate_stores(redis_client: redis.Redis, clock: Clock) -> None:
+def test_a_queue_set_that_lost_its_data_is_detected(
+    redis_backend: RedisQueue, queue_client: RedisClient
+) -> None:
+    """If the set of queues loses its data while the meta and the queues survive (on a
+    cluster, each lives on a master of its own), then apply raises QueueLostError and
+    the store's meta reads as lost: the queues it no longer names would be forgotten."""
+    add(redis_backend, entry(queue="a"))
+    queue_client.unlink(Keys("jltest").queues)
+    with pytest.raises(QueueLostError):
+        add(redis_backend, entry(queue="a"))
+    assert redis_backend.read_meta() is None
+
+
+@pytest.mark.redis
+def test_prefixes_isolate_stores(queue_client: RedisClient, clock: Clock) -> None:
     """If two backends use different prefixes, even nested ones, then a reset of one
     leaves the other's entries and meta alone."""
-    outer = RedisQueue(redis_client, "jltest", clock=clock)
-    inner = RedisQueue(redis_client, "jltest:tenant", clock=clock)
+    outer = RedisQueue(queue_client, "jltest", clock=clock)
+    inner = RedisQueue(queue_client, "jltest:tenant", clock=clock)
     for backend in (outer, inner):
         backend.reset(META)
         add(backend, entry())
@@ -646,19 +674,19 @@ def as_text(key: bytes | str) -> str:
 
 @pytest.mark.redis
 def test_every_key_of_a_queue_shares_one_hash_tag(
-    redis_backend: RedisQueue, redis_client: redis.Redis
+    redis_backend: RedisQueue, queue_client: RedisClient
 ) -> None:
     """If a queue is used, then all its keys carry the queue's hash tag (one cluster slot)."""
     add(redis_backend, entry(queue="a"), entry(queue="a", state=QueueState.DEAD))
     lease(redis_backend, queue="a")
-    queue_keys = [as_text(k) for k in redis_client.keys("jltest:{q:*")]
+    queue_keys = [as_text(k) for k in queue_client.scan_iter(match="jltest:{q:*")]
     assert queue_keys
     assert all(k.startswith("jltest:{q:a}:") for k in queue_keys)
     pause(redis_backend, 2, queue="a")
-    queue_keys = [as_text(k) for k in redis_client.keys("jltest:{q:*")]
+    queue_keys = [as_text(k) for k in queue_client.scan_iter(match="jltest:{q:*")]
     assert "jltest:{q:a}:paused" in queue_keys
     assert all(k.startswith("jltest:{q:a}:") for k in queue_keys)
-    assert {as_text(k) for k in redis_client.keys("*")} - set(queue_keys) == {
+    assert {as_text(k) for k in queue_client.scan_iter(match="*")} - set(queue_keys) == {
         "jltest:meta",
         "jltest:queues",
     }
@@ -852,12 +880,12 @@ class Worker:
     script=st.lists(steps(), min_size=5, max_size=30),
 )
 def test_memory_and_redis_answer_alike(
-    redis_client: redis.Redis, clock: Clock, priorities: list[int], script: list[Step]
+    queue_client: RedisClient, clock: Clock, priorities: list[int], script: list[Step]
 ) -> None:
     """If both backends get the same applies, pauses and worker steps, then every step
     returns the same answer and both end with the same entries."""
     memory = MemoryQueue(clock=clock)
-    remote = RedisQueue(redis_client, "jldiff", clock=clock)
+    remote = RedisQueue(queue_client, "jldiff", clock=clock)
     # Every execution starts pending, so worker steps have entries to act on.
     start = [
         entry(eid, queue=queue_of(eid), priority=p, at=AT + timedelta(milliseconds=eid.int))

@@ -4,6 +4,7 @@ outage edge, and the gauge."""
 import sqlite3
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, cast
 
 import psycopg
@@ -143,6 +144,30 @@ def test_a_watch_ends_the_outages_of_its_own_stores_only() -> None:
         queue.succeeded()
     assert health.down() == {}
     assert logs[0]["outage_seconds"] == 4.0
+
+
+def test_an_outage_of_part_of_a_store_is_said_once() -> None:
+    """If one loop keeps failing while another succeeds (a Redis Cluster that lost one
+    master: some slots answer, others do not), then the outage goes on and is said
+    once; it ends when the failing loop succeeds, or once it stopped trying for the
+    longest back-off pause."""
+    health = DependencyHealth("scheduler")
+    cap = Backoff().cap
+    with capture_logs() as logs, ThreadPoolExecutor(max_workers=1) as other_loop:
+        for second in range(10):
+            other_loop.submit(
+                health.failed, REDIS, redis.ConnectionError("refused"), 100.0 + second
+            ).result()
+            health.succeeded(REDIS, 100.5 + second)
+        assert set(health.down()) == {REDIS}
+        other_loop.submit(health.succeeded, REDIS, 110.0).result()
+        assert health.down() == {}
+        other_loop.submit(health.failed, REDIS, redis.ConnectionError("refused"), 120.0).result()
+        health.succeeded(REDIS, 120.0 + cap / 2)
+        assert set(health.down()) == {REDIS}
+        health.succeeded(REDIS, 120.0 + cap)
+        assert health.down() == {}
+    assert [e["event"] for e in logs] == ["dependency.down", "dependency.up"] * 2
 
 
 def test_the_probe_ends_an_outage_once_the_store_answers() -> None:
