@@ -51,15 +51,8 @@ from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import _QmarkCursor
 from jobledger.projections.log import LogReader, read_rows
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
-from jobledger.projections.read_models import (
-    POSITION,
-    REPLAY_PAGE,
-    TABLES,
-    TOPICS,
-    ReadModels,
-    _read_fold,
-    _write_fold,
-)
+from jobledger.projections.read_model_tables import TABLES, read_fold, write_fold
+from jobledger.projections.read_models import POSITION, REPLAY_PAGE, TOPICS, ReadModels
 from jobledger.runtime.logging import configure_logging
 from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import migrate, open_ledger, persistence_env, projection_database
@@ -391,10 +384,10 @@ class ReadModelsView(PostgresTrackingRecorder):
         with self.datastore.get_connection() as conn, conn.transaction():
             with conn.cursor(row_factory=tuple_row) as raw:
                 cursor = _QmarkCursor(conn, raw)
-                fold = _read_fold(cursor, events)
+                fold = read_fold(cursor, events)
                 for key, event in events:
                     fold.apply(key, event)
-                _write_fold(cursor, fold)
+                write_fold(cursor, fold)
             with conn.cursor() as curs:
                 # Raises IntegrityError if this or a later position is recorded already.
                 self._insert_tracking(curs, tracking)

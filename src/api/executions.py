@@ -253,7 +253,7 @@ def run_batch(
         for index, run in enumerate(data.runs)
     ]
     outcome = executions.run_many(runs, by=actor)
-    refs = [ExecutionRef(e.id, str(e.status)) for e in outcome.executions]
+    refs = outcome.executions
     return RunBatchOut(outcome.created, len(refs) - outcome.created, refs)
 
 

@@ -7,8 +7,9 @@ The commands that change them are use cases (``jobledger.services``); this class
 persists and loads.
 """
 
+import contextlib
 import typing
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -20,23 +21,27 @@ from eventsourcing.persistence import (
     IntegrityError,
     Mapper,
     MapperDeserialisationError,
+    StoredEvent,
 )
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import Environment, TopicError
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
+from jobledger.domain.archive import History
 from jobledger.domain.definitions import DEFAULT_LIMITS, Limits
 from jobledger.domain.dependencies import GRAPH_ID, DependencyGraph
 from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
+from jobledger.domain.limits import Limit
 from jobledger.domain.queue import Queue, queue_id
 from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
 from jobledger.persistence.bulk import BULK_MIN_EVENTS, copy_events
 from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.job_loads import StoredRow, select_streams, streams
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
 A = TypeVar("A", bound=Aggregate)
@@ -116,6 +121,50 @@ class Ledger(Application[UUID]):
     def get_job(self, job_id: UUID, *, version: int | None = None) -> Job:
         return self._get(Job, job_id, version)
 
+    def get_jobs(self, job_ids: Collection[UUID]) -> dict[UUID, Job]:
+        """The current state of each of ``job_ids`` that names a job, loaded together:
+        on PostgreSQL one round trip for all of them instead of two per job. An id of no
+        job is left out; a job whose history no longer decodes raises as ``get_job``."""
+        recorder, snapshots = self.recorder, self.snapshots
+        if not (
+            isinstance(recorder, PostgresApplicationRecorder)
+            and snapshots is not None
+            and isinstance(snapshots.recorder, PostgresAggregateRecorder)
+        ):
+            return self._get_each(job_ids)
+        if not job_ids:
+            return {}
+        jobs: dict[UUID, Job] = {}
+        for job_id, stream in streams(select_streams(recorder, snapshots.recorder, [*job_ids])):
+            job = self._folded(job_id, stream)
+            if job is not None:
+                jobs[job_id] = job
+        return jobs
+
+    def _folded(self, job_id: UUID, stream: Sequence[StoredRow]) -> Job | None:
+        """The job from its newest snapshot (if any) and the events after it."""
+        aggregate: Any = None
+        try:
+            for originator_id, version, topic, state in stream:
+                stored = StoredEvent(
+                    originator_id=originator_id,
+                    originator_version=version,
+                    topic=topic,
+                    state=state,
+                )
+                domain_event: Any = self.mapper.to_domain_event(stored)
+                aggregate = domain_event.mutate(aggregate)
+        except (MapperDeserialisationError, TopicError):
+            return self.get_job(job_id)  # which names the event that stopped the fold
+        return aggregate if isinstance(aggregate, Job) else None
+
+    def _get_each(self, job_ids: Collection[UUID]) -> dict[UUID, Job]:
+        jobs: dict[UUID, Job] = {}
+        for job_id in job_ids:
+            with contextlib.suppress(NotFoundError):
+                jobs[job_id] = self.get_job(job_id)
+        return jobs
+
     def get_execution(self, execution_id: UUID) -> Execution:
         return self._get(Execution, execution_id, None)
 
@@ -125,10 +174,20 @@ class Ledger(Application[UUID]):
     def get_workflow(self, workflow_id: UUID) -> Workflow:
         return self._get(Workflow, workflow_id, None)
 
+    def get_history(self, history_id: UUID) -> History:
+        return self._get(History, history_id, None)
+
     def queue(self, name: str) -> Queue | None:
         """The queue named ``name``; None if nobody has steered it yet."""
         try:
             return self._get(Queue, queue_id(name), None)
+        except NotFoundError:
+            return None
+
+    def limit(self, limit_id: UUID) -> Limit | None:
+        """The named limit with ``limit_id``; None if it was never defined."""
+        try:
+            return self._get(Limit, limit_id, None)
         except NotFoundError:
             return None
 
@@ -140,17 +199,29 @@ class Ledger(Application[UUID]):
             return None
 
     def job_as_of(self, job_id: UUID, at: datetime) -> Job:
-        """The job as it was at ``at`` (the last event recorded at or before it)."""
-        version = None
-        for domain_event in self.history(job_id):
-            if isinstance(domain_event, UndecodableEvent):
-                raise self._located(domain_event)
-            if typing.cast("Aggregate.Event", domain_event).timestamp > at:
-                break
-            version = domain_event.originator_version
-        if version is None:
+        """The job as it was at ``at`` (the last event recorded at or before it).
+
+        Found by bisecting the versions on their events' times (a job's events are
+        recorded in time order), so a job with a long history costs a few reads of one
+        event each, then a load from its nearest snapshot."""
+        newest = self.recorder.select_events(job_id, desc=True, limit=1)
+        if not newest or self._recorded_at(job_id, 1) > at:
             raise NotFoundError(f"job {job_id} did not exist at {at.isoformat()}")
-        return self.get_job(job_id, version=version)
+        low, high = 1, newest[0].originator_version
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._recorded_at(job_id, middle) <= at:
+                low = middle
+            else:
+                high = middle - 1
+        return self.get_job(job_id, version=low)
+
+    def _recorded_at(self, aggregate_id: UUID, version: int) -> datetime:
+        (stored,) = self.recorder.select_events(aggregate_id, gt=version - 1, lte=version)
+        domain_event = decode_or_placeholder(self.mapper, stored)
+        if isinstance(domain_event, UndecodableEvent):
+            raise self._located(domain_event)
+        return typing.cast("Aggregate.Event", domain_event).timestamp
 
     def history(self, aggregate_id: UUID) -> Iterator[Any]:
         """Every event of the aggregate, oldest first; one that no longer decodes comes

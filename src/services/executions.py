@@ -7,16 +7,16 @@ from datetime import datetime
 from uuid import UUID
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.errors import ConflictError, InvalidDefinitionError
-from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.errors import ConflictError, InvalidDefinitionError, NotFoundError
+from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.unique import UniqueSpec
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
 from jobledger.runtime.accounts import Role
-from jobledger.schemas.executions import MAX_BATCH_RUNS
+from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
 from jobledger.services.actors import Actor
 from jobledger.services.errors import KeyReusedError
-from jobledger.services.history import EventOut, history
+from jobledger.services.history import ArchivedHistory, EventOut, history, no_archive
 from jobledger.services.jobs import ANY_HANDLER, HandlerNames
 from jobledger.services.unique_runs import NewRun, RunOutcome, run_once
 
@@ -40,16 +40,23 @@ class BatchOutcome:
     """The runs of a batch in its order; ``created`` of them are new, the others were
     enqueued before under the same keys (a batch sent again)."""
 
-    executions: list[Execution]
+    executions: list[ExecutionRef]
     created: int
 
 
 class Executions:
     """The execution use cases; changes are direct saves, like the jobs'."""
 
-    def __init__(self, ledger: Ledger, handlers: HandlerNames = ANY_HANDLER) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        handlers: HandlerNames = ANY_HANDLER,
+        archived: ArchivedHistory = no_archive,
+    ) -> None:
         self.ledger = ledger
         self.handlers = handlers
+        # An execution whose history left the log (retention) is read from its archive.
+        self.archived = archived
 
     def run(
         self,
@@ -72,7 +79,7 @@ class Executions:
             self.ledger.save_all(execution)
         except ConflictError:
             execution = self.ledger.get_execution(execution.id)
-        if execution.spec != spec:
+        if execution.spec != spec.resolved():
             raise KeyReusedError(
                 "this Idempotency-Key was already used for a different execution",
                 field="Idempotency-Key",
@@ -108,18 +115,16 @@ class Executions:
         before is returned as it was, and a key used for a different run is refused."""
         by.require(Role.OPERATOR)
         self._check_batch(runs)
+        # The events alone: a batch saves them and answers ids, it needs no run objects.
         wanted = [
-            Execution.enqueue(
+            Execution.enqueued(
                 spec=run.spec, ready_at=run.ready_at, trigger=Trigger.ADHOC, trigger_key=run.key
             )
             for run in runs
         ]
-        pending = {execution.id: execution.collect_events() for execution in wanted}
         existing: dict[UUID, Execution] = {}
         for attempt in range(_BATCH_SAVE_TRIES):
-            new = [
-                e for run_id, events in pending.items() if run_id not in existing for e in events
-            ]
+            new = [e for e in wanted if e.originator_id not in existing]
             try:
                 if new:
                     self.ledger.append(new)
@@ -129,10 +134,11 @@ class Executions:
                     raise
                 # Some were enqueued first (this batch sent again): keep those as they
                 # are, if their keys still name the same runs; then save the others.
-                existing = load_many(self.ledger, Execution, [x.id for x in wanted])
-                _check_keys_kept(runs, wanted, existing)
-        executions = [existing.get(x.id, x) for x in wanted]
-        return BatchOutcome(executions, created=len(wanted) - len(existing))
+                ids = [e.originator_id for e in wanted]
+                existing = load_many(self.ledger, Execution, ids)
+                _check_keys_kept(runs, ids, existing)
+        refs = [_ref(e.originator_id, existing) for e in wanted]
+        return BatchOutcome(refs, created=len(wanted) - len(existing))
 
     def _check_spec(self, spec: ExecutionSpec) -> None:
         """A handler the workers have, with a payload it and the stores take."""
@@ -181,16 +187,29 @@ class Executions:
         return self.ledger.get_execution(execution_id)
 
     def history(self, execution_id: UUID) -> list[EventOut]:
-        return history(self.ledger, Execution, execution_id)
+        """Every event of the execution, from the log or, once archived, its archive."""
+        try:
+            return history(self.ledger, Execution, execution_id)
+        except NotFoundError:
+            events = self.archived(execution_id)
+            if events is None:
+                raise
+            return events
+
+
+def _ref(execution_id: UUID, existing: dict[UUID, Execution]) -> ExecutionRef:
+    found = existing.get(execution_id)
+    status = ExecutionStatus.PENDING if found is None else found.status
+    return ExecutionRef(execution_id, str(status))
 
 
 def _check_keys_kept(
-    runs: Sequence[BatchRun], wanted: Sequence[Execution], existing: dict[UUID, Execution]
+    runs: Sequence[BatchRun], ids: Sequence[UUID], existing: dict[UUID, Execution]
 ) -> None:
     """A key sent again must name the same run, as with one run at a time."""
-    for index, (run, execution) in enumerate(zip(runs, wanted, strict=True)):
-        found = existing.get(execution.id)
-        if found is not None and found.spec != run.spec:
+    for index, (run, execution_id) in enumerate(zip(runs, ids, strict=True)):
+        found = existing.get(execution_id)
+        if found is not None and found.spec != run.spec.resolved():
             raise KeyReusedError(
                 f"runs[{index}]: this key was already used for a different execution",
                 field=f"runs[{index}].key",

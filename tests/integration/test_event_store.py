@@ -14,7 +14,12 @@ from tests.conftest import actor
 from jobledger.domain.backfill import plan_backfill, window_occurrences
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency, DependencyGraph
-from jobledger.domain.errors import AlreadyExistsError, ConflictError, InvalidDefinitionError
+from jobledger.domain.errors import (
+    AlreadyExistsError,
+    ConflictError,
+    InvalidDefinitionError,
+    NotFoundError,
+)
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.job import Job
 from jobledger.domain.policies import (
@@ -200,6 +205,26 @@ def test_a_job_reads_back_as_of_a_version(ledger: Ledger) -> None:
     assert ledger.get_job(job.id).paused
     later = datetime.now(tz=UTC) + timedelta(seconds=5)
     assert ledger.job_as_of(job.id, later).paused
+
+
+def test_as_of_finds_the_last_version_recorded_at_or_before_each_time(
+    ledger: Ledger,
+) -> None:
+    """If a job has 40 versions, then as of each event's time, a microsecond before it
+    and after it, the job is the last version whose event is not later than that time,
+    as a reading of the whole history says; before the first event there is no job."""
+    job = Jobs(ledger).schedule(definition(), at=AT, by=actor("a"))
+    for n in range(39):
+        Jobs(ledger).update(job.id, definition(name=f"name {n}"), at=AT, by=actor("b"))
+    times = [e.timestamp for e in ledger.history(job.id)]
+    tick = timedelta(microseconds=1)
+    for at in sorted({t + d for t in times for d in (-tick, timedelta(0), tick)}):
+        expected = max((v for v, t in enumerate(times, 1) if t <= at), default=None)
+        if expected is None:
+            with pytest.raises(NotFoundError, match="did not exist"):
+                ledger.job_as_of(job.id, at)
+            continue
+        assert ledger.job_as_of(job.id, at).version == expected
 
 
 def test_trigger_and_adhoc_runs_are_idempotent_by_key(ledger: Ledger) -> None:
