@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.domain import Snapshot as AggregateSnapshot
+from eventsourcing.utils import register_topic
 
 from jobledger.domain.backfill import BackfillPlan
 from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
@@ -690,3 +691,10 @@ class Job(Aggregate):
     @event(Triggered)
     def _triggered(self, *, execution_id: uuid.UUID, trigger_key: str, by: str) -> None:
         del execution_id, trigger_key, by
+
+
+# The aggregate's metaclass registers the topics of its events when the class is made,
+# but not its snapshot's: eventsourcing registers that one when a process first takes a
+# snapshot. A process that only reads (an API, a scheduler just started) must resolve it
+# too, so it is registered with the class.
+register_topic(Job.Snapshot.TOPIC, Job.Snapshot)

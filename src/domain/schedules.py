@@ -58,6 +58,7 @@ Windows, exclusions, jitter. A recurring schedule (cron or interval) may also sa
 Occurrences are the nominal instants; ``run_time`` adds the jitter.
 """
 
+import copy
 import heapq
 import itertools
 import math
@@ -187,6 +188,8 @@ _REWIND: Final = timedelta(hours=3)
 # The spacing check samples this many consecutive fires from each reference start.
 _SAMPLE_FIRES: Final = 50
 _REFERENCE_YEAR: Final = 2026
+# Where a parsed cron template stands; every walk sets its copy's own start.
+_TEMPLATE_START: Final = datetime(_REFERENCE_YEAR, 1, 1)  # noqa: DTZ001 (cron runs on naive wall time)
 
 
 # --- Public functions ---------------------------------------------------------------
@@ -259,7 +262,7 @@ def next_fire_after(schedule: Schedule, at: datetime) -> datetime | None:
     at = _as_utc("at", at)
     match schedule:
         case CronSchedule():
-            fire = next(_recurring_fires(schedule, at), None)
+            fire = _first_fire_after(schedule, at)
             zone = _zone(schedule.timezone)
             if (
                 fire is None
@@ -303,9 +306,12 @@ def fires_between(
         raise ValueError(f"limit must be 0 or more, got {limit}")
     match schedule:
         case CronSchedule() | IntervalSchedule():
-            fires = _recurring_fires(schedule, after)
+            first = _first_fire_after(schedule, after)
+            if first is None or first > until or limit == 0:
+                return []
+            fires = _recurring_fires(schedule, first)
             within = itertools.takewhile(lambda fire: fire <= until, fires)
-            return list(itertools.islice(within, limit))
+            return [first, *itertools.islice(within, limit - 1)]
         case OneShotSchedule():
             run_at = _one_shot_instant(schedule)
             return [run_at] if after < run_at <= until and limit > 0 else []
@@ -384,6 +390,14 @@ def upcoming_occurrences(
         Occurrence(fire, run_time(schedule, job_id, fire), is_excluded(schedule, fire))
         for fire in upcoming_fires(schedule, after, horizon=horizon, limit=limit)
     ]
+
+
+@lru_cache(maxsize=4096)
+def _first_fire_after(schedule: Recurring, after: datetime) -> datetime | None:
+    """The first occurrence strictly after ``after`` (in UTC), or None. Remembered: a
+    scheduler asks for it twice per fire (to plan the fire and to record the next one),
+    and jobs that share a schedule fire at the same instants."""
+    return next(_recurring_fires(schedule, after), None)
 
 
 def _recurring_fires(schedule: Recurring, after: datetime) -> Iterator[datetime]:
@@ -747,7 +761,11 @@ def _start_wall(after: datetime, zone: ZoneInfo, *, rewind: bool) -> datetime:
 
 def _wall_times(expression: str, start: datetime) -> Iterator[datetime]:
     """The naive wall times after ``start`` that match the cron, ascending."""
-    candidates = croniter(_cron_text(expression), start, ret_type=datetime)
+    # Parsing the expression costs several times what finding the next match does, and
+    # a scheduler asks for the same crons over and over: each walk starts from a copy
+    # of a parsed template. The copy shares the parsed fields, which croniter only reads.
+    candidates = copy.copy(_parsed_cron(expression))
+    candidates.set_current(start, force=True)
     latest = start
     while True:
         try:
@@ -833,6 +851,12 @@ def _offset_change(zone: ZoneInfo, start: datetime, end: datetime) -> datetime:
 
 def _offset_at(zone: ZoneInfo, timestamp: int) -> timedelta | None:
     return datetime.fromtimestamp(timestamp, zone).utcoffset()
+
+
+@lru_cache(maxsize=4096)
+def _parsed_cron(expression: str) -> "croniter[datetime]":
+    """The cron, parsed once; a template to copy (its position is the copy's to set)."""
+    return croniter(_cron_text(expression), _TEMPLATE_START, ret_type=datetime)
 
 
 def _cron_text(expression: str) -> str:

@@ -5,7 +5,7 @@ in one transaction). The scheduler asks it which jobs are due; the Job aggregate
 the authority, so a lagging index can only cause a wasted look, never a wrong fire.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -13,7 +13,7 @@ from uuid import UUID
 from jobledger.domain.job import Job
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.database import Database
+from jobledger.projections.database import Database, upsert
 from jobledger.projections.log import LogReader, LogRow
 from jobledger.projections.positions import Position
 from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
@@ -21,12 +21,17 @@ from jobledger.projections.times import from_ms, to_ms
 
 POSITION = "job-schedule"
 JOB_TOPICS = event_topics(Job)
-_UPSERT = (
-    "INSERT INTO jobledger_job_schedule (job_id, next_fire_at_ms, version) VALUES (?, ?, ?) "
+_UPSERT = upsert(
+    "jobledger_job_schedule",
+    ("job_id", "next_fire_at_ms", "version"),
     "ON CONFLICT (job_id) DO UPDATE SET next_fire_at_ms = excluded.next_fire_at_ms, "
-    "version = excluded.version WHERE excluded.version > jobledger_job_schedule.version"
+    "version = excluded.version WHERE excluded.version > jobledger_job_schedule.version",
 )
 _VERSION_ONLY = "UPDATE jobledger_job_schedule SET version = ? WHERE job_id = ? AND version < ?"
+
+
+# (start, rows, end) of a page of job events the index read: see ``catch_up``.
+PageObserver = Callable[[int, Sequence[LogRow], int], None]
 
 
 def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: ANN401 (any job event)
@@ -54,12 +59,19 @@ class JobIndex:
         self._position = Position(database, POSITION)
         self.isolation = isolation or Isolation(JOB_SCHEDULE_FOLLOWER)
 
-    def catch_up(self) -> int:
-        """Apply every job event not yet in the index; returns how many were read."""
+    def catch_up(self, observe: PageObserver | None = None) -> int:
+        """Apply every job event not yet in the index; returns how many were read.
+
+        ``observe`` hears of every page read, before it is applied: where it starts,
+        its rows (an event the index then isolates among them) and where it ends; the
+        last page, with nothing new, starts and ends where the index stands.
+        """
         applied = 0
         while True:
             position = self.position()
             page = self._reader.rows(position)
+            if observe is not None:
+                observe(position, page.rows, page.position)
             if page.position == position:
                 return applied
             self.isolation.apply(page, position, self._commit_rows)
@@ -94,16 +106,16 @@ class JobIndex:
         return self._position.get()
 
     def _commit(self, events: Iterable[Any], position: int | None) -> None:
-        upserts: list[tuple[Any, ...]] = []
+        # One row per job, its last event's: one statement writes the whole page, and it
+        # may change each row only once (the version guard keeps the newest anyway).
+        latest: dict[str, tuple[str, int | None, int]] = {}
         for domain_event in events:
             sets, next_fire = next_fire_of(domain_event)
             if sets:
+                job_id = str(domain_event.originator_id)
                 next_ms = None if next_fire is None else to_ms(next_fire)
-                upserts.append(
-                    (str(domain_event.originator_id), next_ms, domain_event.originator_version)
-                )
+                latest[job_id] = (job_id, next_ms, domain_event.originator_version)
         with self._database.transaction() as cursor:
-            if upserts:
-                cursor.executemany(_UPSERT, upserts)
+            cursor.write_rows(_UPSERT, list(latest.values()))
             if position is not None:
                 self._position.write(cursor, position)

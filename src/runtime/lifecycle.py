@@ -10,6 +10,7 @@ are stopped), so the others are stopped and the process exits non-zero.
 
 import asyncio
 import contextlib
+import gc
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
@@ -49,11 +50,22 @@ def run_parts(parts: Sequence[Part], stop: threading.Event) -> int:
         for part in parts:
             part.start()
             started.callback(_stop, part)
+        settle_heap()
         ended = _first_to_end(parts, stop)
     if ended is None:
         return 0
     log.error("role.part_ended", part=ended.name)
     return EXIT_PART_ENDED
+
+
+def settle_heap() -> None:
+    """Collect what starting left behind, then take every object still alive out of the
+    collector's passes. A started role's heap (modules, classes, pools, settings) lives
+    as long as the process, yet each full collection walked all of it: some 80,000
+    objects, 40 to 60 ms on the 2-core machine, long enough to make a scheduler tick
+    that met one miss its 50 ms. Objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def _first_to_end(parts: Sequence[Part], stop: threading.Event) -> Part | None:

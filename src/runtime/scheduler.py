@@ -8,6 +8,7 @@ conflict in the store, counted here and skipped (ADR 9).
 
 import random
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
 from jobledger.projections.queue_projection import previous_item
+from jobledger.runtime.job_cache import JobCache
 from jobledger.runtime.leader import Leadership
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
@@ -65,12 +67,16 @@ class SchedulerConfig:
     grace: timedelta = timedelta(seconds=60)  # later than this, the misfire policy decides
     tick_interval: float = 0.05
     recover_interval: float = 1.0
+    job_cache: int = 10_000  # jobs the leader keeps in memory between ticks (0: none)
+    # A tick with nothing due loads the jobs due this far ahead that memory lacks, at
+    # most every half of it, so that the tick that fires them finds them held.
+    preload: timedelta = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
 class _Submitted:
     future: Future[None]
-    job_id: UUID
+    job: Job
     steps: list[Fire | Miss]
 
 
@@ -103,6 +109,9 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.metrics = metrics or Metrics()
         self._changes_counted = 0
+        self.jobs = JobCache(ledger, size=config.job_cache)
+        self._jobs_epoch: int | None = None  # the leadership term the cached jobs are of
+        self._preloaded_at: datetime | None = None
 
     # ---- firing ---------------------------------------------------------------------
 
@@ -111,36 +120,76 @@ class Scheduler:
         if not self.leadership.is_leader():
             return TickReport(acted=False)
         self.stats.ticks += 1
-        self.index.catch_up()
+        self._follow_term()
+        self.index.catch_up(self.jobs.saw)
         report = TickReport()
-        pending: list[_Submitted] = []
-        for job_id in self.index.due(now, limit=self.config.batch):
-            if not self.leadership.is_leader():
-                break  # lost the lead mid-tick: stop at once, the new leader goes on
-            item = self._prepare(job_id, now)
-            if item is not None:
-                pending.append(item)
+        due = self.index.due(now, limit=self.config.batch)
+        pending = self._prepare_all(due, self.jobs.take(due) if due else {}, now)
         if pending:
             self.writer.flush()  # every fire of this tick is in: no need to wait for more
         for submitted in pending:
             self._settle(submitted, report)
         report.jobs = len(pending)
+        if not due:
+            self._preload(now)
         return report
 
-    def _prepare(self, job_id: UUID, now: datetime) -> "_Submitted | None":
-        job = self.ledger.get_job(job_id)
-        steps = plan_due(job, now, open_runs=self._open_runs(job), grace=self.config.grace)
+    def _preload(self, now: datetime) -> None:
+        """Hold the jobs due within the preload window (a tick with nothing due has the
+        time): their tick then fires without loading them."""
+        window = self.config.preload
+        if self.config.job_cache <= 0 or window <= timedelta(0):
+            return
+        if self._preloaded_at is not None and now - self._preloaded_at < window / 2:
+            return
+        self._preloaded_at = now
+        upcoming = self.index.due(now + window, limit=self.config.batch)
+        self.jobs.preload(upcoming)
+
+    def _follow_term(self) -> None:
+        """A new leadership term starts with no job in memory: the jobs may have changed
+        in any way while this scheduler did not lead."""
+        epoch = self.leadership.epoch
+        if epoch != self._jobs_epoch:
+            self.jobs.clear("a new leadership term")
+            self._jobs_epoch = epoch
+            self._preloaded_at = None
+
+    def _prepare_all(
+        self, due: list[UUID], jobs: dict[UUID, Job], now: datetime
+    ) -> list[_Submitted]:
+        """Plan and submit the fires of the due ``jobs``, in the index's order."""
+        open_runs = self._open_runs(jobs.values())
+        pending: list[_Submitted] = []
+        for job_id in due:
+            if not self.leadership.is_leader():
+                break  # lost the lead mid-tick: stop at once, the new leader goes on
+            job = jobs.pop(job_id, None)
+            if job is None:
+                continue
+            item = self._prepare(job, now, open_runs.get(job_id, OpenRuns()))
+            if item is None:
+                self.jobs.give_back(job)  # nothing due after all (the index lagged)
+            else:
+                pending.append(item)
+        for job in jobs.values():
+            self.jobs.give_back(job)  # not looked at: as it was
+        return pending
+
+    def _prepare(self, job: Job, now: datetime, open_runs: OpenRuns) -> "_Submitted | None":
+        steps = plan_due(job, now, open_runs=open_runs, grace=self.config.grace)
         if not steps:
             return None
         executions = carry_out(job, steps, leader_epoch=self.leadership.epoch, at=now)
-        return _Submitted(self.writer.submit(job, *executions), job.id, steps)
+        return _Submitted(self.writer.submit(job, *executions), job, steps)
 
     def _settle(self, submitted: "_Submitted", report: TickReport) -> None:
-        job_id = submitted.job_id
+        job_id = submitted.job.id
         try:
             submitted.future.result()
         except ConflictError:
-            # Another scheduler fired first, or the job changed: its copy is stale.
+            # Another scheduler fired first, or the job changed: its copy is stale, and
+            # is not held again (the next tick loads the job afresh).
             report.conflicts += 1
             self.stats.conflicts += 1
             self.metrics.fire_conflicts.inc()
@@ -148,6 +197,7 @@ class Scheduler:
                 "scheduler.fire_conflict", job_id=str(job_id), leader_epoch=self.leadership.epoch
             )
             return
+        self.jobs.give_back(submitted.job)
         fired, missed = self._observe(submitted.steps)
         report.fired += fired
         report.missed += missed
@@ -176,13 +226,17 @@ class Scheduler:
                 self.metrics.fires_missed.labels(reason=step.reason).inc(step.missed.count)
         return fired, missed
 
-    def _open_runs(self, job: Job) -> OpenRuns:
-        if self.checkpoint is None or job.definition.overlap is OverlapPolicy.ALLOW:
-            return OpenRuns()
-        counts = self.checkpoint.open_counts(job.id)
-        return OpenRuns(
-            pending=counts.get(QueueState.PENDING, 0), running=counts.get(QueueState.LEASED, 0)
-        )
+    def _open_runs(self, jobs: Iterable[Job]) -> dict[UUID, OpenRuns]:
+        """The open runs of each job whose overlap policy counts them, in one query."""
+        counted = [job.id for job in jobs if job.definition.overlap is not OverlapPolicy.ALLOW]
+        if self.checkpoint is None or not counted:
+            return {}
+        return {
+            job_id: OpenRuns(
+                pending=counts.get(QueueState.PENDING, 0), running=counts.get(QueueState.LEASED, 0)
+            )
+            for job_id, counts in self.checkpoint.open_counts_of(counted).items()
+        }
 
     def observe(self, now: datetime) -> None:
         """The metrics loop: leader state, queue depths and projection lag."""

@@ -5,7 +5,7 @@ for it."""
 import random
 import re
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -122,6 +122,10 @@ def no_open_runs(_job_id: UUID) -> int:
     return 0
 
 
+def none_archived(_execution_ids: Sequence[UUID]) -> set[UUID]:
+    return set()
+
+
 def backfill_report(job_id: UUID, plan: BackfillPlan, *, dry_run: bool) -> BackfillReport:
     """What a backfill did (or, with ``dry_run``, would do), from its plan."""
     return BackfillReport(
@@ -148,12 +152,15 @@ class Jobs:
         ledger: Ledger,
         handlers: HandlerNames = ANY_HANDLER,
         open_runs: Callable[[UUID], int] = no_open_runs,
+        archived: Callable[[Sequence[UUID]], set[UUID]] = none_archived,
     ) -> None:
         self.ledger = ledger
         self.handlers = handlers
         self.links = DependencyLinks(ledger)
         # A job's pending and running executions (the backfill's skip mode asks).
         self.open_runs = open_runs
+        # Runs whose history left the log for an archive: fired all the same.
+        self.archived = archived
 
     # ---- commands ---------------------------------------------------------------------
 
@@ -339,7 +346,8 @@ class Jobs:
         ]
         ids = {occurrence_execution_id(job.id, o): o for o in (*occurrences, *job.backfill_queue)}
         runs = load_many(self.ledger, Execution, list(ids))
-        fired = {o for run_id, o in ids.items() if run_id in runs}
+        archived = self.archived([i for i in ids if i not in runs])
+        fired = {o for run_id, o in ids.items() if run_id in runs or run_id in archived}
         running = job.backfill_running
         current = None if running is None else runs.get(occurrence_execution_id(job.id, running))
         return plan_backfill(

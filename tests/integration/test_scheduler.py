@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import msgspec
 import pytest
 import redis
 from tests.conftest import actor
@@ -371,3 +372,108 @@ def test_a_one_shot_saved_after_its_time_fires_at_once(containers: list[Containe
     assert fired(container) == [(late.id, T0 - timedelta(seconds=5))]
     assert scheduler.tick(T0 + timedelta(minutes=5)).fired == 1
     assert fired(container)[-1] == (ahead.id, T0 + timedelta(minutes=5))
+
+
+def revised(job: Job, version: int) -> JobDefinition:
+    """The job's definition with a payload that says which revision it is."""
+    spec = msgspec.structs.replace(job.definition.spec, payload={"revision": version})
+    return msgspec.structs.replace(job.definition, spec=spec)
+
+
+def payloads(container: Container, job: Job) -> list[Any]:
+    return [e.spec.payload for e in enqueued(container) if e.job_id == job.id]
+
+
+def test_a_held_job_an_operator_changes_fires_with_its_new_definition(
+    containers: list[Container],
+) -> None:
+    """If an operator changes a job the leader holds in memory, then the job index drops
+    the copy and the next fire carries the new definition without a conflict; a job
+    the leader holds fires without being loaded again."""
+    container, operator = containers
+    job = cron_job(container, "* * * * *")
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    assert scheduler.tick(T0 + timedelta(seconds=1)).fired == 1
+    Jobs(operator.ledger).update(
+        job.id, revised(job, 2), at=T0 + timedelta(seconds=5), by=actor("op")
+    )
+    report = scheduler.tick(T0 + timedelta(minutes=1, seconds=1))
+    assert (report.fired, report.conflicts) == (1, 0)
+    assert payloads(container, job) == [{}, {"revision": 2}]
+    assert scheduler.jobs.loaded == 2
+    assert scheduler.tick(T0 + timedelta(minutes=2, seconds=1)).fired == 1
+    assert scheduler.jobs.loaded == 2  # held since its last fire
+
+
+def test_a_held_copy_the_store_refuses_is_dropped_and_loaded_again(
+    containers: list[Container], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a job changes after the tick caught the job index up, then the fire from the
+    leader's copy is refused by the store's version check and counted as a conflict,
+    the copy is dropped, and the next tick fires the job with its new definition."""
+    container, operator = containers
+    job = cron_job(container, "* * * * *")
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    scheduler.tick(T0 + timedelta(seconds=1))
+    due = scheduler.index.due
+
+    def due_then_changed(now: datetime, *, limit: int) -> list[uuid.UUID]:
+        found = due(now, limit=limit)
+        Jobs(operator.ledger).update(job.id, revised(job, 2), at=now, by=actor("op"))
+        return found
+
+    monkeypatch.setattr(scheduler.index, "due", due_then_changed)
+    report = scheduler.tick(T0 + timedelta(minutes=1, seconds=1))
+    assert (report.fired, report.conflicts) == (0, 1)
+    monkeypatch.undo()
+    report = scheduler.tick(T0 + timedelta(minutes=2, seconds=1))
+    assert (report.fired, report.conflicts) == (1, 0)
+    assert payloads(container, job) == [{}, {"revision": 2}]
+    assert [at for _, at in fired(container)] == [T0, T0 + timedelta(minutes=2)]
+
+
+def test_a_leader_whose_index_moved_without_it_drops_its_copies(
+    containers: list[Container],
+) -> None:
+    """If another scheduler caught the shared job index up past a change, then the
+    leader, which never read that change, drops every copy it held and fires from the
+    store's state, without a conflict; so does a leader whose term changed."""
+    container, other = containers
+    job = cron_job(container, "* * * * *")
+    leadership = ForcedLeadership(epoch=1)
+    scheduler = container.scheduler(leadership)
+    scheduler.tick(T0 + timedelta(seconds=1))
+    Jobs(other.ledger).update(job.id, revised(job, 2), at=T0 + timedelta(seconds=5), by=actor())
+    other.scheduler(ForcedLeadership(epoch=1)).index.catch_up()
+    report = scheduler.tick(T0 + timedelta(minutes=1, seconds=1))
+    assert (report.fired, report.conflicts) == (1, 0)
+    assert payloads(container, job) == [{}, {"revision": 2}]
+    leadership.epoch = 2
+    scheduler.tick(T0 + timedelta(minutes=2, seconds=1))
+    assert scheduler.jobs.loaded == 3
+
+
+def test_a_tick_with_nothing_due_loads_the_jobs_due_soon(containers: list[Container]) -> None:
+    """If nothing is due, then the tick loads the jobs due within the preload window, so
+    the tick that fires them loads nothing; a change made in between still reaches the
+    fire (the job index drops the preloaded copy), without a conflict."""
+    container, operator = containers
+    soon, later = cron_job(container, "1 12 * * *"), cron_job(container, "30 12 * * *")
+    steady = cron_job(container, "2 12 * * *")
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    assert scheduler.tick(T0 + timedelta(seconds=30)).fired == 0
+    assert scheduler.jobs.loaded == 1  # the job due at 12:01, not the one at 12:30
+    assert scheduler.tick(T0 + timedelta(seconds=40)).fired == 0
+    assert scheduler.jobs.loaded == 1  # within half the window: not looked at again
+    Jobs(operator.ledger).update(
+        soon.id, revised(soon, 2), at=T0 + timedelta(seconds=45), by=actor("op")
+    )
+    report = scheduler.tick(T0 + timedelta(minutes=1, seconds=1))
+    assert (report.fired, report.conflicts) == (1, 0)
+    assert payloads(container, soon) == [{"revision": 2}]
+    assert scheduler.tick(T0 + timedelta(minutes=1, seconds=30)).fired == 0  # preloads 12:02
+    loaded = scheduler.jobs.loaded
+    assert scheduler.tick(T0 + timedelta(minutes=2, seconds=1)).fired == 1
+    assert scheduler.jobs.loaded == loaded
+    assert [job_id for job_id, _ in fired(container)] == [soon.id, steady.id]
+    assert later.id not in {job_id for job_id, _ in fired(container)}

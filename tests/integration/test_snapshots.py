@@ -1,6 +1,8 @@
 """Job snapshots, on SQLite and PostgreSQL: a cold load replays only the events after
 the newest snapshot, and gets exactly the job that replaying every event gives."""
 
+import subprocess
+import sys
 import typing
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -93,6 +95,28 @@ def test_fires_saved_by_the_writer_are_snapshotted_and_load_back_equal(cold: Set
         ledger.close()
 
 
+@pytest.mark.usefixtures("small_interval")
+def test_jobs_loaded_together_equal_each_loaded_alone(cold: Settings) -> None:
+    """If jobs with and without snapshots (and events after them) are loaded together,
+    then each equals its own cold load, attribute for attribute, and an id of no job
+    (unknown, or an execution's) is left out."""
+    ledger = open_ledger(cold)
+    try:
+        jobs = [Jobs(ledger).schedule(definition(), at=AT, by=actor("test")) for _ in range(4)]
+        for job, fires in zip(jobs, (0, 4, 5, 13), strict=True):
+            fire_through_writer(ledger, job, fires)  # versions 1, 5, 6 and 14
+        execution = jobs[0].trigger(trigger_key="k", at=AT, by="op")
+        ledger.save_all(jobs[0], execution)
+        loaded = ledger.get_jobs([*(j.id for j in jobs), uuid.uuid4(), execution.id])
+        assert sorted(loaded) == sorted(j.id for j in jobs)
+        for job in jobs:
+            assert attributes(loaded[job.id]) == attributes(ledger.get_job(job.id))
+        assert [loaded[j.id].version for j in jobs] == [2, 5, 6, 14]
+        assert ledger.get_jobs([]) == {}
+    finally:
+        ledger.close()
+
+
 COMMANDS = st.lists(
     st.sampled_from(["fire", "miss", "pause_resume", "update", "trigger"]),
     min_size=1,
@@ -153,3 +177,42 @@ def test_a_store_without_the_snapshot_table_asks_for_migrate(store_settings: Set
             conn.execute("DROP TABLE stored_snapshots")
     with pytest.raises(StoreNotMigratedError, match="jobledger migrate"):
         open_ledger(store_settings)
+
+
+@pytest.mark.usefixtures("small_interval")
+def test_a_process_that_never_took_a_snapshot_loads_a_snapshotted_job(
+    cold: Settings, tmp_path: Any
+) -> None:
+    """If one process snapshots a job and another, fresh one loads it (an API or a
+    scheduler started after), then the fresh one decodes the snapshot: its topic is
+    known from the start, not only once a process has taken a snapshot itself."""
+    with open_ledger(cold) as ledger:
+        job = Job.schedule(definition(), at=AT, by="ops")
+        ledger.save(job)
+        fire_through_writer(ledger, job, 2 * INTERVAL)
+        job_id = job.id
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import sys, uuid\n"
+        "from jobledger.runtime.settings import load_settings\n"
+        "from jobledger.runtime.store import open_ledger\n"
+        "settings = load_settings({}, database_url=sys.argv[1], data_dir=sys.argv[2],"
+        " aggregate_cache_size='0')\n"
+        "with open_ledger(settings) as ledger:\n"
+        "    print(ledger.get_job(uuid.UUID(sys.argv[3])).version)\n"
+    )
+    done = subprocess.run(  # noqa: S603 (this test's own script)
+        [
+            sys.executable,
+            str(script),
+            cold.database_url or "",
+            str(cold.data_dir or ""),
+            str(job_id),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) == 2 * INTERVAL + 1

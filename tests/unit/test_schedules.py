@@ -6,6 +6,7 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 import pytest
+from croniter import croniter
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -333,6 +334,28 @@ def test_fires_between_stops_at_the_limit() -> None:
     fires = fires_between(schedule, utc(2026, 1, 1), utc(2026, 1, 2), limit=3)
     assert fires == [utc(2026, 1, 1, 0, 1), utc(2026, 1, 1, 0, 2), utc(2026, 1, 1, 0, 3)]
     assert fires_between(schedule, utc(2026, 1, 1), utc(2026, 1, 2), limit=0) == []
+
+
+@PROPERTIES
+@given(
+    starts=st.lists(
+        st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1)),  # noqa: DTZ001 (made UTC below)
+        min_size=2,
+        max_size=8,
+    ),
+    expression=st.sampled_from(["*/7 * * * *", "5 4 * * 1-5", "0 0 29 2 *", "15,45 */3 * * *"]),
+)
+def test_a_cron_asked_from_starts_in_any_order_answers_each_from_its_own(
+    starts: list[datetime], expression: str
+) -> None:
+    """If one cron is asked for its next fire from many starts, in any order, then each
+    answer is the one a freshly parsed cron gives from that start (UTC has no DST)."""
+    schedule = CronSchedule(expression)
+    for start in starts:
+        expected = croniter(expression, start.replace(second=0, microsecond=0)).get_next(datetime)
+        assert next_fire_after(schedule, start.replace(tzinfo=UTC)) == expected.replace(tzinfo=UTC)
+        window = fires_between(schedule, start.replace(tzinfo=UTC), utc(2040, 1, 1), limit=2)
+        assert window[0] == expected.replace(tzinfo=UTC)
 
 
 def test_fires_between_is_half_open() -> None:
