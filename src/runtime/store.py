@@ -25,6 +25,7 @@ from jobledger.runtime.settings import PREFIX, Settings, mask_url
 
 # Any fixed number; every jobledger process agrees on it.
 _MIGRATE_LOCK_KEY = 0x6A6F626C
+_ARCHIVE_LOCK_KEY = 0x6A6C6172
 _TRACKING_DDL = (
     "CREATE TABLE IF NOT EXISTS jobledger_migrations "
     "(name TEXT PRIMARY KEY, applied_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP)"
@@ -306,3 +307,26 @@ def projection_database(settings: Settings) -> Database:
         # in-process followers all draw on it.
         return PostgresDatabase(settings.database_url, max_size=settings.database_pool_size)
     return SqliteDatabase(settings.sqlite_path)
+
+
+@contextlib.contextmanager
+def archive_lock(settings: Settings) -> Iterator[bool]:
+    """Held by one archive run at a time (True), or by another already (False): a
+    PostgreSQL session lock, or a lock file beside the SQLite store. Either goes with
+    the process that holds it, however it ends."""
+    if settings.uses_postgres:
+        with _pg_connect(settings) as conn:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_ARCHIVE_LOCK_KEY,)).fetchone()
+            yield bool(row and row[0])
+        return
+    lock_path = Path(f"{settings.sqlite_path}.archive.lock")
+    with lock_path.open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

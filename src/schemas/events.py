@@ -19,6 +19,8 @@ class EventOut(msgspec.Struct, kw_only=True):
     # The event is in the log but no longer decodes: data holds its topic, error why.
     undecodable: bool = False
     error: str | None = None
+    # The event left the log for an archive file (retention); read back from there.
+    archived: bool = False
 
 
 class EventPage(msgspec.Struct):

@@ -8,10 +8,12 @@ from jobledger.projections.queue import QueueState
 from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
+from jobledger.services.archives import Archives
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import HandlerNames, Jobs
+from jobledger.services.limits import Limits
 from jobledger.services.outbox import Outbox
 from jobledger.services.queues import Queues
 from jobledger.services.system import System
@@ -36,6 +38,8 @@ class Services:
     outbox: Outbox | None  # PostgreSQL only
     workflows: Workflows
     queues: Queues
+    archives: Archives
+    limits: Limits
 
     @classmethod
     def build(cls, container: Container) -> "Services":
@@ -45,9 +49,17 @@ class Services:
         names = frozenset(registry.names())
         handlers = HandlerNames(names, {name: registry.info(name) for name in names})
         views = Views(container.database, container.ledger, container.presence)
+        archives = Archives.build(container)
+        # The system.archive handler of this process's worker runs this use case.
+        container.provide_archive(archives.scheduled)
         return cls(
-            jobs=Jobs(container.ledger, handlers, open_runs=_open_runs(container)),
-            executions=Executions(container.ledger, handlers),
+            jobs=Jobs(
+                container.ledger,
+                handlers,
+                open_runs=_open_runs(container),
+                archived=archives.archived_ids,
+            ),
+            executions=Executions(container.ledger, handlers, archives.history),
             dead_letters=DeadLetters(container.ledger, container.writer, views),
             accounts=AccountService(container.accounts()),
             admin=Admin(container),
@@ -62,6 +74,8 @@ class Services:
             ),
             workflows=Workflows(container.ledger, handlers),
             queues=Queues(container.ledger, container.queue, container.checkpoint),
+            archives=archives,
+            limits=Limits(container.ledger, container.queue),
         )
 
 

@@ -5,6 +5,7 @@ Every reader that shows events (the API, the dashboard, the CLI) shows them thro
 a placeholder with its topic and log position instead of failing the page.
 """
 
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -16,7 +17,14 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent, error_text
 from jobledger.schemas.events import EventOut, EventPage
 
-__all__ = ["EventOut", "EventPage", "event_out", "history"]
+__all__ = ["ArchivedHistory", "EventOut", "EventPage", "event_out", "history", "no_archive"]
+
+# The events of an archived execution, marked archived; None if it was not archived.
+ArchivedHistory = Callable[[UUID], list[EventOut] | None]
+
+
+def no_archive(_execution_id: UUID) -> None:
+    """Where no archive is wired: nothing was archived."""
 
 
 def history(ledger: Ledger, kind: type[Aggregate], aggregate_id: UUID) -> list[EventOut]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
-from jobledger.projections.read_models import prune_finished
+from jobledger.projections.read_model_tables import prune_finished
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 
 NAME = "system.cleanup"

@@ -5,7 +5,7 @@ import importlib
 import inspect
 import json
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -16,6 +16,8 @@ from jobledger.declarations import HandlerDeclaration, declared_in
 from jobledger.projections.database import Database
 from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.errors import SettingsError
+from jobledger.runtime.handlers.archive import NAME as ARCHIVE
+from jobledger.runtime.handlers.archive import ArchiveRun, make_archive_handler
 from jobledger.runtime.handlers.base import Handler
 from jobledger.runtime.handlers.builtin import BUILTIN
 from jobledger.runtime.handlers.cleanup import NAME as CLEANUP
@@ -93,6 +95,7 @@ def load_registry(
     queue: QueueBackend | None = None,
     read_models: Database | None = None,
     test_handlers: bool = False,
+    archive: Callable[[], ArchiveRun | None] | None = None,
 ) -> HandlerRegistry:
     """Built-ins, then entry points, then ``name=module:attr`` pairs (``JOBLEDGER_HANDLERS``).
     The ``test.*`` built-ins only with ``test_handlers``: ``test.crash`` lets whoever
@@ -103,6 +106,8 @@ def load_registry(
     handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))
     if queue is not None:
         handlers[CLEANUP] = make_cleanup_handler(queue, read_models)
+    if archive is not None:
+        handlers[ARCHIVE] = make_archive_handler(archive)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         handlers[point.name] = _load_entry_point(point)
     info: dict[str, HandlerInfo] = {}

@@ -1,0 +1,79 @@
+"""Archive files: written durably, read back byte for byte, and refused when damaged."""
+
+import gzip
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from jobledger.persistence.archive_files import (
+    ArchivedEvent,
+    ArchiveFileError,
+    Manifest,
+    data_path,
+    events_digest,
+    read_events,
+    verified,
+    write_data,
+    write_manifest,
+)
+
+AT = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def events() -> list[ArchivedEvent]:
+    run = uuid.uuid4()
+    return [
+        ArchivedEvent(3, run, 1, "jobledger:ExecutionEnqueued", b'{"a":"\\u00e9 \xc3\xa9"}'),
+        ArchivedEvent(7, run, 2, "jobledger:ExecutionCancelled", b"\x00\xff not utf-8"),
+    ]
+
+
+def written(folder: Path, stored: list[ArchivedEvent]) -> Manifest:
+    sha256 = write_data(folder, "history-a", stored)
+    manifest = Manifest(
+        name="history-a",
+        created_at=AT,
+        cutoff=AT,
+        first_position=stored[0].position,
+        last_position=stored[-1].position,
+        executions=1,
+        events=len(stored),
+        sha256=sha256,
+        events_sha256=events_digest(stored),
+        execution_ids=[stored[0].originator_id],
+    )
+    write_manifest(folder, manifest)
+    return manifest
+
+
+def test_an_archive_reads_back_byte_for_byte(tmp_path: Path) -> None:
+    """If events are archived, then they read back equal, UTF-8 states and others
+    alike, the manifest verifies, and no part file is left."""
+    stored = events()
+    manifest = written(tmp_path, stored)
+    assert list(read_events(data_path(tmp_path, "history-a"))) == stored
+    assert verified(tmp_path, "history-a") == manifest
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_the_same_events_give_the_same_file(tmp_path: Path) -> None:
+    """If an archive is written again from the same events, then its bytes are the same
+    (a redone run writes the same archive)."""
+    stored = events()
+    assert write_data(tmp_path, "history-a", stored) == write_data(tmp_path, "history-a", stored)
+
+
+def test_a_damaged_archive_is_refused(tmp_path: Path) -> None:
+    """If an archive's file was changed, then verifying it fails, naming the file."""
+    stored = events()
+    written(tmp_path, stored)
+    path = data_path(tmp_path, "history-a")
+    with gzip.open(path, "ab") as more:
+        more.write(b"\n")
+    with pytest.raises(ArchiveFileError, match=r"sha256 .* is not the manifest's"):
+        verified(tmp_path, "history-a")
+    path.write_bytes(b"not gzip")
+    with pytest.raises(ArchiveFileError, match="history-a"):
+        list(read_events(path))
