@@ -3,24 +3,102 @@
 SQL is written once, with SQLite's ``?`` placeholders; the PostgreSQL side rewrites
 them. PostgreSQL connections come from a pool: followers commit a transaction per
 page, and a new connection per transaction costs more than the work.
+
+A follower writes a page's rows with ``write_rows``: on SQLite one statement per row
+(``executemany``); on PostgreSQL one statement for all of them, over the rows sent as
+one JSON array and read back with the table's own row type (ADR 43). The server then
+plans and runs one statement per page and table instead of one per row, and the client
+encodes one value instead of binding every column of every row.
 """
 
 import contextlib
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 import psycopg
 from psycopg_pool import ConnectionPool
 
 STREAM_BATCH = 10_000
 
 
+def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """``values`` in slices of at most ``size`` (ids per ``IN (...)`` list)."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+@dataclass(frozen=True)
+class RowsStatement:
+    """One statement over many rows of ``columns``: ``each`` binds one row (``?``
+    placeholders, in column order); ``whole`` reads every row at once from the
+    recordset ``r``."""
+
+    columns: tuple[str, ...]
+    each: str
+    whole: str
+
+
+def recordset(table: str) -> str:
+    """Where ``RowsStatement.whole`` reads its rows from, as ``r``: the JSON parameter as
+    records of ``table``'s row type, so each value is converted by its column's type."""
+    return f"json_populate_recordset(NULL::{table}, ?::json) AS r"
+
+
+def upsert(table: str, columns: Sequence[str], conflict: str) -> RowsStatement:
+    """``INSERT`` of rows, then ``conflict`` (an ``ON CONFLICT ...`` clause)."""
+    names = ", ".join(columns)
+    marks = ", ".join("?" * len(columns))
+    return RowsStatement(
+        tuple(columns),
+        f"INSERT INTO {table} ({names}) VALUES ({marks}) {conflict}",  # noqa: S608 (constant names)
+        f"INSERT INTO {table} ({names}) SELECT {names} FROM {recordset(table)} {conflict}",  # noqa: S608 (constant names)
+    )
+
+
 class Cursor(Protocol):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any: ...  # noqa: ANN401 (DB-API)
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any: ...  # noqa: ANN401
+    def execute_in(self, sql: str, values: Sequence[Any]) -> Any:  # noqa: ANN401 (DB-API)
+        """``sql``, which ends in ``IN``, for the list of ``values`` (not empty)."""
+        ...
+
+    def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
+        """``statement`` over ``rows`` (values in the order of its columns); nothing if
+        there are none."""
+        ...
+
+    def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        """Insert ``rows`` (new ones: a key that exists fails the transaction) with one
+        bulk statement: ``COPY`` on PostgreSQL; nothing if there are none."""
+        ...
+
+    def create_shadow(self, table: str, shadow: str) -> None:
+        """Create ``shadow``: empty, with ``table``'s columns, without its indexes."""
+        ...
+
+    def index_shadow(self, table: str, shadow: str) -> None:
+        """Give ``shadow`` the indexes and keys of ``table`` (under names of its own)
+        and fresh planner statistics; nothing where indexes cost nothing to keep."""
+        ...
+
+    def swap_shadow(self, table: str, shadow: str) -> None:
+        """Put ``shadow``'s rows in ``table``'s place, with its indexes, owner and grants;
+        ``shadow`` is gone afterwards."""
+        ...
+
+    def asynchronous_commit(self) -> None:
+        """Let this transaction's commit return before it is on disk: for writes the log
+        can rebuild (a projection's page with its position). A crash may lose such a
+        commit, never part of one nor one that a later durable commit depended on."""
+        ...
+
     def fetchone(self) -> Any: ...  # noqa: ANN401 (DB-API)
     def fetchmany(self, size: int) -> list[Any]: ...
     def stream(self, sql: str, params: Sequence[Any] = ()) -> Iterator[list[Any]]:
@@ -73,6 +151,55 @@ def _pg(sql: str) -> bytes:
     return sql.replace("?", "%s").encode()
 
 
+def _json_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """``rows`` as a JSON array of objects by column name; bytes in PostgreSQL's hex
+    form, which a bytea column reads (JSON has no bytes)."""
+    return _encoder.encode(
+        [dict(zip(columns, map(_hex_bytes, row), strict=True)) for row in rows]
+    ).decode()
+
+
+_COLUMN_TYPES = (
+    "SELECT format_type(a.atttypid, a.atttypmod) FROM unnest(%s::text[]) WITH ORDINALITY "
+    "AS c(name, n) JOIN pg_attribute a ON a.attrelid = to_regclass(%s) AND a.attname = c.name "
+    "ORDER BY c.n"
+)
+_SHADOW_NAME = "_rebuild"  # what a shadow's own indexes and keys are called: name + this
+# For the index builds of a rebuild, in their transaction only: 512 MiB (in kB).
+_INDEX_MEMORY = (
+    b"SELECT set_config('maintenance_work_mem', "
+    b"greatest(setting::bigint, 524288)::text || 'kB', true) "
+    b"FROM pg_settings WHERE name = 'maintenance_work_mem'"
+)
+_INDEXES = (
+    "SELECT ic.relname, pg_get_indexdef(i.indexrelid), c.conname, c.contype::text "
+    "FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid "
+    "LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.conrelid = i.indrelid "
+    "WHERE i.indrelid = to_regclass(%s) ORDER BY ic.relname"
+)
+# The owner, and whether it is the current user (who then owns the shadow already).
+_OWNER = (
+    "SELECT pg_get_userbyid(relowner), pg_get_userbyid(relowner) = current_user "
+    "FROM pg_class WHERE oid = to_regclass(%s)"
+)
+_GRANTS = (
+    "SELECT grantee, privilege_type FROM information_schema.role_table_grants "
+    "WHERE table_schema = current_schema() AND table_name = %s AND grantee <> grantor "
+    "ORDER BY grantee, privilege_type"
+)
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _hex_bytes(value: Any) -> Any:  # noqa: ANN401 (any column value)
+    return "\\x" + value.hex() if isinstance(value, bytes) else value
+
+
+_encoder = msgspec.json.Encoder()
+
+
 class _QmarkCursor:
     def __init__(self, conn: psycopg.Connection[Any], cursor: psycopg.Cursor[Any]) -> None:
         self._conn = conn
@@ -83,6 +210,86 @@ class _QmarkCursor:
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any:  # noqa: ANN401
         return self._cursor.executemany(_pg(sql), params)
+
+    def execute_in(self, sql: str, values: Sequence[Any]) -> Any:  # noqa: ANN401 (DB-API)
+        # One array parameter: the statement's text is the same for any number of values,
+        # so it is parsed and prepared once, not once per length of list.
+        return self._cursor.execute(_pg(f"{sql} (SELECT unnest(?::text[]))"), (list(values),))
+
+    def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._cursor.execute(_pg(statement.whole), (_json_rows(statement.columns, rows),))
+
+    def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if rows:
+            # Binary: each value is dumped as its column's type, without text to parse.
+            self._cursor.execute(_COLUMN_TYPES, (list(columns), table))
+            types = [str(name) for (name,) in self._cursor.fetchall()]
+            statement = f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT BINARY)"
+            with self._cursor.copy(statement.encode()) as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+
+    def create_shadow(self, table: str, shadow: str) -> None:
+        self._cursor.execute(
+            f"CREATE TABLE {shadow} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+            "INCLUDING GENERATED INCLUDING STORAGE)".encode()
+        )
+
+    def index_shadow(self, table: str, shadow: str) -> None:
+        # Sorts of millions of rows spill to disk in the default 64 MB; never lower.
+        self._cursor.execute(_INDEX_MEMORY)
+        for name, definition, constraint, kind in self._indexes(table):
+            unique = "UNIQUE " if definition.startswith("CREATE UNIQUE ") else ""
+            method = definition.split(" USING ", 1)[1]
+            index = _quoted(name + _SHADOW_NAME)
+            self._cursor.execute(
+                f"CREATE {unique}INDEX {index} ON {shadow} USING {method}".encode()
+            )
+            if constraint is not None:
+                key = "PRIMARY KEY" if kind == "p" else "UNIQUE"
+                self._cursor.execute(
+                    f"ALTER TABLE {shadow} ADD CONSTRAINT {_quoted(constraint + _SHADOW_NAME)} "
+                    f"{key} USING INDEX {index}".encode()
+                )
+        self._cursor.execute(f"ANALYZE {shadow}".encode())
+
+    def swap_shadow(self, table: str, shadow: str) -> None:
+        owner, grants = self._owner_and_grants(table)
+        if owner is not None:
+            self._cursor.execute(f"ALTER TABLE {shadow} OWNER TO {_quoted(owner)}".encode())
+        for grantee, privilege in grants:
+            to = "PUBLIC" if grantee == "PUBLIC" else _quoted(grantee)
+            self._cursor.execute(f"GRANT {privilege} ON {shadow} TO {to}".encode())
+        self._cursor.execute(f"DROP TABLE {table}".encode())
+        self._cursor.execute(f"ALTER TABLE {shadow} RENAME TO {table}".encode())
+        for name, _definition, constraint, _kind in self._indexes(table):
+            if constraint is not None and constraint.endswith(_SHADOW_NAME):
+                original = _quoted(constraint.removesuffix(_SHADOW_NAME))
+                rename = f"RENAME CONSTRAINT {_quoted(constraint)} TO {original}"
+                self._cursor.execute(f"ALTER TABLE {table} {rename}".encode())
+            elif constraint is None and name.endswith(_SHADOW_NAME):
+                original = _quoted(name.removesuffix(_SHADOW_NAME))
+                self._cursor.execute(f"ALTER INDEX {_quoted(name)} RENAME TO {original}".encode())
+
+    def _indexes(self, table: str) -> list[tuple[str, str, str | None, str | None]]:
+        """(name, definition, constraint, its kind) of each index of ``table``."""
+        self._cursor.execute(_INDEXES, (table,))
+        return [(str(a), str(b), c, d) for a, b, c, d in self._cursor.fetchall()]
+
+    def _owner_and_grants(self, table: str) -> tuple[str | None, list[tuple[str, str]]]:
+        self._cursor.execute(_OWNER, (table,))
+        row = self._cursor.fetchone()
+        owner = None if row is None or row[1] else str(row[0])
+        self._cursor.execute(_GRANTS, (table,))
+        grants = [(str(grantee), str(privilege)) for grantee, privilege in self._cursor.fetchall()]
+        return owner, grants
+
+    def asynchronous_commit(self) -> None:
+        self._cursor.execute(b"SET LOCAL synchronous_commit = off")
 
     def fetchone(self) -> Any:  # noqa: ANN401 (DB-API)
         return self._cursor.fetchone()
@@ -148,6 +355,37 @@ class _SqliteCursor:
 
     def executemany(self, sql: str, params: Sequence[Sequence[Any]]) -> Any:  # noqa: ANN401
         return self._cursor.executemany(sql, params)
+
+    def execute_in(self, sql: str, values: Sequence[Any]) -> Any:  # noqa: ANN401 (DB-API)
+        return self._cursor.execute(f"{sql} ({', '.join('?' * len(values))})", values)
+
+    def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._cursor.executemany(statement.each, rows)
+
+    def insert_rows(
+        self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if rows:
+            marks = ", ".join("?" * len(columns))
+            self._cursor.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})",  # noqa: S608 (constant names)
+                rows,
+            )
+
+    def create_shadow(self, table: str, shadow: str) -> None:
+        self._cursor.execute(f"CREATE TABLE {shadow} AS SELECT * FROM {table} WHERE 0")  # noqa: S608 (constant names)
+
+    def index_shadow(self, table: str, shadow: str) -> None:
+        """The rows go into ``table`` itself at the swap, under its own indexes."""
+
+    def swap_shadow(self, table: str, shadow: str) -> None:
+        self._cursor.execute(f"DELETE FROM {table}")  # noqa: S608 (constant names)
+        self._cursor.execute(f"INSERT INTO {table} SELECT * FROM {shadow}")  # noqa: S608 (constant names)
+        self._cursor.execute(f"DROP TABLE {shadow}")
+
+    def asynchronous_commit(self) -> None:
+        """SQLite has no such mode per transaction; the embedded store keeps its own."""
 
     def fetchone(self) -> Any:  # noqa: ANN401 (DB-API)
         return self._cursor.fetchone()

@@ -28,6 +28,7 @@ from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
 from jobledger.domain.execution import Execution
+from jobledger.domain.limits import Limit
 from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.codec import MsgspecMapper
@@ -37,8 +38,9 @@ from jobledger.projections.background import Background
 log = structlog.get_logger(__name__)
 
 EXECUTION_EVENTS = event_topics(Execution)
-# What the queue and its checkpoint follow: the executions, and the queues' pauses.
-QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue)))
+# What the queue and its checkpoint follow: the executions, the queues' pauses and the
+# named limits.
+QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue) + event_topics(Limit)))
 
 
 # (notification id, originator id, originator version, topic, state): one stored event
@@ -61,22 +63,34 @@ def read_rows(
     limit: int,
     topics: Sequence[str] = (),
     stop: int | None = None,
+    part: tuple[int, int] | None = None,
 ) -> RowPage:
-    """The next events after ``after`` (of ``topics`` only, if given), as rows.
+    """The next events after ``after`` (of ``topics`` only, if given), as rows; with
+    ``part`` (index, count), only the events of the streams in that share of them, from
+    the next ``limit * count`` positions (PostgreSQL only: see ``PART_OF``).
 
     With a topic filter the position still moves past the other events: up to the last
     notification id that existed when the read began, if the page was not full. Ids
     commit in order (the recorder locks the table), so nothing below that id can still
     appear.
     """
+    postgres = isinstance(recorder, PostgresApplicationRecorder)
+    if part is not None and not postgres:
+        msg = "reading a share of the streams needs PostgreSQL"
+        raise ValueError(msg)
     head = recorder.max_notification_id() or 0
     if stop is not None:
         head = min(head, stop)
+    if part is not None:
+        # A window of positions, not a LIMIT: the planner cannot know how rare a share's
+        # events are, and would scan the whole table for each page.
+        limit *= part[1]
+        head = min(head, after + limit)
     if head <= after:
         return RowPage((), after)
     rows: Sequence[LogRow]
-    if isinstance(recorder, PostgresApplicationRecorder):
-        rows = _select_rows(recorder, after, head, limit, list(topics))
+    if postgres:
+        rows = _select_rows(recorder, after, head, limit, list(topics), part=part)
     else:
         notifications = recorder.select_notifications(
             start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
@@ -94,11 +108,17 @@ class LogReader:
     and queue events) unless told other ``topics`` (``()``: every event)."""
 
     def __init__(
-        self, ledger: Ledger, page_size: int = 2000, *, topics: Sequence[str] = QUEUE_EVENTS
+        self,
+        ledger: Ledger,
+        page_size: int = 2000,
+        *,
+        topics: Sequence[str] = QUEUE_EVENTS,
+        part: tuple[int, int] | None = None,
     ) -> None:
         self.ledger = ledger
         self.page_size = page_size
         self.topics = tuple(topics)
+        self.part = part
         mapper = ledger.mapper
         self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
             mapper.decode_event
@@ -109,6 +129,10 @@ class LogReader:
     def head(self) -> int:
         return self.ledger.recorder.max_notification_id() or 0
 
+    def of_topics(self, topics: Sequence[str]) -> "LogReader":
+        """A reader of the same log, pages as large, of ``topics`` only."""
+        return LogReader(self.ledger, self.page_size, topics=topics)
+
     def page(self, after: int, stop: int | None = None) -> tuple[list[Any], int]:
         page = self.rows(after, stop)
         return list(self.events(page.rows)), page.position
@@ -117,7 +141,9 @@ class LogReader:
         """The next page of events as stored rows (``events`` decodes them)."""
         recorder = self.ledger.recorder
         limit = limit or self.page_size
-        return read_rows(recorder, after, limit=limit, topics=self.topics, stop=stop)
+        return read_rows(
+            recorder, after, limit=limit, topics=self.topics, stop=stop, part=self.part
+        )
 
     def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
         """The domain events of ``rows``, one at a time (a replay never holds a page)."""
@@ -153,13 +179,21 @@ _ROWS = (
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
 def _select_rows(
-    recorder: PostgresApplicationRecorder, after: int, head: int, limit: int, topics: list[str]
+    recorder: PostgresApplicationRecorder,
+    after: int,
+    head: int,
+    limit: int,
+    topics: list[str],
+    *,
+    part: tuple[int, int] | None = None,
 ) -> list[LogRow]:
     """What the recorder's ``select_notifications`` selects, as binary tuples: no dict
     per row, no text to parse, no ``Notification`` objects."""
     datastore = recorder.datastore
-    statement = _rows_statement(datastore.schema, recorder.events_table_name, filtered=bool(topics))
-    params: list[Any] = [after, head, *([topics] if topics else []), limit]
+    statement = _rows_statement(
+        datastore.schema, recorder.events_table_name, filtered=bool(topics), parted=bool(part)
+    )
+    params: list[Any] = [after, head, *([topics] if topics else []), *(part or ())[::-1], limit]
     with (
         datastore.get_connection() as conn,
         conn.cursor(row_factory=tuple_row, binary=True) as cursor,
@@ -168,10 +202,19 @@ def _select_rows(
         return cursor.fetchall()
 
 
+# A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.
+PART_OF = " AND get_byte(uuid_send(originator_id), 15) %% %s = %s"
+
+
+def part_of(stream: UUID, count: int) -> int:
+    """The share ``stream`` is in, as ``PART_OF`` selects it."""
+    return stream.bytes[15] % count
+
+
 @functools.cache
-def _rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
-    topic_filter = SQL(" AND topic = ANY(%s)") if filtered else SQL("")
-    return SQL(_ROWS).format(Identifier(schema), Identifier(table), topic_filter)
+def _rows_statement(schema: str, table: str, *, filtered: bool, parted: bool = False) -> Composed:
+    topic_filter = (" AND topic = ANY(%s)" if filtered else "") + (PART_OF if parted else "")
+    return SQL(_ROWS).format(Identifier(schema), Identifier(table), SQL(topic_filter))
 
 
 class StepHealth(Protocol):

@@ -28,8 +28,8 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.execution import ExecutionStatus
-from jobledger.projections.database import Cursor, Database
-from jobledger.projections.read_models import (
+from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.read_model_tables import (
     ATTEMPTS,
     DURATION,
     EXECUTION_KIND,
@@ -443,10 +443,8 @@ def execution_statuses(db: Database, execution_ids: Sequence[UUID]) -> dict[UUID
     found: dict[UUID, str] = {}
     wanted = [str(i) for i in execution_ids]
     with db.transaction(snapshot=True) as cursor:
-        for start in range(0, len(wanted), _ID_CHUNK):
-            chunk = wanted[start : start + _ID_CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            cursor.execute(f"SELECT id, status FROM {EXECUTIONS} WHERE id IN ({marks})", chunk)  # noqa: S608 (constant names, bound values)
+        for chunk in chunked(wanted, _ID_CHUNK):
+            cursor.execute_in(f"SELECT id, status FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names, bound values)
             found.update((UUID(row[0]), row[1]) for row in _all(cursor))
     return found
 

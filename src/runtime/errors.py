@@ -22,3 +22,7 @@ class StoreNotMigratedError(RuntimeLayerError):
 
 class WriterClosedError(RuntimeLayerError):
     """The event writer is closed and takes no more saves."""
+
+
+class RebuildPartError(RuntimeLayerError):
+    """A share of the read-model rebuild failed; the live tables are unchanged."""

@@ -9,6 +9,7 @@ from datetime import datetime
 import structlog
 
 from jobledger.domain.clock import Clock
+from jobledger.projections.errors import QueueLostError
 from jobledger.projections.quarantine import (
     QuarantinedEvent,
     RetryReport,
@@ -60,6 +61,10 @@ class ReadModelRebuild:
     isolated: str  # what the replay isolated, in one line ('' if nothing)
 
 
+# Tries of a requested queue rebuild that another process's rebuild overtook.
+REBUILD_ATTEMPTS = 3
+
+
 class Admin:
     """Every operation here needs the admin role."""
 
@@ -80,7 +85,19 @@ class Admin:
         log.info("queue.rebuild_requested", requested_by=by.name, full=full, via=via)
         projector = self._container.projector()
         try:
-            return projector.queue.rebuild(full=full, progress=progress, requested_by=by.name)
+            for attempt in range(1, REBUILD_ATTEMPTS + 1):
+                try:
+                    return projector.queue.rebuild(
+                        full=full, progress=progress, requested_by=by.name
+                    )
+                except QueueLostError:
+                    # A running projector that looked while this reset the queue saw no
+                    # queue and rebuilt it too; the last rebuild started stands, so
+                    # this one starts again rather than fail the operator's request.
+                    if attempt == REBUILD_ATTEMPTS:
+                        raise
+                    log.info("queue.rebuild_raced", requested_by=by.name, attempt=attempt)
+            raise AssertionError("unreachable: the last attempt returns or raises")
         finally:
             projector.close()
 
@@ -132,7 +149,7 @@ class Admin:
     def rebuild_read_models(
         self, *, by: Actor, progress: Progress = _no_progress
     ) -> ReadModelRebuild:
-        """Empty the read models and replay the whole log into them."""
+        """Fold the whole log into the read models anew (new tables, swapped in)."""
         by.require(Role.ADMIN)
         models = self._container.read_models()
         events = models.rebuild(progress=progress)

@@ -20,14 +20,17 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections import read_queries as rq
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     JOB_SCHEDULE_FOLLOWER,
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
 )
+from jobledger.projections.read_models import ReadModels
 from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.runtime.rebuild_processes import ProcessParts
 from jobledger.runtime.settings import Settings, load_settings
 
 if TYPE_CHECKING:
@@ -127,6 +130,37 @@ def test_projections_rebuild_command_names_what_it_quarantined(
     assert lines[0].startswith("read models rebuilt: 2 events replayed")
     assert "1 event(s) quarantined in read-models" in lines[-1]
     assert str(bad) in lines[-1]
+
+
+def test_a_rebuild_in_shares_quarantines_each_undecodable_event_once(
+    postgres_url: str,
+) -> None:
+    """If the read models are rebuilt in two processes over a log with an undecodable
+    execution event and an undecodable job event, then each is quarantined once (the
+    execution's by its share, the job's by the rebuilding process), the summary names
+    both, and every other execution is in the tables."""
+    settings = load_settings({}, database_url=postgres_url)
+    with bootstrap(settings) as container:
+        ledger = container.ledger
+        good = {enqueue(ledger, n) for n in range(6)}
+        bad_execution = write_undecodable(ledger, Execution.Enqueued.TOPIC)
+        bad_job = write_undecodable(ledger, Job.Fired.TOPIC)
+        parts = ProcessParts(settings, 2, page_size=3, min_events=0)
+        models = ReadModels(
+            ledger,
+            container.database,
+            isolation=container.isolation(READ_MODELS_FOLLOWER),
+            parts=parts,
+        )
+        assert models.rebuild() == ledger.recorder.max_notification_id()
+        summary = models.isolation.summary()
+        assert "2 event(s) quarantined in read-models" in summary, summary
+        assert rows_of(container) == {
+            (READ_MODELS_FOLLOWER, bad_execution),
+            (READ_MODELS_FOLLOWER, bad_job),
+        }
+        listed = {row.id for row in rq.list_executions(container.database, limit=100).items}
+        assert listed == good
 
 
 @pytest.fixture

@@ -5,16 +5,18 @@ import contextlib
 import functools
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from eventsourcing.domain import CanCreateTimestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,18 +34,24 @@ from jobledger.domain.schedules import (
     Schedule,
 )
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections import read_model_replay
 from jobledger.projections import read_queries as rq
+from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
-from jobledger.projections.read_models import (
+from jobledger.projections.log import part_of
+from jobledger.projections.queue import QueuePause
+from jobledger.projections.read_model_parts import Part
+from jobledger.projections.read_model_rebuild import MARK, ShadowRebuild
+from jobledger.projections.read_model_tables import (
     ATTEMPTS,
     EXECUTIONS,
     HISTOGRAMS,
     JOBS,
     MINUTE_STATS,
-    POSITION,
     STATUS_COUNTS,
-    ReadModels,
 )
+from jobledger.projections.read_models import POSITION, ReadModels
+from jobledger.runtime.rebuild_processes import ProcessParts, RunningProcesses
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger, projection_database
 from jobledger.services.executions import Executions
@@ -338,6 +346,10 @@ def test_incremental_projection_equals_a_rebuild(
     events = models.rebuild()
     assert events == ledger.recorder.max_notification_id()
     assert dump(database) == incremental
+    # In small pages, rows leave the rebuild's memory between pages.
+    models._replay_reader.page_size = 3
+    models.rebuild()
+    assert dump(database) == incremental
 
 
 def test_attempts_and_closing_are_recorded(
@@ -443,6 +455,46 @@ def test_two_followers_at_once_apply_each_event_once(
             db.close()
 
 
+def test_only_a_page_commits_without_waiting_for_the_disk(
+    store_settings: Settings, database: Database
+) -> None:
+    """If a transaction asks for an asynchronous commit, then on PostgreSQL it has
+    synchronous_commit off, and the next transaction of the same pool has the server's
+    setting again; on SQLite the transaction commits as before."""
+    setting = None
+    if store_settings.uses_postgres:
+        with database.transaction() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            setting = cursor.fetchone()
+    with database.transaction() as cursor:
+        cursor.asynchronous_commit()
+        if store_settings.uses_postgres:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone() == ("off",)
+        cursor.execute("INSERT INTO jobledger_positions (name, position) VALUES ('probe', 7)")
+    with database.transaction() as cursor:
+        if store_settings.uses_postgres:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone() == setting
+        cursor.execute("SELECT position FROM jobledger_positions WHERE name = 'probe'")
+        assert cursor.fetchone() == (7,)
+
+
+def test_a_page_with_several_records_of_one_queue_keeps_the_newest(database: Database) -> None:
+    """If one checkpoint page pauses, pauses again and resumes a queue, then it commits
+    (one statement upserts each queue once) and the newest record stands."""
+    checkpoint = Checkpoint(database)
+    records = [
+        QueuePause(queue="held", version=1, paused=True, by="ada", reason="x", since=T0),
+        QueuePause(queue="held", version=3, paused=False),
+        QueuePause(queue="held", version=2, paused=True, by="ada", reason="y", since=T0),
+        QueuePause(queue="other", version=1, paused=True, by="bob", reason="z", since=T0),
+    ]
+    checkpoint.commit([], 4, pauses=records)
+    assert checkpoint.position() == 4
+    assert sorted(checkpoint.pauses(), key=lambda p: p.queue) == [records[1], records[3]]
+
+
 def _drain(models: ReadModels) -> None:
     while models.step():
         pass
@@ -506,6 +558,9 @@ def test_any_history_projects_like_its_rebuild(
     project_randomly(models, database, random.Random(data.draw(st.integers(0, 2**32))))
     incremental = dump(database)
     assert_rows_match_aggregates(ledger, database)
+    # Pages of the rebuild as small as a page of the follower: rows leave its memory at
+    # every page they can.
+    models._replay_reader.page_size = data.draw(st.integers(1, 8), label="rebuild page")
     models.rebuild()
     assert dump(database) == incremental
 
@@ -850,3 +905,330 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
         "op\ufffd",
         "why\ufffd",
     )
+
+
+# ---- the rebuild into new tables --------------------------------------------------------
+
+
+def _tables_and_indexes(store_settings: Settings, database: Database) -> list[tuple[Any, ...]]:
+    """Every table and index of the store (name, table, definition), sorted."""
+    with database.transaction(snapshot=True) as cursor:
+        if store_settings.uses_postgres:
+            cursor.execute(
+                "SELECT tablename, '', '' FROM pg_tables WHERE schemaname = current_schema() "
+                "UNION ALL SELECT indexname, tablename, indexdef FROM pg_indexes "
+                "WHERE schemaname = current_schema()"
+            )
+        else:
+            cursor.execute(
+                "SELECT name, tbl_name, sql FROM sqlite_master WHERE type IN ('table', 'index')"
+            )
+        return sorted(tuple(row) for row in cursor.fetchmany(10_000))
+
+
+def _followed(
+    ledger: Ledger, database: Database, clock: Clock
+) -> tuple[ReadModels, dict[str, list[tuple[Any, ...]]]]:
+    """Every scenario in the log, followed into the tables: the follower and a dump."""
+    story = Story(ledger, clock)
+    for scenario in SCENARIOS:
+        scenario(story)
+    models = ReadModels(ledger, database)
+    _drain(models)
+    return models, dump(database)
+
+
+def _positions(database: Database) -> dict[str, int]:
+    with database.transaction(snapshot=True) as cursor:
+        cursor.execute("SELECT name, position FROM jobledger_positions")
+        return {str(name): int(position) for name, position in cursor.fetchmany(100)}
+
+
+def test_a_rebuild_swaps_in_tables_like_the_old_ones(
+    store_settings: Settings, ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If the read models are rebuilt, then the new tables replace the old ones under
+    the same names, with the same indexes and keys, no table of the rebuild is left,
+    its mark is gone from the positions, and the position is the log's head."""
+    models, _live = _followed(ledger, database, clock)
+    before = _tables_and_indexes(store_settings, database)
+    with structlog.testing.capture_logs() as logs:
+        models.rebuild()
+    assert _tables_and_indexes(store_settings, database) == before
+    assert not [e for e in logs if e["event"] == "read_models.rebuild_in_place"]
+    assert _positions(database)[POSITION] == ledger.recorder.max_notification_id()
+    assert MARK not in _positions(database)
+
+
+def test_until_the_swap_the_live_tables_serve_and_hold_the_archive_back(
+    ledger: Ledger, database: Database, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a rebuild has folded the log but not swapped its tables in yet, then the live
+    tables still hold every row the follower wrote, and the rebuild's mark holds the
+    archive's low-water mark at 0."""
+    models, live = _followed(ledger, database, clock)
+    seen: list[tuple[dict[str, list[tuple[Any, ...]]], dict[str, int]]] = []
+    swap = ShadowRebuild._swap
+
+    def looking(self: ShadowRebuild, reached: int) -> None:
+        seen.append((dump(database), _positions(database)))
+        swap(self, reached)
+
+    monkeypatch.setattr(ShadowRebuild, "_swap", looking)
+    models.rebuild()
+    ((during, positions),) = seen
+    assert during == live
+    assert positions[MARK] == 0
+    assert dump(database) == live
+
+
+def test_a_rebuild_that_fails_falls_back_to_a_replay_in_place(
+    store_settings: Settings,
+    ledger: Ledger,
+    database: Database,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If the rebuild into new tables fails half-way, then it says so, leaves no table
+    or mark of its own behind, and the tables are replayed in place instead: they equal
+    what the follower built."""
+    models, live = _followed(ledger, database, clock)
+    before = _tables_and_indexes(store_settings, database)
+
+    def failing(_self: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(read_model_replay.Replay, "finish", failing)
+    with structlog.testing.capture_logs() as logs:
+        models.rebuild()
+    assert [e["error"] for e in logs if e["event"] == "read_models.rebuild_in_place"] == [
+        "RuntimeError: disk full"
+    ]
+    assert dump(database) == live
+    assert _tables_and_indexes(store_settings, database) == before
+    assert MARK not in _positions(database)
+
+
+def test_an_event_after_a_final_status_is_folded_as_the_follower_folds_it(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If the log holds an event of an execution after its completion (which no command
+    emits, but an older release or a repair may have), then the rebuild folds it into
+    that execution's row, late, and the tables equal the follower's."""
+    story = Story(ledger, clock)
+    adhoc_runs(story)
+    done = story.adhoc("done-then-discarded")
+    story.lease(done)
+    story.complete(done, 2.0)
+    for index in range(3):  # later events of other runs, so the late one is far behind
+        story.adhoc(f"after-{index}")
+    execution = ledger.get_execution(done)
+    execution._discarded(by="repair", reason="after the fact")
+    ledger.save_all(execution)
+    models = ReadModels(ledger, database)
+    _drain(models)
+    live = dump(database)
+    models._replay_reader.page_size = 2  # the completion and the discard in other pages
+    with structlog.testing.capture_logs() as logs:
+        models.rebuild()
+    assert [e["events"] for e in logs if e["event"] == "read_models.rebuild_late_events"] == [1]
+    assert dump(database) == live
+    row = rq.get_execution(database, done)
+    assert row is not None
+    assert (row.status, row.closed_by) == ("discarded", "repair")
+
+
+def test_a_follower_stepping_through_a_rebuild_ends_with_the_same_tables(
+    store_settings: Settings, ledger: Ledger, clock: Clock
+) -> None:
+    """If a follower on another connection keeps stepping while the read models are
+    rebuilt and new events arrive, then once both are done the tables equal a fold of
+    the whole log and agree with the aggregates."""
+    story = Story(ledger, clock)
+    for scenario in SCENARIOS:
+        scenario(story)
+    databases = [projection_database(store_settings) for _ in range(2)]
+    stop = threading.Event()
+    try:
+        follower = ReadModels(ledger, databases[0], page_size=2)
+        rebuilder = ReadModels(ledger, databases[1])
+
+        def follow() -> None:
+            while not stop.is_set():
+                follower.step()
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        for index in range(5):
+            story.adhoc(f"during-{index}")
+            rebuilder.rebuild()
+        stop.set()
+        thread.join(60)
+        _drain(follower)
+        together = dump(databases[0])
+        assert_rows_match_aggregates(ledger, databases[0])
+        rebuilder.rebuild()
+        assert dump(databases[0]) == together
+    finally:
+        stop.set()
+        for db in databases:
+            db.close()
+
+
+def test_the_rebuilt_tables_keep_the_grants_of_the_old_ones(
+    postgres_url: str, clock: Clock
+) -> None:
+    """If another role may read a read-model table (PostgreSQL: SQLite has no roles),
+    then after a rebuild it still may, and the table has the same owner."""
+    settings = load_settings({}, database_url=postgres_url)
+    ledger, database = open_ledger(settings), projection_database(settings)
+    role = f"jl_reader_{uuid.uuid4().hex[:8]}"
+    owner = "SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = ?"
+    with database.transaction() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT SELECT ON {EXECUTIONS} TO {role}")
+        cursor.execute(owner, (EXECUTIONS,))
+        owned_by = cursor.fetchone()
+    try:
+        adhoc_runs(Story(ledger, clock))
+        ReadModels(ledger, database).rebuild()
+        with database.transaction(snapshot=True) as cursor:
+            cursor.execute("SELECT has_table_privilege(?, ?, 'SELECT')", (role, EXECUTIONS))
+            assert cursor.fetchone() == (True,)
+            cursor.execute("SELECT has_table_privilege(?, ?, 'SELECT')", (role, JOBS))
+            assert cursor.fetchone() == (False,)
+            cursor.execute(owner, (EXECUTIONS,))
+            assert cursor.fetchone() == owned_by
+    finally:
+        with database.transaction() as cursor:
+            cursor.execute(f"REVOKE ALL ON {EXECUTIONS} FROM {role}")
+            cursor.execute(f"DROP ROLE {role}")
+        database.close()
+        ledger.close()
+
+
+# ---- a rebuild in shares, a process each ---------------------------------------------
+
+
+def _in_parts(settings: Settings) -> ProcessParts:
+    """Two shares whatever the log's length, in pages of three (rows leave memory)."""
+    return ProcessParts(settings, 2, page_size=3, min_events=0)
+
+
+def _fires_in_both_shares(story: Story) -> list[uuid.UUID]:
+    """A job's runs until they fall in both shares and the latest in another share
+    than the one before it: the merge must pick the job's latest run across shares."""
+    job = story.schedule("spread", CronSchedule("* * * * *"))
+    runs = [story.fire(job)]
+    while len(runs) < 2 or part_of(runs[-1], 2) == part_of(runs[-2], 2):
+        runs.append(story.fire(job))
+    story.lease(runs[-2])
+    story.complete(runs[-2], 3.0)
+    story.lease(runs[-1])
+    return runs
+
+
+@contextlib.contextmanager
+def _postgres_store(url: str) -> Iterator[tuple[Settings, Ledger, Database]]:
+    settings = load_settings({}, database_url=url)
+    ledger, database = open_ledger(settings), projection_database(settings)
+    try:
+        yield settings, ledger, database
+    finally:
+        database.close()
+        ledger.close()
+
+
+def test_a_rebuild_in_two_processes_equals_the_follower(postgres_url: str, clock: Clock) -> None:
+    """If the executions' events are folded in two processes, a share of the streams
+    each, and the jobs' here, then every table equals what the follower built (a job
+    names its latest run, whichever share holds it), progress ends at the head and the
+    position is there."""
+    with _postgres_store(postgres_url) as (settings, ledger, database):
+        runs = _fires_in_both_shares(Story(ledger, clock))
+        _models, live = _followed(ledger, database, clock)
+        parted = ReadModels(ledger, database, parts=_in_parts(settings))
+        calls: list[tuple[int, int]] = []
+        with structlog.testing.capture_logs() as logs:
+            events = parted.rebuild(progress=lambda done, total: calls.append((done, total)))
+        head = ledger.recorder.max_notification_id()
+        assert [e["parts"] for e in logs if e["event"] == "read_models.rebuild_in_parts"] == [2]
+        assert not [e for e in logs if e["event"] == "read_models.rebuild_in_place"]
+        assert events == head
+        assert dump(database) == live
+        spread = rq.list_jobs(database, limit=100).items
+        assert {job.name: job.last_execution_id for job in spread}["spread"] == runs[-1]
+        assert calls[-1] == (head, head)
+        assert _positions(database)[POSITION] == head
+        assert MARK not in _positions(database)
+
+
+def _fallen_back(postgres_url: str, clock: Clock, parts: Callable[[Settings], ProcessParts]) -> str:
+    """Rebuild with ``parts`` (made from the store's settings), which must fail: the
+    tables must equal the follower's, with no table or mark of the rebuild left. The
+    reason the rebuild logged for replaying in place."""
+    with _postgres_store(postgres_url) as (settings, ledger, database):
+        _models, live = _followed(ledger, database, clock)
+        before = _tables_and_indexes(settings, database)
+        with structlog.testing.capture_logs() as logs:
+            ReadModels(ledger, database, parts=parts(settings)).rebuild()
+        [error] = [e["error"] for e in logs if e["event"] == "read_models.rebuild_in_place"]
+        assert dump(database) == live
+        assert _tables_and_indexes(settings, database) == before
+        assert MARK not in _positions(database)
+        return str(error)
+
+
+def test_a_share_that_fails_fails_the_rebuild_in_new_tables(
+    postgres_url: str, clock: Clock, tmp_path: Path
+) -> None:
+    """If a share's process cannot do its part (here: its store is not PostgreSQL),
+    then the rebuild says which share failed and why, leaves no table of its own, and
+    replays in place instead: the tables equal what the follower built."""
+    elsewhere = load_settings({}, database_url=f"sqlite:///{tmp_path / 'other.db'}")
+    migrate(elsewhere, progress=lambda _line: None)
+    error = _fallen_back(
+        postgres_url, clock, lambda _settings: ProcessParts(elsewhere, 2, page_size=3, min_events=0)
+    )
+    assert error.startswith("RebuildPartError: share "), error
+    assert "needs PostgreSQL" in error
+
+
+class _KilledShare(ProcessParts):
+    """Two shares, the first killed (SIGKILL) as soon as it starts."""
+
+    pids: tuple[int, ...] = ()
+
+    @contextlib.contextmanager
+    def start(self, parts: Sequence[Part]) -> Iterator[RunningProcesses]:
+        with super().start(parts) as running:
+            self.pids = tuple(running.pids)
+            os.kill(running.pids[0], signal.SIGKILL)
+            yield running
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_a_share_killed_mid_way_fails_the_rebuild_in_new_tables(
+    postgres_url: str, clock: Clock
+) -> None:
+    """If a share's process is killed before it answers, then the rebuild says that
+    share ended without an answer, stops the other, leaves no table of its own, and
+    replays in place instead: the tables equal what the follower built."""
+    made: list[_KilledShare] = []
+
+    def killed(settings: Settings) -> ProcessParts:
+        made.append(_KilledShare(settings, 2, page_size=3, min_events=0))
+        return made[-1]
+
+    error = _fallen_back(postgres_url, clock, killed)
+    assert error.startswith("RebuildPartError: share 0 of the rebuild ended"), error
+    assert "exit code -9" in error
+    assert len(made[0].pids) == 2
+    assert all(_gone(pid) for pid in made[0].pids)

@@ -16,7 +16,7 @@ from tests.integration.test_queue_projection import run_cli
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import queue, queue_fold, read_models
+from jobledger.projections import queue, queue_fold, read_model_tables
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
@@ -74,20 +74,20 @@ class Fault:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.on = True
-        encode_spec, enqueued_row = queue.encode_spec, read_models._enqueued_row
+        encode_spec, enqueued_row = queue.encode_spec, read_model_tables._enqueued_row
 
         def faulty_spec(spec: WorkSpec) -> bytes:
             if self.on and spec.payload == POISON:
                 raise ValueError("poisoned payload")
             return encode_spec(spec)
 
-        def faulty_row(event: Execution.Enqueued) -> dict[str, Any]:
+        def faulty_row(key: str, event: Execution.Enqueued) -> dict[str, Any]:
             if self.on and event.spec.payload == POISON:
                 raise ValueError("poisoned payload")
-            return enqueued_row(event)
+            return enqueued_row(key, event)
 
         monkeypatch.setattr(queue_fold, "encode_spec", faulty_spec)
-        monkeypatch.setattr(read_models, "_enqueued_row", faulty_row)
+        monkeypatch.setattr(read_model_tables, "_enqueued_row", faulty_row)
 
 
 def in_queue(container: Container) -> set[uuid.UUID]:

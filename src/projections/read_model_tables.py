@@ -1,0 +1,687 @@
+"""The read-model tables behind the REST API and the dashboard, and how events fold
+into them.
+
+Six tables beside the event store (migration 0004): jobs (current state), executions
+(one row each), attempts (one row per lease), per-minute counters, per-minute lateness
+and duration histograms, and how many jobs and executions are in each status.
+``read_models`` follows the log into them, ``read_model_rebuild`` folds the whole log
+into new ones, ``read_queries`` reads them.
+
+A fold holds rows in memory: every event is applied to them in log order, and each
+changed row is written once per page. Every job and execution row keeps the version of
+the last event folded into it, and an older or equal event changes nothing, so a page
+applied again leaves every table as it was. Counters, histograms and status counts only
+count events that changed a row, so they are guarded by the same versions.
+
+Definitions of the derived fields: ``attempt`` is the attempt an execution is on (as
+in the queue), counted over its whole life; ``max_attempts`` the number of the last
+attempt its current budget allows (a requeue from the dead-letter queue grants a fresh
+budget of ``attempt_budget`` attempts after those used, so it reads "attempt 3 of 4",
+never "3 of 2"); ``started_at`` is the start of its first attempt and ``lateness_ms``
+that start minus ``scheduled_for`` (for runs outside the schedule, minus the enqueue
+time); ``finished_at`` is when it last reached a terminal status; ``duration_ms`` is
+that of its latest finished attempt (the handler's own measure for a completion, the
+time from lease to report otherwise). An attempt settled by a lease expiry keeps the
+outcome ``lease_expired``: the retry or dead letter that follows is the execution's
+verdict, not the attempt's. A job's ``last_fired_at`` is the time of its latest fire
+or manual trigger; ``updated_at``/``updated_by`` change with operator changes (update,
+pause, resume, delete) only.
+"""
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import msgspec
+import structlog
+
+from jobledger.domain.definitions import JobDefinition
+from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
+from jobledger.domain.job import Job
+from jobledger.domain.schedules import CronSchedule, OneShotSchedule
+from jobledger.projections.database import Cursor, Database, RowsStatement, chunked, upsert
+from jobledger.projections.times import to_ms
+from jobledger.schemas.rows import ProgressRow
+
+log = structlog.get_logger(__name__)
+_encoder = msgspec.json.Encoder()
+
+ID_CHUNK = 500  # ids per IN (...) list, well below SQLite's parameter limit
+Row = dict[str, Any]
+
+JOBS = "jobledger_rm_jobs"
+EXECUTIONS = "jobledger_rm_executions"
+ATTEMPTS = "jobledger_rm_attempts"
+MINUTE_STATS = "jobledger_rm_minute_stats"
+HISTOGRAMS = "jobledger_rm_minute_histograms"
+STATUS_COUNTS = "jobledger_rm_status_counts"
+TABLES = (JOBS, EXECUTIONS, ATTEMPTS, MINUTE_STATS, HISTOGRAMS, STATUS_COUNTS)
+# The kinds of STATUS_COUNTS rows.
+JOB_KIND = "jobs"
+EXECUTION_KIND = "executions"
+
+JOB_COLUMNS = (
+    "id", "name", "handler", "queue", "priority", "schedule_kind", "cron", "timezone",
+    "run_at_ms", "status", "next_fire_at_ms", "last_fired_at_ms", "last_execution_id",
+    "last_status", "last_finished_at_ms", "created_at_ms", "created_by", "updated_at_ms",
+    "updated_by", "version", "definition", "source",
+)  # fmt: skip
+EXECUTION_COLUMNS = (
+    "id", "job_id", "handler", "queue", "priority", "trigger", "status", "attempt",
+    "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
+    "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
+    "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
+    "progress",
+)  # fmt: skip
+ATTEMPT_COLUMNS = (
+    "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
+    "finished_at_ms", "outcome", "error", "duration_ms",
+)  # fmt: skip
+STAT_COLUMNS = ("fired", "completed", "failed", "dead_lettered")
+FIRED, COMPLETED, FAILED, DEAD_LETTERED = range(4)  # indexes into STAT_COLUMNS
+LATENESS = "lateness"
+DURATION = "duration"
+# Executions that no event can change any more; dead letters are not among them (they
+# can still be requeued or discarded).
+FINAL_STATUSES = (
+    ExecutionStatus.COMPLETED.value,
+    ExecutionStatus.CANCELLED.value,
+    ExecutionStatus.DISCARDED.value,
+    ExecutionStatus.SKIPPED.value,
+)
+
+# Histograms: bucket i > 0 holds the values in (BASE * GAMMA**(i-1), BASE * GAMMA**i];
+# its representative value is within RELATIVE_ERROR of each of them (a DDSketch-style
+# log scale). Bucket 0 holds everything up to BASE (and negative lateness from clock
+# skew) and reads back as 0.
+RELATIVE_ERROR = 0.02
+GAMMA = (1 + RELATIVE_ERROR) / (1 - RELATIVE_ERROR)
+HISTOGRAM_BASE_MS = 0.01
+_LOG_GAMMA = math.log(GAMMA)
+
+
+def bucket_of(value_ms: float) -> int:
+    if value_ms <= HISTOGRAM_BASE_MS:
+        return 0
+    return max(1, math.ceil(math.log(value_ms / HISTOGRAM_BASE_MS) / _LOG_GAMMA))
+
+
+def bucket_value(bucket: int) -> float:
+    """The representative value of ``bucket`` (ms)."""
+    if bucket <= 0:
+        return 0.0
+    return HISTOGRAM_BASE_MS * 2 * GAMMA**bucket / (GAMMA + 1)
+
+
+def minute_of(ms: int) -> int:
+    return ms - ms % 60_000
+
+
+# ---- SQL --------------------------------------------------------------------------
+
+
+def _replace(
+    table: str, columns: Sequence[str], key: Sequence[str], guard: str = ""
+) -> RowsStatement:
+    """An upsert that overwrites the stored row (if ``guard`` holds)."""
+    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
+    conflict = f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
+    return upsert(table, columns, f"{conflict} WHERE {guard}" if guard else conflict)
+
+
+def _add(table: str, columns: Sequence[str], key: Sequence[str]) -> RowsStatement:
+    """An upsert that adds its values to the stored row's."""
+    sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns if c not in key)
+    return upsert(table, columns, f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sums}")
+
+
+_UPSERT_JOB = _replace(JOBS, JOB_COLUMNS, ("id",), f"excluded.version >= {JOBS}.version")
+_UPSERT_EXECUTION = _replace(
+    EXECUTIONS, EXECUTION_COLUMNS, ("id",), f"excluded.version > {EXECUTIONS}.version"
+)
+_UPSERT_ATTEMPT = _replace(ATTEMPTS, ATTEMPT_COLUMNS, ("execution_id", "seq"))
+_ADD_STATS = _add(MINUTE_STATS, ("minute_ms", *STAT_COLUMNS), ("minute_ms",))
+_ADD_HISTOGRAM = _add(
+    HISTOGRAMS, ("minute_ms", "metric", "bucket", "count"), ("minute_ms", "metric", "bucket")
+)
+_ADD_STATUS_COUNTS = _add(STATUS_COUNTS, ("kind", "status", "count"), ("kind", "status"))
+_DROP_ZERO_COUNTS = f"DELETE FROM {STATUS_COUNTS} WHERE count = 0"  # noqa: S608 (constant)
+_SELECT_JOBS = f"SELECT {', '.join(JOB_COLUMNS)} FROM {JOBS} WHERE id IN "  # noqa: S608 (constant)
+_SELECT_EXECUTIONS = f"SELECT {', '.join(EXECUTION_COLUMNS)} FROM {EXECUTIONS} WHERE id IN "  # noqa: S608 (constant)
+# The attempt each execution's latest lease made (a report may settle it).
+_SELECT_ATTEMPTS = (
+    f"SELECT {', '.join('a.' + c for c in ATTEMPT_COLUMNS)} FROM {ATTEMPTS} a "  # noqa: S608 (constant)
+    f"JOIN {EXECUTIONS} e ON e.id = a.execution_id AND e.lease_seq = a.seq WHERE e.id IN "
+)
+_FINAL = ", ".join(f"'{status}'" for status in FINAL_STATUSES)
+_PRUNE_ATTEMPTS = (
+    f"DELETE FROM {ATTEMPTS} WHERE execution_id IN (SELECT id FROM {EXECUTIONS} "  # noqa: S608 (constant)
+    f"WHERE finished_at_ms < ? AND status IN ({_FINAL}))"
+)
+_COUNT_PRUNABLE = (
+    f"SELECT status, count(*) FROM {EXECUTIONS} "  # noqa: S608 (constant)
+    f"WHERE finished_at_ms < ? AND status IN ({_FINAL}) GROUP BY status"
+)
+_PRUNE_EXECUTIONS = f"DELETE FROM {EXECUTIONS} WHERE finished_at_ms < ? AND status IN ({_FINAL})"  # noqa: S608 (constant)
+
+
+def select_rows(
+    cursor: Cursor, select: str, columns: Sequence[str], ids: Iterable[str]
+) -> Iterator[Row]:
+    wanted = sorted(ids)
+    for chunk in chunked(wanted, ID_CHUNK):
+        cursor.execute_in(select, chunk)
+        while rows := cursor.fetchmany(ID_CHUNK):
+            yield from (dict(zip(columns, row, strict=True)) for row in rows)
+
+
+def row_values(rows: Iterable[Row], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    return [tuple(_storable(row[c]) for c in columns) for row in rows]
+
+
+def _storable(value: Any) -> Any:  # noqa: ANN401 (any column value)
+    """PostgreSQL text cannot hold NUL; a handler's error text or an operator's reason
+    may. Replacing it keeps one odd character from stopping the projection."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
+# ---- folding job events -----------------------------------------------------------
+
+# The statuses as the tables hold them: read once, not through the enum per event.
+_PENDING = ExecutionStatus.PENDING.value
+_RUNNING = ExecutionStatus.RUNNING.value
+_COMPLETED = ExecutionStatus.COMPLETED.value
+_DEAD_LETTERED = ExecutionStatus.DEAD_LETTERED.value
+_SKIPPED = ExecutionStatus.SKIPPED.value
+_CREATIONS = (Execution.Enqueued, Execution.Skipped)
+
+
+def _ms(moment: datetime | None) -> int | None:
+    return None if moment is None else to_ms(moment)
+
+
+def _definition_columns(definition: JobDefinition) -> Row:
+    schedule = definition.schedule
+    spec = definition.spec
+    return {
+        "name": definition.name,
+        "handler": spec.handler,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "schedule_kind": str(type(schedule).__struct_config__.tag),
+        "cron": schedule.expression if isinstance(schedule, CronSchedule) else None,
+        "timezone": schedule.timezone if isinstance(schedule, CronSchedule) else None,
+        "run_at_ms": to_ms(schedule.run_at) if isinstance(schedule, OneShotSchedule) else None,
+        "definition": msgspec.json.encode(definition).decode(),
+    }
+
+
+def _scheduled_row(event: Job.Scheduled) -> Row:
+    at = to_ms(event.timestamp)
+    return {
+        "id": str(event.originator_id),
+        **_definition_columns(event.definition),
+        "status": "active",
+        "next_fire_at_ms": _ms(event.next_fire_at),
+        "last_fired_at_ms": None,
+        "last_execution_id": None,
+        "last_status": None,
+        "last_finished_at_ms": None,
+        "created_at_ms": at,
+        "created_by": event.by,
+        "updated_at_ms": at,
+        "updated_by": None,
+        "version": event.originator_version,
+        "source": event.source,
+    }
+
+
+def _operator_change(row: Row, event: Any, status: str, next_fire: datetime | None) -> None:  # noqa: ANN401 (a job event)
+    row.update(
+        status=status,
+        next_fire_at_ms=_ms(next_fire),
+        updated_at_ms=to_ms(event.timestamp),
+        updated_by=event.by,
+    )
+
+
+def _job_updated(row: Row, event: Job.Updated) -> None:
+    row.update(_definition_columns(event.definition))
+    _operator_change(row, event, row["status"], event.next_fire_at)
+
+
+def _job_paused(row: Row, event: Job.Paused) -> None:
+    _operator_change(row, event, "paused", None)
+
+
+def _job_resumed(row: Row, event: Job.Resumed) -> None:
+    _operator_change(row, event, "active", event.next_fire_at)
+
+
+def _job_deleted(row: Row, event: Job.Deleted) -> None:
+    _operator_change(row, event, "deleted", None)
+
+
+def _job_fired(row: Row, event: Job.Fired) -> None:
+    row.update(next_fire_at_ms=_ms(event.next_fire_at), last_fired_at_ms=to_ms(event.timestamp))
+
+
+def _job_fires_missed(row: Row, event: Job.FiresMissed) -> None:
+    row["next_fire_at_ms"] = _ms(event.next_fire_at)
+
+
+def _job_triggered(row: Row, event: Job.Triggered) -> None:
+    row["last_fired_at_ms"] = to_ms(event.timestamp)
+
+
+def _job_backfilled(_row: Row, _event: Job.Backfilled) -> None:
+    """The request itself changes no column: its fires and misses follow it."""
+
+
+_JOB_CHANGES: dict[type[Any], Callable[[Row, Any], None]] = {
+    Job.Updated: _job_updated,
+    Job.Paused: _job_paused,
+    Job.Resumed: _job_resumed,
+    Job.Deleted: _job_deleted,
+    Job.Fired: _job_fired,
+    Job.FiresMissed: _job_fires_missed,
+    Job.Triggered: _job_triggered,
+    Job.Backfilled: _job_backfilled,
+}
+JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
+
+
+# ---- folding execution events -----------------------------------------------------
+
+
+# The columns of an execution that no event has set when it is enqueued.
+_NOT_YET = dict.fromkeys(
+    (
+        "started_at_ms", "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error",
+        "result", "duration_ms", "lateness_ms", "closed_by", "closed_reason", "progress",
+    )
+)  # fmt: skip
+
+
+def _enqueued_row(key: str, event: Execution.Enqueued | Execution.Skipped) -> Row:
+    """The row of a new execution; ``key``: its id as text (the fold's key)."""
+    spec = event.spec
+    return {
+        "id": key,
+        "job_id": None if event.job_id is None else str(event.job_id),
+        "handler": spec.handler,
+        "queue": spec.queue,
+        "priority": spec.priority,
+        "trigger": event.trigger.value,
+        "status": _PENDING,
+        "attempt": event.attempt,
+        "max_attempts": spec.retry.max_attempts,
+        "attempt_budget": spec.retry.max_attempts,
+        "scheduled_for_ms": _ms(event.scheduled_for),
+        "enqueued_at_ms": to_ms(event.timestamp),
+        "ready_at_ms": to_ms(event.ready_at),
+        **_NOT_YET,
+        "version": event.originator_version,
+    }
+
+
+def _skipped_row(key: str, event: Execution.Skipped) -> Row:
+    """A decided-skipped occurrence: never ran, finished when it was decided."""
+    at = to_ms(event.timestamp)
+    row = _enqueued_row(key, event)
+    row.update(
+        status=_SKIPPED,
+        finished_at_ms=at,
+        last_error=event.reason,
+        closed_by="system",
+        closed_reason=event.reason,
+    )
+    return row
+
+
+class Fold:
+    """The rows one page touches: read before the fold, changed by it, written after."""
+
+    def __init__(self, jobs: dict[str, Row], executions: dict[str, Row]) -> None:
+        self.jobs = jobs
+        self.executions = executions
+        self.attempts: dict[tuple[str, int], Row] = {}
+        self.changed_jobs: set[str] = set()
+        self.changed_executions: set[str] = set()
+        self.changed_attempts: set[tuple[str, int]] = set()
+        self.stats: defaultdict[int, list[int]] = defaultdict(lambda: [0] * len(STAT_COLUMNS))
+        self.histograms: Counter[tuple[int, str, int]] = Counter()
+        self.status_counts: Counter[tuple[str, str]] = Counter()
+
+    def apply(self, key: str, event: Any) -> None:  # noqa: ANN401 (any job or execution event)
+        """Fold ``event`` of the aggregate whose id is ``key``."""
+        kind = type(event)
+        if kind in JOB_EVENTS:
+            self._job_event(key, event)
+        elif kind in EXECUTION_EVENTS:
+            self._execution_event(key, event)
+
+    def _job_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (a job event)
+        row = self.jobs.get(key)
+        if row is not None and event.originator_version <= row["version"]:
+            return  # folded before: a page applied again
+        before = None if row is None else row["status"]
+        if isinstance(event, Job.Scheduled):
+            self.jobs[key] = _scheduled_row(event)
+        elif row is None:
+            log.warning("read_models.unknown_job", job_id=key, version=event.originator_version)
+            return
+        else:
+            _JOB_CHANGES[type(event)](row, event)
+            row["version"] = event.originator_version
+        self.changed_jobs.add(key)
+        self._moved(JOB_KIND, before, self.jobs[key]["status"])
+
+    def _execution_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (an execution event)
+        row = self.executions.get(key)
+        if row is not None and event.originator_version <= row["version"]:
+            return  # folded before: a page applied again
+        before = None if row is None else row["status"]
+        if isinstance(event, Execution.Enqueued):
+            row = self.executions[key] = _enqueued_row(key, event)
+            self.count(row["enqueued_at_ms"], FIRED)
+        elif isinstance(event, Execution.Skipped):
+            row = self.executions[key] = _skipped_row(key, event)
+        elif row is None:
+            log.warning(
+                "read_models.unknown_execution", execution_id=key, version=event.originator_version
+            )
+            return
+        else:
+            _EXECUTION_CHANGES[type(event)](self, row, event)
+            row["version"] = event.originator_version
+        self.changed_executions.add(key)
+        self._moved(EXECUTION_KIND, before, row["status"])
+        self._update_job(row, latest=isinstance(event, _CREATIONS))
+
+    def _moved(self, kind: str, before: str | None, after: str) -> None:
+        if before != after:
+            if before is not None:
+                self.status_counts[kind, before] -= 1
+            self.status_counts[kind, after] += 1
+
+    def _update_job(self, execution: Row, *, latest: bool) -> None:
+        """Keep the job's last execution (the latest enqueued) and its status current."""
+        job = None if execution["job_id"] is None else self.jobs.get(execution["job_id"])
+        if job is None:
+            return
+        if latest:
+            job["last_execution_id"] = execution["id"]
+        if job["last_execution_id"] == execution["id"]:
+            job["last_status"] = execution["status"]
+            job["last_finished_at_ms"] = execution["finished_at_ms"]
+            self.changed_jobs.add(job["id"])
+
+    # ---- attempts and statistics ----------------------------------------------------
+
+    def start_attempt(self, execution: Row, event: Execution.Leased, at_ms: int) -> None:
+        key = (execution["id"], event.originator_version)
+        self.attempts[key] = {
+            "execution_id": execution["id"],
+            "seq": event.originator_version,
+            "attempt": event.attempt,
+            "worker_id": event.worker_id,
+            "lease_id": execution["lease_id"],
+            "started_at_ms": at_ms,
+            "finished_at_ms": None,
+            "outcome": None,
+            "error": None,
+            "duration_ms": None,
+        }
+        self.changed_attempts.add(key)
+
+    def settle_attempt(
+        self,
+        execution: Row,
+        event: Any,  # noqa: ANN401 (an execution event)
+        outcome: str,
+        error: str | None,
+        duration_ms: float | None = None,
+        *,
+        at_ms: int | None = None,
+    ) -> None:
+        """Record how the current lease ended, unless an earlier event already did
+        (``at_ms``: the event's time, when the caller has it already)."""
+        key = (execution["id"], execution["lease_seq"])
+        attempt = self.attempts.get(key)
+        if attempt is None:
+            return
+        if attempt["outcome"] is None:
+            at = to_ms(event.timestamp) if at_ms is None else at_ms
+            if duration_ms is None:
+                duration_ms = float(at - attempt["started_at_ms"])
+            attempt["outcome"] = outcome
+            attempt["error"] = error
+            attempt["finished_at_ms"] = at
+            attempt["duration_ms"] = duration_ms
+            self.changed_attempts.add(key)
+        execution["duration_ms"] = attempt["duration_ms"]
+
+    def count(self, at_ms: int, stat: int) -> None:
+        self.stats[minute_of(at_ms)][stat] += 1
+
+    def observe(self, at_ms: int, metric: str, value_ms: float) -> None:
+        self.histograms[minute_of(at_ms), metric, bucket_of(value_ms)] += 1
+
+
+def _leased(fold: Fold, row: Row, event: Execution.Leased) -> None:
+    at = to_ms(event.timestamp)
+    if row["started_at_ms"] is None:
+        due = row["scheduled_for_ms"]
+        lateness = float(at - (row["enqueued_at_ms"] if due is None else due))
+        row.update(started_at_ms=at, lateness_ms=lateness)
+        fold.observe(at, LATENESS, lateness)
+    # Item by item rather than through update(): this runs for every lease of a replay.
+    row["status"] = _RUNNING
+    row["attempt"] = event.attempt
+    row["worker_id"] = event.worker_id
+    row["lease_id"] = str(event.lease_id)
+    row["lease_seq"] = event.originator_version
+    row["progress"] = None  # a new attempt starts from nothing
+    fold.start_attempt(row, event, at)
+
+
+def _debounced(_fold: Fold, row: Row, event: Execution.Debounced) -> None:
+    row["ready_at_ms"] = to_ms(event.ready_at)
+
+
+def _version_only(_fold: Fold, _row: Row, _event: Execution.Replaced | Execution.Throttled) -> None:
+    """Neither the payload nor a wait for a limit is a column: the row stays as it is
+    (its version moves on); the history shows the event."""
+
+
+def _progressed(_fold: Fold, row: Row, event: Execution.Progressed) -> None:
+    shown = ProgressRow(
+        percent=event.progress.percent,
+        message=event.progress.message,
+        data=event.progress.data,
+        at=event.timestamp,
+    )
+    row["progress"] = msgspec.json.encode(shown).decode()
+
+
+def _completed(fold: Fold, row: Row, event: Execution.Completed) -> None:
+    at = to_ms(event.timestamp)
+    duration = event.duration.total_seconds() * 1000
+    fold.settle_attempt(row, event, "completed", None, duration, at_ms=at)
+    row["status"] = _COMPLETED
+    row["finished_at_ms"] = at
+    row["lease_id"] = None
+    row["result"] = _encoder.encode(event.result).decode()
+    fold.count(at, COMPLETED)
+    fold.observe(at, DURATION, duration)
+
+
+def _retried(fold: Fold, row: Row, event: Execution.Retried) -> None:
+    fold.settle_attempt(row, event, "retried", event.error)
+    row.update(
+        status=_PENDING,
+        attempt=event.next_attempt,
+        last_error=event.error,
+        ready_at_ms=to_ms(event.ready_at),
+        lease_id=None,
+    )
+    fold.count(to_ms(event.timestamp), FAILED)
+
+
+def _dead_lettered(fold: Fold, row: Row, event: Execution.DeadLettered) -> None:
+    at = to_ms(event.timestamp)
+    fold.settle_attempt(row, event, "dead_lettered", event.error)
+    row.update(
+        status=_DEAD_LETTERED,
+        attempt=event.attempts,
+        last_error=event.error,
+        finished_at_ms=at,
+        lease_id=None,
+    )
+    fold.count(at, FAILED)
+    fold.count(at, DEAD_LETTERED)
+
+
+def _lease_expired(fold: Fold, row: Row, event: Execution.LeaseExpired) -> None:
+    fold.settle_attempt(row, event, "lease_expired", LEASE_EXPIRED_ERROR)
+
+
+def _deferred(fold: Fold, row: Row, event: Execution.Deferred) -> None:
+    fold.settle_attempt(row, event, "deferred", event.reason)
+    row.update(status=_PENDING, ready_at_ms=to_ms(event.ready_at), lease_id=None)
+
+
+def _requeued(_fold: Fold, row: Row, event: Execution.Requeued) -> None:
+    # A fresh budget starts after the attempts used so far (as the aggregate counts
+    # them). Rows folded before the budget column existed never had their
+    # max_attempts moved, so it still is the budget there.
+    budget = row["attempt_budget"] or row["max_attempts"]
+    row.update(
+        status=_PENDING,
+        attempt=row["attempt"] + 1,
+        max_attempts=row["attempt"] + budget,
+        attempt_budget=budget,
+        ready_at_ms=to_ms(event.ready_at),
+        finished_at_ms=None,
+        closed_by=event.by,
+        closed_reason=event.reason,
+    )
+
+
+def _closed(row: Row, event: Any, status: ExecutionStatus) -> None:  # noqa: ANN401 (an execution event)
+    row.update(
+        status=status.value,
+        finished_at_ms=to_ms(event.timestamp),
+        lease_id=None,
+        closed_by=event.by,
+        closed_reason=event.reason,
+    )
+
+
+def _cancelled(fold: Fold, row: Row, event: Execution.Cancelled) -> None:
+    if row["lease_id"] is not None:
+        fold.settle_attempt(row, event, "cancelled", event.reason)
+    _closed(row, event, ExecutionStatus.CANCELLED)
+
+
+def _discarded(_fold: Fold, row: Row, event: Execution.Discarded) -> None:
+    _closed(row, event, ExecutionStatus.DISCARDED)
+
+
+_EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
+    Execution.Leased: _leased,
+    Execution.Completed: _completed,
+    Execution.Retried: _retried,
+    Execution.DeadLettered: _dead_lettered,
+    Execution.LeaseExpired: _lease_expired,
+    Execution.Deferred: _deferred,
+    Execution.Requeued: _requeued,
+    Execution.Cancelled: _cancelled,
+    Execution.Discarded: _discarded,
+    Execution.Progressed: _progressed,
+    Execution.Replaced: _version_only,
+    Execution.Throttled: _version_only,
+    Execution.Debounced: _debounced,
+}
+EXECUTION_EVENTS = frozenset({Execution.Enqueued, Execution.Skipped, *_EXECUTION_CHANGES})
+
+
+def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
+    """A fold holding the stored rows that ``events`` (with their ids) touch."""
+    job_ids: set[str] = set()
+    execution_ids: set[str] = set()
+    for key, event in events:
+        if type(event) in JOB_EVENTS:
+            job_ids.add(key)
+        else:
+            execution_ids.add(key)
+            created = isinstance(event, _CREATIONS)
+            if created and event.job_id is not None:
+                job_ids.add(str(event.job_id))
+    executions = {
+        row["id"]: row
+        for row in select_rows(cursor, _SELECT_EXECUTIONS, EXECUTION_COLUMNS, execution_ids)
+    }
+    job_ids.update(row["job_id"] for row in executions.values() if row["job_id"] is not None)
+    jobs = {row["id"]: row for row in select_rows(cursor, _SELECT_JOBS, JOB_COLUMNS, job_ids)}
+    fold = Fold(jobs, executions)
+    leased = (key for key, row in executions.items() if row["lease_seq"] is not None)
+    for row in select_rows(cursor, _SELECT_ATTEMPTS, ATTEMPT_COLUMNS, leased):
+        fold.attempts[row["execution_id"], row["seq"]] = row
+    return fold
+
+
+def write_fold(cursor: Cursor, fold: Fold) -> None:
+    # Sorted, so that concurrent writers of the same rows take their locks in one order.
+    jobs = (fold.jobs[key] for key in sorted(fold.changed_jobs))
+    cursor.write_rows(_UPSERT_JOB, row_values(jobs, JOB_COLUMNS))
+    executions = (fold.executions[key] for key in sorted(fold.changed_executions))
+    cursor.write_rows(_UPSERT_EXECUTION, row_values(executions, EXECUTION_COLUMNS))
+    attempts = (fold.attempts[key] for key in sorted(fold.changed_attempts))
+    cursor.write_rows(_UPSERT_ATTEMPT, row_values(attempts, ATTEMPT_COLUMNS))
+    cursor.write_rows(_ADD_STATS, [(m, *c) for m, c in sorted(fold.stats.items())])
+    cursor.write_rows(_ADD_HISTOGRAM, [(*k, n) for k, n in sorted(fold.histograms.items())])
+    add_status_counts(cursor, [(*k, n) for k, n in sorted(fold.status_counts.items()) if n])
+
+
+def add_status_counts(cursor: Cursor, changes: Sequence[tuple[str, str, int]]) -> None:
+    if changes:
+        cursor.write_rows(_ADD_STATUS_COUNTS, changes)
+        # Only statuses that something is in: a rebuild, which nets a page's changes
+        # before writing them, would never write the zeros.
+        cursor.execute(_DROP_ZERO_COUNTS)
+
+
+# ---- removing rows ------------------------------------------------------------------
+
+
+def prune_finished(database: Database, *, before: datetime) -> int:
+    """Delete executions that reached a final status before ``before``, with their
+    attempts; returns how many executions. Per-minute statistics stay."""
+    cutoff = to_ms(before)
+    with database.transaction() as cursor:
+        cursor.execute(_COUNT_PRUNABLE, (cutoff,))
+        gone = [(EXECUTION_KIND, status, -int(count)) for status, count in cursor.fetchmany(10)]
+        cursor.execute(_PRUNE_ATTEMPTS, (cutoff,))
+        cursor.execute(_PRUNE_EXECUTIONS, (cutoff,))
+        add_status_counts(cursor, gone)
+    return -sum(count for _kind, _status, count in gone)
+
+
+def forget_executions(cursor: Cursor, execution_ids: Sequence[str]) -> int:
+    """Delete the rows of ``execution_ids`` (archived: their events left the log) with
+    their attempts and status counts, in the caller's transaction; returns how many
+    rows there were. Per-minute statistics stay, as for ``prune_finished``."""
+    gone: Counter[str] = Counter()
+    for chunk in chunked(execution_ids, ID_CHUNK):
+        cursor.execute_in(f"SELECT status FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names)
+        gone.update(str(row[0]) for row in cursor.fetchmany(len(chunk)))
+        cursor.execute_in(f"DELETE FROM {ATTEMPTS} WHERE execution_id IN", chunk)  # noqa: S608 (constant names)
+        cursor.execute_in(f"DELETE FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names)
+    add_status_counts(cursor, [(EXECUTION_KIND, s, -n) for s, n in sorted(gone.items())])
+    return sum(gone.values())
