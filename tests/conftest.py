@@ -21,6 +21,7 @@ import uvicorn
 from hypothesis import strategies as st
 from litestar import Litestar
 from psycopg import sql
+from tests.ports import free_port
 
 from jobledger.api.server import server_config
 from jobledger.persistence.ledger import Ledger
@@ -33,6 +34,15 @@ from jobledger.services.actors import Actor
 ADMIN_URL = os.environ.get(
     "JOBLEDGER_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
+
+
+# Passwords are hashed at argon2's least cost in the tests: the default cost, 0.2 s of
+# CPU a hash, times the users and sign-ins the tests make, would add minutes of CPU.
+CHEAP_PASSWORDS = {
+    "password_time_cost": "1",
+    "password_memory_kib": "8",
+    "password_parallelism": "1",
+}
 
 
 def actor(name: str = "test") -> Actor:
@@ -138,13 +148,6 @@ def ledger(store_settings: Settings) -> Iterator[Ledger]:
 _START_TIMEOUT = 10.0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _tail(log: Path) -> str:
     return log.read_text()[-2000:] if log.exists() else "(no log)"
 
@@ -182,7 +185,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         missing_service("redis-server is not installed")
     workdir = tmp_path_factory.mktemp("redis")
     log = workdir / "redis.log"
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     args = [binary, "--save", "", "--appendonly", "no", "--port", str(port)]
     args += ["--bind", "127.0.0.1", "--dir", str(workdir), "--logfile", str(log)]
@@ -245,14 +248,14 @@ class JobledgerCli:
     @staticmethod
     def environment(**settings: str) -> dict[str, str]:
         """This environment without jobledger settings, plus ``settings`` (by field name).
-        The test handlers are on (the tests run jobs of ``test.*``) unless ``settings``
-        says otherwise."""
+        The test handlers are on (the tests run jobs of ``test.*``) and passwords are
+        cheap to hash unless ``settings`` says otherwise."""
         environ = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith("JOBLEDGER_") and k not in {"ADMIN_USERNAME", "ADMIN_PASSWORD"}
         }
-        settings = {"test_handlers": "true"} | settings
+        settings = {"test_handlers": "true", **CHEAP_PASSWORDS} | settings
         return environ | {f"JOBLEDGER_{k.upper()}": v for k, v in settings.items()}
 
     def run(

@@ -156,6 +156,10 @@ class AccountSettings(msgspec.Struct, frozen=True, kw_only=True):
     throttle_max_failures: int = 5
     throttle_window: timedelta = timedelta(minutes=15)
     min_password_length: int = 12
+    # argon2id's cost: RFC 9106's second recommendation, argon2-cffi's default.
+    password_time_cost: int = 3
+    password_memory_kib: int = 65_536
+    password_parallelism: int = 4
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -164,6 +168,16 @@ class AccountSettings(msgspec.Struct, frozen=True, kw_only=True):
             session_absolute=timedelta(hours=settings.session_absolute_hours),
             throttle_max_failures=settings.login_max_failures,
             throttle_window=timedelta(minutes=settings.login_window_minutes),
+            password_time_cost=settings.password_time_cost,
+            password_memory_kib=settings.password_memory_kib,
+            password_parallelism=settings.password_parallelism,
+        )
+
+    def hasher(self) -> argon2.PasswordHasher:
+        return credentials.argon2id_hasher(
+            time_cost=self.password_time_cost,
+            memory_kib=self.password_memory_kib,
+            parallelism=self.password_parallelism,
         )
 
 
@@ -392,7 +406,7 @@ class Accounts:
     ) -> None:
         self._database = database
         self._settings = settings
-        self._passwords = credentials.PasswordHashing(hasher)
+        self._passwords = credentials.PasswordHashing(hasher or settings.hasher())
 
     # Users
 

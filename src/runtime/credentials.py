@@ -72,6 +72,14 @@ def _dummy_hash(hasher: argon2.PasswordHasher) -> str:
     return hasher.hash(new_secret())
 
 
+@functools.cache
+def argon2id_hasher(*, time_cost: int, memory_kib: int, parallelism: int) -> argon2.PasswordHasher:
+    """The hasher for one cost; one object per cost, so its dummy hash is made once."""
+    return argon2.PasswordHasher(
+        time_cost=time_cost, memory_cost=memory_kib, parallelism=parallelism
+    )
+
+
 class PasswordHashing:
     """argon2id hashes, and a verify that costs the same whether or not the user exists;
     at most two hash computations run at once in a process."""

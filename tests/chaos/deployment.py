@@ -21,8 +21,9 @@ import redis
 from tests.chaos.handlers import EFFECTS_DIR, SETTING
 from tests.chaos.skewed_worker import OFFSET
 from tests.conftest import JobledgerCli
+from tests.ports import free_port
 from tests.private_stores import PrivateCluster, PrivateRedis
-from tests.roles import ADMIN_PASSWORD, Role, free_port, total, wait_for
+from tests.roles import ADMIN_PASSWORD, Role, total, wait_for
 
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap

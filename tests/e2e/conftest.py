@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 from playwright.sync_api import Browser, Error, Page, Playwright, expect, sync_playwright
-from tests.conftest import missing_service
+from tests.conftest import CHEAP_PASSWORDS, missing_service
 
 from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
@@ -99,6 +99,7 @@ def stack(
         leader_ttl_ms="1000",
         leader_renew_ms="300",
         leader_poll_ms="100",
+        **CHEAP_PASSWORDS,
     )
     with bootstrap(settings) as container:
         accounts = container.accounts()

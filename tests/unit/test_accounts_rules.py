@@ -174,18 +174,31 @@ def test_the_throttle_error_rounds_the_wait_up() -> None:
 
 
 def test_account_settings_come_from_the_settings() -> None:
-    """If the session and login settings are set, then the account settings follow them."""
+    """If the session, login and password settings are set, then the account settings
+    follow them, and so does the argon2id hasher they make."""
     settings = load_settings(
         {},
         session_idle_minutes="10",
         session_absolute_hours="2",
         login_max_failures="3",
         login_window_minutes="5",
+        password_time_cost="2",
+        password_memory_kib="1024",
+        password_parallelism="2",
     )
-    assert AccountSettings.from_settings(settings) == AccountSettings(
+    chosen = AccountSettings.from_settings(settings)
+    assert chosen == AccountSettings(
         session_idle=timedelta(minutes=10),
         session_absolute=timedelta(hours=2),
         throttle_max_failures=3,
         throttle_window=timedelta(minutes=5),
+        password_time_cost=2,
+        password_memory_kib=1024,
+        password_parallelism=2,
     )
+    hasher = chosen.hasher()
+    assert (hasher.time_cost, hasher.memory_cost, hasher.parallelism) == (2, 1024, 2)
+    assert hasher.type is argon2.Type.ID
     assert AccountSettings.from_settings(load_settings({})) == AccountSettings()
+    default = AccountSettings().hasher()
+    assert (default.time_cost, default.memory_cost, default.parallelism) == (3, 65_536, 4)

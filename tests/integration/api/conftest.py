@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from tests.conftest import CHEAP_PASSWORDS
 
 from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
@@ -72,6 +73,7 @@ def serve_api(
         "redis_url": redis_url,
         "redis_prefix": f"a{uuid.uuid4().hex[:8]}",
         "projection_poll_ms": "50",
+        **CHEAP_PASSWORDS,
     }
     settings = load_settings({}, **(chosen | extra))
     with bootstrap(settings) as container:
