@@ -14,7 +14,8 @@ from pathlib import Path
 
 import psycopg
 from tests.conftest import missing_service
-from tests.roles import free_port, wait_for
+from tests.ports import free_port
+from tests.roles import wait_for
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 _PROC = Path("/proc")

@@ -4,7 +4,6 @@ API they serve, and the waits and metric scrapes those tests share."""
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from typing import IO, TYPE_CHECKING
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -22,13 +22,6 @@ if TYPE_CHECKING:
 ADMIN_PASSWORD = "staple-battery-horse-42"
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def parse(text: str) -> Samples:

@@ -30,17 +30,17 @@ from tests.chaos.faults import Injector, Watch, plan_faults
 from tests.chaos.history import History, Views, read_effects, read_log
 from tests.chaos.workload import Api, Workload
 
-from jobledger.projections import read_models
+from jobledger.projections import read_model_tables
 from jobledger.projections.queue import QueueState
 
 SEED_VARIABLE = "JOBLEDGER_CHAOS_SEED"
 READ_MODEL_TABLES = (
-    read_models.JOBS,
-    read_models.EXECUTIONS,
-    read_models.ATTEMPTS,
-    read_models.MINUTE_STATS,
-    read_models.HISTOGRAMS,
-    read_models.STATUS_COUNTS,
+    read_model_tables.JOBS,
+    read_model_tables.EXECUTIONS,
+    read_model_tables.ATTEMPTS,
+    read_model_tables.MINUTE_STATS,
+    read_model_tables.HISTOGRAMS,
+    read_model_tables.STATUS_COUNTS,
 )
 _OPENING = frozenset({"jobledger:ExecutionEnqueued", "jobledger:ExecutionRequeued"})
 _CLOSING = frozenset(

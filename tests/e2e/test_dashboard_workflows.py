@@ -42,7 +42,9 @@ def test_a_job_page_shows_its_links_and_backfills_through_the_dialog(ui: "Ui") -
     page.get_by_role("button", name="Backfill…").click()
     dialog = page.get_by_role("dialog", name="Backfill daily import")
     expect(dialog).to_be_visible()
-    end = (datetime.now(tz=UTC) - timedelta(hours=2)).astimezone()
+    # Half past the hour, so that the window holds six whole hours at any wall time.
+    hour = datetime.now(tz=UTC).replace(minute=30, second=0, microsecond=0)
+    end = (hour - timedelta(hours=2)).astimezone()
     start = end - timedelta(hours=5, minutes=59)
     dialog.get_by_label("From (your local time)").fill(start.strftime("%Y-%m-%dT%H:%M:%S"))
     dialog.get_by_label("To (your local time)").fill(end.strftime("%Y-%m-%dT%H:%M:%S"))

@@ -27,12 +27,12 @@ import httpx
 import pytest
 import yaml
 from tests.conftest import missing_service
+from tests.ports import free_port
 from tests.roles import (
     ADMIN_PASSWORD,
     Deployment,
     Samples,
     admin_client,
-    free_port,
     launch,
     parse,
     total,

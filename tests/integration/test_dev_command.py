@@ -4,7 +4,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from tests.ports import free_port
 
 from jobledger.domain.job import job_id_for_key
 from jobledger.runtime.bootstrap import bootstrap
@@ -28,13 +28,6 @@ START_TIMEOUT = 20.0
 URL_LINE = re.compile(r"dashboard at (http://\S+)/ui")
 COMPLETED = "/api/v1/executions?status=completed&limit=200"
 LOGIN_LINE = re.compile(r"log in as '([^']+)' with the password '([^']+)'")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def readme_command(data_dir: Path) -> list[str]:

@@ -5,7 +5,6 @@ waited for."""
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -24,13 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 URL_LINE = re.compile(r"dashboard at (http://\S+)/ui")
 LOGIN_LINE = re.compile(r"log in as '([^']+)' with the password '([^']+)'")
 START_TIMEOUT = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextmanager
@@ -101,7 +94,7 @@ def test_the_shop_runs_from_the_tutorial(
     takes an order, then the plan creates the daily job (and its TOML twin is the same
     job), and the order's receipt, enqueued in the order's transaction, is sent and its
     result comes back to the shop."""
-    api_port, shop_port = _free_port(), _free_port()
+    api_port, shop_port = free_port(), free_port()
     base = jobledger_cli.environment(
         database_url=postgres_url, handlers="examples.shop.jobs", api_port=str(api_port)
     ) | {"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}

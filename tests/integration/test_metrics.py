@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
-from tests.roles import Samples, free_port, parse, total
+from tests.ports import free_port
+from tests.roles import Samples, parse, total
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger

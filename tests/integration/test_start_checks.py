@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
-from tests.roles import free_port
+from tests.ports import free_port
 
 from jobledger.runtime.errors import StoreNotMigratedError
 from jobledger.runtime.settings import load_settings

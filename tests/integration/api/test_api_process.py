@@ -1,7 +1,6 @@
 """`jobledger api` as a real process: the first admin, serving, stopping."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -10,16 +9,10 @@ from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from tests.ports import free_port
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_production_refuses_to_start_without_an_admin_password(
