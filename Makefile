@@ -13,9 +13,13 @@ $(BIN)/python:
 # Strict editable mode links every file explicitly, so a new module only appears
 # after a re-install: that is why setup always runs it (a no-op when nothing changed).
 # setuptools explains strict mode in a warning on every install; it is expected here.
+# The package's bytecode is compiled here, once: where PYTHONDONTWRITEBYTECODE is set,
+# every process (each role and command the tests start) would compile it again.
 setup: $(BIN)/python
 	PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install --quiet --no-build-isolation \
 		--config-settings editable_mode=strict -e '.[dev]'
+	$(BIN)/python -c 'import compileall, pathlib, jobledger; \
+		compileall.compile_dir(pathlib.Path(jobledger.__file__).parent, quiet=1, workers=0)'
 
 run: setup
 	$(BIN)/jobledger --data-dir $(DATA_DIR) dev

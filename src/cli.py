@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -41,6 +42,8 @@ from jobledger.runtime.progress import ProgressBar
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
 from jobledger.runtime.store import check_migrated, migrate
+from jobledger.runtime.worker import Worker
+from jobledger.schemas.limits import LimitValuesIn
 from jobledger.services.actors import Actor, operator_of_store
 from jobledger.services.admin import QuarantinedEvent, RetryReport, event_type
 from jobledger.services.application import Services
@@ -58,6 +61,9 @@ MAX_PREVIEW = 1000
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobledger",
+        # Every setting is a flag (--archive-dir, ...): a prefix of one must not stand
+        # for it, or a command's own flag that is a prefix (audit --archive) is ambiguous.
+        allow_abbrev=False,
         description="A cron-capable job scheduler whose source of truth is an event log.",
     )
     for name in Settings.__struct_fields__:
@@ -103,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     queue_commands.add_parser("verify", help="compare the queue with a fold of the log")
     _add_steering_commands(queue_commands)
+    _add_limit_commands(commands)
     _add_projection_commands(commands)
     _add_job_commands(commands)
+    _add_archive_commands(commands)
     apply_cli.add_parser(commands)
     return parser
 
@@ -128,6 +136,19 @@ def _add_steering_commands(queue_commands: "argparse._SubParsersAction[Any]") ->
             steer.add_argument("--reason", required=True, help="why (recorded in the event)")
         if action == "drain":
             steer.add_argument("--dry-run", action="store_true", help="only list the runs")
+
+
+def _add_limit_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    """``limit list`` and ``limit set NAME``: the named limits, as the API has them."""
+    limit = commands.add_parser("limit", help="named concurrency and rate limits")
+    actions = limit.add_subparsers(dest="limit_command", required=True, metavar="ACTION")
+    actions.add_parser("list", help="the named limits, and every key in use or waited for")
+    values = actions.add_parser("set", help="create a named limit, or change its values")
+    values.add_argument("name", metavar="NAME", help="the key runs name, e.g. stripe")
+    values.add_argument("--concurrency", type=int, help="runs with the key at once")
+    values.add_argument("--rate", type=int, help="starts with the key per --per seconds")
+    values.add_argument("--per", type=float, dest="per_seconds", help="the rate's period (s)")
+    values.add_argument("--by", help="who acts (recorded; default: this login)")
 
 
 def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> None:
@@ -288,10 +309,11 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
             with_projector=args.with_projector,
         ),
         "worker": lambda: _run_role(
-            container, WorkerRunner(container.worker()), with_projector=args.with_projector
+            container, WorkerRunner(_worker(container)), with_projector=args.with_projector
         ),
         "dlq": lambda: _dead_letters(args, container),
         "queue": lambda: _queue(args, container),
+        "limit": lambda: _limit(args, container),
         "projections": lambda: (
             _rebuild_read_models(container)
             if args.projections_command == "rebuild"
@@ -299,8 +321,16 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         ),
         "seed": lambda: _seed(container),
         "job": lambda: _backfill(args, container),
+        "archive": lambda: _archive(args, container),
+        "audit": lambda: _audit(args, container),
     }
     return runners[args.command]()
+
+
+def _worker(container: Container) -> Worker:
+    # Building the use cases gives the worker's system.archive handler its use case.
+    _services(container)
+    return container.worker()
 
 
 def _outbox_relay(container: Container) -> list[Part]:
@@ -418,6 +448,31 @@ def _queue(args: argparse.Namespace, container: Container) -> int:
         done = queues.resume(args.name, at=utc_now(), by=by)
     state = "paused" if done.paused else "running"
     print(f"queue {done.name} {'is now' if done.changed else 'was already'} {state}")
+    return 0
+
+
+def _limit(args: argparse.Namespace, container: Container) -> int:
+    limits = _services(container).limits
+    if args.limit_command == "list":
+        found = limits.overview(at=utc_now(), by=_cli_actor())
+        for row in found.limits:
+            rate = f"{row.rate}/{row.per_seconds:g}s" if row.rate and row.per_seconds else "-"
+            print(
+                f"{row.name}: concurrency {row.concurrency or '-'}, rate {rate};"
+                f" in use {row.in_use}, waiting {row.waiting}"
+            )
+        for key in found.keys:
+            print(
+                f"  {key.queue} {key.kind} {key.key}: in use {key.in_use}"
+                f" of {key.allowed or '-'}, waiting {key.waiting}"
+            )
+        return 0
+    by = operator_of_store(args.by) if args.by else _cli_actor()
+    values = LimitValuesIn(
+        concurrency=args.concurrency, rate=args.rate, per_seconds=args.per_seconds
+    )
+    done = limits.set(args.name, values, at=utc_now(), by=by)
+    print(f"limit {done.limit.name} {'set' if done.changed else 'unchanged'}")
     return 0
 
 
@@ -652,6 +707,68 @@ def _parse_time(flag: str, text: str) -> datetime:
     if moment.tzinfo is None:
         raise SettingsError(f"{flag}: give a time zone, e.g. 2026-11-01T00:00-05:00 or ...Z")
     return check_instant(flag, moment)
+
+
+# ---- retention: archive and audit -----------------------------------------------------
+
+
+def _add_archive_commands(commands: "argparse._SubParsersAction[Any]") -> None:
+    archive = commands.add_parser(
+        "archive", help="move closed executions' history past the retention to archive files"
+    )
+    archive.add_argument(
+        "--before", help="archive what closed before this ISO time (default: the retention)"
+    )
+    archive.add_argument("--dry-run", action="store_true", help="only count what would go")
+    archive.add_argument(
+        "--restore", type=Path, metavar="PATH", help="put an archive (file or folder) back"
+    )
+    audit = commands.add_parser("audit", help="print the events of an execution or an archive")
+    audit.add_argument("--archive", type=Path, help="an archive file or folder to read")
+    audit.add_argument("--execution", type=uuid.UUID, help="only this execution's events")
+
+
+def _archive(args: argparse.Namespace, container: Container) -> int:
+    if args.restore is not None:
+        return _restore(args.restore, container)
+    before = None if args.before is None else _parse_time("--before", args.before)
+    at = utc_now()
+    if before is not None and before > at:
+        raise SettingsError("--before: give a time in the past, e.g. 2026-11-01T00:00Z")
+    bar = ProgressBar("scanning the log")
+    report = _services(container).archives.archive(
+        at=at, by=_cli_actor(), before=before, dry_run=args.dry_run, progress=bar
+    )
+    bar.finish()
+    verb = "would archive" if report.dry_run else "archived"
+    print(
+        f"{verb} {report.executions:,} execution(s), {report.events:,} event(s) closed before "
+        f"{report.cutoff:%Y-%m-%d %H:%M} UTC, in {len(report.batches)} archive(s) in "
+        f"{report.location}"
+    )
+    print(f"low-water mark: position {report.mark.position:,} ({report.mark.follower})")
+    return 0
+
+
+def _restore(path: Path, container: Container) -> int:
+    restored = _services(container).archives.restore(path, by=_cli_actor())
+    for batch in restored:
+        print(f"restored {batch.name}: {batch.executions:,} execution(s), {batch.events:,} events")
+    print("run `jobledger projections rebuild` to list them in the API and the dashboard again")
+    return 0
+
+
+def _audit(args: argparse.Namespace, container: Container) -> int:
+    archives = _services(container)
+    if args.archive is not None:
+        events = archives.archives.audit(args.archive, args.execution)
+    elif args.execution is not None:
+        events = iter(archives.executions.history(args.execution))
+    else:
+        raise SettingsError("audit: give --execution ID, --archive PATH, or both")
+    for event in events:
+        print(msgspec.json.encode(event).decode())
+    return 0
 
 
 def _print_json(value: dict[str, Any]) -> int:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import structlog
 from litestar import Litestar, MediaType, Request, Response
 from litestar.exceptions import HTTPException, SerializationException, ValidationException
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
     from jobledger.api.state import ApiState
 
 log = structlog.get_logger(__name__)
+
+SCHEMA_FIX = "check the request against the schema at /schema"
 
 _CODES = {
     HTTP_400_BAD_REQUEST: "bad_request",
@@ -204,7 +207,7 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
     message = str(first.get("message") or error.detail)
     # Litestar names the whole body "data" or "body": that names no field a user wrote.
     field = first.get("key") if first.get("key") not in {"data", "body"} else None
-    fix = "check the request against the schema at /schema"
+    fix = SCHEMA_FIX
     if unknown := _UNKNOWN_FIELD.search(message):
         field = f"{field}.{unknown[1]}" if field else unknown[1]
         fix = "remove that field; the fields each request takes are listed at /schema"
@@ -214,11 +217,41 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
 
 
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
+# msgspec ends a refusal with where it happened: `` - at `$.retry.max_attempts` ``.
+_PLACE = re.compile(r" - at `\$(.*)`$")
+# Where Litestar puts the body among a route's arguments.
+_IN_BODY = re.compile(r"\.(?:data|body)(?=[.\[]|$)")
+
+
+def problem_and_place(message: str) -> tuple[str, str | None]:
+    """A msgspec error's message split into the problem and where it is (the path after
+    ``$``, e.g. ``.limits`` or ``[0].name``); None where it names no place."""
+    found = _PLACE.search(message)
+    return (message[: found.start()], found[1]) if found else (message, None)
+
+
+def _body_field_error(error: HTTPException) -> Response[ErrorBody] | None:
+    """A body field that shares its name with a dependency a route is given (``limits``,
+    ``jobs``) is taken for a failed dependency, and Litestar answers 500. The decoder's
+    path says the fault lies in the request body: answer it as the client's mistake."""
+    cause = error.__cause__
+    if error.status_code != HTTP_500_INTERNAL_SERVER_ERROR:
+        return None
+    if not isinstance(cause, msgspec.ValidationError):
+        return None
+    problem, place = problem_and_place(str(cause))
+    if place is None or not (body := _IN_BODY.match(place)):
+        return None
+    field = place[body.end() :].removeprefix(".") or None
+    message = f"{field}: {problem}" if field else f"body: {problem}"
+    return error_response(HTTP_400_BAD_REQUEST, message, field=field or "body", fix=SCHEMA_FIX)
 
 
 def _http(_: Request[Any, Any, Any], error: HTTPException) -> Response[ErrorBody]:
     if isinstance(error.__cause__, SerializationException):
         return _unreadable_body(str(error.__cause__))
+    if body_error := _body_field_error(error):
+        return body_error
     headers = dict(error.headers or {})
     return error_response(error.status_code, str(error.detail), headers=headers or None)
 

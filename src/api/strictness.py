@@ -12,7 +12,6 @@ route after the role guard, refuses each of those with a 400 naming the field:
 - a time given as a bare number.
 """
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, get_args
@@ -23,11 +22,9 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 from litestar.status_codes import HTTP_400_BAD_REQUEST
 
-from jobledger.api.errors import ApiError
+from jobledger.api.errors import SCHEMA_FIX, ApiError, problem_and_place
 
-_SCHEMA_FIX = "check the request against the schema at /schema"
 _TIME_FIX = "use an ISO 8601 time with an offset, e.g. 2026-11-29T10:00:00Z"
-_AT = re.compile(r" - at `\$(.*)`$")
 
 
 @dataclass(frozen=True)
@@ -138,12 +135,10 @@ def _check_body(body: bytes, kind: Any) -> None:  # noqa: ANN401 (the body's dec
 def _coerced(error: msgspec.ValidationError) -> ApiError:
     """A value that only reads as its type when converted (text as a number, a number
     as a flag), named by its path in the body."""
-    message = str(error)
-    found = _AT.search(message)
-    path = found[1].lstrip(".") if found else ""
-    problem = message[: found.start()] if found else message
+    problem, place = problem_and_place(str(error))
+    path = (place or "").lstrip(".")
     if not path:
-        return ApiError(HTTP_400_BAD_REQUEST, f"body: {problem}", field="body", fix=_SCHEMA_FIX)
+        return ApiError(HTTP_400_BAD_REQUEST, f"body: {problem}", field="body", fix=SCHEMA_FIX)
     return ApiError(
         HTTP_400_BAD_REQUEST,
         f"{path}: {problem}",

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Self
 
-import redis
-
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.ledger import Ledger
@@ -33,11 +31,14 @@ from jobledger.projections.quarantine import (
 )
 from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import verify_queue
-from jobledger.projections.read_models import ReadModels
+from jobledger.projections.read_models import REPLAY_PAGE, ReadModels
+from jobledger.projections.redis_client import RedisClient
+from jobledger.projections.redis_client import connect as connect_redis
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
 from jobledger.runtime.accounts import Accounts, AccountSettings
 from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.runtime.handlers.archive import ArchiveRun
 from jobledger.runtime.handlers.registry import HandlerRegistry, load_registry, shell_commands
 from jobledger.runtime.handlers.shell import ShellSettings
 from jobledger.runtime.handlers.webhook import WebhookSettings
@@ -53,6 +54,7 @@ from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence
 from jobledger.runtime.projector import Projector, build_projector
+from jobledger.runtime.rebuild_processes import ProcessParts
 from jobledger.runtime.releases import ReleaseLoop, Releaser, RetryLeadership
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
 from jobledger.runtime.settings import Settings
@@ -83,9 +85,10 @@ class Container:
     database: Database
     presence: Presence
     health: DependencyHealth
-    _redis: redis.Redis | None = None
+    _redis: RedisClient | None = None
     _local_breakers: Breakers | None = None
     _handlers: HandlerRegistry | None = None
+    _archive: ArchiveRun | None = None
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self, *, topics: Sequence[str] | None = None) -> LogReader:
@@ -125,6 +128,7 @@ class Container:
         return SchedulerConfig(
             grace=timedelta(seconds=self.settings.misfire_grace_seconds),
             tick_interval=self.settings.scheduler_tick_ms / 1000,
+            job_cache=self.settings.aggregate_cache_size,
         )
 
     def scheduler(
@@ -212,7 +216,12 @@ class Container:
             queue=self.queue,
             read_models=self.database,
             test_handlers=settings.test_handlers_enabled,
+            archive=lambda: self._archive,
         )
+
+    def provide_archive(self, run: ArchiveRun) -> None:
+        """The archive use case (built above the runtime) that ``system.archive`` runs."""
+        self._archive = run
 
     def head(self) -> int:
         """The position of the newest event in the log (0 when it is empty)."""
@@ -276,11 +285,20 @@ class Container:
 
     def read_models(self) -> ReadModels:
         """The read models on this container's database (queries, lag, rebuilds)."""
+        settings = self.settings
+        parts = None
+        if settings.uses_postgres:  # the shares read the log with PostgreSQL's functions
+            parts = ProcessParts(
+                settings,
+                settings.rebuild_process_count,
+                page_size=max(settings.projection_page_size, REPLAY_PAGE),
+            )
         return ReadModels(
             self.ledger,
             self.database,
-            page_size=self.settings.projection_page_size,
+            page_size=settings.projection_page_size,
             isolation=self.isolation(READ_MODELS_FOLLOWER),
+            parts=parts,
         )
 
     def quarantine(self) -> Quarantine:
@@ -374,7 +392,7 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
         # network partition) must fail a call, so the loops back off instead of
         # hanging. No call blocks on the server side, and the largest pipeline of a
         # rebuild takes far less; options in the URL take precedence.
-        redis.Redis.from_url(
+        connect_redis(
             settings.redis_url,
             socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
             socket_timeout=REDIS_TIMEOUT,

@@ -7,6 +7,7 @@ bounds allow. Only rules that relate two settings or parse a value are written o
 """
 
 import ipaddress
+import os
 import re
 import reprlib
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ import psycopg
 from msgspec import Meta
 from psycopg.conninfo import conninfo_to_dict
 
+from jobledger.projections.redis_client import CLUSTER_SCHEMES
 from jobledger.runtime.credentials import MAX_PASSWORD_LENGTH, USERNAME_PATTERN, USERNAME_RULE
 from jobledger.runtime.errors import SettingsError
 
@@ -34,6 +36,11 @@ _FALLBACKS = {"admin_username": "ADMIN_USERNAME", "admin_password": "ADMIN_PASSW
 MAX_SESSION_HOURS = 30 * 24
 MINUTES_PER_DAY = 24 * 60
 MAX_PORT = 65_535
+MAX_RETENTION_DAYS = 36_500
+MAX_REBUILD_PROCESSES = 32
+MAX_ARCHIVE_BATCH = 100_000
+MAX_PASSWORD_MEMORY_KIB = 4 * 1024 * 1024
+ARGON2_KIB_PER_LANE = 8
 
 # Shared by several fields.
 _Seconds = Annotated[float, Meta(gt=0, extra={"use": "{range} seconds"})]
@@ -122,6 +129,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     session_absolute_hours: Annotated[
         float, Meta(gt=0, le=MAX_SESSION_HOURS, extra={"use": "{range} hours"})
     ] = 12.0
+    # argon2id's cost for new hashes; a user's stored hash is redone with a changed cost
+    # at their next login. At least 8 KiB of memory per lane: checked in _check.
+    password_time_cost: Annotated[int, Meta(ge=1, le=100, extra={"use": "{range} passes"})] = 3
+    password_memory_kib: Annotated[
+        int, Meta(ge=8, le=MAX_PASSWORD_MEMORY_KIB, extra={"use": "{range} KiB"})
+    ] = 65_536
+    password_parallelism: Annotated[int, Meta(ge=1, le=64, extra={"use": "{range} lanes"})] = 4
     login_max_failures: Annotated[int, Meta(ge=1, le=1000, extra={"use": "{range} failures"})] = 5
     login_window_minutes: _Minutes = 15.0
     api_host: Annotated[str, Meta(pattern=r"\A\S+\Z", extra={"use": "a host or address"})] = (
@@ -136,6 +150,26 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     trusted_proxies: _List = ()
     # None: on in dev mode, off in production; an explicit true or false wins.
     test_handlers: bool | None = None
+    retention_days: Annotated[
+        float, Meta(gt=0, le=MAX_RETENTION_DAYS, extra={"use": "{range} days"})
+    ] = 30.0
+    # queue=days pairs, comma-separated: checked in _check_entries, as they parse.
+    retention_queues: _List = ()
+    # Empty: the folder "archives" in data_dir.
+    archive_dir: str = ""
+    archive_batch: Annotated[
+        int, Meta(ge=1, le=MAX_ARCHIVE_BATCH, extra={"use": "{range} executions"})
+    ] = 10_000
+    # 0: one per core. A read-model rebuild of a long log on PostgreSQL folds the
+    # executions in this many processes (1: in the calling process only).
+    rebuild_processes: Annotated[
+        int, Meta(ge=0, le=MAX_REBUILD_PROCESSES, extra={"use": "{range} processes"})
+    ] = 0
+
+    @property
+    def rebuild_process_count(self) -> int:
+        """``rebuild_processes``, with 0 read as the cores this process may use."""
+        return self.rebuild_processes or min(MAX_REBUILD_PROCESSES, _cores())
 
     @property
     def uses_postgres(self) -> bool:
@@ -156,6 +190,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         if self.database_url.startswith("sqlite:"):
             return Path(urlsplit(self.database_url).path)
         return Path(self.data_dir) / "events.sqlite3"
+
+    @property
+    def archive_path(self) -> Path:
+        return Path(self.archive_dir) if self.archive_dir else Path(self.data_dir) / "archives"
+
+    @property
+    def queue_retention_days(self) -> dict[str, float]:
+        """``retention_queues`` as queue -> days (checked as it was read)."""
+        return dict(_retention_entry(entry) for entry in self.retention_queues)
 
     def masked(self) -> dict[str, Any]:
         """The effective settings as plain JSON values (lists as lists), with secrets
@@ -212,6 +255,13 @@ def load_settings(environ: Mapping[str, str], **overrides: str | float | None) -
 
 # (the variable or flag a setting came from, its value as given)
 Given = tuple[str, object]
+
+
+def _cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 def _given(environ: Mapping[str, str], overrides: Mapping[str, object]) -> dict[str, Given]:
@@ -347,6 +397,13 @@ def _check(settings: Settings, names: Mapping[str, str]) -> None:
             f"{names['leader_renew_ms']}: renew more often than the ttl "
             f"({names['leader_ttl_ms']}: {settings.leader_ttl_ms} ms), e.g. every third of it"
         )
+    lanes = settings.password_parallelism
+    if settings.password_memory_kib < ARGON2_KIB_PER_LANE * lanes:
+        raise SettingsError(
+            f"{names['password_memory_kib']}: argon2 needs {ARGON2_KIB_PER_LANE} KiB per lane; "
+            f"use at least {ARGON2_KIB_PER_LANE * lanes} for "
+            f"{names['password_parallelism']}={lanes}"
+        )
     if settings.api_max_body_bytes < settings.max_payload_bytes:
         raise SettingsError(
             f"{names['api_max_body_bytes']}: a job's payload travels in the request body; use "
@@ -377,6 +434,14 @@ def _check_entries(settings: Settings, names: Mapping[str, str]) -> None:
                 f"{names['trusted_proxies']}: {entry!r} is not an address or a network; list "
                 "the proxies in front of the API, e.g. 10.0.0.5,192.168.0.0/24,::1"
             )
+    for entry in settings.retention_queues:
+        try:
+            _retention_entry(entry)
+        except ValueError:
+            raise SettingsError(
+                f"{names['retention_queues']}: {entry!r} is not queue=days; use e.g. "
+                f"reports=365,noise=2 (days from more than 0 to {MAX_RETENTION_DAYS})"
+            ) from None
     for entry in settings.webhook_allow:
         if not _allowable(entry):
             raise SettingsError(
@@ -411,11 +476,25 @@ def _check_redis_url(url: str, name: str) -> None:
         parts.port  # noqa: B018 (reading the port is the check)
     except ValueError:
         raise SettingsError(f"{name}: the host or port cannot be read; {fix}") from None
-    if parts.scheme not in {"redis", "rediss"}:
-        raise SettingsError(f"{name}: the scheme must be redis or rediss; {fix}")
+    if parts.scheme not in {"redis", "rediss", *CLUSTER_SCHEMES}:
+        raise SettingsError(
+            f"{name}: the scheme must be redis or rediss (redis+cluster or rediss+cluster "
+            f"for a Redis Cluster); {fix}"
+        )
     database = parts.path.strip("/")
     if database and not database.isdigit():
         raise SettingsError(f"{name}: the database (after the /) is not a number; {fix}")
+    if parts.scheme in CLUSTER_SCHEMES and database not in {"", "0"}:
+        raise SettingsError(f"{name}: a Redis Cluster has only database 0; {fix}")
+
+
+def _retention_entry(entry: str) -> tuple[str, float]:
+    """``queue=days`` as (queue, days); ValueError if it is not one."""
+    queue, equals, text = entry.partition("=")
+    days = float(text)
+    if not (equals and queue.strip() and 0 < days <= MAX_RETENTION_DAYS):
+        raise ValueError(entry)
+    return queue.strip(), days
 
 
 def _valid_port(port: str) -> bool:

@@ -70,6 +70,10 @@ def test_variables_are_read_and_flags_win() -> None:
             {"JOBLEDGER_API_MAX_BODY_BYTES": "2048"},
             "JOBLEDGER_API_MAX_BODY_BYTES: .* at least JOBLEDGER_MAX_PAYLOAD_BYTES",
         ),
+        (
+            {"JOBLEDGER_PASSWORD_MEMORY_KIB": "16"},
+            "JOBLEDGER_PASSWORD_MEMORY_KIB: argon2 needs 8 KiB per lane; use at least 32",
+        ),
         ({"JOBLEDGER_SECURE_COOKIES": "yes"}, "JOBLEDGER_SECURE_COOKIES: use auto, always"),
         ({"JOBLEDGER_LOG_FORMAT": "xml"}, "JOBLEDGER_LOG_FORMAT: use auto, console or json"),
         (
@@ -83,6 +87,10 @@ def test_variables_are_read_and_flags_win() -> None:
         ({"JOBLEDGER_REDIS_URL": "redis://cache:70000/0"}, "JOBLEDGER_REDIS_URL: the host or port"),
         ({"JOBLEDGER_REDIS_URL": "redis://[::1:6379/0"}, "JOBLEDGER_REDIS_URL: the host or port"),
         ({"JOBLEDGER_REDIS_URL": "redis://cache/zero"}, "JOBLEDGER_REDIS_URL: the database"),
+        (
+            {"JOBLEDGER_REDIS_URL": "redis+cluster://cache:7000/1"},
+            "JOBLEDGER_REDIS_URL: a Redis Cluster has only database 0",
+        ),
         ({"JOBLEDGER_WEBHOOK_ALLOW": "10.0.0.0/8,256.1.1.1/8"}, "JOBLEDGER_WEBHOOK_ALLOW: '256"),
         ({"JOBLEDGER_WEBHOOK_ALLOW": "https://hooks.internal"}, "JOBLEDGER_WEBHOOK_ALLOW"),
     ],
@@ -228,6 +236,8 @@ def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
         "postgresql://app:a?bc@db:5432/jobs",
         "postgresql://app:pw@db1:5432,db2:5433/jobs",  # libpq fail-over hosts
         "redis://:s3cr%23t@cache:6379/0",
+        "redis+cluster://:s3cr%23t@cache:7000/0",  # a Redis Cluster, by any one node
+        "rediss+cluster://cache:7000",
     ],
 )
 def test_urls_libpq_and_redis_accept_are_accepted(url: str) -> None:

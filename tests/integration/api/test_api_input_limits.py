@@ -1,12 +1,15 @@
 """Well-formed input the stores cannot carry, or that sits at the edges of the calendar,
 gets a 4xx naming the field over real HTTP, and writes nothing to the log."""
 
+import re
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import msgspec
 import pytest
 
+from jobledger.api.app import create_app
 from jobledger.runtime.accounts import Role
 
 if TYPE_CHECKING:
@@ -228,3 +231,56 @@ def test_the_same_limits_hold_for_a_job_update(module_api: "Api") -> None:
     assert response.status_code == 422, response.text
     assert response.json()["error"]["field"] == "payload.x[0]"
     assert operator.get(f"/api/v1/jobs/{created['id']}").json()["version"] == created["version"]
+
+
+def wrong_type(schema: dict[str, Any]) -> Any:
+    """A value of another JSON type than the field takes."""
+    return 5 if schema.get("type") == "array" else [""]
+
+
+def body_fields_named_like_dependencies(
+    document: dict[str, Any], names: set[str]
+) -> list[tuple[str, str, str]]:
+    """(method, path, field) for each request-body field that shares a dependency's name."""
+    schemas = document["components"]["schemas"]
+    found = []
+    for path, item in document["paths"].items():
+        for method, operation in item.items():
+            reference = (
+                operation.get("requestBody", {})
+                .get("content", {})
+                .get("application/json", {})
+                .get("schema", {})
+                .get("$ref", "")
+            )
+            properties = schemas.get(reference.rpartition("/")[2], {}).get("properties", {})
+            found += [(method.upper(), path, name) for name in properties if name in names]
+    return found
+
+
+def test_a_body_field_named_like_a_dependency_is_the_clients_mistake(
+    module_api: "Api",
+) -> None:
+    """If a body field that shares its name with a dependency the routes are given
+    (``limits``, ``jobs``) has the wrong type, then the answer is a 400 naming that
+    field, not a server error, and the log is unchanged."""
+    client = module_api.client(Role.ADMIN)
+    document = client.get("/schema/openapi.json").json()
+    names = set(create_app(module_api.container).dependencies)
+    cases = body_fields_named_like_dependencies(document, names)
+    assert {("POST", "/api/v1/executions", "limits"), ("POST", "/api/v1/jobs", "limits")} <= {
+        *cases
+    }, cases
+    schemas = document["components"]["schemas"]
+    before = module_api.container.head()
+    for method, path, name in cases:
+        concrete = re.sub(r"\{[^}]+\}", str(uuid.uuid4()), path)
+        ref = document["paths"][path][method.lower()]["requestBody"]["content"]
+        schema = schemas[ref["application/json"]["schema"]["$ref"].rpartition("/")[2]]
+        value = wrong_type(schema["properties"][name])
+        response = send(client, method, concrete, {name: value})
+        assert response.status_code == 400, (method, path, response.text)
+        error = response.json()["error"]
+        assert error["field"] == name, (method, path, error)
+        assert error["fix"], error
+    assert module_api.container.head() == before

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # About a minute on two loaded cores: most of it is the definitions part, whose inputs
 # are each read back from the log.
-BUDGET = Budget(scenarios=40, steps=15, definitions=300)
+BUDGET = Budget(scenarios=25, steps=15, definitions=200)
 # Violations counted but not failed on here, each with a test of its own below.
 KNOWN: frozenset[str] = frozenset()
 
