@@ -127,7 +127,7 @@ class Checkpoint:
         limited = [
             (n.name, n.version, _record_encoder.encode(n)) for n in _latest(limits, _name_of)
         ]
-        with self._database.transaction() as cursor:
+        with self._database.transaction(pipelined=True) as cursor:
             # The rows and the position commit together, and the log has both again.
             cursor.asynchronous_commit()
             cursor.write_rows(_UPSERT, upserts)

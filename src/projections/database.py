@@ -14,6 +14,8 @@ encodes one value instead of binding every column of every row.
 import contextlib
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,9 +109,14 @@ class Cursor(Protocol):
 
 
 class Database(Protocol):
-    def transaction(self, *, snapshot: bool = False) -> contextlib.AbstractContextManager[Cursor]:
+    def transaction(
+        self, *, snapshot: bool = False, pipelined: bool = False
+    ) -> contextlib.AbstractContextManager[Cursor]:
         """A cursor inside one transaction; commits on success. ``snapshot``: a read-only
-        view that stays consistent for the whole transaction."""
+        view that stays consistent for the whole transaction. ``pipelined``: statements
+        go out without waiting for each one's answer, and a fetch waits for what it
+        needs (PostgreSQL's pipeline mode; no ``COPY`` in it): a follower's page of
+        writes, begin and commit included, costs a round trip instead of one each."""
         ...
 
     def close(self) -> None: ...
@@ -131,20 +138,43 @@ class PostgresDatabase:
             name="jobledger-projections",
             timeout=wait,
             reconnect_timeout=wait,
-            # One empty query at checkout: a connection the server dropped (a restart)
-            # is replaced there, instead of failing the caller once per connection.
-            check=ConnectionPool.check_connection,
+            check=_check_if_idle,
+            reset=_note_returned,
         )
 
     @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False) -> Iterator[Cursor]:
-        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cursor:
-            if snapshot:
-                cursor.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            yield _QmarkCursor(conn, cursor)
+    def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:
+        with self._pool.connection() as conn, contextlib.ExitStack() as stack:
+            if pipelined:
+                stack.enter_context(conn.pipeline())
+            with conn.transaction(), conn.cursor() as cursor:
+                if snapshot:
+                    cursor.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield _QmarkCursor(conn, cursor)
 
     def close(self) -> None:
         self._pool.close()
+
+
+# A connection back in the pool for less than this was working a moment ago.
+FRESH_SECONDS = 1.0
+_returned: "weakref.WeakKeyDictionary[psycopg.Connection[Any], float]" = weakref.WeakKeyDictionary()
+
+
+def _note_returned(conn: psycopg.Connection[Any]) -> None:
+    _returned[conn] = time.monotonic()
+
+
+def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
+    """One empty query at checkout for a connection that has been idle a while: one
+    the server dropped (a restart) is replaced there, instead of failing its caller.
+    A connection used a moment ago skips it: a follower takes one per transaction,
+    several a page, and the check is a round trip each time. A server that went away
+    within that moment fails the caller as a restart in the middle of a transaction
+    does, and the caller retries."""
+    returned = _returned.get(conn)
+    if returned is None or time.monotonic() - returned >= FRESH_SECONDS:
+        ConnectionPool.check_connection(conn)
 
 
 def _pg(sql: str) -> bytes:
@@ -327,7 +357,7 @@ class SqliteDatabase:
         return conn
 
     @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False) -> Iterator[Cursor]:
+    def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:  # noqa: ARG002 (one statement at a time in-process anyway)
         conn = self._connection()
         # IMMEDIATE for writers (no lock upgrade deadlock); a plain BEGIN reads a snapshot.
         conn.execute("BEGIN" if snapshot else "BEGIN IMMEDIATE")

@@ -55,6 +55,11 @@ class RowPage:
         self.rows = rows
         self.position = position
 
+    def full(self, page_size: int) -> bool:
+        """Whether the page holds as many events as were asked for: if not, it reached
+        the head of the log, and more can only come later."""
+        return len(self.rows) >= page_size
+
 
 def read_rows(
     recorder: ApplicationRecorder,
@@ -78,6 +83,9 @@ def read_rows(
     if part is not None and not postgres:
         msg = "reading a share of the streams needs PostgreSQL"
         raise ValueError(msg)
+    if postgres and stop is None and part is None:
+        now_head, found = _select_head_and_rows(recorder, after, limit, list(topics))
+        return _page(now_head, found, limit)
     head = recorder.max_notification_id() or 0
     if stop is not None:
         head = min(head, stop)
@@ -98,6 +106,10 @@ def read_rows(
         rows = [
             (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notifications
         ]
+    return _page(head, rows, limit)
+
+
+def _page(head: int, rows: Sequence[LogRow], limit: int) -> RowPage:
     if len(rows) < limit:
         return RowPage(rows, head)
     return RowPage(rows, rows[-1][0])
@@ -200,6 +212,48 @@ def _select_rows(
     ):
         cursor.execute(statement, params, prepare=True)
         return cursor.fetchall()
+
+
+_HEAD_AND_ROWS = (
+    "SELECT h.head, e.notification_id, e.originator_id, e.originator_version, e.topic, "
+    "e.state FROM (SELECT max(notification_id) AS head FROM {0}.{1}) h "
+    "LEFT JOIN LATERAL (SELECT notification_id, originator_id, originator_version, topic, "
+    "state FROM {0}.{1} WHERE notification_id > %s AND notification_id <= h.head{2} "
+    "ORDER BY notification_id LIMIT %s) e ON true"
+)
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+def _select_head_and_rows(
+    recorder: PostgresApplicationRecorder, after: int, limit: int, topics: list[str]
+) -> tuple[int, list[LogRow]]:
+    """The log's head and the page after ``after`` up to it, in one statement: a
+    follower reads a page on every wake-up, and a query for the head first was a
+    round trip (and a connection's checkout) of its own each time. One statement also
+    sees one snapshot, so the head is the one the page was read under."""
+    datastore = recorder.datastore
+    statement = _head_and_rows_statement(
+        datastore.schema, recorder.events_table_name, filtered=bool(topics)
+    )
+    params: list[Any] = [after, *([topics] if topics else []), limit]
+    with (
+        datastore.get_connection() as conn,
+        conn.cursor(row_factory=tuple_row, binary=True) as cursor,
+    ):
+        cursor.execute(statement, params, prepare=True)
+        found = cursor.fetchall()
+    head = found[0][0] if found else None
+    if head is None:
+        return 0, []  # an empty log
+    if found[0][1] is None:
+        return int(head), []  # nothing after ``after``: the join's one empty row
+    return int(head), [row[1:] for row in found]
+
+
+@functools.cache
+def _head_and_rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
+    topic_filter = " AND topic = ANY(%s)" if filtered else ""
+    return SQL(_HEAD_AND_ROWS).format(Identifier(schema), Identifier(table), SQL(topic_filter))
 
 
 # A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.

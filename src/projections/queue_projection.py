@@ -148,7 +148,8 @@ class QueueProjection:
         return isolation
 
     def step(self) -> bool:
-        """Apply the next page; True if there was work (or a rebuild) to do."""
+        """Apply the next page; True if more may be waiting already (a full page) or a
+        rebuild was done."""
         epoch = self.epoch if self.epoch is not None else self.start()
         page = self.reader.rows(self.position)
         if page.position == self.position:
@@ -158,7 +159,7 @@ class QueueProjection:
         except QueueLostError:
             return self._lost_or_replaced(epoch, self.backend.read_meta())
         self.position = page.position
-        return True
+        return page.full(self.reader.page_size)
 
     def _apply(self, rows: Sequence[LogRow], _start: int, position: int, *, epoch: str) -> bool:
         try:
@@ -375,7 +376,7 @@ class CheckpointProjection:
             return False
         self.isolation.apply(page, self.position, self._apply)
         self.position = page.position
-        return True
+        return page.full(self.reader.page_size)
 
     def _apply(self, rows: Sequence[LogRow], _start: int, position: int) -> bool:
         """Rows and position in one transaction (each row alone, when isolating)."""

@@ -62,14 +62,17 @@ class ReadModels:
         self._database = database
         self._parts = parts
         self._position = Position(database, POSITION)
+        self._committed: int | None = None
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._replay_reader = LogReader(ledger, max(page_size, REPLAY_PAGE), topics=TOPICS)
         self.isolation = isolation or Isolation(READ_MODELS_FOLLOWER)
 
     def step(self) -> bool:
-        """Apply the next page; True if there was one (applied here, or by another
-        process that got to it first)."""
-        return self._next_page(self._reader, self.isolation) is not None
+        """Apply the next page; True if more may be waiting already: the page was full,
+        or another process got to it first. After a page short of full the log had no
+        more, and the follower lets events gather before the next page."""
+        count = self._next_page(self._reader, self.isolation)
+        return count is not None and (count == 0 or count >= self._reader.page_size)
 
     def position(self) -> int:
         return self._position.get()
@@ -135,7 +138,9 @@ class ReadModels:
 
     def _next_page(self, reader: LogReader, isolation: Isolation) -> int | None:
         """Events read from the next page; None when there was no page."""
-        start = self.position()
+        # The position this process last committed; the commit's claim finds out if
+        # another process moved it since, and the next page then reads it again.
+        start = self.position() if self._committed is None else self._committed
         page = reader.rows(start)
         if page.position == start:
             return None
@@ -159,9 +164,10 @@ class ReadModels:
         """Apply ``page`` (which starts at ``start``) and move the position past it,
         in one transaction; False if the position had moved meanwhile."""
         events = [(str(e.originator_id), e) for e in self._reader.events(page.rows)]
-        with self._database.transaction() as cursor:
+        with self._database.transaction(pipelined=True) as cursor:
             # The page and the position commit together, and the log has both again.
             cursor.asynchronous_commit()
+            self._committed = None
             if not self._position.claim(cursor, start):
                 return False
             fold = read_fold(cursor, events)
@@ -169,4 +175,5 @@ class ReadModels:
                 fold.apply(key, event)
             write_fold(cursor, fold)
             self._position.write(cursor, page.position)
+        self._committed = page.position
         return True

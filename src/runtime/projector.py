@@ -44,12 +44,12 @@ class _OpenedOnUse:
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False) -> Iterator[Cursor]:
+    def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:
         with self._lock:
             if self._database is None:
                 self._database = projection_database(self._settings)
             database = self._database
-        with database.transaction(snapshot=snapshot) as cursor:
+        with database.transaction(snapshot=snapshot, pipelined=pipelined) as cursor:
             yield cursor
 
     def close(self) -> None:

@@ -26,11 +26,21 @@ from tests.integration.executions import LogReads, adhoc_spec
 from tests.redis_cluster import PrivateRedisCluster
 
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.runtime.settings import Settings, load_settings
+from jobledger.runtime.store import open_ledger
 from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
 from jobledger.services.executions import BatchRun, Executions
+
+
+@pytest.fixture
+def postgres_ledger(postgres_url: str) -> Iterator[Ledger]:
+    """A ledger on a fresh PostgreSQL database of its own."""
+    opened = open_ledger(load_settings({}, database_url=postgres_url))
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

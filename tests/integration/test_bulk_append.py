@@ -3,7 +3,6 @@ notifications and version checks as the recorder's own insert."""
 
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -15,17 +14,13 @@ from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.bulk import BULK_MIN_EVENTS
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log import LogReader
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import open_ledger
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def ledger(postgres_url: str) -> Iterator[Ledger]:
-    opened = open_ledger(load_settings({}, database_url=postgres_url))
-    yield opened
-    opened.close()
+def ledger(postgres_ledger: Ledger) -> Ledger:
+    return postgres_ledger
 
 
 def runs(count: int) -> list[Execution]:

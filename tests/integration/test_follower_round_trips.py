@@ -1,0 +1,176 @@
+"""What a follower's page costs on PostgreSQL: the head read with the page, a pooled
+connection checked only after it idled, a page's writes pipelined, and a step that
+lets events gather after a page short of full. Each keeps what it replaced."""
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import Execution, Trigger
+from jobledger.persistence.ledger import Ledger
+from jobledger.projections import database as database_module
+from jobledger.projections.database import PostgresDatabase
+from jobledger.projections.log import EXECUTION_EVENTS, LogReader
+from jobledger.projections.read_models import ReadModels
+
+AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def ledger(postgres_ledger: Ledger) -> Ledger:
+    return postgres_ledger
+
+
+@pytest.fixture
+def database(postgres_url: str) -> Iterator[PostgresDatabase]:
+    opened = PostgresDatabase(postgres_url, max_size=1)
+    yield opened
+    opened.close()
+
+
+def enqueue(ledger: Ledger, count: int) -> None:
+    spec = ExecutionSpec(handler="test.echo")
+    runs = [
+        Execution.enqueue(
+            spec=spec, ready_at=AT, trigger=Trigger.ADHOC, trigger_key=uuid.uuid4().hex
+        )
+        for _ in range(count)
+    ]
+    ledger.save(*runs)
+
+
+def backend_pid(database: PostgresDatabase) -> int:
+    with database.transaction() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def test_a_page_carries_the_head_it_was_read_under(ledger: Ledger) -> None:
+    """If the log is empty, then a page is empty at position 0; if it holds events
+    after the position, then the page holds them up to its size and ends at the last
+    one read, or at the head when short of full; and if only events of other topics
+    follow, then the page is empty and still moves to the head."""
+    reader = LogReader(ledger, page_size=3)
+    empty = reader.rows(0)
+    assert (list(empty.rows), empty.position) == ([], 0)
+    enqueue(ledger, 5)
+    first = reader.rows(0)
+    assert [row[0] for row in first.rows] == [1, 2, 3]
+    assert first.position == 3
+    assert first.full(3)
+    rest = reader.rows(first.position)
+    assert [row[0] for row in rest.rows] == [4, 5]
+    assert rest.position == 5
+    assert not rest.full(3)
+    assert reader.rows(5).position == 5
+    others = LogReader(ledger, page_size=3, topics=["no such topic"])
+    page = others.rows(0)
+    assert (list(page.rows), page.position) == ([], 5)
+    assert set(EXECUTION_EVENTS) >= {row[3] for row in first.rows}
+
+
+def test_a_connection_just_returned_is_not_checked(
+    database: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a connection is taken again the moment it came back, then no check query
+    goes out for it; once it has idled FRESH_SECONDS, it is checked at checkout."""
+    checked: list[Any] = []
+    original = ConnectionPool.check_connection
+
+    def counting(conn: psycopg.Connection[Any]) -> None:
+        checked.append(conn)
+        original(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counting))
+    backend_pid(database)
+    checked.clear()
+    backend_pid(database)
+    assert checked == []
+    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)
+    backend_pid(database)
+    assert len(checked) == 1
+
+
+def test_a_connection_the_server_dropped_while_idle_is_replaced(
+    database: PostgresDatabase, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the server ends a pooled connection while it idles, then the next
+    transaction gets a working connection instead of an error."""
+    pid = backend_pid(database)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)  # it has idled
+    assert backend_pid(database) != pid
+
+
+def insert_twice(database: PostgresDatabase, table: str) -> None:
+    with database.transaction(pipelined=True) as cursor:
+        cursor.execute(f"INSERT INTO {table} VALUES (3)")  # noqa: S608 (a test table)
+        cursor.execute(f"INSERT INTO {table} VALUES (1)")  # noqa: S608 (a test table)
+
+
+def test_a_pipelined_transaction_commits_all_or_nothing(database: PostgresDatabase) -> None:
+    """If a pipelined transaction's statements all succeed, then their writes commit
+    and a fetch in between sees the ones before it; if one fails, then the error is
+    raised and none of its writes is kept."""
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    with database.transaction() as cursor:
+        cursor.execute(f"CREATE TABLE {name} (n integer PRIMARY KEY)")
+    with database.transaction(pipelined=True) as cursor:
+        cursor.execute(f"INSERT INTO {name} VALUES (1)")  # noqa: S608 (a test table)
+        cursor.execute(f"INSERT INTO {name} VALUES (2)")  # noqa: S608 (a test table)
+        cursor.execute(f"SELECT count(*) FROM {name}")  # noqa: S608 (a test table)
+        assert cursor.fetchone()[0] == 2
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        insert_twice(database, name)
+    with database.transaction(snapshot=True) as cursor:
+        cursor.execute(f"SELECT n FROM {name} ORDER BY n")  # noqa: S608 (a test table)
+        assert [row[0] for row in cursor.fetchmany(10)] == [1, 2]
+
+
+def test_a_step_after_a_short_page_lets_events_gather(
+    ledger: Ledger, database: PostgresDatabase
+) -> None:
+    """If the read models' page is full, then the step says more may be waiting; if it
+    is short of full (the head was reached), then it says no, and the follower waits
+    for a wake-up before the next page. Every event is folded either way."""
+    models = ReadModels(ledger, database, page_size=4)
+    enqueue(ledger, 6)
+    assert models.step() is True
+    assert models.position() == 4
+    assert models.step() is False
+    assert models.position() == 6
+    assert models.step() is False
+    with database.transaction(snapshot=True) as cursor:
+        cursor.execute("SELECT count(*) FROM jobledger_rm_executions")
+        assert cursor.fetchone()[0] == 6
+
+
+def test_a_position_moved_by_another_process_is_read_again(
+    ledger: Ledger, database: PostgresDatabase, postgres_url: str
+) -> None:
+    """If another process moves the read models' position after this follower's last
+    page, then the follower's next page is refused by its claim, read again from the
+    moved position, and nothing is folded twice or skipped."""
+    models = ReadModels(ledger, database, page_size=100)
+    enqueue(ledger, 3)
+    models.step()
+    other_database = PostgresDatabase(postgres_url, max_size=1)
+    try:
+        enqueue(ledger, 2)
+        ReadModels(ledger, other_database, page_size=100).step()
+    finally:
+        other_database.close()
+    enqueue(ledger, 2)
+    assert models.step() is True  # the claim failed: read the position again
+    models.step()
+    assert models.position() == 7
+    with database.transaction(snapshot=True) as cursor:
+        cursor.execute("SELECT count(*), sum(version) FROM jobledger_rm_executions")
+        assert tuple(cursor.fetchone()) == (7, 7)
