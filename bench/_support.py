@@ -384,3 +384,19 @@ def machine_cpu_seconds() -> float:
     # user nice system idle iowait irq softirq steal: all but idle and iowait are busy
     values = [int(value) for value in line.split()[1:9]]
     return (sum(values) - values[3] - values[4]) / _CLOCK_TICKS
+
+
+def fingerprint(url: str) -> dict[str, str]:
+    """Per read-model table: its row count and a hash of all its rows, in any order."""
+    from jobledger.projections.read_model_tables import TABLES  # noqa: PLC0415 (the scripts that hash tables only)
+
+    found = {}
+    with psycopg.connect(url) as conn:
+        for table in TABLES:
+            query = sql.SQL(
+                "SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' "
+                "ORDER BY md5(t::text))), '') FROM {} t"
+            ).format(sql.Identifier(table))
+            row = conn.execute(query).fetchone()
+            found[table] = "-" if row is None else f"{row[0]}:{row[1]}"
+    return found

@@ -269,20 +269,6 @@ def reset(url: str) -> None:
         conn.execute(sql.SQL("ANALYZE {}").format(tables))
 
 
-def fingerprint(url: str) -> dict[str, str]:
-    """Per read-model table: its row count and a hash of all its rows, in any order."""
-    found = {}
-    with psycopg.connect(url) as conn:
-        for table in TABLES:
-            query = sql.SQL(
-                "SELECT count(*), coalesce(md5(string_agg(md5(t::text), '' "
-                "ORDER BY md5(t::text))), '') FROM {} t"
-            ).format(sql.Identifier(table))
-            row = conn.execute(query).fetchone()
-            found[table] = "-" if row is None else f"{row[0]}:{row[1]}"
-    return found
-
-
 # ---- 1. reads --------------------------------------------------------------------------------
 
 
@@ -546,7 +532,7 @@ class Runner:
         )
         tally.add(measured)
         if case.folds:
-            found = fingerprint(self.url)
+            found = support.fingerprint(self.url)
             self.reference = self.reference or found
             tally.same_tables = tally.same_tables is not False and found == self.reference
 

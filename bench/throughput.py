@@ -581,14 +581,28 @@ def check_round(
         return depths.ready + depths.delayed + depths.leased + depths.dead == 0
 
     support.wait_for(settled, SETTLE_TIMEOUT, "an empty Redis queue", poll=0.1)
+    check_read_models(container)
     extra = audit["leased"] - expected
     stale = sum(int(str(s.get("stale_reports", 0))) for s in stats)
-    notes = [f"log: {audit['completed']:,} completed, 0 open"]
+    notes = [f"log: {audit['completed']:,} completed, 0 open; read models = a rebuild"]
     if extra or audit["other_events"]:
         notes.append(f"{extra:,} extra leases, {audit['other_events']:,} other events")
     if stale:
         notes.append(f"{stale} stale reports")
     return "; ".join(notes)
+
+
+def check_read_models(container: Container) -> None:
+    """The read models, once the projector has caught up, equal a rebuild of them
+    from the log (outside the timing). Raises if not."""
+    models = container.read_models()
+    support.wait_for(lambda: models.lag() == 0, SETTLE_TIMEOUT, "current read models", poll=0.1)
+    followed = support.fingerprint(container.settings.database_url)
+    models.rebuild()
+    rebuilt = support.fingerprint(container.settings.database_url)
+    differ = [table for table in followed if followed[table] != rebuilt[table]]
+    if differ:
+        raise RuntimeError(f"the read models differ from a rebuild in {', '.join(differ)}")
 
 
 # ---- Celery and Dramatiq ---------------------------------------------------------------
