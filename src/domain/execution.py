@@ -11,7 +11,7 @@ from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
-from jobledger.domain.ids import ADHOC_NAMESPACE, trigger_execution_id
+from jobledger.domain.ids import ADHOC_NAMESPACE, name_uuid, trigger_execution_id
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
 from jobledger.domain.progress import Progress
 
@@ -67,12 +67,12 @@ def occurrence_execution_id(job_id: uuid.UUID, scheduled_for: datetime) -> uuid.
     if scheduled_for.tzinfo is None:
         msg = "scheduled_for must be zone-aware"
         raise ValueError(msg)
-    return uuid.uuid5(job_id, "at:" + scheduled_for.astimezone(UTC).isoformat())
+    return name_uuid(job_id, "at:" + scheduled_for.astimezone(UTC).isoformat())
 
 
 def step_execution_id(workflow_id: uuid.UUID, step: str) -> uuid.UUID:
     """The id of a workflow step's run: a second release of the step collides."""
-    return uuid.uuid5(workflow_id, "step:" + step)
+    return name_uuid(workflow_id, "step:" + step)
 
 
 class Execution(Aggregate):
