@@ -148,8 +148,9 @@ class QueueProjection:
         return isolation
 
     def step(self) -> bool:
-        """Apply the next page; True if more may be waiting already (a full page) or a
-        rebuild was done."""
+        """Apply the next page; True if there was work (or a rebuild) to do. The queue
+        steps again at once after any page: it lets no events gather (its readiness is
+        what workers wait for), and its empty step is what looks for a lost queue."""
         epoch = self.epoch if self.epoch is not None else self.start()
         page = self.reader.rows(self.position)
         if page.position == self.position:
@@ -159,7 +160,7 @@ class QueueProjection:
         except QueueLostError:
             return self._lost_or_replaced(epoch, self.backend.read_meta())
         self.position = page.position
-        return page.full(self.reader.page_size)
+        return True
 
     def _apply(self, rows: Sequence[LogRow], _start: int, position: int, *, epoch: str) -> bool:
         try:
