@@ -14,6 +14,8 @@ encodes one value instead of binding every column of every row.
 import contextlib
 import sqlite3
 import threading
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,6 @@ from typing import Any, Protocol
 import msgspec
 import psycopg
 from psycopg_pool import ConnectionPool
-
-from jobledger.persistence.pools import check_if_idle, note_returned
 
 STREAM_BATCH = 10_000
 
@@ -138,9 +138,8 @@ class PostgresDatabase:
             name="jobledger-projections",
             timeout=wait,
             reconnect_timeout=wait,
-            # Checked at checkout once they idled (``persistence.pools``, ADR 49).
-            check=check_if_idle,
-            reset=note_returned,
+            check=_check_if_idle,
+            reset=_note_returned,
         )
 
     @contextlib.contextmanager
@@ -155,6 +154,27 @@ class PostgresDatabase:
 
     def close(self) -> None:
         self._pool.close()
+
+
+# A connection back in the pool for less than this was working a moment ago.
+FRESH_SECONDS = 1.0
+_returned: "weakref.WeakKeyDictionary[psycopg.Connection[Any], float]" = weakref.WeakKeyDictionary()
+
+
+def _note_returned(conn: psycopg.Connection[Any]) -> None:
+    _returned[conn] = time.monotonic()
+
+
+def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
+    """One empty query at checkout for a connection that has been idle a while: one
+    the server dropped (a restart) is replaced there, instead of failing its caller.
+    A connection used a moment ago skips it: a follower takes one per transaction,
+    several a page, and the check is a round trip each time. A server that went away
+    within that moment fails the caller as a restart in the middle of a transaction
+    does, and the caller retries."""
+    returned = _returned.get(conn)
+    if returned is None or time.monotonic() - returned >= FRESH_SECONDS:
+        ConnectionPool.check_connection(conn)
 
 
 def _pg(sql: str) -> bytes:

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import psycopg
 from eventsourcing.persistence import OperationalError, ProgrammingError
-from eventsourcing.postgres import PostgresDatastore
 from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.domain.definitions import Limits
 from jobledger.persistence.ledger import Ledger
-from jobledger.persistence.pools import check_only_when_idle
 from jobledger.projections.database import Database, PostgresDatabase, SqliteDatabase
 from jobledger.runtime.errors import (
     SettingsError,
@@ -111,22 +109,9 @@ def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Led
     try:
         if not settings.uses_postgres:
             settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        ledger = Ledger(env, limits)
+        return Ledger(env, limits)
     except (OperationalError, OSError, psycopg.OperationalError) as error:
         raise _unavailable(settings, error) from None
-    _check_pools_when_idle(ledger)
-    return ledger
-
-
-def _check_pools_when_idle(ledger: Ledger) -> None:
-    """The event store's pools check a connection at checkout only after it idled
-    (``persistence.pools``): with a check at every checkout, each save and each read of
-    the log paid a round trip for it."""
-    recorders = (ledger.recorder, ledger.snapshots.recorder if ledger.snapshots else None)
-    for recorder in recorders:
-        datastore = getattr(recorder, "datastore", None)
-        if isinstance(datastore, PostgresDatastore):
-            check_only_when_idle(datastore.pool)
 
 
 def events_table(settings: Settings) -> str:

@@ -13,8 +13,8 @@ from psycopg_pool import ConnectionPool
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.persistence import pools
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections import database as database_module
 from jobledger.projections.database import PostgresDatabase
 from jobledger.projections.log import EXECUTION_EVENTS, LogReader
 from jobledger.projections.read_models import ReadModels
@@ -43,20 +43,6 @@ def enqueue(ledger: Ledger, count: int) -> None:
         for _ in range(count)
     ]
     ledger.save(*runs)
-
-
-@pytest.fixture
-def checked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The connections the pools' check query goes out for, from now on."""
-    seen: list[Any] = []
-    original = ConnectionPool.check_connection
-
-    def counting(conn: psycopg.Connection[Any]) -> None:
-        seen.append(conn)
-        original(conn)
-
-    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counting))
-    return seen
 
 
 def backend_pid(database: PostgresDatabase) -> int:
@@ -90,32 +76,24 @@ def test_a_page_carries_the_head_it_was_read_under(ledger: Ledger) -> None:
 
 
 def test_a_connection_just_returned_is_not_checked(
-    database: PostgresDatabase, checked: list[Any], monkeypatch: pytest.MonkeyPatch
+    database: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If a connection is taken again the moment it came back, then no check query
     goes out for it; once it has idled FRESH_SECONDS, it is checked at checkout."""
+    checked: list[Any] = []
+    original = ConnectionPool.check_connection
+
+    def counting(conn: psycopg.Connection[Any]) -> None:
+        checked.append(conn)
+        original(conn)
+
+    monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counting))
     backend_pid(database)
     checked.clear()
     backend_pid(database)
     assert checked == []
-    monkeypatch.setattr(pools, "FRESH_SECONDS", 0.0)
+    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)
     backend_pid(database)
-    assert len(checked) == 1
-
-
-def test_the_event_stores_pool_checks_only_idle_connections_too(
-    ledger: Ledger, checked: list[Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """If the event store's pool hands out a connection that came back a moment ago,
-    then no check query goes out for it; one that idled is checked."""
-    for _ in range(12):  # every connection of the pool (it hands them out in turn) used once
-        ledger.recorder.max_notification_id()
-    checked.clear()
-    for _ in range(12):
-        ledger.recorder.max_notification_id()
-    assert checked == []
-    monkeypatch.setattr(pools, "FRESH_SECONDS", 0.0)
-    ledger.recorder.max_notification_id()
     assert len(checked) == 1
 
 
@@ -127,7 +105,7 @@ def test_a_connection_the_server_dropped_while_idle_is_replaced(
     pid = backend_pid(database)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    monkeypatch.setattr(pools, "FRESH_SECONDS", 0.0)  # it has idled
+    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)  # it has idled
     assert backend_pid(database) != pid
 
 
