@@ -114,6 +114,15 @@ class MsgspecMapper(Mapper[UUID]):
     ) -> DomainEventProtocol[UUID]:
         """``to_domain_event`` from the columns of a stored event, without the object:
         log readers have rows, and this runs once per event of a replay."""
+        if not isinstance(originator_id, UUID):
+            originator_id = UUID(originator_id)
+        return self.decode_keyed(originator_id, originator_version, topic, state)
+
+    def decode_keyed(
+        self, originator_id: UUID | str, originator_version: int, topic: str, state: bytes
+    ) -> DomainEventProtocol[UUID]:
+        """``decode_event``, the id kept as given: a fold keyed on the id as text reads
+        it as text, and its events are for that fold only."""
         event_class, decoder = self._event_type(topic)
         try:
             if decoder is not None:
@@ -126,9 +135,7 @@ class MsgspecMapper(Mapper[UUID]):
                 f"{originator_id} v{originator_version}: {error}"
             )
             raise MapperDeserialisationError(msg) from error
-        fields["originator_id"] = (
-            originator_id if isinstance(originator_id, UUID) else UUID(originator_id)
-        )
+        fields["originator_id"] = originator_id
         fields["originator_version"] = originator_version
         domain_event = object.__new__(event_class)
         object.__setattr__(domain_event, "__dict__", fields)

@@ -219,7 +219,7 @@ class Folder:
 
     def __init__(self, database: Database, reader: LogReader, isolation: Isolation) -> None:
         self._database = database
-        self._reader = reader
+        self._reader = reader.with_text_ids()
         self._isolation = isolation
         self.output = Output(database)
 
@@ -242,11 +242,13 @@ class Folder:
 
         def decode(row: LogRow) -> None:
             event = self._reader.event(row)
-            events.append((row[0], str(event.originator_id), event))
+            stream = row[1]
+            events.append((row[0], stream if stream.__class__ is str else str(stream), event))
 
         self._isolation.each(rows, decode)
-        # JSON carries NUL as an escape: a state without one holds no NUL anywhere.
-        if not self.output.careful and any(_NUL in row[4] for row in rows):
+        # JSON carries NUL as an escape: a state without one holds no NUL anywhere. One
+        # search of the page's states joined costs less than a search per state.
+        if not self.output.careful and _NUL in b"".join([row[4] for row in rows]):
             self.output.careful = True
         return events
 

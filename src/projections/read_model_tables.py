@@ -28,7 +28,9 @@ or manual trigger; ``updated_at``/``updated_by`` change with operator changes (u
 pause, resume, delete) only.
 """
 
+import functools
 import math
+import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
@@ -200,6 +202,13 @@ _SKIPPED = ExecutionStatus.SKIPPED.value
 _CREATIONS = (Execution.Enqueued, Execution.Skipped)
 
 
+@functools.lru_cache(maxsize=65_536)
+def _job_text(job_id: uuid.UUID) -> str:
+    """A job's id as text: many executions name each job, and ``UUID.__str__`` costs
+    several times a lookup here."""
+    return str(job_id)
+
+
 def _ms(moment: datetime | None) -> int | None:
     return None if moment is None else to_ms(moment)
 
@@ -312,7 +321,7 @@ def _enqueued_row(key: str, event: Execution.Enqueued | Execution.Skipped) -> Ro
     spec = event.spec
     return {
         "id": key,
-        "job_id": None if event.job_id is None else str(event.job_id),
+        "job_id": None if event.job_id is None else _job_text(event.job_id),
         "handler": spec.handler,
         "queue": spec.queue,
         "priority": spec.priority,
