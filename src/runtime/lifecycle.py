@@ -58,14 +58,23 @@ def run_parts(parts: Sequence[Part], stop: threading.Event) -> int:
     return EXIT_PART_ENDED
 
 
+# Net allocations of tracked objects before the youngest generation is collected.
+YOUNG_COLLECTION_AFTER = 20_000
+
+
 def settle_heap() -> None:
     """Collect what starting left behind, then take every object still alive out of the
     collector's passes. A started role's heap (modules, classes, pools, settings) lives
     as long as the process, yet each full collection walked all of it: some 80,000
     objects, 40 to 60 ms on the 2-core machine, long enough to make a scheduler tick
-    that met one miss its 50 ms. Objects made later are collected as before."""
+    that met one miss its 50 ms. Objects made later are collected as before, but the
+    youngest generation only after ``YOUNG_COLLECTION_AFTER`` more allocations than
+    frees (CPython's default, 700, had a busy worker or projector start a pass every
+    few milliseconds, ADR 50)."""
     gc.collect()
     gc.freeze()
+    _young, *older = gc.get_threshold()
+    gc.set_threshold(YOUNG_COLLECTION_AFTER, *older)
 
 
 def _first_to_end(parts: Sequence[Part], stop: threading.Event) -> Part | None:

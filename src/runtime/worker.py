@@ -353,6 +353,10 @@ class Worker:
             self.running.pop(running.execution.id, None)
             self.metrics.slots_in_use.set(len(self.running))
             self._slot_freed.set()
+            # The run and its progress reporter refer to each other: unlinked, a
+            # finished run is freed at once, not left to the cyclic collector (about
+            # twenty objects a job, a tenth of the worker's time in its passes).
+            running.progress = running.context.progress_sink = None
 
     async def _attempt(self, running: _Running) -> Report:
         """Run the handler under its breaker and timeout; what it came to."""

@@ -10,6 +10,7 @@ the same rules with worker processes on PostgreSQL and Redis, with signals and k
 
 import asyncio
 import contextlib
+import gc
 import threading
 import time
 import uuid
@@ -595,3 +596,26 @@ def test_many_short_runs_complete_once_with_no_lost_lease(embedded: InProcess) -
         assert "worker.stale_report" not in events
 
     asyncio.run(scenario())
+
+
+def test_a_finished_run_is_freed_without_the_cyclic_collector(embedded: InProcess) -> None:
+    """If runs finish while the cyclic collector is off, then none of them is left in
+    memory: nothing a run holds refers back to it, so it goes with its last reference
+    instead of waiting for the collector (whose passes over every finished run cost
+    the worker a tenth of its time)."""
+
+    async def scenario() -> int:
+        executions = [embedded.run("test.echo", n=i) for i in range(20)]
+        worker = embedded.worker(slots=4)
+        async with embedded.running(worker):
+            await embedded.until(lambda: worker.stats.completed == len(executions))
+        assert not worker.running
+        return sum(type(o).__name__ == "_Running" for o in gc.get_objects())
+
+    gc.collect()
+    gc.disable()
+    try:
+        left = asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert left == 0

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobledger.runtime.lifecycle import EXIT_PART_ENDED, run_parts
+from jobledger.runtime.lifecycle import EXIT_PART_ENDED, YOUNG_COLLECTION_AFTER, run_parts
 
 
 class Ended:
@@ -30,9 +30,11 @@ class Ended:
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
+    thresholds = gc.get_threshold()
     gc.unfreeze()
     yield
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
 
 
 @pytest.mark.usefixtures("unfrozen")
@@ -43,3 +45,13 @@ def test_a_started_role_takes_its_heap_out_of_the_collectors_passes() -> None:
     assert run_parts([part], threading.Event()) == EXIT_PART_ENDED
     assert part.frozen_at_start == 0
     assert gc.get_freeze_count() > 0
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_a_started_role_collects_its_youngest_objects_less_often() -> None:
+    """If a role's parts have started, then the youngest generation is collected only
+    after YOUNG_COLLECTION_AFTER net allocations; the older generations' thresholds
+    stay as they were."""
+    before = gc.get_threshold()
+    assert run_parts([Ended()], threading.Event()) == EXIT_PART_ENDED
+    assert gc.get_threshold() == (YOUNG_COLLECTION_AFTER, *before[1:])
