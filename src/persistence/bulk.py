@@ -17,6 +17,8 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.sql import SQL, Composed, Identifier
 
+from jobledger.persistence.held import HeldConnection
+
 # From how many events a save takes COPY: every save. Even a save of one event costs
 # less this way than through the recorder's array of composites (ADR 42).
 BULK_MIN_EVENTS = 1
@@ -25,13 +27,19 @@ _COPY = "COPY {}.{} (originator_id, originator_version, topic, state) FROM STDIN
 
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-def copy_events(recorder: PostgresApplicationRecorder, stored: Sequence[StoredEvent]) -> None:
-    """Append ``stored`` in order, in one transaction, as the recorder would."""
+def copy_events(
+    recorder: PostgresApplicationRecorder,
+    stored: Sequence[StoredEvent],
+    held: HeldConnection | None = None,
+) -> None:
+    """Append ``stored`` in order, in one transaction, as the recorder would; on
+    ``held``'s connection if given, else on one of the pool's."""
     datastore = recorder.datastore
     statement = SQL(_COPY).format(
         Identifier(datastore.schema), Identifier(recorder.events_table_name)
     )
-    with datastore.get_connection() as conn, conn.transaction(), conn.cursor() as cursor:
+    connection = datastore.get_connection() if held is None else held.connection()
+    with connection as conn, conn.transaction(), conn.cursor() as cursor:
         cursor.execute(_preamble(recorder))
         with cursor.copy(statement) as copy:
             copy.set_types(list(_COLUMNS))

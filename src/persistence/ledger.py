@@ -41,6 +41,7 @@ from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
 from jobledger.persistence.bulk import BULK_MIN_EVENTS, copy_events
 from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.job_loads import StoredRow, select_streams, streams
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
@@ -88,21 +89,32 @@ class Ledger(Application[UUID]):
         except IntegrityError as error:
             raise ConflictError("a concurrent change was saved first") from error
 
-    def save_events(self, events: Sequence[DomainEventProtocol[UUID]]) -> None:
+    def save_events(
+        self, events: Sequence[DomainEventProtocol[UUID]], held: HeldConnection | None = None
+    ) -> None:
         """Record ``events`` (already collected from their aggregates) in one transaction.
 
         ``save`` asks a runtime-checkable Protocol about every object it is given, which
         costs more than encoding the event; the group-commit writer hands over plain
-        events by the hundred, so it comes here. Raises the store's IntegrityError on a
-        version clash, like ``save``.
+        events by the hundred, so it comes here, with the connection it holds
+        (``held_connection``). Raises the store's IntegrityError on a version clash,
+        like ``save``.
         """
         recorder = self.recorder
         if len(events) >= BULK_MIN_EVENTS and isinstance(recorder, PostgresApplicationRecorder):
-            copy_events(recorder, [self.mapper.to_stored_event(e) for e in events])
+            copy_events(recorder, [self.mapper.to_stored_event(e) for e in events], held)
             return
         processing_event: ProcessingEvent[UUID] = ProcessingEvent()
         processing_event.events.extend(events)
         self._notify(self._record(processing_event))
+
+    def held_connection(self) -> HeldConnection | None:
+        """A connection for one thread's saves to keep (``save_events``), on
+        PostgreSQL; None elsewhere (SQLite's recorder has one connection anyway)."""
+        recorder = self.recorder
+        if isinstance(recorder, PostgresApplicationRecorder):
+            return HeldConnection(recorder.datastore)
+        return None
 
     def snapshot_due(self, events: Sequence[DomainEventProtocol[UUID]]) -> int:
         """Snapshot each job whose saved ``events`` reached a multiple of the interval

@@ -86,6 +86,8 @@ class GroupCommitWriter:
         # Makes "check closed, then enqueue" atomic against close(), so no item can
         # land behind the stop marker and wait forever.
         self._gate = threading.Lock()
+        # The writer thread's own connection: no pool checkout nor check per batch.
+        self._held = ledger.held_connection()
         self._thread = threading.Thread(target=self._run, name="jobledger-writer", daemon=True)
         self.stats = WriterStats()
         self._thread.start()
@@ -125,6 +127,8 @@ class GroupCommitWriter:
             self._closed.set()
             self._inbox.put(_STOP)
         self._thread.join(timeout)
+        if self._held is not None and not self._thread.is_alive():
+            self._held.close()
 
     # ---- the writer thread ----------------------------------------------------------
 
@@ -228,7 +232,7 @@ class GroupCommitWriter:
         health = self._health
         while True:
             try:
-                self._ledger.save_events(events)
+                self._ledger.save_events(events, self._held)
             except Exception as error:
                 pause = None if health is None else health.report(error, health.clock())
                 if pause is None or self._closed.is_set():

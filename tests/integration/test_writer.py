@@ -5,6 +5,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -127,3 +128,43 @@ def test_flush_saves_what_is_queued_without_waiting(ledger: Ledger) -> None:
             assert future.result(timeout=5) is None
         assert writer.stats.batches == 1
         assert writer.stats.items == 3
+
+
+def _pool_requests(ledger: Ledger) -> int:
+    datastore = ledger.recorder.datastore  # type: ignore[attr-defined] # PostgreSQL's recorder
+    return int(datastore.pool.get_stats().get("requests_num", 0))
+
+
+@pytest.mark.postgres
+def test_the_writer_keeps_one_connection_for_its_batches(postgres_ledger: Ledger) -> None:
+    """If the writer saves batch after batch on PostgreSQL, then it takes a connection
+    from the pool (with the pool's check) once and keeps it: no checkout per batch."""
+    with GroupCommitWriter(postgres_ledger, max_batch=5, max_delay=0.001) as writer:
+        writer.save(new_execution())
+        before = _pool_requests(postgres_ledger)
+        for _ in range(20):
+            writer.save(*[new_execution() for _ in range(3)])
+        assert writer.stats.batches >= 20
+        assert _pool_requests(postgres_ledger) == before
+
+
+@pytest.mark.postgres
+def test_a_writer_whose_connection_the_server_ended_saves_on_a_new_one(
+    postgres_ledger: Ledger, postgres_url: str
+) -> None:
+    """If the server ends the writer's connection between two batches, then the next
+    batch is saved all the same, on a new connection, and nothing is lost."""
+    with GroupCommitWriter(postgres_ledger, max_batch=5, max_delay=0.001) as writer:
+        first = new_execution()
+        writer.save(first)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert ended is not None
+        assert ended[0] >= 1
+        later = [new_execution() for _ in range(3)]
+        writer.save(*later)
+    for execution in [first, *later]:
+        assert postgres_ledger.get_execution(execution.id).status is ExecutionStatus.PENDING
