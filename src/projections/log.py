@@ -232,8 +232,15 @@ def _select_rows(
         text_ids=text_ids,
     )
     params: list[Any] = [after, head, *([topics] if topics else []), *(part or ())[::-1], limit]
+    return _fetch(recorder, statement, params)
+
+
+def _fetch(
+    recorder: PostgresApplicationRecorder, statement: Composed, params: list[Any]
+) -> list[Any]:
+    """The rows of a prepared ``statement``, as binary tuples, on a pooled connection."""
     with (
-        datastore.get_connection() as conn,
+        recorder.datastore.get_connection() as conn,
         conn.cursor(row_factory=tuple_row, binary=True) as cursor,
     ):
         cursor.execute(statement, params, prepare=True)
@@ -262,12 +269,7 @@ def _select_head_and_rows(
         datastore.schema, recorder.events_table_name, filtered=bool(topics)
     )
     params: list[Any] = [after, *([topics] if topics else []), limit]
-    with (
-        datastore.get_connection() as conn,
-        conn.cursor(row_factory=tuple_row, binary=True) as cursor,
-    ):
-        cursor.execute(statement, params, prepare=True)
-        found = cursor.fetchall()
+    found = _fetch(recorder, statement, params)
     head = found[0][0] if found else None
     if head is None:
         return 0, []  # an empty log
