@@ -206,7 +206,10 @@ class FlakyLedger:
         self.failures = failures
         self.saved: list[object] = []
 
-    def save_events(self, events: list[object]) -> None:
+    def held_connection(self) -> None:
+        return None  # no connection to keep: nothing here is PostgreSQL
+
+    def save_events(self, events: list[object], _held: object = None) -> None:
         if self.failures:
             self.failures -= 1
             raise wrapped(psycopg.OperationalError("connection refused"))
