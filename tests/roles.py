@@ -37,11 +37,18 @@ def total(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    what: str,
+    timeout: float = 30,
+    detail: Callable[[], str] = str,
+) -> None:
+    """Poll ``condition`` until it holds; past ``timeout`` fail, naming ``what`` and
+    whatever ``detail`` tells about the state it was in (a log, the parts missing)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s: {what}")
+            pytest.fail(f"not within {timeout} s: {what}\n{detail()}")
         time.sleep(0.1)
 
 

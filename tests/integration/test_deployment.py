@@ -513,7 +513,16 @@ def test_honcho_runs_the_procfile_topology(
         try:
             urls = {name: f"http://127.0.0.1:{port}/metrics" for name, port in ports.items()}
             urls["api"] = f"http://127.0.0.1:{api_port}/metrics"
-            wait_for(lambda: all(scrape_ok(url) for url in urls.values()), "every role's metrics")
+            # Seven interpreters start at once on a machine the other tests also load.
+            wait_for(
+                lambda: all(scrape_ok(url) for url in urls.values()),
+                "every role's metrics",
+                timeout=90,
+                detail=lambda: (
+                    f"silent: {sorted(n for n, u in urls.items() if not scrape_ok(u))}\n"
+                    f"{log_path.read_text()[-4000:]}"
+                ),
+            )
             schedulers = [urls["scheduler1"], urls["scheduler2"]]
             wait_for(
                 lambda: sum(total(scrape_ok(u) or {}, "jobledger_leader") for u in schedulers) == 1,
