@@ -49,11 +49,14 @@ LogRow: TypeAlias = tuple[int, UUID | str, int, str, bytes]
 
 
 class RowPage:
-    __slots__ = ("position", "rows")
+    __slots__ = ("position", "rows", "stamp")
 
-    def __init__(self, rows: Sequence[LogRow], position: int) -> None:
+    def __init__(self, rows: Sequence[LogRow], position: int, stamp: int | None = None) -> None:
         self.rows = rows
         self.position = position
+        # The quarantine's stamp in the snapshot the page was read in (PostgreSQL's live
+        # pages only): a follower reads the quarantine again only when it moved.
+        self.stamp = stamp
 
     def full(self, page_size: int) -> bool:
         """Whether the page holds as many events as were asked for: if not, it reached
@@ -86,8 +89,8 @@ def read_rows(
         msg = "reading a share of the streams needs PostgreSQL"
         raise ValueError(msg)
     if postgres and stop is None and part is None:
-        now_head, found = _select_head_and_rows(recorder, after, limit, list(topics))
-        return _page(now_head, found, limit)
+        now_head, stamp, found = _select_head_and_rows(recorder, after, limit, list(topics))
+        return _page(now_head, found, limit, stamp)
     head = recorder.max_notification_id() or 0
     if stop is not None:
         head = min(head, stop)
@@ -113,10 +116,10 @@ def read_rows(
     return _page(head, rows, limit)
 
 
-def _page(head: int, rows: Sequence[LogRow], limit: int) -> RowPage:
+def _page(head: int, rows: Sequence[LogRow], limit: int, stamp: int | None = None) -> RowPage:
     if len(rows) < limit:
-        return RowPage(rows, head)
-    return RowPage(rows, rows[-1][0])
+        return RowPage(rows, head, stamp)
+    return RowPage(rows, rows[-1][0], stamp)
 
 
 class LogReader:
@@ -248,8 +251,9 @@ def _fetch(
 
 
 _HEAD_AND_ROWS = (
-    "SELECT h.head, e.notification_id, e.originator_id, e.originator_version, e.topic, "
-    "e.state FROM (SELECT max(notification_id) AS head FROM {0}.{1}) h "
+    "SELECT h.head, h.stamp, e.notification_id, e.originator_id, e.originator_version, "
+    "e.topic, e.state FROM (SELECT max(notification_id) AS head, "
+    "(SELECT stamp FROM jobledger_quarantine_stamp) AS stamp FROM {0}.{1}) h "
     "LEFT JOIN LATERAL (SELECT notification_id, originator_id, originator_version, topic, "
     "state FROM {0}.{1} WHERE notification_id > %s AND notification_id <= h.head{2} "
     "ORDER BY notification_id LIMIT %s) e ON true"
@@ -259,23 +263,26 @@ _HEAD_AND_ROWS = (
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
 def _select_head_and_rows(
     recorder: PostgresApplicationRecorder, after: int, limit: int, topics: list[str]
-) -> tuple[int, list[LogRow]]:
-    """The log's head and the page after ``after`` up to it, in one statement: a
-    follower reads a page on every wake-up, and a query for the head first was a
-    round trip (and a connection's checkout) of its own each time. One statement also
-    sees one snapshot, so the head is the one the page was read under."""
+) -> tuple[int, int | None, list[LogRow]]:
+    """The log's head, the quarantine's stamp and the page after ``after`` up to the
+    head, in one statement: a follower reads a page on every wake-up, and a query for
+    the head first, or for what its quarantine holds, was a round trip (and a
+    connection's checkout) of its own each time. One statement also sees one snapshot,
+    so the head and the stamp are those the page was read under."""
     datastore = recorder.datastore
     statement = _head_and_rows_statement(
         datastore.schema, recorder.events_table_name, filtered=bool(topics)
     )
     params: list[Any] = [after, *([topics] if topics else []), limit]
     found = _fetch(recorder, statement, params)
-    head = found[0][0] if found else None
+    if not found:
+        return 0, None, []  # unreachable: the aggregate always gives one row
+    head, stamp = found[0][0], found[0][1]
     if head is None:
-        return 0, []  # an empty log
-    if found[0][1] is None:
-        return int(head), []  # nothing after ``after``: the join's one empty row
-    return int(head), [row[1:] for row in found]
+        return 0, stamp, []  # an empty log
+    if found[0][2] is None:
+        return int(head), stamp, []  # nothing after ``after``: the join's one empty row
+    return int(head), stamp, [row[2:] for row in found]
 
 
 @functools.cache

@@ -316,12 +316,20 @@ class Isolation:
     count: int = 0
     _held: Held = field(default_factory=dict)
     _unrecorded: Held = field(default_factory=dict)
+    # The quarantine's stamp when ``_held`` was last read from it (None: not known).
+    _stamp: int | None = None
 
-    def held(self) -> Held:
-        """The streams held in this follower: the table's (read again each time: a
-        retry elsewhere releases streams), and those isolated here but not recorded."""
+    def held(self, stamp: int | None = None) -> Held:
+        """The streams held in this follower: the table's, and those isolated here but
+        not recorded. The table is read again unless ``stamp`` (the quarantine's stamp
+        read with the page at hand) equals the one of the last read: any change of the
+        table moves the stamp (a retry elsewhere releases streams; another process of
+        this follower isolates some), and this process records its own in ``_held``."""
         if not self.hold:
             return self._held  # stays empty
+        if stamp is not None and stamp == self._stamp and self.quarantine is not None:
+            return self._held
+        self._stamp = stamp
         self._held = self.quarantine.held(self.follower) if self.quarantine is not None else {}
         for stream, version in self._unrecorded.items():
             self._held[stream] = min(self._held.get(stream, version), version)
@@ -332,6 +340,9 @@ class Isolation:
         if isinstance(error, BaseException) and is_outage(error):
             raise error
         text = error if isinstance(error, str) else describe(error)
+        # The table is read again at the next page, whether the record below is made or
+        # fails: what it holds is the truth, not this copy.
+        self._stamp = None
         if self.hold:
             _hold(self._held, row)
         self.count += 1
@@ -375,8 +386,9 @@ class Isolation:
         again one event at a time (each moving the follower past it), so its good
         events are applied exactly once and only the culprit is quarantined.
         """
-        held = self.held()
         rows = page.rows
+        # A page of no events holds nothing back: the table need not be read for it.
+        held = self.held(page.stamp) if rows else {}
         if held:
             for row in rows:
                 if is_held(row, held):

@@ -1,6 +1,7 @@
-"""What a follower's page costs on PostgreSQL: the head read with the page, a pooled
-connection checked only after it idled, a page's writes pipelined, and a step that
-lets events gather after a page short of full. Each keeps what it replaced."""
+"""What a follower's page costs on PostgreSQL: the head and the quarantine's stamp read
+with the page, a pooled connection checked only after it idled, a page's writes
+pipelined, and a step that lets events gather after a page short of full. Each keeps
+what it replaced."""
 
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections import database as database_module
 from jobledger.projections.database import PostgresDatabase
-from jobledger.projections.log import EXECUTION_EVENTS, LogReader
+from jobledger.projections.log import EXECUTION_EVENTS, LogReader, LogRow
+from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
 from jobledger.projections.read_models import ReadModels
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -174,3 +176,58 @@ def test_a_position_moved_by_another_process_is_read_again(
     with database.transaction(snapshot=True) as cursor:
         cursor.execute("SELECT count(*), sum(version) FROM jobledger_rm_executions")
         assert tuple(cursor.fetchone()) == (7, 7)
+
+
+def test_the_stamp_read_with_a_page_moves_with_every_change_of_the_quarantine(
+    ledger: Ledger, database: PostgresDatabase
+) -> None:
+    """If the quarantine table does not change, then pages carry the same stamp; if an
+    event is recorded, seen again, dropped or removed, then the next page's stamp is
+    another one."""
+    reader = LogReader(ledger, page_size=10)
+    enqueue(ledger, 2)
+    quarantine = Quarantine(database)
+    stamps = [reader.rows(0).stamp, reader.rows(0).stamp]
+    assert stamps[0] is not None
+    assert stamps[0] == stamps[1]
+    row = reader.rows(0).rows[0]
+    quarantine.record(READ_MODELS_FOLLOWER, row, "boom", at=AT)
+    stamps.append(reader.rows(0).stamp)
+    quarantine.record(READ_MODELS_FOLLOWER, row, "boom again", at=AT)
+    stamps.append(reader.rows(0).stamp)
+    (event,) = quarantine.events()
+    quarantine.drop(event.id, by="admin", reason="test", at=AT)
+    stamps.append(reader.rows(0).stamp)
+    quarantine.remove(event.id)
+    stamps.append(reader.rows(0).stamp)
+    assert len(set(stamps[1:])) == len(stamps) - 1
+
+
+def test_a_stream_isolated_by_another_process_is_held_at_the_next_page(
+    ledger: Ledger, database: PostgresDatabase
+) -> None:
+    """If two processes follow the same log for one follower and one of them isolates
+    an event, then the other, whose copy of the held streams was current, holds the
+    stream's later events from its next page on."""
+    reader = LogReader(ledger, page_size=10)
+    spec = ExecutionSpec(handler="test.echo")
+    run = Execution.enqueue(spec=spec, ready_at=AT, trigger=Trigger.ADHOC, trigger_key="k")
+    ledger.save(run)
+    applied: list[int] = []
+
+    def apply_rows(rows: Any, start: int, position: int) -> bool:
+        del start, position
+        applied.extend(r[0] for r in rows)
+        return True
+
+    here = Isolation(READ_MODELS_FOLLOWER, Quarantine(database))
+    elsewhere = Isolation(READ_MODELS_FOLLOWER, Quarantine(database))
+    first = reader.rows(0)
+    assert here.apply(first, 0, apply_rows)  # the copy is read under the first stamp
+    first_row: LogRow = first.rows[0]
+    elsewhere.isolate(first_row, ValueError("cannot apply"))
+    run.cancel(by="admin", reason="test")
+    ledger.save(run)
+    assert here.apply(reader.rows(first.position), first.position, apply_rows)
+    assert applied == [first_row[0]]
+    assert [r[0] for r, _error in here.isolated] == [first.position + 1]

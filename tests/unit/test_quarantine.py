@@ -252,3 +252,70 @@ def test_a_retry_applies_in_order_and_picks_up_events_held_meanwhile() -> None:
     assert [(e.position, error) for e, error in report.failed] == [(2, "ValueError: still bad")]
     assert [e.position for e in report.waiting] == [3]
     assert sorted((e.position, e.attempts) for e in table.rows.values()) == [(2, 2), (3, 1)]
+
+
+class CountedTable(Table):
+    """The table in memory, counting how often a follower reads what it holds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def held(self, follower: str) -> dict[str, int]:
+        self.reads += 1
+        return super().held(follower)
+
+    def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> bool:
+        del error, at  # the fake keeps only what ``held`` reads
+        self.add(follower, row)
+        return True
+
+
+def test_the_table_is_read_again_only_when_the_stamp_moved() -> None:
+    """If pages come with the stamp the table was last read under, then the table is not
+    read again for them; a page with another stamp, or with none, reads it again, and a
+    page of no events reads nothing."""
+    table = CountedTable()
+    follower = Follower(bad=set())
+    isolation = Isolation("read-models", table)
+    isolation.apply(RowPage([row(1)], 1, stamp=7), 0, follower.apply_rows)
+    isolation.apply(RowPage([row(2)], 2, stamp=7), 1, follower.apply_rows)
+    isolation.apply(RowPage([], 3, stamp=8), 2, follower.apply_rows)
+    assert table.reads == 1
+    isolation.apply(RowPage([row(4)], 4, stamp=8), 3, follower.apply_rows)
+    assert table.reads == 2
+    isolation.apply(RowPage([row(5)], 5), 4, follower.apply_rows)
+    isolation.apply(RowPage([row(6)], 6), 5, follower.apply_rows)
+    assert table.reads == 4
+    assert follower.applied == [1, 2, 4, 5, 6]
+
+
+def test_a_moved_stamp_shows_streams_held_or_released_elsewhere() -> None:
+    """If another process quarantines a stream, or an operator releases one, then the
+    next page with a new stamp holds, or applies, that stream's events."""
+    stream = uuid.uuid4()
+    table = CountedTable()
+    follower = Follower(bad=set())
+    isolation = Isolation("read-models", table)
+    isolation.apply(RowPage([row(1)], 1, stamp=1), 0, follower.apply_rows)
+    table.add("read-models", row(2, stream, 1))  # another process isolated it
+    isolation.apply(RowPage([row(3, stream, 2)], 3, stamp=2), 1, follower.apply_rows)
+    assert follower.applied == [1]
+    for event in table.events(follower="read-models"):  # an operator's retry applied them
+        table.remove(event.id)
+    isolation.apply(RowPage([row(4, stream, 3)], 4, stamp=3), 3, follower.apply_rows)
+    assert follower.applied == [1, 4]
+
+
+def test_an_isolation_here_reads_the_table_again_at_the_next_page() -> None:
+    """If the follower isolates an event, then the next page reads the table again
+    though its stamp did not move: the table, not the follower's copy, says what it
+    holds (the record may have failed)."""
+    table = CountedTable()
+    follower = Follower(bad={2})
+    isolation = Isolation("read-models", table)
+    isolation.apply(RowPage([row(1), row(2)], 2, stamp=5), 0, follower.apply_rows)
+    reads = table.reads
+    isolation.apply(RowPage([row(3)], 3, stamp=5), 2, follower.apply_rows)
+    assert table.reads == reads + 1
+    assert follower.applied == [1, 3]
