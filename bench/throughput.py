@@ -27,8 +27,9 @@ Every PostgreSQL database is analyzed after the enqueue and before the drain, ou
 the timing. A second table gives the CPU time of each part during the drains
 (``/proc``), per job too, and what other programs took meanwhile; a third puts the
 systems' rates side by side. With
-``--profile``, py-spy (on PATH) samples every jobledger worker during its drain while one
-of its threads holds the GIL, and the functions with the most samples are printed.
+``--profile``, py-spy (on PATH) samples every jobledger worker, and the projector, during
+each drain while one of its threads holds the GIL, and the functions with the most samples
+are printed, for the workers and for the projector.
 """
 
 from __future__ import annotations
@@ -241,6 +242,16 @@ class LogCounter:
             self.position = head
         return self.completed
 
+    def transactions(self) -> int:
+        """Transactions the server has ended in this database (committed or rolled
+        back): every process's, this counter's own few included."""
+        self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = self._conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
     def completion_span(self, container: Container, after: int) -> tuple[float, float, int]:
         """(first, last) completion as Unix times, from the events' own timestamps (taken
         by the worker as the handler returned), and how many completions there are."""
@@ -302,7 +313,7 @@ def worker_stats(log_path: Path) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class Sampling:
-    """One py-spy recording of the workers of a round."""
+    """One py-spy recording of a role's processes (the workers, or the projector) in a round."""
 
     label: str
     processes: int
@@ -325,9 +336,10 @@ class Spy:
     """py-spy sampling the workers of a round while a thread holds the GIL, that is,
     where their Python code spends CPU (waits on PostgreSQL or Redis do not show)."""
 
-    def __init__(self, binary: str, folder: Path) -> None:
+    def __init__(self, binary: str, folder: Path, role: str = "workers") -> None:
         self._binary = binary
         self._folder = folder
+        self.role = role
         self._running: list[tuple[subprocess.Popen[bytes], Path]] = []
         self._label = ""
         self._begun = 0.0
@@ -432,11 +444,16 @@ class JobledgerRun:
     and worker processes draining, each round on new executions."""
 
     def __init__(
-        self, url: str, redis_url: str, size: Sizes, processes: Processes, spy: Spy | None
+        self,
+        url: str,
+        redis_url: str,
+        size: Sizes,
+        processes: Processes,
+        spies: Sequence[Spy] = (),
     ) -> None:
         self.size = size
         self.processes = processes
-        self.spy = spy
+        self.spies = spies
         jl_redis = with_db(redis_url, REDIS_DB["jobledger"])
         self.settings = load_settings(
             {},
@@ -514,17 +531,18 @@ class JobledgerRun:
         counter.analyze(label)
         before = counter.count()
         start_position = counter.position
+        transactions = counter.transactions()
         spawned = [
             self.processes.start(
                 f"jobledger-worker-r{number}-{k}", [*self.command, "worker"], self.env
             )
             for k in range(workers)
         ]
-        spy = self.spy
 
         def attach() -> None:
-            if spy is not None:
-                spy.attach([p.pid for p in spawned], f"r{number}")
+            for spy in self.spies:
+                pids = [projector.pid] if spy.role == "projector" else [p.pid for p in spawned]
+                spy.attach(pids, f"r{number}")
 
         watched = rounds.watch_drain(
             label,
@@ -535,14 +553,18 @@ class JobledgerRun:
             groups=groups | {"worker": rounds.tree_of(spawned)},
             on_first=attach,
         )
-        if spy is not None:
+        for spy in self.spies:
             spy.stop()
         stats = []
         for process in spawned:
             self.processes.stop(process)
             stats.append(worker_stats(self.processes.log_path(process)))
+        # After the workers ended: a backend reports its counts when it closes, and
+        # otherwise up to a second or more late.
+        transactions = counter.transactions() - transactions
         first, last, completed = counter.completion_span(container, start_position)
         note = check_round(container, counter, jobs * number, stats)
+        note += f"; {transactions / jobs:.2f} PostgreSQL transactions a job"
         drain_s = last - first
         row = Row(
             "jobledger",
@@ -824,8 +846,8 @@ def show(value: object) -> str:
     return support.show(value)
 
 
-def format_profile(profile: Profile) -> str:
-    title = f"jobledger workers under py-spy --gil ({PROFILE_RATE} samples/s)"
+def format_profile(profile: Profile, role: str = "workers") -> str:
+    title = f"jobledger {role} under py-spy --gil ({PROFILE_RATE} samples/s)"
     lines = [f"{title}: where their Python code spends CPU"]
     lines += [
         f"  {r.label}: {r.processes} process(es), {r.seconds:g} s, {r.samples:,} samples:"
@@ -865,7 +887,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="what to measure (default: all that are installed)",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="sample the jobledger workers with py-spy"
+        "--profile",
+        action="store_true",
+        help="sample the jobledger workers and projector with py-spy",
     )
     parser.add_argument(
         "--oban-python",
@@ -921,7 +945,7 @@ def code_version() -> str:
 class Results:
     outcome: Outcome = field(default_factory=Outcome)
     skipped: dict[str, str] = field(default_factory=dict)  # system: why it did not run
-    profile: Profile | None = None
+    profiles: dict[str, Profile] = field(default_factory=dict)  # by role
     raw_profiles: list[str] = field(default_factory=list)
 
 
@@ -954,13 +978,14 @@ def run_all(
         try:
             for system in args.systems:
                 if system == "jobledger":
-                    spy = Spy(spy_binary, folder) if spy_binary else None
+                    roles = ("workers", "projector") if spy_binary else ()
+                    spies = [Spy(spy_binary or "", folder, role) for role in roles]
                     results.outcome.add(
-                        JobledgerRun(url, redis_url, size, processes, spy).run(base)
+                        JobledgerRun(url, redis_url, size, processes, spies).run(base)
                     )
-                    if spy is not None:
-                        results.profile = spy.profile(PROFILE_TOP)
-                        results.raw_profiles = [str(p) for p in spy.keep(stem(args, size))]
+                    for spy in spies:
+                        results.profiles[spy.role] = spy.profile(PROFILE_TOP)
+                        results.raw_profiles += [str(p) for p in spy.keep(stem(args, size))]
                     continue
                 part = run_peer(system, args, size, processes, (redis_url, base, redis_pid))
                 if isinstance(part, str):
@@ -1068,9 +1093,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     seconds = time.perf_counter() - begun
     table = print_tables(results, size, autovacuum)
-    if results.profile is not None:
+    for role, profile in results.profiles.items():
         print()
-        print(format_profile(results.profile))
+        print(format_profile(profile, role))
+    if results.raw_profiles:
         print("raw stacks (collapsed, for a flame graph): " + ", ".join(results.raw_profiles))
     print(f"\nrun time {seconds:.0f}s")
     document = {
@@ -1092,7 +1118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cpu": [asdict(row) for row in results.outcome.cpu],
         "side_by_side": [asdict(row) for row in table],
         "checks": results.outcome.checks,
-        "profile": asdict(results.profile) if results.profile is not None else None,
+        "profile": {role: asdict(p) for role, p in results.profiles.items()} or None,
     }
     path = support.write_json(stem(args, size), document)
     print(f"JSON: {path}")
