@@ -25,7 +25,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.limits import Limit
@@ -238,9 +238,7 @@ def _select_rows(
     return _fetch(recorder, statement, params)
 
 
-def _fetch(
-    recorder: PostgresApplicationRecorder, statement: Composed, params: list[Any]
-) -> list[Any]:
+def _fetch(recorder: PostgresApplicationRecorder, statement: bytes, params: list[Any]) -> list[Any]:
     """The rows of a prepared ``statement``, as binary tuples, on a pooled connection."""
     with (
         recorder.datastore.get_connection() as conn,
@@ -286,9 +284,11 @@ def _select_head_and_rows(
 
 
 @functools.cache
-def _head_and_rows_statement(schema: str, table: str, *, filtered: bool) -> Composed:
+def _head_and_rows_statement(schema: str, table: str, *, filtered: bool) -> bytes:
     topic_filter = " AND topic = ANY(%s)" if filtered else ""
-    return SQL(_HEAD_AND_ROWS).format(Identifier(schema), Identifier(table), SQL(topic_filter))
+    statement = SQL(_HEAD_AND_ROWS).format(Identifier(schema), Identifier(table), SQL(topic_filter))
+    # As bytes, once: composed again for every page, it cost a tenth of a follower's time.
+    return statement.as_bytes(None)
 
 
 # A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.
@@ -303,11 +303,14 @@ def part_of(stream: UUID, count: int) -> int:
 @functools.cache
 def _rows_statement(
     schema: str, table: str, *, filtered: bool, parted: bool = False, text_ids: bool = False
-) -> Composed:
+) -> bytes:
     topic_filter = (" AND topic = ANY(%s)" if filtered else "") + (PART_OF if parted else "")
     # PostgreSQL formats a UUID as text in a fraction of what ``UUID.__str__`` costs.
     stream = "originator_id::text" if text_ids else "originator_id"
-    return SQL(_ROWS).format(SQL(stream), Identifier(schema), Identifier(table), SQL(topic_filter))
+    statement = SQL(_ROWS).format(
+        SQL(stream), Identifier(schema), Identifier(table), SQL(topic_filter)
+    )
+    return statement.as_bytes(None)
 
 
 class StepHealth(Protocol):

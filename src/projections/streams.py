@@ -16,7 +16,7 @@ from eventsourcing.persistence import InterfaceError, OperationalError, StoredEv
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Identifier
 
 from jobledger.persistence.ledger import Ledger
 
@@ -81,5 +81,6 @@ def _select_streams(recorder: PostgresApplicationRecorder, ids: list[UUID]) -> l
 
 
 @functools.cache
-def _streams_statement(schema: str, table: str) -> Composed:
-    return SQL(_STREAMS).format(Identifier(schema), Identifier(table))
+def _streams_statement(schema: str, table: str) -> bytes:
+    # As bytes, once: psycopg would compose it again for every lease round.
+    return SQL(_STREAMS).format(Identifier(schema), Identifier(table)).as_bytes(None)
