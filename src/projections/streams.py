@@ -18,6 +18,7 @@ from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
+from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
 
 A = TypeVar("A", bound=Aggregate)
@@ -28,8 +29,12 @@ _STREAMS = (
 )
 
 
-def load_many(ledger: Ledger, kind: type[A], ids: Sequence[UUID]) -> dict[UUID, A]:
-    """The current state of each id that exists and is a ``kind``; others are left out."""
+def load_many(
+    ledger: Ledger, kind: type[A], ids: Sequence[UUID], held: HeldConnection | None = None
+) -> dict[UUID, A]:
+    """The current state of each id that exists and is a ``kind``; others are left out.
+    On PostgreSQL, on ``held``'s connection if given (a worker's lease rounds), else on
+    one of the pool's."""
     if not ids:
         return {}
     recorder = ledger.recorder
@@ -38,7 +43,7 @@ def load_many(ledger: Ledger, kind: type[A], ids: Sequence[UUID]) -> dict[UUID, 
     found: dict[UUID, A] = {}
     aggregate: Any = None
     current: UUID | None = None
-    for stored in _select_streams(recorder, list(ids)):
+    for stored in _select_streams(recorder, list(ids), held):
         if stored.originator_id != current:
             _keep(found, kind, current, aggregate)
             current, aggregate = UUID(str(stored.originator_id)), None
@@ -66,11 +71,14 @@ def _one_by_one(ledger: Ledger, kind: type[A], ids: Sequence[UUID]) -> dict[UUID
 
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-def _select_streams(recorder: PostgresApplicationRecorder, ids: list[UUID]) -> list[StoredEvent]:
+def _select_streams(
+    recorder: PostgresApplicationRecorder, ids: list[UUID], held: HeldConnection | None
+) -> list[StoredEvent]:
     datastore = recorder.datastore
     statement = _streams_statement(datastore.schema, recorder.events_table_name)
+    connection = datastore.get_connection() if held is None else held.connection()
     with (
-        datastore.get_connection() as conn,
+        connection as conn,
         conn.cursor(row_factory=tuple_row, binary=True) as cursor,
     ):
         cursor.execute(statement, [ids], prepare=True)

@@ -36,6 +36,7 @@ from jobledger.domain.errors import (
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
+from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.queue import Lease, QueueBackend, Throttle, decode_spec
@@ -120,6 +121,9 @@ class Worker:
     # threads the worker's own store calls use: twice the slots, so a run that outlived
     # its timeout in a thread that cannot be stopped leaves the next one a thread.
     _handler_threads: ThreadPoolExecutor | None = None
+    # The connection the lease rounds read the leased executions on (PostgreSQL): kept,
+    # so a round pays no pool checkout and no check query. Rounds run one at a time.
+    _reads: HeldConnection | None = None
 
     def report_presence(self) -> None:
         if self.presence is None:
@@ -139,6 +143,7 @@ class Worker:
         self._handler_threads = ThreadPoolExecutor(
             max_workers=2 * self.config.slots, thread_name_prefix=f"{self.worker_id}-handler"
         )
+        self._reads = self.ledger.held_connection()
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
@@ -163,6 +168,8 @@ class Worker:
             heartbeat.stop()
             # Threads still blocked in handler code were handed back already.
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
+            if self._reads is not None:
+                self._reads.close()
             await asyncio.to_thread(self._leave)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
 
@@ -205,7 +212,8 @@ class Worker:
         if not leases:
             return []
         try:
-            executions = load_many(self.ledger, Execution, [lease.execution_id for lease in leases])
+            ids = [lease.execution_id for lease in leases]
+            executions = load_many(self.ledger, Execution, ids, self._reads)
         except Exception:
             # The log has not heard of these leases: hand them back now rather than
             # leave them to expire (best effort: the recovery settles them anyway).
@@ -237,7 +245,8 @@ class Worker:
         once). Best effort: a run that started or changed meanwhile is left as it is,
         and a store that fails here loses the note, never a lease."""
         try:
-            executions = load_many(self.ledger, Execution, [t.execution_id for t in throttled])
+            ids = [t.execution_id for t in throttled]
+            executions = load_many(self.ledger, Execution, ids, self._reads)
         except OUTAGE_ERRORS:
             log.warning("worker.throttle_not_recorded", count=len(throttled))
             return

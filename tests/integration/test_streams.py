@@ -3,6 +3,8 @@
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
@@ -38,3 +40,35 @@ def test_load_many_equals_loading_each(ledger: Ledger) -> None:
         assert loaded[execution.id].version == single.version == execution.version
         assert vars(loaded[execution.id]) == vars(single)
     assert load_many(ledger, Execution, []) == {}
+
+
+def _pool_requests(ledger: Ledger) -> int:
+    datastore = ledger.recorder.datastore  # type: ignore[attr-defined] # PostgreSQL's recorder
+    return int(datastore.pool.get_stats().get("requests_num", 0))
+
+
+@pytest.mark.postgres
+def test_loads_on_a_held_connection_take_none_from_the_pool(postgres_ledger: Ledger) -> None:
+    """If a worker's lease rounds load their executions on a held connection, then after
+    the first load no round asks the pool for a connection, and each gives what a load
+    on the pool gives."""
+    held = postgres_ledger.held_connection()
+    assert held is not None
+    try:
+        runs = [
+            Execution.enqueue(
+                spec=ExecutionSpec(handler="test.echo"), ready_at=AT, trigger=Trigger.ADHOC
+            )
+            for _ in range(3)
+        ]
+        postgres_ledger.save_all(*runs)
+        ids = [run.id for run in runs]
+        load_many(postgres_ledger, Execution, ids, held)
+        before = _pool_requests(postgres_ledger)
+        for _ in range(10):
+            loaded = load_many(postgres_ledger, Execution, ids, held)
+        assert _pool_requests(postgres_ledger) == before
+        on_pool = load_many(postgres_ledger, Execution, ids)
+        assert {i: vars(e) for i, e in loaded.items()} == {i: vars(e) for i, e in on_pool.items()}
+    finally:
+        held.close()
