@@ -110,9 +110,14 @@ class Worker:
     presence: Presence | None = None
     metrics: Metrics = field(default_factory=Metrics)
     health: DependencyHealth = field(default_factory=lambda: DependencyHealth("worker"))
-    # Set when a running execution ends, so a full worker leases again at once instead
-    # of after a poll interval (which would cap throughput at slots / idle_poll).
+    # Set when a slot frees, so a full worker leases again at once instead of after a
+    # poll interval (which would cap throughput at slots / idle_poll).
     _slot_freed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Runs whose handler has returned and whose outcome is submitted but not yet saved:
+    # their slots are free already, so the next lease round's save carries their
+    # outcomes with the new leases (one commit), and no slot waits for the writer's
+    # delay. They stay in ``running`` (the heartbeat extends their leases) until saved.
+    _settling: int = 0
     # Completed leases to acknowledge in the queue; sent with the next lease call, so a
     # completion costs no thread hop of its own. The projection removes the entry when
     # it reads ExecutionCompleted anyway: the ack only makes that immediate.
@@ -159,7 +164,7 @@ class Worker:
                 except OUTAGE_ERRORS as error:
                     await _wait(stop, self._outage_pause(error))
                     continue
-                if len(self.running) >= self.config.slots:
+                if self._busy() >= self.config.slots:
                     await _wait(stop, self.config.idle_poll, also=self._slot_freed)
                 else:
                     await _wait(stop, self.config.idle_poll)
@@ -193,7 +198,7 @@ class Worker:
     # ---- leasing --------------------------------------------------------------------
 
     async def _fill_slots(self) -> int:
-        free = self.config.slots - len(self.running)
+        free = self.config.slots - self._busy()
         if free <= 0:
             return 0
         # One thread hop for the queue call and the batched save.
@@ -201,8 +206,12 @@ class Worker:
         for running in recorded:
             self.running[running.execution.id] = running
             running.task = asyncio.create_task(self._execute(running))
-        self.metrics.slots_in_use.set(len(self.running))
+        self.metrics.slots_in_use.set(self._busy())
         return len(recorded)
+
+    def _busy(self) -> int:
+        """Slots taken: the runs not yet settling (see ``_settling``)."""
+        return len(self.running) - self._settling
 
     def _lease_and_record(self, free: int) -> list[_Running]:
         leases, throttled = self._lease(free)
@@ -210,6 +219,8 @@ class Worker:
         if throttled:
             self._note_throttled(throttled)
         if not leases:
+            if self._settling:
+                self.writer.flush()  # no lease to carry them: the outcomes go now
             return []
         try:
             ids = [lease.execution_id for lease in leases]
@@ -360,7 +371,7 @@ class Worker:
             await self._report(running, await self._attempt(running))
         finally:
             self.running.pop(running.execution.id, None)
-            self.metrics.slots_in_use.set(len(self.running))
+            self.metrics.slots_in_use.set(self._busy())
             self._slot_freed.set()
             # The run and its progress reporter refer to each other: unlinked, a
             # finished run is freed at once, not left to the cyclic collector (about
@@ -431,7 +442,7 @@ class Worker:
                         self.ledger.get_execution, running.execution.id
                     )
                 self._apply(execution, running.lease, report)
-                await self.writer.save_async(execution)
+                await self._save_outcome(execution)
             except StaleLeaseError:
                 if execution.status is ExecutionStatus.CANCELLED:
                     self._recorded(running, Cancelled(), execution)
@@ -448,6 +459,17 @@ class Worker:
             self._recorded(running, report, execution)
             return
         self._count_stale(running, report)
+
+    async def _save_outcome(self, execution: Execution) -> None:
+        """Submit an outcome and free its slot while it is saved: the lease round this
+        wakes saves it with the round's leases, in one commit."""
+        future = self.writer.submit(execution)
+        self._settling += 1
+        self._slot_freed.set()
+        try:
+            await asyncio.wrap_future(future)
+        finally:
+            self._settling -= 1
 
     def _recorded(self, running: _Running, outcome: Outcome, execution: Execution) -> None:
         self._count(outcome, execution)
@@ -544,7 +566,7 @@ class Worker:
         self.stats.handed_back += 1
         self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
-        self.metrics.slots_in_use.set(len(self.running))
+        self.metrics.slots_in_use.set(self._busy())
 
 
 def _dead_lettered(execution: Execution) -> bool:

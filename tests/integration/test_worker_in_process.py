@@ -39,6 +39,7 @@ from jobledger.runtime.outcomes import MAX_ERROR_LENGTH
 from jobledger.runtime.settings import load_settings
 from jobledger.runtime.store import migrate
 from jobledger.runtime.worker import Worker, WorkerConfig
+from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.services.executions import Executions
 
 POLL = 0.005  # the worker's idle poll, and the test's
@@ -148,13 +149,14 @@ class InProcess(LogReads):
         handlers: Mapping[str, Handler] | None = None,
         *,
         breakers: Breakers | None = None,
+        writer: GroupCommitWriter | None = None,
         **config: Any,
     ) -> Worker:
         """A worker on the clock with the test handlers plus ``handlers``, and metrics
         of its own; ``config`` overrides WorkerConfig fields."""
         return Worker(
             self.container.ledger,
-            self.container.writer,
+            writer or self.container.writer,
             self.container.queue,
             HandlerRegistry({**BUILTIN, **(handlers or {})}),
             config=WorkerConfig(**{"idle_poll": POLL, **config}),
@@ -619,3 +621,23 @@ def test_a_finished_run_is_freed_without_the_cyclic_collector(embedded: InProces
     finally:
         gc.enable()
     assert left == 0
+
+
+def test_an_outcome_goes_with_the_next_round_of_leases(embedded: InProcess) -> None:
+    """If a run's handler returns, then its slot is leased again at once and its outcome
+    is saved in the same transaction as that round's leases (or on its own when there
+    is nothing left to lease), without waiting for the writer's delay."""
+
+    async def scenario() -> None:
+        executions = [embedded.run("test.echo", n=i) for i in range(5)]
+        # A delay far longer than the test may take: only the rounds' flushes save.
+        with GroupCommitWriter(embedded.container.ledger, max_delay=30.0) as writer:
+            worker = embedded.worker(slots=1, writer=writer)
+            async with embedded.running(worker):
+                await embedded.until(lambda: worker.stats.completed == len(executions))
+            # One transaction per round: the first lease, four outcomes each with the
+            # next lease, and the last outcome.
+            assert (writer.stats.batches, writer.stats.items) == (6, 10)
+        assert {embedded.status(e.id) for e in executions} == {ExecutionStatus.COMPLETED}
+
+    asyncio.run(scenario())
