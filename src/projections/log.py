@@ -32,6 +32,7 @@ from jobledger.domain.limits import Limit
 from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 
@@ -42,6 +43,9 @@ EXECUTION_EVENTS = event_topics(Execution)
 # named limits.
 QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue) + event_topics(Limit)))
 
+
+# How long ``LogReader.release`` waits for a read under way on its kept connection.
+_RELEASE_WAIT = 5.0
 
 # (notification id, originator id, originator version, topic, state): one stored event
 # as a plain row. A page of these costs a fraction of a page of ``Notification``s.
@@ -73,11 +77,13 @@ def read_rows(
     stop: int | None = None,
     part: tuple[int, int] | None = None,
     text_ids: bool = False,
+    held: HeldConnection | None = None,
 ) -> RowPage:
     """The next events after ``after`` (of ``topics`` only, if given), as rows; with
     ``part`` (index, count), only the events of the streams in that share of them, from
     the next ``limit * count`` positions (PostgreSQL only: see ``PART_OF``). With
     ``text_ids``, PostgreSQL gives a page read up to ``stop`` its stream ids as text.
+    A live page (no ``stop`` nor ``part``) is read on ``held``'s connection if given.
 
     With a topic filter the position still moves past the other events: up to the last
     notification id that existed when the read began, if the page was not full. Ids
@@ -89,7 +95,7 @@ def read_rows(
         msg = "reading a share of the streams needs PostgreSQL"
         raise ValueError(msg)
     if postgres and stop is None and part is None:
-        now_head, stamp, found = _select_head_and_rows(recorder, after, limit, list(topics))
+        now_head, stamp, found = _select_head_and_rows(recorder, after, limit, list(topics), held)
         return _page(now_head, found, limit, stamp)
     head = recorder.max_notification_id() or 0
     if stop is not None:
@@ -140,6 +146,10 @@ class LogReader:
         self.topics = tuple(topics)
         self.part = part
         self.text_ids = text_ids and isinstance(ledger.mapper, MsgspecMapper)
+        # A connection kept for live pages while a follower runs (``hold``); one read
+        # at a time on it, whichever thread asks.
+        self._held: HeldConnection | None = None
+        self._held_lock = threading.Lock()
         mapper = ledger.mapper
         self._decode: Callable[[UUID | str, int, str, bytes], Any] = (
             (mapper.decode_keyed if self.text_ids else mapper.decode_event)
@@ -149,6 +159,27 @@ class LogReader:
 
     def head(self) -> int:
         return self.ledger.recorder.max_notification_id() or 0
+
+    def hold(self) -> None:
+        """Read live pages on a connection of the event store's pool kept for this
+        reader (PostgreSQL), until ``release``: a follower reads page after page, and
+        each checkout of the pool checks the connection with a query of its own."""
+        with self._held_lock:
+            if self._held is None:
+                self._held = self.ledger.held_connection()
+
+    def release(self) -> None:
+        """Give the kept connection back to the pool (later pages take one each). A
+        read still under way on it (a follower that outlived its stop, in an outage)
+        is waited for a few seconds at most: the pool's close ends it anyway."""
+        locked = self._held_lock.acquire(timeout=_RELEASE_WAIT)
+        try:
+            held, self._held = self._held, None
+            if held is not None:
+                held.close()
+        finally:
+            if locked:
+                self._held_lock.release()
 
     def of_topics(self, topics: Sequence[str]) -> "LogReader":
         """A reader of the same log, pages as large, of ``topics`` only."""
@@ -171,6 +202,17 @@ class LogReader:
         """The next page of events as stored rows (``events`` decodes them)."""
         recorder = self.ledger.recorder
         limit = limit or self.page_size
+        if self._held is not None and stop is None:
+            with self._held_lock:
+                return read_rows(
+                    recorder,
+                    after,
+                    limit=limit,
+                    topics=self.topics,
+                    part=self.part,
+                    text_ids=self.text_ids,
+                    held=self._held,
+                )
         return read_rows(
             recorder,
             after,
@@ -238,10 +280,17 @@ def _select_rows(
     return _fetch(recorder, statement, params)
 
 
-def _fetch(recorder: PostgresApplicationRecorder, statement: bytes, params: list[Any]) -> list[Any]:
-    """The rows of a prepared ``statement``, as binary tuples, on a pooled connection."""
+def _fetch(
+    recorder: PostgresApplicationRecorder,
+    statement: bytes,
+    params: list[Any],
+    held: HeldConnection | None = None,
+) -> list[Any]:
+    """The rows of a prepared ``statement``, as binary tuples, on ``held``'s connection
+    or a pooled one."""
+    connection = recorder.datastore.get_connection() if held is None else held.connection()
     with (
-        recorder.datastore.get_connection() as conn,
+        connection as conn,
         conn.cursor(row_factory=tuple_row, binary=True) as cursor,
     ):
         cursor.execute(statement, params, prepare=True)
@@ -260,7 +309,11 @@ _HEAD_AND_ROWS = (
 
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
 def _select_head_and_rows(
-    recorder: PostgresApplicationRecorder, after: int, limit: int, topics: list[str]
+    recorder: PostgresApplicationRecorder,
+    after: int,
+    limit: int,
+    topics: list[str],
+    held: HeldConnection | None = None,
 ) -> tuple[int, int | None, list[LogRow]]:
     """The log's head, the quarantine's stamp and the page after ``after`` up to the
     head, in one statement: a follower reads a page on every wake-up, and a query for
@@ -272,7 +325,7 @@ def _select_head_and_rows(
         datastore.schema, recorder.events_table_name, filtered=bool(topics)
     )
     params: list[Any] = [after, *([topics] if topics else []), limit]
-    found = _fetch(recorder, statement, params)
+    found = _fetch(recorder, statement, params, held)
     if not found:
         return 0, None, []  # unreachable: the aggregate always gives one row
     head, stamp = found[0][0], found[0][1]

@@ -67,6 +67,11 @@ class ReadModels:
         self._replay_reader = LogReader(ledger, max(page_size, REPLAY_PAGE), topics=TOPICS)
         self.isolation = isolation or Isolation(READ_MODELS_FOLLOWER)
 
+    @property
+    def reader(self) -> LogReader:
+        """The reader of the live pages ``step`` applies."""
+        return self._reader
+
     def step(self) -> bool:
         """Apply the next page; True if more may be waiting already: the page was full,
         or another process got to it first. After a page short of full the log had no

@@ -13,7 +13,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Cursor, Database
-from jobledger.projections.log import Follower, PostgresListener, Wakeup
+from jobledger.projections.log import Follower, LogReader, PostgresListener, Wakeup
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
@@ -141,6 +141,15 @@ class Projector:
 
     name = "projector"
 
+    @property
+    def readers(self) -> list[LogReader]:
+        """The readers of the followers' live pages: each keeps a connection while the
+        projector runs, so a page pays no pool checkout and no check query (ADR 55)."""
+        readers = [self.queue.reader, self.checkpoint.reader]
+        if self.read_models is not None:
+            readers.append(self.read_models.reader)
+        return readers
+
     def appliers(self) -> dict[str, ApplyOne]:
         """How each follower applies one event without moving (for quarantine retry)."""
         appliers: dict[str, ApplyOne] = {
@@ -154,10 +163,14 @@ class Projector:
     def close(self) -> None:
         """Release what a projector that never started opened (one used for a rebuild
         or a retry)."""
+        for reader in self.readers:
+            reader.release()
         if self.database is not None:
             self.database.close()
 
     def start(self) -> None:
+        for reader in self.readers:
+            reader.hold()
         if self.listener is not None:
             self.listener.start()
         for follower in self.followers:
@@ -178,6 +191,8 @@ class Projector:
             follower.stop()
         if self.listener is not None:
             self.listener.stop()
+        for reader in self.readers:
+            reader.release()
         if self.database is not None:
             self.database.close()
         log.info("projector.stopped")
