@@ -10,9 +10,12 @@ commit in the order they are given, ADR 5), the same ``NOTIFY`` for the follower
 one transaction, and a version clash raised as eventsourcing's ``IntegrityError``.
 """
 
+import contextlib
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
+import psycopg
 from eventsourcing.persistence import InterfaceError, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
@@ -45,14 +48,27 @@ def copy_events(
     preamble, statement = _statements(recorder)
     datastore = recorder.datastore
     connection = datastore.get_connection() if held is None else held.connection()
-    with connection as conn, conn.transaction(), conn.cursor() as cursor:
-        cursor.execute(preamble)
-        with cursor.copy(statement) as copy:
-            copy.set_types(_COLUMNS)
-            for event in stored:
-                copy.write_row(
-                    (event.originator_id, event.originator_version, event.topic, event.state)
-                )
+    with connection as conn, conn.cursor() as cursor:
+        # The store's pool hands out connections in autocommit mode: BEGIN goes in the
+        # preamble's simple query, one round trip fewer than a transaction block, which
+        # sends its BEGIN on its own.
+        cursor.execute(b"BEGIN; " + preamble)
+        try:
+            _copy(cursor, statement, stored)
+            cursor.execute(b"COMMIT")
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                conn.rollback()  # only if a transaction is still open
+            raise
+
+
+def _copy(cursor: psycopg.Cursor[Any], statement: bytes, stored: Sequence[StoredEvent]) -> None:
+    with cursor.copy(statement) as copy:
+        copy.set_types(_COLUMNS)
+        for event in stored:
+            copy.write_row(
+                (event.originator_id, event.originator_version, event.topic, event.state)
+            )
 
 
 def _statements(recorder: PostgresApplicationRecorder) -> tuple[bytes, bytes]:
