@@ -14,7 +14,7 @@ recursion error.
 import json
 import math
 import re
-from typing import Final
+from typing import Final, cast
 
 import msgspec
 
@@ -46,6 +46,13 @@ def json_problem(
 ) -> JsonProblem | None:
     """The first part of ``value`` (in document order) that the stores cannot carry, or
     None when all of it fits. Does not check the encoded size (see ``check_json``)."""
+    if _fits(value, max_depth):
+        return None
+    return _first_problem(value, path, max_depth)
+
+
+def _first_problem(value: object, path: str, max_depth: int) -> JsonProblem | None:
+    """The walk behind ``json_problem``, with the path of every part it looks at."""
     # Each entry: a value, its path, its depth, and the key it sits under (checked
     # first, so that a bad key is reported before anything inside its value).
     pending: list[tuple[object, str, int, object]] = [(value, path, 0, _NO_KEY)]
@@ -125,6 +132,58 @@ def error_line(error: BaseException, *, max_chars: int, mark: str = "") -> str:
     if len(text) <= max_chars:
         return text
     return text[: max_chars - len(mark)] + mark
+
+
+def _fits(value: object, max_depth: int) -> bool:
+    """Whether ``value`` surely fits, by the rules ``json_problem`` walks, without the
+    paths it builds for its messages (most values fit; a handler's result and every
+    payload of a batch are checked). Exact types only: anything else (a subclass) is
+    left to the walk, which then finds the problem or none."""
+    pending: list[tuple[object, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        kind = type(item)
+        if kind is dict or kind is list:
+            if depth >= max_depth or not _children_fit(item, depth + 1, pending):
+                return False
+        elif not _scalar_fits(item, kind):
+            return False
+    return True
+
+
+def _children_fit(item: object, depth: int, pending: list[tuple[object, int]]) -> bool:
+    """Queue the children of a dict or list; False if a key of a dict does not fit."""
+    if type(item) is list:
+        pending.extend((child, depth) for child in cast("list[object]", item))
+        return True
+    for key, child in cast("dict[object, object]", item).items():
+        if type(key) is not str or len(key) > MAX_KEY_CHARS or not _fine_text(key):
+            return False
+        pending.append((child, depth))
+    return True
+
+
+def _scalar_fits(item: object, kind: type) -> bool:
+    if item is None or kind is bool:
+        return True
+    if kind is int:
+        return MIN_INT <= cast("int", item) <= MAX_INT
+    if kind is float:
+        return math.isfinite(cast("float", item))
+    return kind is str and _fine_text(cast("str", item))
+
+
+def _fine_text(text: str) -> bool:
+    """What ``_string_problem`` finds nothing in."""
+    if "\x00" in text:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _scalar_problem(item: object, where: str) -> JsonProblem | None:

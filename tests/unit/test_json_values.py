@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jobledger.domain import json_values
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
@@ -247,3 +248,38 @@ def test_operators_texts_the_stores_cannot_hold_are_refused_and_nothing_recorded
         assert caught.value.field == field
     assert job.collect_events() == []
     assert execution.collect_events() == []
+
+
+_awkward_text = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(["a\x00b", "\ud800", "é\udfff", "k" * 300, "ok", "naïve"]),
+)
+_awkward_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=MIN_INT - 2, max_value=MIN_INT + 2),
+    st.integers(min_value=MAX_INT - 2, max_value=MAX_INT + 2),
+    st.integers(min_value=-5, max_value=5),
+    st.floats(),
+    _awkward_text,
+    st.sampled_from([b"bytes", (1, 2), {1, 2}, AT, uuid.UUID(int=1)]),
+)
+_awkward_values = st.recursive(
+    _awkward_scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.dictionaries(_awkward_text, children, max_size=4),
+        st.dictionaries(st.integers(min_value=0, max_value=3), children, min_size=1, max_size=2),
+    ),
+    max_leaves=20,
+)
+
+
+@given(value=_awkward_values, max_depth=st.integers(min_value=0, max_value=4))
+def test_the_fast_check_agrees_with_the_walk(value: object, max_depth: int) -> None:
+    """If a value of plain JSON types, odd ones and ones no store carries is checked,
+    then the quick check without paths says it fits exactly when the walk, which names
+    the path of a problem, finds none."""
+    walked = json_values._first_problem(value, "payload", max_depth)
+    assert json_values._fits(value, max_depth) is (walked is None)
+    assert json_problem(value, max_depth=max_depth) == walked
