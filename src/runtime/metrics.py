@@ -7,6 +7,7 @@ that count. Names follow Prometheus conventions (``_total`` counters, base units
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TypeVar, cast
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -26,9 +27,25 @@ _BATCH = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
 BREAKER_STATES = {"closed": 0, "half-open": 1, "open": 2}
 
 
+_M = TypeVar("_M", Counter, Gauge, Histogram)
+
+
 @dataclass
 class Metrics:
     registry: CollectorRegistry = field(default_factory=_registry)
+    # Labelled children by metric and values (``labelled``).
+    _children: dict[tuple[int, tuple[str, ...]], Any] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def labelled(self, metric: _M, *values: str) -> _M:
+        """``metric.labels(*values)`` (in the order of its label names), kept: labels
+        checks and joins the values on every call, and a worker asks twice a job."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return cast("_M", child)
 
     def __post_init__(self) -> None:
         r = self.registry

@@ -390,7 +390,9 @@ class Worker:
         try:
             with self._breaker(name):
                 try:
-                    result = await asyncio.wait_for(handler(context), timeout=timeout)
+                    # In this task: wait_for would run the handler in a task of its own.
+                    async with asyncio.timeout(timeout):
+                        result = await handler(context)
                 finally:
                     # Inside the breaker: a run the open breaker refused took no time.
                     self._observe_duration(name, started)
@@ -418,7 +420,8 @@ class Worker:
         return None
 
     def _observe_duration(self, handler: str, started: float) -> None:
-        self.metrics.execution_duration.labels(handler=handler).observe(time.monotonic() - started)
+        metrics = self.metrics
+        metrics.labelled(metrics.execution_duration, handler).observe(time.monotonic() - started)
 
     def _breaker(self, handler: str) -> contextlib.AbstractContextManager[None]:
         if self.breakers is None:
@@ -507,7 +510,8 @@ class Worker:
 
     def _count(self, outcome: Outcome, execution: Execution) -> None:
         label = self._tally(outcome, execution)
-        self.metrics.completions.labels(handler=execution.spec.handler, outcome=label).inc()
+        metrics = self.metrics
+        metrics.labelled(metrics.completions, execution.spec.handler, label).inc()
 
     def _tally(self, outcome: Outcome, execution: Execution) -> str:
         """Count ``outcome`` in the stats and its own counter; its metrics label."""

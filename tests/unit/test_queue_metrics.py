@@ -1,4 +1,4 @@
-"""The queue gauges: depth per state, and 1/0 per queue for an operator's pause."""
+"""The queue gauges (depth per state, 1/0 per queue for a pause), and labelled children."""
 
 import uuid
 from datetime import UTC, datetime
@@ -34,3 +34,17 @@ def test_the_paused_gauge_follows_the_pause_record() -> None:
     queue.apply_pauses([QueuePause(queue="held", version=3, paused=False)], epoch="e")
     metrics.observe_queue(queue, now=AT, head=0)
     assert value("jobledger_queue_paused", {"queue": "held"}) == 0
+
+
+def test_a_labelled_child_is_kept_and_counts_in_its_own_series() -> None:
+    """If the same metric and values are asked for twice, then the same child comes
+    back, and what it counts shows under those labels only."""
+    metrics = Metrics()
+    done = metrics.labelled(metrics.completions, "test.echo", "completed")
+    assert metrics.labelled(metrics.completions, "test.echo", "completed") is done
+    done.inc()
+    metrics.labelled(metrics.completions, "test.echo", "retried").inc(2)
+    sample = metrics.registry.get_sample_value
+    name = "jobledger_completions_total"
+    assert sample(name, {"handler": "test.echo", "outcome": "completed"}) == 1.0
+    assert sample(name, {"handler": "test.echo", "outcome": "retried"}) == 2.0
