@@ -33,6 +33,10 @@ _TRACKING_DDL = (
 
 Progress = Callable[[str], None]
 
+# The most connections of the event store's pool one process keeps (ADRs 51, 53, 55):
+# the writer's, a worker's lease reads, the projector's three followers.
+HELD_CONNECTIONS = 5
+
 
 def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[str, str]:
     """The eventsourcing environment for the configured backend."""
@@ -57,7 +61,10 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         "POSTGRES_USER": params.get("user") or "postgres",
         "POSTGRES_PASSWORD": params.get("password") or "",
         "POSTGRES_POOL_SIZE": str(settings.database_pool_size),
-        "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size),
+        # Room beyond the pool's size for the connections a process keeps for its hot
+        # paths (the writer's, a worker's lease reads, the projector's followers): held,
+        # they must never leave the other callers without one, whatever the size.
+        "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size + HELD_CONNECTIONS),
         "POSTGRES_CONNECT_TIMEOUT": "5",
         "POSTGRES_LOCK_TIMEOUT": "10",
         # One empty query at checkout: after a server restart every pooled connection

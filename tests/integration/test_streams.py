@@ -10,6 +10,8 @@ from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.streams import load_many
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import HELD_CONNECTIONS, open_ledger
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -72,3 +74,26 @@ def test_loads_on_a_held_connection_take_none_from_the_pool(postgres_ledger: Led
         assert {i: vars(e) for i, e in loaded.items()} == {i: vars(e) for i, e in on_pool.items()}
     finally:
         held.close()
+
+
+@pytest.mark.postgres
+def test_held_connections_leave_the_pool_room_at_its_smallest_size(postgres_url: str) -> None:
+    """If the pool has its smallest size and a process keeps as many connections as any
+    role does, then other callers still get one at once: saves and loads go on."""
+    settings = load_settings({}, database_url=postgres_url, database_pool_size="1")
+    ledger = open_ledger(settings)
+    kept = [ledger.held_connection() for _ in range(HELD_CONNECTIONS)]
+    try:
+        run = Execution.enqueue(
+            spec=ExecutionSpec(handler="test.echo"), ready_at=AT, trigger=Trigger.ADHOC
+        )
+        for held in kept:  # each takes its connection now
+            assert held is not None
+            load_many(ledger, Execution, [run.id], held)
+        ledger.save(run)
+        assert ledger.get_execution(run.id).version == 1
+    finally:
+        for held in kept:
+            if held is not None:
+                held.close()
+        ledger.close()
