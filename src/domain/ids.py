@@ -3,6 +3,7 @@ pure functions of uuid, shared by the aggregates and by clients that need to kno
 id before the server answers (an enqueue inside the caller's own transaction)."""
 
 import hashlib
+import os
 import uuid
 
 # Namespace for executions that belong to no job (ad-hoc runs by idempotency key).
@@ -11,6 +12,7 @@ ADHOC_NAMESPACE = uuid.UUID("5b0a6f2e-3f0c-4f0e-9d55-6a3b1c7e2a10")
 
 _VARIANT_AND_VERSION_MASK = ~((0xC000 << 48) | (0xF000 << 64))
 _RFC_4122_VERSION_5 = (0x8000 << 48) | (5 << 76)
+_RFC_4122_VERSION_4 = (0x8000 << 48) | (4 << 76)
 
 
 def name_uuid(namespace: uuid.UUID, name: str) -> uuid.UUID:
@@ -18,7 +20,17 @@ def name_uuid(namespace: uuid.UUID, name: str) -> uuid.UUID:
     of runs or a tick of fires derives one per run, and that constructor took a fifth
     of a batch's time."""
     digest = hashlib.sha1(namespace.bytes + name.encode(), usedforsecurity=False).digest()
-    value = int.from_bytes(digest[:16]) & _VARIANT_AND_VERSION_MASK | _RFC_4122_VERSION_5
+    return _made(int.from_bytes(digest[:16]) & _VARIANT_AND_VERSION_MASK | _RFC_4122_VERSION_5)
+
+
+def random_uuid() -> uuid.UUID:
+    """``uuid.uuid4()``, made without ``UUID.__init__``'s checks: a worker draws one
+    for every lease."""
+    value = int.from_bytes(os.urandom(16)) & _VARIANT_AND_VERSION_MASK | _RFC_4122_VERSION_4
+    return _made(value)
+
+
+def _made(value: int) -> uuid.UUID:
     made = object.__new__(uuid.UUID)
     object.__setattr__(made, "int", value)
     object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)

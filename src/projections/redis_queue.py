@@ -468,6 +468,8 @@ class RedisQueue:
             return LeaseRound(leases=[])
         qkeys = self._keys.queue(queue)
         deadline = now + ttl
+        # The script answers each lease id as the text it was sent: look it up, not parse.
+        offered = {str(lease_id): lease_id for lease_id in lease_ids}
         raw = self._scripts.lease(
             keys=_lease_keys(qkeys),
             args=[
@@ -476,12 +478,12 @@ class RedisQueue:
                 encode_time(deadline),
                 qkeys.base,
                 *self._named_args(),
-                *(str(lease_id) for lease_id in lease_ids),
+                *offered,
             ],
         )
         count = 3 * int(raw[0])
         leases = [
-            self._lease(queue, eid, lease_id, blob, deadline)
+            self._lease(queue, eid, offered[_text(lease_id)], blob, deadline)
             for eid, lease_id, blob in _batches(raw[1 : 1 + count], 3)
         ]
         throttled = [
@@ -491,13 +493,13 @@ class RedisQueue:
         return LeaseRound(leases=leases, throttled=throttled)
 
     def _lease(
-        self, queue: str, eid: bytes, lease_id: bytes, blob: bytes, deadline: datetime
+        self, queue: str, eid: bytes, lease_id: UUID, blob: bytes, deadline: datetime
     ) -> Lease:
         item = self._decoder.decode(blob)
         return Lease(
             execution_id=UUID(_text(eid)),
             queue=queue,
-            lease_id=UUID(_text(lease_id)),
+            lease_id=lease_id,
             deadline=deadline,
             attempt=item.attempt,
             version=item.version,

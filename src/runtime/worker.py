@@ -34,6 +34,7 @@ from jobledger.domain.errors import (
     StaleLeaseError,
 )
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.ids import random_uuid
 from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
 from jobledger.persistence.held import HeldConnection
@@ -243,7 +244,7 @@ class Worker:
             wanted = free - len(leases)
             if wanted <= 0:
                 break
-            lease_ids = [uuid.uuid4() for _ in range(wanted)]
+            lease_ids = [random_uuid() for _ in range(wanted)]
             taken = self.queue.lease_round(
                 name, lease_ids=lease_ids, ttl=self.config.lease_ttl, now=self.now()
             )
