@@ -329,8 +329,8 @@ class Isolation:
             return self._held  # stays empty
         if stamp is not None and stamp == self._stamp and self.quarantine is not None:
             return self._held
-        self._stamp = stamp
         self._held = self.quarantine.held(self.follower) if self.quarantine is not None else {}
+        self._stamp = stamp  # only once read: a read that failed leaves no stamp behind
         for stream, version in self._unrecorded.items():
             self._held[stream] = min(self._held.get(stream, version), version)
         return self._held

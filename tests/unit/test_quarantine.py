@@ -260,9 +260,12 @@ class CountedTable(Table):
     def __init__(self) -> None:
         super().__init__()
         self.reads = 0
+        self.fail_reads = False
 
     def held(self, follower: str) -> dict[str, int]:
         self.reads += 1
+        if self.fail_reads:
+            raise psycopg.OperationalError("connection refused")
         return super().held(follower)
 
     def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> bool:
@@ -317,5 +320,23 @@ def test_an_isolation_here_reads_the_table_again_at_the_next_page() -> None:
     isolation.apply(RowPage([row(1), row(2)], 2, stamp=5), 0, follower.apply_rows)
     reads = table.reads
     isolation.apply(RowPage([row(3)], 3, stamp=5), 2, follower.apply_rows)
+    assert table.reads == reads + 1
+    assert follower.applied == [1, 3]
+
+
+def test_a_failed_read_of_the_table_is_not_taken_for_a_read() -> None:
+    """If reading the table fails (the store is down), then the next page under the
+    same stamp reads it again instead of trusting the copy from before."""
+    table = CountedTable()
+    follower = Follower(bad=set())
+    isolation = Isolation("read-models", table)
+    isolation.apply(RowPage([row(1)], 1, stamp=1), 0, follower.apply_rows)
+    table.add("read-models", row(2, uuid.uuid4(), 1))
+    table.fail_reads = True
+    with pytest.raises(psycopg.OperationalError):
+        isolation.apply(RowPage([row(3)], 3, stamp=2), 1, follower.apply_rows)
+    table.fail_reads = False
+    reads = table.reads
+    isolation.apply(RowPage([row(3)], 3, stamp=2), 1, follower.apply_rows)
     assert table.reads == reads + 1
     assert follower.applied == [1, 3]
