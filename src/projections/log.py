@@ -6,6 +6,7 @@ drop, so a follower also polls: a lost wake-up only delays, it never stalls. SQL
 no notifications; followers there only poll.
 """
 
+import contextlib
 import functools
 import threading
 import time
@@ -202,26 +203,19 @@ class LogReader:
         """The next page of events as stored rows (``events`` decodes them)."""
         recorder = self.ledger.recorder
         limit = limit or self.page_size
-        if self._held is not None and stop is None:
-            with self._held_lock:
-                return read_rows(
-                    recorder,
-                    after,
-                    limit=limit,
-                    topics=self.topics,
-                    part=self.part,
-                    text_ids=self.text_ids,
-                    held=self._held,
-                )
-        return read_rows(
-            recorder,
-            after,
-            limit=limit,
-            topics=self.topics,
-            stop=stop,
-            part=self.part,
-            text_ids=self.text_ids,
-        )
+        # A live page goes on the kept connection, if any; one read at a time on it.
+        live = self._held is not None and stop is None
+        with self._held_lock if live else contextlib.nullcontext():
+            return read_rows(
+                recorder,
+                after,
+                limit=limit,
+                topics=self.topics,
+                stop=stop,
+                part=self.part,
+                text_ids=self.text_ids,
+                held=self._held if live else None,
+            )
 
     def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
         """The domain events of ``rows``, one at a time (a replay never holds a page)."""
