@@ -174,16 +174,7 @@ def _scalar_fits(item: object, kind: type) -> bool:
 
 
 def _fine_text(text: str) -> bool:
-    """What ``_string_problem`` finds nothing in."""
-    if "\x00" in text:
-        return False
-    if text.isascii():
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
+    return _string_problem(text, "") is None
 
 
 def _scalar_problem(item: object, where: str) -> JsonProblem | None:
