@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
+from tests.integration.pool_stats import pool_requests
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -233,11 +234,6 @@ def test_a_stream_isolated_by_another_process_is_held_at_the_next_page(
     assert [r[0] for r, _error in here.isolated] == [first.position + 1]
 
 
-def _pool_requests(ledger: Ledger) -> int:
-    datastore = ledger.recorder.datastore  # type: ignore[attr-defined] # PostgreSQL's recorder
-    return int(datastore.pool.get_stats().get("requests_num", 0))
-
-
 def test_a_reader_that_holds_a_connection_reads_its_pages_on_it(ledger: Ledger) -> None:
     """If a follower's reader holds a connection, then its pages after the first ask the
     pool for nothing and equal a pooled reader's; once released, pages use the pool
@@ -248,15 +244,15 @@ def test_a_reader_that_holds_a_connection_reads_its_pages_on_it(ledger: Ledger) 
     reader.hold()
     try:
         reader.rows(0)
-        before = _pool_requests(ledger)
+        before = pool_requests(ledger)
         pages = [reader.rows(position) for position in (0, 2, 4)]
-        assert _pool_requests(ledger) == before
+        assert pool_requests(ledger) == before
         expected = [pooled.rows(position) for position in (0, 2, 4)]
         assert [(p.rows, p.position, p.stamp) for p in pages] == [
             (p.rows, p.position, p.stamp) for p in expected
         ]
     finally:
         reader.release()
-    before = _pool_requests(ledger)
+    before = pool_requests(ledger)
     reader.rows(0)
-    assert _pool_requests(ledger) > before
+    assert pool_requests(ledger) > before

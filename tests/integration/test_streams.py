@@ -4,6 +4,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from tests.integration.pool_stats import pool_requests
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
@@ -44,11 +45,6 @@ def test_load_many_equals_loading_each(ledger: Ledger) -> None:
     assert load_many(ledger, Execution, []) == {}
 
 
-def _pool_requests(ledger: Ledger) -> int:
-    datastore = ledger.recorder.datastore  # type: ignore[attr-defined] # PostgreSQL's recorder
-    return int(datastore.pool.get_stats().get("requests_num", 0))
-
-
 @pytest.mark.postgres
 def test_loads_on_a_held_connection_take_none_from_the_pool(postgres_ledger: Ledger) -> None:
     """If a worker's lease rounds load their executions on a held connection, then after
@@ -66,10 +62,10 @@ def test_loads_on_a_held_connection_take_none_from_the_pool(postgres_ledger: Led
         postgres_ledger.save_all(*runs)
         ids = [run.id for run in runs]
         load_many(postgres_ledger, Execution, ids, held)
-        before = _pool_requests(postgres_ledger)
+        before = pool_requests(postgres_ledger)
         for _ in range(10):
             loaded = load_many(postgres_ledger, Execution, ids, held)
-        assert _pool_requests(postgres_ledger) == before
+        assert pool_requests(postgres_ledger) == before
         on_pool = load_many(postgres_ledger, Execution, ids)
         assert {i: vars(e) for i, e in loaded.items()} == {i: vars(e) for i, e in on_pool.items()}
     finally:

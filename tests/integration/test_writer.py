@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
+from tests.integration.pool_stats import pool_requests
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import ConflictError
@@ -130,22 +131,17 @@ def test_flush_saves_what_is_queued_without_waiting(ledger: Ledger) -> None:
         assert writer.stats.items == 3
 
 
-def _pool_requests(ledger: Ledger) -> int:
-    datastore = ledger.recorder.datastore  # type: ignore[attr-defined] # PostgreSQL's recorder
-    return int(datastore.pool.get_stats().get("requests_num", 0))
-
-
 @pytest.mark.postgres
 def test_the_writer_keeps_one_connection_for_its_batches(postgres_ledger: Ledger) -> None:
     """If the writer saves batch after batch on PostgreSQL, then it takes a connection
     from the pool (with the pool's check) once and keeps it: no checkout per batch."""
     with GroupCommitWriter(postgres_ledger, max_batch=5, max_delay=0.001) as writer:
         writer.save(new_execution())
-        before = _pool_requests(postgres_ledger)
+        before = pool_requests(postgres_ledger)
         for _ in range(20):
             writer.save(*[new_execution() for _ in range(3)])
         assert writer.stats.batches >= 20
-        assert _pool_requests(postgres_ledger) == before
+        assert pool_requests(postgres_ledger) == before
 
 
 @pytest.mark.postgres
