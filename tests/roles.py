@@ -125,7 +125,12 @@ def launch(
     *schedulers: str,
 ) -> None:
     """Start the api, the named schedulers, two workers and a projector into
-    ``deployment``, each with ``shared`` settings and a port of its own."""
+    ``deployment``, each with ``shared`` settings and a port of its own.
+
+    Each role keeps a pool of two connections unless ``shared`` says otherwise: two
+    deployments run at once under the parallel test run, and with the default pool
+    they can reach the server's ``max_connections`` together."""
+    shared = {"database_pool_size": "2"} | shared
     api_port = free_port()
     deployment.api_url = f"http://127.0.0.1:{api_port}"
     plan = {"api": {"api_port": str(api_port), "admin_password": ADMIN_PASSWORD}}
