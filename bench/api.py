@@ -433,15 +433,24 @@ def format_profile(sampled: Sampled) -> str:
 
 
 class Api:
-    """``jobledger api --with-projector`` in a session of its own, output in a file."""
+    """``jobledger api --with-projector`` (or without the projector) in a session of its
+    own, output in a file."""
 
-    def __init__(self, folder: Path, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, folder: Path, env: Mapping[str, str], *, with_projector: bool = True
+    ) -> None:
         self.log_path = folder / "api.log"
         self.port = int(env["JOBLEDGER_API_PORT"])
         self.base_url = f"http://127.0.0.1:{self.port}"
         with self.log_path.open("ab") as output:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "jobledger.cli", "api", "--with-projector"],
+            self.process = subprocess.Popen(  # noqa: S603 (our own entry point, fixed arguments)
+                [
+                    sys.executable,
+                    "-m",
+                    "jobledger.cli",
+                    "api",
+                    *(["--with-projector"] if with_projector else []),
+                ],
                 stdout=output,
                 stderr=output,
                 env=dict(env),
