@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -32,6 +32,9 @@ def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """``values`` in slices of at most ``size`` (ids per ``IN (...)`` list)."""
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+Row = dict[str, Any]  # a table's row by column name
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,11 @@ class Cursor(Protocol):
     def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
         """``statement`` over ``rows`` (values in the order of its columns); nothing if
         there are none."""
+        ...
+
+    def write_records(self, statement: RowsStatement, records: Sequence[Row]) -> None:
+        """``write_rows`` of rows given by column name (keys beyond the statement's
+        columns are ignored); the values are JSON's (text, numbers, flags, None)."""
         ...
 
     def insert_rows(
@@ -177,6 +185,19 @@ def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
         ConnectionPool.check_connection(conn)
 
 
+def row_values(rows: Iterable[Row], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The values of ``rows`` in the order of ``columns``, each one storable."""
+    return [tuple(_storable(row[c]) for c in columns) for row in rows]
+
+
+def _storable(value: Any) -> Any:  # noqa: ANN401 (any column value)
+    """PostgreSQL text cannot hold NUL; a handler's error text or an operator's reason
+    may. Replacing it keeps one odd character from stopping the projection."""
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\ufffd")
+    return value
+
+
 def _pg(sql: str) -> bytes:
     return sql.replace("?", "%s").encode()
 
@@ -249,6 +270,19 @@ class _QmarkCursor:
     def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             self._cursor.execute(_pg(statement.whole), (_json_rows(statement.columns, rows),))
+
+    def write_records(self, statement: RowsStatement, records: Sequence[Row]) -> None:
+        if not records:
+            return
+        # The records are the recordset's objects already: encoded as they are, a page
+        # builds no tuple and no second mapping per row (4.7 against 0.6 µs a row of
+        # the executions table). A NUL, which PostgreSQL's text cannot hold, is rare:
+        # seen in the encoding, the rows go the way that replaces it.
+        encoded = _encoder.encode(records)
+        if b"\\u0000" in encoded:
+            self.write_rows(statement, row_values(records, statement.columns))
+            return
+        self._cursor.execute(_pg(statement.whole), (encoded.decode(),))
 
     def insert_rows(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
@@ -392,6 +426,9 @@ class _SqliteCursor:
     def write_rows(self, statement: RowsStatement, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             self._cursor.executemany(statement.each, rows)
+
+    def write_records(self, statement: RowsStatement, records: Sequence[Row]) -> None:
+        self.write_rows(statement, row_values(records, statement.columns))
 
     def insert_rows(
         self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]

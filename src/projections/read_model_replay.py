@@ -18,7 +18,7 @@ import structlog
 
 from jobledger.domain.execution import Execution
 from jobledger.projections.collector import collector_paused
-from jobledger.projections.database import Cursor, Database
+from jobledger.projections.database import Cursor, Database, Row, row_values
 from jobledger.projections.log import LogReader, LogRow, RowPage
 from jobledger.projections.prefetch import prefetched
 from jobledger.projections.quarantine import Isolation
@@ -37,8 +37,6 @@ from jobledger.projections.read_model_tables import (
     STATUS_COUNTS,
     TABLES,
     Fold,
-    Row,
-    row_values,
     select_rows,
 )
 

@@ -43,7 +43,14 @@ from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
-from jobledger.projections.database import Cursor, Database, RowsStatement, chunked, upsert
+from jobledger.projections.database import (
+    Cursor,
+    Database,
+    Row,
+    RowsStatement,
+    chunked,
+    upsert,
+)
 from jobledger.projections.times import to_ms
 from jobledger.schemas.rows import ProgressRow
 
@@ -51,7 +58,6 @@ log = structlog.get_logger(__name__)
 _encoder = msgspec.json.Encoder()
 
 ID_CHUNK = 500  # ids per IN (...) list, well below SQLite's parameter limit
-Row = dict[str, Any]
 
 JOBS = "jobledger_rm_jobs"
 EXECUTIONS = "jobledger_rm_executions"
@@ -177,18 +183,6 @@ def select_rows(
         cursor.execute_in(select, chunk)
         while rows := cursor.fetchmany(ID_CHUNK):
             yield from (dict(zip(columns, row, strict=True)) for row in rows)
-
-
-def row_values(rows: Iterable[Row], columns: Sequence[str]) -> list[tuple[Any, ...]]:
-    return [tuple(_storable(row[c]) for c in columns) for row in rows]
-
-
-def _storable(value: Any) -> Any:  # noqa: ANN401 (any column value)
-    """PostgreSQL text cannot hold NUL; a handler's error text or an operator's reason
-    may. Replacing it keeps one odd character from stopping the projection."""
-    if isinstance(value, str) and "\x00" in value:
-        return value.replace("\x00", "\ufffd")
-    return value
 
 
 # ---- folding job events -----------------------------------------------------------
@@ -647,12 +641,11 @@ def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
 
 def write_fold(cursor: Cursor, fold: Fold) -> None:
     # Sorted, so that concurrent writers of the same rows take their locks in one order.
-    jobs = (fold.jobs[key] for key in sorted(fold.changed_jobs))
-    cursor.write_rows(_UPSERT_JOB, row_values(jobs, JOB_COLUMNS))
-    executions = (fold.executions[key] for key in sorted(fold.changed_executions))
-    cursor.write_rows(_UPSERT_EXECUTION, row_values(executions, EXECUTION_COLUMNS))
-    attempts = (fold.attempts[key] for key in sorted(fold.changed_attempts))
-    cursor.write_rows(_UPSERT_ATTEMPT, row_values(attempts, ATTEMPT_COLUMNS))
+    cursor.write_records(_UPSERT_JOB, [fold.jobs[key] for key in sorted(fold.changed_jobs)])
+    executions = [fold.executions[key] for key in sorted(fold.changed_executions)]
+    cursor.write_records(_UPSERT_EXECUTION, executions)
+    attempts = [fold.attempts[key] for key in sorted(fold.changed_attempts)]
+    cursor.write_records(_UPSERT_ATTEMPT, attempts)
     cursor.write_rows(_ADD_STATS, [(m, *c) for m, c in sorted(fold.stats.items())])
     cursor.write_rows(_ADD_HISTOGRAM, [(*k, n) for k, n in sorted(fold.histograms.items())])
     add_status_counts(cursor, [(*k, n) for k, n in sorted(fold.status_counts.items()) if n])

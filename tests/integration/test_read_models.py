@@ -913,6 +913,24 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
     )
 
 
+def test_an_escaped_nul_in_an_error_is_kept_as_written(ledger: Ledger, database: Database) -> None:
+    """If a handler's error text holds a backslash followed by ``u0000`` (text, not a
+    NUL character), then the projection keeps it exactly as written."""
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.fail", retry=RetryPolicy(max_retries=0)),
+        ready_at=datetime.now(tz=UTC),
+        trigger=Trigger.ADHOC,
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(tz=UTC))
+    execution.fail(lease_id=lease_id, error="escaped \\u0000 here", at=datetime.now(tz=UTC))
+    ledger.save_all(execution)
+    _drain(ReadModels(ledger, database))
+    row = rq.get_execution(database, execution.id)
+    assert row is not None
+    assert row.last_error == "escaped \\u0000 here"
+
+
 # ---- the rebuild into new tables --------------------------------------------------------
 
 
