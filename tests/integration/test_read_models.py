@@ -881,8 +881,8 @@ def test_projections_rebuild_command_on_the_embedded_store(tmp_path: Path) -> No
         database.close()
 
 
-def _failed_with_nul(ledger: Ledger) -> uuid.UUID:
-    """An execution whose error and discard reason hold NUL characters."""
+def _failed(error: str) -> Execution:
+    """An execution that failed once with ``error`` and will not retry (not saved)."""
     execution = Execution.enqueue(
         spec=ExecutionSpec(handler="test.fail", retry=RetryPolicy(max_retries=0)),
         ready_at=datetime.now(tz=UTC),
@@ -890,7 +890,13 @@ def _failed_with_nul(ledger: Ledger) -> uuid.UUID:
     )
     lease_id = uuid.uuid4()
     execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(tz=UTC))
-    execution.fail(lease_id=lease_id, error="bad\x00byte", at=datetime.now(tz=UTC))
+    execution.fail(lease_id=lease_id, error=error, at=datetime.now(tz=UTC))
+    return execution
+
+
+def _failed_with_nul(ledger: Ledger) -> uuid.UUID:
+    """An execution whose error and discard reason hold NUL characters."""
+    execution = _failed("bad\x00byte")
     # The domain refuses such a reason now; events saved before it did are still read.
     execution._discarded(by="op\x00", reason="why\x00")
     ledger.save_all(execution)
@@ -916,14 +922,7 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
 def test_an_escaped_nul_in_an_error_is_kept_as_written(ledger: Ledger, database: Database) -> None:
     """If a handler's error text holds a backslash followed by ``u0000`` (text, not a
     NUL character), then the projection keeps it exactly as written."""
-    execution = Execution.enqueue(
-        spec=ExecutionSpec(handler="test.fail", retry=RetryPolicy(max_retries=0)),
-        ready_at=datetime.now(tz=UTC),
-        trigger=Trigger.ADHOC,
-    )
-    lease_id = uuid.uuid4()
-    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=datetime.now(tz=UTC))
-    execution.fail(lease_id=lease_id, error="escaped \\u0000 here", at=datetime.now(tz=UTC))
+    execution = _failed("escaped \\u0000 here")
     ledger.save_all(execution)
     _drain(ReadModels(ledger, database))
     row = rq.get_execution(database, execution.id)
