@@ -351,7 +351,11 @@ class Execution(Aggregate):
     def lease(self, *, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime) -> None:
         self._check_status(ExecutionStatus.PENDING, action="lease")
         self._check_budget_left()
-        self._leased(
+        # The event straight from its class, which then applies ``_leased``: the
+        # decorated method's call matches its arguments to the method's signature
+        # first, and a worker leases and completes every run (ADR 57).
+        self.trigger_event(
+            self.Leased,
             attempt=self.attempts_used + 1,
             worker_id=worker_id,
             lease_id=lease_id,
@@ -360,7 +364,7 @@ class Execution(Aggregate):
 
     def complete(self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]) -> None:
         self._check_current_lease(lease_id)
-        self._completed(lease_id=lease_id, duration=duration, result=result)
+        self.trigger_event(self.Completed, lease_id=lease_id, duration=duration, result=result)
 
     def replace_payload(
         self, *, payload: dict[str, Any], by: str, ready_at: datetime | None = None
