@@ -210,16 +210,21 @@ class Ledger(Application[UUID]):
         except NotFoundError:
             return None
 
+    def version(self, aggregate_id: UUID) -> int | None:
+        """The version of the stream's latest event in the log; None if it has none."""
+        newest = self.recorder.select_events(aggregate_id, desc=True, limit=1)
+        return newest[0].originator_version if newest else None
+
     def job_as_of(self, job_id: UUID, at: datetime) -> Job:
         """The job as it was at ``at`` (the last event recorded at or before it).
 
         Found by bisecting the versions on their events' times (a job's events are
         recorded in time order), so a job with a long history costs a few reads of one
         event each, then a load from its nearest snapshot."""
-        newest = self.recorder.select_events(job_id, desc=True, limit=1)
-        if not newest or self._recorded_at(job_id, 1) > at:
+        newest = self.version(job_id)
+        if newest is None or self._recorded_at(job_id, 1) > at:
             raise NotFoundError(f"job {job_id} did not exist at {at.isoformat()}")
-        low, high = 1, newest[0].originator_version
+        low, high = 1, newest
         while low < high:
             middle = (low + high + 1) // 2
             if self._recorded_at(job_id, middle) <= at:

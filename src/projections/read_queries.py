@@ -437,15 +437,15 @@ def get_execution(db: Database, execution_id: UUID) -> ExecutionRow | None:
     return None if row is None else _execution(row)
 
 
-def execution_statuses(db: Database, execution_ids: Sequence[UUID]) -> dict[UUID, str]:
-    """The status of each execution the read model has (those it lacks are left out),
-    in one snapshot: one query per 500 ids, however many ask."""
-    found: dict[UUID, str] = {}
+def execution_statuses(db: Database, execution_ids: Sequence[UUID]) -> dict[UUID, tuple[str, int]]:
+    """The status and version of each execution the read model has (those it lacks are
+    left out), in one snapshot: one query per 500 ids, however many ask."""
+    found: dict[UUID, tuple[str, int]] = {}
     wanted = [str(i) for i in execution_ids]
     with db.transaction(snapshot=True) as cursor:
         for chunk in chunked(wanted, _ID_CHUNK):
-            cursor.execute_in(f"SELECT id, status FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names, bound values)
-            found.update((UUID(row[0]), row[1]) for row in _all(cursor))
+            cursor.execute_in(f"SELECT id, status, version FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names, bound values)
+            found.update((UUID(row[0]), (row[1], int(row[2]))) for row in _all(cursor))
     return found
 
 

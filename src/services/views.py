@@ -149,9 +149,15 @@ class Views:
             return row
         return msgspec.structs.replace(row, progress=live)
 
-    def statuses(self, execution_ids: list[UUID]) -> dict[UUID, str]:
-        """The status of each of these executions that the read model shows."""
+    def statuses(self, execution_ids: list[UUID]) -> dict[UUID, tuple[str, int]]:
+        """The status and version of each of these executions that the read model
+        shows."""
         return read_queries.execution_statuses(self.database, execution_ids)
+
+    def log_version(self, execution_id: UUID) -> int | None:
+        """The version of the execution's latest event in the log (None: it has none
+        there, e.g. archived): what the read model shows once it has caught up."""
+        return self._ledger.version(execution_id)
 
     def attempts(self, execution_id: UUID) -> list[AttemptRow]:
         return read_queries.list_attempts(self.database, execution_id)

@@ -7,6 +7,11 @@ execution in one query (``Views.statuses``), on one worker thread, and wakes the
 waiters of those that reached a terminal status. So the read model sees one query per
 interval however many wait, the server holds no thread per waiter, and a waiter hears
 of its execution at most an interval after the read model shows it (ADR "long-poll").
+
+A terminal status the read model shows is taken as the answer only if the read model
+has caught up with the execution's stream in the log: right after a requeue the read
+model may still show the dead letter it was, and a client that requeues and then waits
+must hear of the new attempt, not of the old one.
 """
 
 import asyncio
@@ -33,7 +38,8 @@ class _LoopWaiters:
     """The waiters of one event loop and the task that polls for them."""
 
     def __init__(self) -> None:
-        self.waiting: dict[UUID, set[asyncio.Future[None]]] = {}
+        # By execution: each waiter's future and the least version it waits for.
+        self.waiting: dict[UUID, dict[asyncio.Future[None], int]] = {}
         self.poller: asyncio.Task[None] | None = None
 
     def count(self) -> int:
@@ -55,18 +61,36 @@ class ExecutionWaits:
         (at most ``MAX_WAIT_SECONDS``), whichever comes first. A run the read model does
         not show yet is waited for too; a NotFoundError if the log has no such run."""
         detail = await self._current(execution_id)
+        at_least = 0
         if detail is not None and _finished(detail):
-            return detail
-        await self.until_finished(execution_id, within=min(max(wait, 0.0), MAX_WAIT_SECONDS))
-        return await asyncio.to_thread(self.views.execution_detail, execution_id)
+            at_least = await self._moved_on(execution_id, detail)
+            if not at_least:
+                return detail
+        within = min(max(wait, 0.0), MAX_WAIT_SECONDS)
+        await self.until_finished(execution_id, within=within, at_least=at_least)
+        detail = await asyncio.to_thread(self.views.execution_detail, execution_id)
+        if at_least and _finished(detail) and detail.execution.version < at_least:
+            raise NotYetVisibleError(
+                f"execution {execution_id} changed in the log after the end the read "
+                "model still shows",
+                fix="retry in a moment",
+            )
+        return detail
 
-    async def until_finished(self, execution_id: UUID, *, within: float) -> bool:
-        """Whether the execution reached a terminal status within ``within`` seconds."""
+    async def _moved_on(self, execution_id: UUID, detail: ExecutionDetail) -> int:
+        """The log's version of the execution if it is past the version ``detail``
+        shows (a requeue the read model has not shown yet), else 0."""
+        logged = await asyncio.to_thread(self.views.log_version, execution_id)
+        return logged if logged is not None and logged > detail.execution.version else 0
+
+    async def until_finished(self, execution_id: UUID, *, within: float, at_least: int = 0) -> bool:
+        """Whether the execution reached a terminal status, at version ``at_least`` or
+        later, within ``within`` seconds."""
         waiters = self._waiters()
         if within <= 0 or waiters.count() >= MAX_WAITERS:
             return False
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiters.waiting.setdefault(execution_id, set()).add(future)
+        waiters.waiting.setdefault(execution_id, {})[future] = at_least
         if waiters.poller is None or waiters.poller.done():
             waiters.poller = asyncio.create_task(self._poll(waiters))
         try:
@@ -99,11 +123,21 @@ class ExecutionWaits:
             except Exception as error:  # noqa: BLE001 (an outage: the waiters time out or the next poll reads)
                 log.warning("waits.poll_failed", waiting=len(ids), error=type(error).__name__)
                 continue
-            for execution_id, status in statuses.items():
+            for execution_id, (status, version) in statuses.items():
                 if status in _TERMINAL:
-                    for future in waiters.waiting.pop(execution_id, ()):
-                        if not future.done():
-                            future.set_result(None)
+                    _wake(waiters, execution_id, version)
+
+
+def _wake(waiters: _LoopWaiters, execution_id: UUID, version: int) -> None:
+    """Wake the waiters of a terminal execution whose version they wait for."""
+    futures = waiters.waiting.get(execution_id, {})
+    for future, at_least in list(futures.items()):
+        if at_least <= version:
+            del futures[future]
+            if not future.done():
+                future.set_result(None)
+    if not futures:
+        waiters.waiting.pop(execution_id, None)
 
 
 def _finished(detail: ExecutionDetail) -> bool:
@@ -113,6 +147,6 @@ def _finished(detail: ExecutionDetail) -> bool:
 def _forget(waiters: _LoopWaiters, execution_id: UUID, future: asyncio.Future[None]) -> None:
     futures = waiters.waiting.get(execution_id)
     if futures is not None:
-        futures.discard(future)
+        futures.pop(future, None)
         if not futures:
             del waiters.waiting[execution_id]

@@ -1,6 +1,7 @@
 """The use cases on the embedded store: each is the one home of its rule, whoever calls
 it (the API, the dashboard, the CLI)."""
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from jobledger.services.errors import (
     KeyReusedError,
     NotDeadLetteredError,
     NotPermittedError,
+    NotYetVisibleError,
 )
 from jobledger.services.jobs import Jobs
 
@@ -188,3 +190,23 @@ def test_a_cancel_that_loses_the_version_to_a_lease_cancels_the_leased_run(
     assert cancelled.status is ExecutionStatus.CANCELLED
     kinds = [type(e).__name__ for e in ledger.history(run.id)]
     assert kinds == ["Enqueued", "Leased", "Cancelled"]
+
+
+def test_a_wait_right_after_a_requeue_does_not_answer_with_the_old_dead_letter(
+    container: Container, services: Services
+) -> None:
+    """If a dead letter is requeued and a waiter asks before the read models show the
+    requeue, then the wait does not answer with the old dead letter: it says the run is
+    not visible yet when its time runs out, and once the read models caught up it shows
+    the run pending again."""
+    died = dead(container, "test.fail", "boom")
+    services.admin.catch_up_read_models()
+    waits = services.waits
+    assert asyncio.run(waits.detail(died.id, wait=1)).execution.status == "dead_lettered"
+    services.dead_letters.requeue_one(died.id, by=ALICE, reason="fixed", at=AT)
+    started = time.monotonic()
+    with pytest.raises(NotYetVisibleError):
+        asyncio.run(waits.detail(died.id, wait=0.3))
+    assert time.monotonic() - started >= 0.3  # it waited for the read models
+    services.admin.catch_up_read_models()
+    assert asyncio.run(waits.detail(died.id, wait=0)).execution.status == "pending"
