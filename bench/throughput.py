@@ -5,7 +5,7 @@ loopback port (persistence off); stops every process it started and the server, 
 drops the database at the end, also on an error or Ctrl-C.
 
     python -m bench.throughput [--quick] [--jobs N] [--slots S] [--systems NAME ...]
-        [--profile] [--oban-python PATH] [--admin-url URL]
+        [--repeat N] [--profile] [--oban-python PATH] [--admin-url URL]
 
 jobledger: a ``jobledger projector`` process follows the log into the Redis queue for
 the whole run. Enqueue: this process saves N ad-hoc ``test.echo`` executions (what
@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -70,7 +71,7 @@ from jobledger.runtime.store import events_table, migrate
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from concurrent.futures import Future
     from types import ModuleType
 
@@ -472,6 +473,7 @@ class JobledgerRun:
             JOBLEDGER_LOG_FORMAT="json",
         )
         self.command = [sys.executable, "-m", "jobledger.cli"]
+        self.completed_before = 0  # completions in the log before this run (run)
 
     def run(self, base: Groups) -> Outcome:
         migrate(self.settings, progress=support.log)
@@ -482,6 +484,8 @@ class JobledgerRun:
         outcome = Outcome()
         with bootstrap(self.settings) as container:
             counter = LogCounter(self.settings.database_url, events_table(self.settings))
+            # Rounds of an earlier repetition are in the same log.
+            self.completed_before = counter.audit()["completed"]
             try:
                 self._wait_for_projector(container, counter, projector)
                 groups = base | {"projector": lambda: [projector.pid]}
@@ -563,7 +567,7 @@ class JobledgerRun:
         # otherwise up to a second or more late.
         transactions = counter.transactions() - transactions
         first, last, completed = counter.completion_span(container, start_position)
-        note = check_round(container, counter, jobs * number, stats)
+        note = check_round(container, counter, self.completed_before + jobs * number, stats)
         note += f"; {transactions / jobs:.2f} PostgreSQL transactions a job"
         drain_s = last - first
         row = Row(
@@ -757,11 +761,12 @@ def run_library(
 def side_by_side(
     rows: Sequence[Row], cpu: Sequence[CpuRow], skipped: Mapping[str, str]
 ) -> list[SideBySide]:
-    """Per system: the enqueue rate over both rounds, the drain rate and CPU per job of
-    each round, and jobledger's drain rate divided by that system's; a system that did
-    not run, with the reason."""
-    drains = {(r.system, r.workers): r.drain_per_s for r in rows}
-    per_job = {(c.system, c.workers): c.ms_per_job for c in cpu}
+    """Per system: the enqueue rate over all its rounds, the drain rate and CPU per job
+    with 1 and with 2 workers (the medians, when the rounds ran more than once), and
+    jobledger's drain rate divided by that system's; a system that did not run, with
+    the reason."""
+    drains = medians((r.system, r.workers, r.drain_per_s) for r in rows)
+    per_job = medians((c.system, c.workers, c.ms_per_job) for c in cpu)
 
     def times(workers: int, system: str) -> float | None:
         if system == "jobledger":
@@ -793,6 +798,17 @@ def side_by_side(
             )
         )
     return result
+
+
+def medians(
+    values: Iterable[tuple[str, int, float | None]],
+) -> dict[tuple[str, int], float]:
+    """The median value by (system, workers), of those that are not None."""
+    gathered: dict[tuple[str, int], list[float]] = {}
+    for system, workers, value in values:
+        if value is not None:
+            gathered.setdefault((system, workers), []).append(value)
+    return {key: round(statistics.median(found), 3) for key, found in gathered.items()}
 
 
 COLUMNS = (
@@ -887,9 +903,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="what to measure (default: all that are installed)",
     )
     parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every system's rounds this many times, one system after the other each"
+        " time; the side-by-side table takes the medians (default 1)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
-        help="sample the jobledger workers and projector with py-spy",
+        help="sample the jobledger workers and projector with py-spy (the first time)",
     )
     parser.add_argument(
         "--oban-python",
@@ -966,36 +989,66 @@ def settings(size: Sizes) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Stores:
+    """What every system's rounds run on."""
+
+    size: Sizes
+    url: str
+    redis_url: str
+    redis_pid: int
+    base: Groups  # the CPU groups every system shares: PostgreSQL, Redis, this process
+
+
 def run_all(
     args: argparse.Namespace, size: Sizes, url: str, redis_url: str, spy_binary: str | None
 ) -> Results:
-    """Every system asked for that can run here; the others with the reason."""
+    """Every system asked for that can run here, ``--repeat`` times; the others with
+    the reason."""
     redis_pid = support.redis_server_pid(redis_url)
     base = rounds.base_groups(url.rpartition("/")[2], redis_pid)
+    stores = Stores(size, url, redis_url, redis_pid, base)
     results = Results()
     with rounds.work_folder() as folder:
         processes = Processes(folder)
         try:
-            for system in args.systems:
-                if system == "jobledger":
-                    roles = ("workers", "projector") if spy_binary else ()
-                    spies = [Spy(spy_binary or "", folder, role) for role in roles]
-                    results.outcome.add(
-                        JobledgerRun(url, redis_url, size, processes, spies).run(base)
-                    )
-                    for spy in spies:
-                        results.profiles[spy.role] = spy.profile(PROFILE_TOP)
-                        results.raw_profiles += [str(p) for p in spy.keep(stem(args, size))]
-                    continue
-                part = run_peer(system, args, size, processes, (redis_url, base, redis_pid))
-                if isinstance(part, str):
-                    results.skipped[system] = part
-                    support.log(f"{system}: skipped, {part}")
-                else:
-                    results.outcome.add(part)
+            for repetition in range(args.repeat):
+                if args.repeat > 1:
+                    support.log(f"repetition {repetition + 1}/{args.repeat}")
+                spy = spy_binary if repetition == 0 else None
+                for system in args.systems:
+                    if system not in results.skipped:
+                        run_system(system, args, stores, processes, spy=spy, results=results)
         finally:
             processes.close()
     return results
+
+
+def run_system(
+    system: str,
+    args: argparse.Namespace,
+    stores: Stores,
+    processes: Processes,
+    *,
+    spy: str | None,
+    results: Results,
+) -> None:
+    """One system's rounds into ``results``, or why it cannot run here."""
+    size, url, redis_url = stores.size, stores.url, stores.redis_url
+    if system == "jobledger":
+        roles = ("workers", "projector") if spy else ()
+        spies = [Spy(spy or "", processes.folder, role) for role in roles]
+        results.outcome.add(JobledgerRun(url, redis_url, size, processes, spies).run(stores.base))
+        for one in spies:
+            results.profiles[one.role] = one.profile(PROFILE_TOP)
+            results.raw_profiles += [str(p) for p in one.keep(stem(args, size))]
+        return
+    part = run_peer(system, args, size, processes, (redis_url, stores.base, stores.redis_pid))
+    if isinstance(part, str):
+        results.skipped[system] = part
+        support.log(f"{system}: skipped, {part}")
+    else:
+        results.outcome.add(part)
 
 
 def run_peer(
