@@ -20,7 +20,7 @@ from uuid import UUID
 
 import structlog
 
-from jobledger.domain.execution import TERMINAL
+from jobledger.domain.execution import TERMINAL, ExecutionStatus
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.errors import NotYetVisibleError
 from jobledger.services.views import Views
@@ -32,6 +32,9 @@ MAX_WAIT_SECONDS = 60.0
 # what one process holds for clients, not a limit on who may wait in the end.
 MAX_WAITERS = 10_000
 _TERMINAL = frozenset(status.value for status in TERMINAL)
+# The one end the log can move past: a dead letter is requeued or discarded; the others
+# are final. Only an answer with it asks the log whether there is more.
+_REOPENABLE = ExecutionStatus.DEAD_LETTERED.value
 
 
 class _LoopWaiters:
@@ -80,6 +83,8 @@ class ExecutionWaits:
     async def _moved_on(self, execution_id: UUID, detail: ExecutionDetail) -> int:
         """The log's version of the execution if it is past the version ``detail``
         shows (a requeue the read model has not shown yet), else 0."""
+        if detail.execution.status != _REOPENABLE:
+            return 0
         logged = await asyncio.to_thread(self.views.log_version, execution_id)
         return logged if logged is not None and logged > detail.execution.version else 0
 
