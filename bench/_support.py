@@ -274,6 +274,30 @@ def write_json(stem: str, document: Mapping[str, object]) -> Path:
     return path
 
 
+def write_rows(
+    benchmark: str,
+    *,
+    quick: bool,
+    store: str,
+    sizes: DataclassInstance,
+    rows: Sequence[DataclassInstance],
+) -> Path:
+    """Write ``results/<benchmark>.json`` (``<benchmark>-quick.json`` for a quick run):
+    the rows, with when, on what stores and machine, and at what sizes they ran."""
+    document = {
+        "benchmark": benchmark,
+        "recorded_at": recorded_at(),
+        "store": store,
+        **machine(),
+        "load_average": load_average(),
+        "sizes": asdict(sizes),
+        "rows": [asdict(row) for row in rows],
+    }
+    path = write_json(f"{benchmark}-quick" if quick else benchmark, document)
+    log(f"wrote {path}")
+    return path
+
+
 # ---- subprocesses and their CPU time ----------------------------------------------------
 
 

@@ -231,17 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="jobledger-bench-enqueue-") as folder:
         rows, store = run(args, size, Path(folder))
     print(support.format_table(rows, COLUMNS))
-    document = {
-        "benchmark": "enqueue",
-        "recorded_at": support.recorded_at(),
-        "store": store,
-        **support.machine(),
-        "load_average": support.load_average(),
-        "sizes": vars(size),
-        "rows": [vars(r) for r in rows],
-    }
-    path = support.write_json("enqueue-quick" if args.quick else "enqueue", document)
-    support.log(f"wrote {path}")
+    support.write_rows("enqueue", quick=args.quick, store=store, sizes=size, rows=rows)
     return 0
 
 
