@@ -8,10 +8,10 @@ waiters of those that reached a terminal status. So the read model sees one quer
 interval however many wait, the server holds no thread per waiter, and a waiter hears
 of its execution at most an interval after the read model shows it (ADR "long-poll").
 
-A terminal status the read model shows is taken as the answer only if the read model
-has caught up with the execution's stream in the log: right after a requeue the read
-model may still show the dead letter it was, and a client that requeues and then waits
-must hear of the new attempt, not of the old one.
+A dead letter the read model shows is taken as the answer only if the read model has
+caught up with the execution's stream in the log (the other ends are final): right
+after a requeue the read model may still show the dead letter it was, and a client that
+requeues and then waits must hear of the new attempt, not of the old one.
 """
 
 import asyncio
