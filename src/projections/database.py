@@ -93,9 +93,9 @@ class Cursor(Protocol):
         """Create ``shadow``: empty, with ``table``'s columns, without its indexes."""
         ...
 
-    def index_shadow(self, table: str, shadow: str) -> None:
-        """Give ``shadow`` the indexes and keys of ``table`` (under names of its own)
-        and fresh planner statistics; nothing where indexes cost nothing to keep."""
+    def shadow_indexes(self, table: str, shadow: str) -> "ShadowIndexes":
+        """What gives ``shadow`` the indexes and keys of ``table`` (under names of its
+        own) and fresh planner statistics; nothing where indexes cost nothing to keep."""
         ...
 
     def swap_shadow(self, table: str, shadow: str) -> None:
@@ -116,7 +116,26 @@ class Cursor(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ShadowIndexes:
+    """The statements that index a rebuild's new table: ``builds`` (``CREATE INDEX``,
+    each free to run beside the others, on any connection), then ``keys`` (the keys over
+    those indexes, and the statistics), in one transaction once every build is done.
+    ``size``: the table's bytes, so the largest is indexed first."""
+
+    builds: tuple[bytes, ...] = ()
+    keys: tuple[bytes, ...] = ()
+    size: int = 0
+
+
 class Database(Protocol):
+    def build_indexes(self, statements: Sequence[bytes], *, connections: int) -> None:
+        """Run the ``CREATE INDEX`` ``statements``, each in a transaction of its own, on
+        up to ``connections`` connections at once, opened for them (a build that lasts
+        minutes holds none of the pool's); a rebuild's sort memory each. The first
+        failure is raised once the builds under way end; no build starts after it."""
+        ...
+
     def transaction(
         self, *, snapshot: bool = False, pipelined: bool = False
     ) -> contextlib.AbstractContextManager[Cursor]:
@@ -138,6 +157,7 @@ class PostgresDatabase:
         # connection with a doubling pause; giving up after a few seconds lets the
         # next caller start afresh, so a server that is back is used within seconds,
         # not after a pause that grew through the whole outage.
+        self._conninfo = conninfo
         self._pool = ConnectionPool(
             conninfo,
             min_size=1,
@@ -160,8 +180,46 @@ class PostgresDatabase:
                     cursor.execute(b"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield _QmarkCursor(conn, cursor)
 
+    def build_indexes(self, statements: Sequence[bytes], *, connections: int) -> None:
+        builds = list(reversed(statements))  # popped from the end: in the order given
+        failures: list[BaseException] = []
+        lock = threading.Lock()
+
+        def build() -> None:
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    _prepare_for_builds(conn, connections)
+                    while True:
+                        with lock:
+                            if failures or not builds:
+                                return
+                            statement = builds.pop()
+                        conn.execute(statement)
+            except BaseException as error:  # noqa: BLE001 (raised in the caller's thread)
+                with lock:
+                    failures.append(error)
+
+        threads = [
+            threading.Thread(target=build, name=f"index-build-{n}", daemon=True)
+            for n in range(min(connections, len(statements)))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+
     def close(self) -> None:
         self._pool.close()
+
+
+def _prepare_for_builds(conn: psycopg.Connection[Any], connections: int) -> None:
+    conn.execute(_INDEX_MEMORY, (_INDEX_MEMORY_KB // connections,))
+    if connections > 1:
+        # A build a core: the server's own workers would share the cores with the
+        # other connections' builds, and each build merges alone at its end.
+        conn.execute(b"SET max_parallel_maintenance_workers = 0")
 
 
 # A connection back in the pool for less than this was working a moment ago.
@@ -216,10 +274,12 @@ _COLUMN_TYPES = (
     "ORDER BY c.n"
 )
 _SHADOW_NAME = "_rebuild"  # what a shadow's own indexes and keys are called: name + this
-# For the index builds of a rebuild, in their transaction only: 512 MiB (in kB).
+# For the index builds of a rebuild, on their own connections: 512 MiB (in kB) shared
+# by the connections building at once, each never below the server's setting.
+_INDEX_MEMORY_KB = 524_288
 _INDEX_MEMORY = (
     b"SELECT set_config('maintenance_work_mem', "
-    b"greatest(setting::bigint, 524288)::text || 'kB', true) "
+    b"greatest(setting::bigint, %s)::text || 'kB', false) "
     b"FROM pg_settings WHERE name = 'maintenance_work_mem'"
 )
 _INDEXES = (
@@ -303,23 +363,24 @@ class _QmarkCursor:
             "INCLUDING GENERATED INCLUDING STORAGE)".encode()
         )
 
-    def index_shadow(self, table: str, shadow: str) -> None:
-        # Sorts of millions of rows spill to disk in the default 64 MB; never lower.
-        self._cursor.execute(_INDEX_MEMORY)
+    def shadow_indexes(self, table: str, shadow: str) -> ShadowIndexes:
+        builds: list[bytes] = []
+        keys: list[bytes] = []
         for name, definition, constraint, kind in self._indexes(table):
             unique = "UNIQUE " if definition.startswith("CREATE UNIQUE ") else ""
             method = definition.split(" USING ", 1)[1]
             index = _quoted(name + _SHADOW_NAME)
-            self._cursor.execute(
-                f"CREATE {unique}INDEX {index} ON {shadow} USING {method}".encode()
-            )
+            builds.append(f"CREATE {unique}INDEX {index} ON {shadow} USING {method}".encode())
             if constraint is not None:
                 key = "PRIMARY KEY" if kind == "p" else "UNIQUE"
-                self._cursor.execute(
+                keys.append(
                     f"ALTER TABLE {shadow} ADD CONSTRAINT {_quoted(constraint + _SHADOW_NAME)} "
                     f"{key} USING INDEX {index}".encode()
                 )
-        self._cursor.execute(f"ANALYZE {shadow}".encode())
+        keys.append(f"ANALYZE {shadow}".encode())
+        self._cursor.execute(b"SELECT coalesce(pg_relation_size(to_regclass(%s)), 0)", (shadow,))
+        (size,) = self._cursor.fetchone() or (0,)
+        return ShadowIndexes(tuple(builds), tuple(keys), int(size))
 
     def swap_shadow(self, table: str, shadow: str) -> None:
         owner, grants = self._owner_and_grants(table)
@@ -403,6 +464,11 @@ class SqliteDatabase:
                 conn.execute("ROLLBACK")
             raise
 
+    def build_indexes(self, statements: Sequence[bytes], *, connections: int) -> None:  # noqa: ARG002 (one writer at a time here)
+        with self.transaction() as cursor:
+            for statement in statements:
+                cursor.execute(statement.decode())
+
     def close(self) -> None:
         with self._lock:
             for conn in self._opened:
@@ -443,8 +509,9 @@ class _SqliteCursor:
     def create_shadow(self, table: str, shadow: str) -> None:
         self._cursor.execute(f"CREATE TABLE {shadow} AS SELECT * FROM {table} WHERE 0")  # noqa: S608 (constant names)
 
-    def index_shadow(self, table: str, shadow: str) -> None:
+    def shadow_indexes(self, table: str, shadow: str) -> ShadowIndexes:  # noqa: ARG002 (none here)
         """The rows go into ``table`` itself at the swap, under its own indexes."""
+        return ShadowIndexes()
 
     def swap_shadow(self, table: str, shadow: str) -> None:
         self._cursor.execute(f"DELETE FROM {table}")  # noqa: S608 (constant names)

@@ -13,7 +13,8 @@ tables beside the live ones instead (``<table>_rebuild``):
   executions of a share of the streams while this one folds the jobs, and the shares'
   answers are merged (``read_model_parts``);
 - on PostgreSQL the new tables get their indexes once they hold every row (a sort
-  each, not an insert per row) and their statistics (``ANALYZE``);
+  each, not an insert per row), built on a connection per process of the fold at
+  once, and their statistics (``ANALYZE``);
 - one transaction swaps them in, under the follower's position lock, and sets the
   position to where the fold ended; the follower (here or in another process) then
   goes on from there. Until then the live tables serve every read, current as the
@@ -88,10 +89,7 @@ class ShadowRebuild:
                 applied = self._folder.replay(replay, head, lambda reached: report(reached, head))
                 self._folder.fold_late(replay)
             replay.finish()
-            for table in TABLES:
-                log.info("read_models.rebuild_indexing", table=table)
-                with self._database.transaction() as cursor:
-                    cursor.index_shadow(table, shadow(table))
+            self._index()
             self._swap(head)
         except BaseException:
             self._abandon()
@@ -121,6 +119,21 @@ class ShadowRebuild:
         for result in results:
             applied += merge(replay.fold, result, self._isolation, chosen)
         return replay, applied
+
+    def _index(self) -> None:
+        """Every new table's indexes, built on as many connections as the fold had
+        processes (largest table first), then their keys and statistics."""
+        with self._database.transaction() as cursor:
+            plans = [cursor.shadow_indexes(table, shadow(table)) for table in TABLES]
+        plans.sort(key=lambda plan: plan.size, reverse=True)
+        builds = [statement for plan in plans for statement in plan.builds]
+        connections = self._parts.processes if self._parts is not None else 1
+        log.info("read_models.rebuild_indexing", indexes=len(builds), connections=connections)
+        self._database.build_indexes(builds, connections=connections)
+        with self._database.transaction() as cursor:
+            for plan in plans:
+                for statement in plan.keys:
+                    cursor.execute(statement.decode())
 
     def _begin(self) -> None:
         with self._database.transaction() as cursor:

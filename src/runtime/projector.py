@@ -3,7 +3,7 @@ supervision."""
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -43,14 +43,19 @@ class _OpenedOnUse:
         self._database: Database | None = None
         self._lock = threading.Lock()
 
-    @contextlib.contextmanager
-    def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:
+    def _opened(self) -> Database:
         with self._lock:
             if self._database is None:
                 self._database = projection_database(self._settings)
-            database = self._database
-        with database.transaction(snapshot=snapshot, pipelined=pipelined) as cursor:
+            return self._database
+
+    @contextlib.contextmanager
+    def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:
+        with self._opened().transaction(snapshot=snapshot, pipelined=pipelined) as cursor:
             yield cursor
+
+    def build_indexes(self, statements: Sequence[bytes], *, connections: int) -> None:
+        self._opened().build_indexes(statements, connections=connections)
 
     def close(self) -> None:
         with self._lock:

@@ -1165,17 +1165,22 @@ def _postgres_store(url: str) -> Iterator[tuple[Settings, Ledger, Database]]:
 def test_a_rebuild_in_two_processes_equals_the_follower(postgres_url: str, clock: Clock) -> None:
     """If the executions' events are folded in two processes, a share of the streams
     each, and the jobs' here, then every table equals what the follower built (a job
-    names its latest run, whichever share holds it), progress ends at the head and the
+    names its latest run, whichever share holds it), the indexes and keys, built on two
+    connections, are those of the old tables, progress ends at the head and the
     position is there."""
     with _postgres_store(postgres_url) as (settings, ledger, database):
         runs = _fires_in_both_shares(Story(ledger, clock))
         _models, live = _followed(ledger, database, clock)
+        before = _tables_and_indexes(settings, database)
         parted = ReadModels(ledger, database, parts=_in_parts(settings))
         calls: list[tuple[int, int]] = []
         with structlog.testing.capture_logs() as logs:
             events = parted.rebuild(progress=lambda done, total: calls.append((done, total)))
         head = ledger.recorder.max_notification_id()
         assert [e["parts"] for e in logs if e["event"] == "read_models.rebuild_in_parts"] == [2]
+        indexing = [e for e in logs if e["event"] == "read_models.rebuild_indexing"]
+        assert [e["connections"] for e in indexing] == [2]
+        assert _tables_and_indexes(settings, database) == before
         assert not [e for e in logs if e["event"] == "read_models.rebuild_in_place"]
         assert events == head
         assert dump(database) == live
@@ -1273,3 +1278,40 @@ def test_a_share_killed_mid_way_fails_the_rebuild_in_new_tables(
     assert "exit code -9" in error
     assert len(made[0].pids) == 2
     assert all(_gone(pid) for pid in made[0].pids)
+
+
+def _index_names(database: Database, table: str) -> set[str]:
+    with database.transaction(snapshot=True) as cursor:
+        cursor.execute("SELECT indexname FROM pg_indexes WHERE tablename = ?", (table,))
+        return {str(name) for (name,) in cursor.fetchmany(100)}
+
+
+def test_index_builds_on_connections_of_their_own_stop_at_the_first_failure(
+    postgres_url: str,
+) -> None:
+    """If the index builds of a rebuild run on connections of their own, then every
+    build is done once they return; if one fails, its error is raised and no build
+    starts after it."""
+    with _postgres_store(postgres_url) as (_settings, _ledger, database):
+        with database.transaction() as cursor:
+            cursor.execute("CREATE TABLE built (a integer, b integer)")
+            cursor.execute("INSERT INTO built SELECT n, n / 7 FROM generate_series(1, 1000) n")
+        try:
+            database.build_indexes(
+                [b"CREATE INDEX built_a ON built (a)", b"CREATE INDEX built_b ON built (b)"],
+                connections=2,
+            )
+            assert _index_names(database, "built") == {"built_a", "built_b"}
+            with pytest.raises(Exception, match="no_such_column"):
+                database.build_indexes(
+                    [
+                        b"CREATE INDEX built_ab ON built (a, b)",
+                        b"CREATE INDEX built_bad ON built (no_such_column)",
+                        b"CREATE INDEX built_ba ON built (b, a)",
+                    ],
+                    connections=1,
+                )
+            assert _index_names(database, "built") == {"built_a", "built_b", "built_ab"}
+        finally:
+            with database.transaction() as cursor:
+                cursor.execute("DROP TABLE built")
