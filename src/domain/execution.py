@@ -279,7 +279,10 @@ class Execution(Aggregate):
         deterministic id."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
-        return cls(
+        # ``_create`` rather than the class's call, which matches the arguments to
+        # ``__init__``'s signature first: every run fired or sent starts here (ADR 57).
+        return cls._create(
+            cls.Enqueued,
             job_id=job_id,
             spec=spec.resolved(),
             trigger=trigger,

@@ -373,7 +373,10 @@ class Job(Aggregate):
             ready_at=ready_at,
             upstream_results=upstream_results,
         )
-        self._fired(
+        # The event straight from its class (as ``Execution.lease`` does, ADR 57): a
+        # scheduler records one for every run it fires.
+        self.trigger_event(
+            self.Fired,
             scheduled_for=scheduled_for,
             execution_id=execution.id,
             next_fire_at=next_fire_at,
