@@ -71,8 +71,54 @@ def _defaults(event_class: type) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class EventView:
+    """What one reader reads of an event class: the ``fields`` it names, decoded as the
+    class declares them unless ``types`` gives another type (a struct of the nested
+    fields it reads; ``msgspec.Raw`` for JSON it keeps as text; ``str`` for an id it
+    keeps as text). The rest of the state is skipped, not decoded: a run's payload,
+    say, which a read model never shows. An event decoded through a view is of its
+    class but holds those fields only, so it is for that reader alone."""
+
+    event_class: type
+    fields: tuple[str, ...]
+    types: typing.Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def decoder(self) -> msgspec.json.Decoder[Any]:
+        hints = typing.get_type_hints(self.event_class)
+        defaults = _defaults(self.event_class)
+        fields = [
+            (name, self.types.get(name, hints[name]), defaults[name])
+            if name in defaults
+            else (name, self.types.get(name, hints[name]))
+            for name in self.fields
+        ]
+        view = msgspec.defstruct(f"{self.event_class.__name__}View", fields, kw_only=True)
+        return msgspec.json.Decoder(view)
+
+
 def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
     return msgspec.structs.asdict(state)
+
+
+def _event(
+    event_class: type, fields: dict[str, Any], originator_id: UUID | str, version: int
+) -> DomainEventProtocol[UUID]:
+    """An event of ``event_class`` holding ``fields``, without its constructor's checks
+    (the state was stored by one)."""
+    fields["originator_id"] = originator_id
+    fields["originator_version"] = version
+    domain_event: object = object.__new__(event_class)
+    object.__setattr__(domain_event, "__dict__", fields)
+    return typing.cast("DomainEventProtocol[UUID]", domain_event)
+
+
+def _undecodable(
+    topic: str, originator_id: UUID | str, version: int, error: Exception
+) -> MapperDeserialisationError:
+    return MapperDeserialisationError(
+        f"Cannot decode stored event {topic} of {originator_id} v{version}: {error}"
+    )
 
 
 class MsgspecMapper(Mapper[UUID]):
@@ -124,22 +170,51 @@ class MsgspecMapper(Mapper[UUID]):
         """``decode_event``, the id kept as given: a fold keyed on the id as text reads
         it as text, and its events are for that fold only."""
         event_class, decoder = self._event_type(topic)
+        if decoder is not None:
+            return self._build(decoder, originator_id, originator_version, topic, state)
         try:
-            if decoder is not None:
-                fields = _state_as_dict(decoder.decode(state))
-            else:
-                fields = self._decode_state(event_class, state)
+            fields = self._decode_state(event_class, state)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
-            msg = (
-                f"Cannot decode stored event {topic} of "
-                f"{originator_id} v{originator_version}: {error}"
-            )
-            raise MapperDeserialisationError(msg) from error
-        fields["originator_id"] = originator_id
-        fields["originator_version"] = originator_version
-        domain_event = object.__new__(event_class)
-        object.__setattr__(domain_event, "__dict__", fields)
-        return typing.cast("DomainEventProtocol[UUID]", domain_event)
+            raise _undecodable(topic, originator_id, originator_version, error) from error
+        return _event(event_class, fields, originator_id, originator_version)
+
+    def viewed(
+        self, views: typing.Iterable[EventView]
+    ) -> typing.Callable[[UUID | str, int, str, bytes], DomainEventProtocol[UUID]]:
+        """``decode_keyed``, but an event of a class with a view decodes only what the
+        view reads. The full decode stays for a state that needs another step first (a
+        cipher, a compressor, an upcast), and for every other class."""
+        by_class = {view.event_class: view.decoder() for view in views}
+        decoders: dict[str, msgspec.json.Decoder[Any] | None] = {}
+
+        def decode(
+            originator_id: UUID | str, originator_version: int, topic: str, state: bytes
+        ) -> DomainEventProtocol[UUID]:
+            try:
+                decoder = decoders[topic]
+            except KeyError:
+                event_class, full = self._event_type(topic)
+                # No full decoder: the state needs another step first.
+                decoder = decoders[topic] = None if full is None else by_class.get(event_class)
+            if decoder is None:
+                return self.decode_keyed(originator_id, originator_version, topic, state)
+            return self._build(decoder, originator_id, originator_version, topic, state)
+
+        return decode
+
+    def _build(
+        self,
+        decoder: msgspec.json.Decoder[Any],
+        originator_id: UUID | str,
+        originator_version: int,
+        topic: str,
+        state: bytes,
+    ) -> DomainEventProtocol[UUID]:
+        try:
+            fields = _state_as_dict(decoder.decode(state))
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+            raise _undecodable(topic, originator_id, originator_version, error) from error
+        return _event(self._topics[topic][0], fields, originator_id, originator_version)
 
     def _event_type(self, topic: str) -> tuple[type[Any], msgspec.json.Decoder[Any] | None]:
         """The event class of ``topic`` and, when its state needs no other step (no

@@ -23,7 +23,7 @@ from jobledger.projections.log import EXECUTION_EVENTS as EXECUTION_TOPICS
 from jobledger.projections.log import LogReader, LogRow
 from jobledger.projections.quarantine import Held, Isolation
 from jobledger.projections.read_model_replay import Folder, JobStubs, Replay
-from jobledger.projections.read_model_tables import EXECUTION_KIND, Fold
+from jobledger.projections.read_model_tables import EXECUTION_KIND, FOLD_VIEWS, Fold
 
 # A job's latest execution in one share: (its creation's position, its id, its status,
 # when it finished).
@@ -89,7 +89,13 @@ def fold_part(
     reached: Callable[[int], None],
 ) -> PartResult:
     """Fold one share of the executions into the new tables (which exist already)."""
-    reader = LogReader(ledger, page_size, topics=EXECUTION_TOPICS, part=(part.index, part.count))
+    reader = LogReader(
+        ledger,
+        page_size,
+        topics=EXECUTION_TOPICS,
+        part=(part.index, part.count),
+        views=FOLD_VIEWS,
+    )
     folder = Folder(database, reader, isolation)
     stubs = JobStubs()
     replay = Replay(folder.output, stubs)

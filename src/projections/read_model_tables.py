@@ -42,7 +42,9 @@ import structlog
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
 from jobledger.domain.job import Job
+from jobledger.domain.policies import DEFAULT_PRIORITY, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
+from jobledger.persistence.codec import EventView
 from jobledger.projections.database import (
     Cursor,
     Database,
@@ -299,6 +301,31 @@ JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
 
 
 # ---- folding execution events -----------------------------------------------------
+
+
+class _SpecRead(msgspec.Struct, kw_only=True):
+    """What the fold reads of a run's spec (not its payload, timeout or limits)."""
+
+    handler: str
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
+    retry: RetryPolicy = RetryPolicy()
+
+
+# What the fold reads of the events most runs have (``EventView``): the rest of their
+# state is skipped rather than decoded. A result stays the JSON text its column holds,
+# a lease id the text its column holds.
+FOLD_VIEWS = (
+    EventView(
+        Execution.Enqueued,
+        ("timestamp", "job_id", "spec", "trigger", "scheduled_for", "ready_at", "attempt"),
+        {"spec": _SpecRead},
+    ),
+    EventView(
+        Execution.Leased, ("timestamp", "attempt", "worker_id", "lease_id"), {"lease_id": str}
+    ),
+    EventView(Execution.Completed, ("timestamp", "duration", "result"), {"result": msgspec.Raw}),
+)
 
 
 # The columns of an execution that no event has set when it is enqueued.

@@ -33,7 +33,7 @@ from jobledger.projections.queue_fold import EXECUTION_TOPICS
 from jobledger.projections.read_model_parts import PartRunner
 from jobledger.projections.read_model_rebuild import ShadowRebuild
 from jobledger.projections.read_model_replay import pages_of
-from jobledger.projections.read_model_tables import TABLES, read_fold, write_fold
+from jobledger.projections.read_model_tables import FOLD_VIEWS, TABLES, read_fold, write_fold
 
 log = structlog.get_logger(__name__)
 
@@ -63,8 +63,10 @@ class ReadModels:
         self._parts = parts
         self._position = Position(database, POSITION)
         self._committed: int | None = None
-        self._reader = LogReader(ledger, page_size, topics=TOPICS)
-        self._replay_reader = LogReader(ledger, max(page_size, REPLAY_PAGE), topics=TOPICS)
+        self._reader = LogReader(ledger, page_size, topics=TOPICS, views=FOLD_VIEWS)
+        self._replay_reader = LogReader(
+            ledger, max(page_size, REPLAY_PAGE), topics=TOPICS, views=FOLD_VIEWS
+        )
         self.isolation = isolation or Isolation(READ_MODELS_FOLLOWER)
 
     @property

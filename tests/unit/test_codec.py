@@ -6,14 +6,16 @@ from typing import Any, ClassVar
 
 import msgspec
 import pytest
+from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
+from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
-from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.codec import EventView, MsgspecMapper
 
 AT = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 
@@ -126,3 +128,80 @@ def test_corrupt_state_names_the_event() -> None:
     )
     with pytest.raises(MapperDeserialisationError, match="jobledger:JobDeleted"):
         MsgspecMapper().to_domain_event(stored)
+
+
+# ---- views: a reader decodes only what it reads -----------------------------------
+
+
+class _Spec(msgspec.Struct, kw_only=True):
+    handler: str
+    queue: str = "default"
+
+
+_VIEWS = (
+    EventView(Execution.Enqueued, ("timestamp", "spec", "attempt"), {"spec": _Spec}),
+    EventView(Execution.Completed, ("timestamp", "result"), {"result": msgspec.Raw}),
+)
+
+
+def _stored_run(mapper: MsgspecMapper) -> list[StoredEvent]:
+    """A run enqueued (with a payload), leased and completed, as stored."""
+    spec = ExecutionSpec(handler="test.echo", payload={"big": ["x"] * 50}, queue="q")
+    run = Execution.enqueue(spec=spec, ready_at=AT, trigger=Trigger.ADHOC)
+    lease_id = uuid.uuid4()
+    run.lease(worker_id="w", lease_id=lease_id, lease_expires_at=AT)
+    run.complete(lease_id=lease_id, duration=timedelta(seconds=2), result={"n": 1.5, "é": "\x00"})
+    return [mapper.to_stored_event(e) for e in run.collect_events()]
+
+
+def _decoded(decode: Any, stored: StoredEvent) -> Any:
+    return decode(stored.originator_id, stored.originator_version, stored.topic, stored.state)
+
+
+def test_a_view_decodes_only_the_fields_it_names_into_an_event_of_its_class() -> None:
+    """If an event's class has a view, then it decodes into an event of that class with
+    the view's fields only (typed as the view says: a nested struct, JSON kept as its
+    text, which encodes back to what the full decode encodes to), and the events of
+    other classes decode whole."""
+    mapper = MsgspecMapper()
+    enqueued, leased, completed = _stored_run(mapper)
+    viewed = mapper.viewed(_VIEWS)
+    run = _decoded(viewed, enqueued)
+    assert type(run) is Execution.Enqueued
+    assert (run.spec.handler, run.spec.queue, run.attempt, run.timestamp.tzinfo) == (
+        "test.echo",
+        "q",
+        1,
+        UTC,
+    )
+    with pytest.raises(AttributeError):
+        _ = run.ready_at
+    with pytest.raises(AttributeError):
+        _ = run.spec.payload
+    done = _decoded(viewed, completed)
+    full: Any = mapper.to_domain_event(completed)
+    encoder = msgspec.json.Encoder()
+    assert encoder.encode(done.result) == encoder.encode(full.result)
+    assert vars(_decoded(viewed, leased)) == vars(mapper.to_domain_event(leased))
+
+
+def test_a_view_leaves_a_state_that_needs_another_step_to_the_full_decode() -> None:
+    """If the store compresses its states, then an event with a view decodes whole, as
+    it would without one."""
+    mapper = MsgspecMapper(compressor=ZlibCompressor())
+    enqueued, _leased, _completed = _stored_run(mapper)
+    run = _decoded(mapper.viewed(_VIEWS), enqueued)
+    assert run.spec.payload == {"big": ["x"] * 50}
+    assert vars(run) == vars(mapper.to_domain_event(enqueued))
+
+
+def test_a_corrupt_state_read_through_a_view_names_the_event() -> None:
+    """If a state does not match its view, then the error names the event."""
+    stored = StoredEvent(
+        originator_id=uuid.uuid4(),
+        originator_version=3,
+        topic=Execution.Completed.TOPIC,
+        state=b'{"timestamp": "not a time", "result": {}}',
+    )
+    with pytest.raises(MapperDeserialisationError, match="ExecutionCompleted"):
+        _decoded(MsgspecMapper().viewed(_VIEWS), stored)

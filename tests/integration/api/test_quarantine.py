@@ -32,11 +32,17 @@ if TYPE_CHECKING:
 
 BIG = 1208925819614629174706176  # 2**80: JSON carries it, the queue's msgpack cannot
 POISON = {"poison": True}  # a payload the fault below refuses while it is on
+# A poisoned run's queue: the read models' fold reads its spec, not its payload.
+POISON_QUEUE = "poisoned"
 
 
 def enqueue(ledger: Ledger, payload: dict[str, Any]) -> uuid.UUID:
     execution = Execution.enqueue(
-        spec=ExecutionSpec(handler="test.echo", payload=payload),
+        spec=ExecutionSpec(
+            handler="test.echo",
+            payload=payload,
+            queue=POISON_QUEUE if payload == POISON else "default",
+        ),
         ready_at=datetime.now(tz=UTC),
         trigger=Trigger.ADHOC,
     )
@@ -70,7 +76,8 @@ def enqueue_raw_big_int(ledger: Ledger) -> uuid.UUID:
 
 class Fault:
     """A projection-level fault: while on, the queue fold and the read models cannot
-    apply an execution whose payload is POISON (a stand-in for a bug fixed later)."""
+    apply an execution whose payload is POISON, on its queue of its own (a stand-in
+    for a bug fixed later)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.on = True
@@ -82,7 +89,7 @@ class Fault:
             return encode_spec(spec)
 
         def faulty_row(key: str, event: Execution.Enqueued) -> dict[str, Any]:
-            if self.on and event.spec.payload == POISON:
+            if self.on and event.spec.queue == POISON_QUEUE:
                 raise ValueError("poisoned payload")
             return enqueued_row(key, event)
 
@@ -242,10 +249,14 @@ def test_a_bad_event_is_quarantined_and_the_followers_go_on(api: "Api", fault: F
     assert big not in in_queue(container)
 
     # Every good execution is runnable: the queue leases them, not the bad one.
-    leases = container.queue.lease(
-        "default",
-        lease_ids=[uuid.uuid4() for _ in range(10)],
-        ttl=timedelta(minutes=1),
-        now=datetime.now(tz=UTC),
-    )
+    leases = [
+        lease
+        for name in ("default", POISON_QUEUE)
+        for lease in container.queue.lease(
+            name,
+            lease_ids=[uuid.uuid4() for _ in range(10)],
+            ttl=timedelta(minutes=1),
+            now=datetime.now(tz=UTC),
+        )
+    ]
     assert {lease.execution_id for lease in leases} == {first, later, poisoned}
