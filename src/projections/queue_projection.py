@@ -256,7 +256,10 @@ class QueueProjection:
         self.fold.forget()
         epoch = uuid.uuid4().hex
         now = self._clock() if now is None else now
-        if self.checkpoint is not None and not full:
+        # A checkpoint still at 0 holds nothing, and a queue left at position 0 over a
+        # log with events reads, to a follower in another process, as a rebuild still
+        # loading, which it waits for (``REBUILD_WAIT``): such a rebuild reads the log.
+        if self.checkpoint is not None and not full and self.checkpoint.position() > 0:
             report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress, now)
         else:
             report = self._rebuild_from_log(epoch, progress, self.new_isolation(), now)

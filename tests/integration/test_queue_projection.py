@@ -261,6 +261,30 @@ def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
     assert verify_queue(container.reader(), container.queue) == []
 
 
+def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
+    container: Container,
+) -> None:
+    """If the queue is rebuilt while the checkpoint has folded nothing yet but the log
+    holds runs, then the rebuild reads the log (the queue holds the open runs, at the
+    log's head), and a follower in another process follows it at its next step instead
+    of taking it for a rebuild still loading."""
+    executions, by_state = mixed_executions(50)
+    save_in_batches(container.ledger, executions)
+    follower = container.projector().queue
+    while follower.step():
+        pass
+    assert container.checkpoint.position() == 0  # never stepped
+    with structlog.testing.capture_logs() as logs:
+        report = container.projector().queue.rebuild(requested_by="operator")
+        assert follower.step() is True
+    assert (report.source, report.position) == ("log", container.head())
+    events = [e["event"] for e in logs]
+    assert "queue.rebuild_followed" in events
+    assert "queue.rebuild_awaited" not in events
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
 def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> None:
     """If the database is restored from a backup older than what Redis has seen, then
     the next projection start finds the queue ahead of the log and rebuilds it: the
