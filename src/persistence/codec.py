@@ -113,6 +113,23 @@ def _event(
     return typing.cast("DomainEventProtocol[UUID]", domain_event)
 
 
+def _build(
+    event_class: type[Any],
+    decoder: msgspec.json.Decoder[Any],
+    originator_id: UUID | str,
+    originator_version: int,
+    *,
+    topic: str,
+    state: bytes,
+) -> DomainEventProtocol[UUID]:
+    """The event ``decoder`` reads from ``state``, needing no other step."""
+    try:
+        fields = _state_as_dict(decoder.decode(state))
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+        raise _undecodable(topic, originator_id, originator_version, error) from error
+    return _event(event_class, fields, originator_id, originator_version)
+
+
 def _undecodable(
     topic: str, originator_id: UUID | str, version: int, error: Exception
 ) -> MapperDeserialisationError:
@@ -171,7 +188,9 @@ class MsgspecMapper(Mapper[UUID]):
         it as text, and its events are for that fold only."""
         event_class, decoder = self._event_type(topic)
         if decoder is not None:
-            return self._build(decoder, originator_id, originator_version, topic, state)
+            return _build(
+                event_class, decoder, originator_id, originator_version, topic=topic, state=state
+            )
         try:
             fields = self._decode_state(event_class, state)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
@@ -185,36 +204,26 @@ class MsgspecMapper(Mapper[UUID]):
         view reads. The full decode stays for a state that needs another step first (a
         cipher, a compressor, an upcast), and for every other class."""
         by_class = {view.event_class: view.decoder() for view in views}
-        decoders: dict[str, msgspec.json.Decoder[Any] | None] = {}
+        # By topic: the event class and its view's decoder (None: decoded whole).
+        known: dict[str, tuple[type[Any], msgspec.json.Decoder[Any] | None]] = {}
 
         def decode(
             originator_id: UUID | str, originator_version: int, topic: str, state: bytes
         ) -> DomainEventProtocol[UUID]:
             try:
-                decoder = decoders[topic]
+                event_class, decoder = known[topic]
             except KeyError:
                 event_class, full = self._event_type(topic)
                 # No full decoder: the state needs another step first.
-                decoder = decoders[topic] = None if full is None else by_class.get(event_class)
+                decoder = None if full is None else by_class.get(event_class)
+                known[topic] = event_class, decoder
             if decoder is None:
                 return self.decode_keyed(originator_id, originator_version, topic, state)
-            return self._build(decoder, originator_id, originator_version, topic, state)
+            return _build(
+                event_class, decoder, originator_id, originator_version, topic=topic, state=state
+            )
 
         return decode
-
-    def _build(
-        self,
-        decoder: msgspec.json.Decoder[Any],
-        originator_id: UUID | str,
-        originator_version: int,
-        topic: str,
-        state: bytes,
-    ) -> DomainEventProtocol[UUID]:
-        try:
-            fields = _state_as_dict(decoder.decode(state))
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
-            raise _undecodable(topic, originator_id, originator_version, error) from error
-        return _event(self._topics[topic][0], fields, originator_id, originator_version)
 
     def _event_type(self, topic: str) -> tuple[type[Any], msgspec.json.Decoder[Any] | None]:
         """The event class of ``topic`` and, when its state needs no other step (no
