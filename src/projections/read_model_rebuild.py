@@ -82,14 +82,16 @@ class ShadowRebuild:
         self._begin()
         try:
             head = self._reader.head()
+            connections = 1
             if self._parts is not None and self._parts.worth_it(head):
                 replay, applied = self._replay_in_parts(self._parts, head, report)
+                connections = self._parts.processes
             else:
                 replay = Replay(self._folder.output)
                 applied = self._folder.replay(replay, head, lambda reached: report(reached, head))
                 self._folder.fold_late(replay)
             replay.finish()
-            self._index()
+            self._index(connections)
             self._swap(head)
         except BaseException:
             self._abandon()
@@ -120,14 +122,13 @@ class ShadowRebuild:
             applied += merge(replay.fold, result, self._isolation, chosen)
         return replay, applied
 
-    def _index(self) -> None:
-        """Every new table's indexes, built on as many connections as the fold had
-        processes (largest table first), then their keys and statistics."""
+    def _index(self, connections: int) -> None:
+        """Every new table's indexes, built on ``connections`` at once (as many as the
+        fold had processes; largest table first), then their keys and statistics."""
         with self._database.transaction() as cursor:
             plans = [cursor.shadow_indexes(table, shadow(table)) for table in TABLES]
         plans.sort(key=lambda plan: plan.size, reverse=True)
         builds = [statement for plan in plans for statement in plan.builds]
-        connections = self._parts.processes if self._parts is not None else 1
         log.info("read_models.rebuild_indexing", indexes=len(builds), connections=connections)
         self._database.build_indexes(builds, connections=connections)
         with self._database.transaction() as cursor:
