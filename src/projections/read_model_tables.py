@@ -39,10 +39,9 @@ from typing import Any
 import msgspec
 import structlog
 
-from jobledger.domain.definitions import JobDefinition
+from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
 from jobledger.domain.job import Job
-from jobledger.domain.policies import DEFAULT_PRIORITY, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.persistence.codec import EventView
 from jobledger.projections.database import (
@@ -303,13 +302,19 @@ JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
 # ---- folding execution events -----------------------------------------------------
 
 
-class _SpecRead(msgspec.Struct, kw_only=True):
-    """What the fold reads of a run's spec (not its payload, timeout or limits)."""
+def _spec_read(names: tuple[str, ...]) -> type[msgspec.Struct]:
+    """A struct of the fields ``names`` of a run's spec, typed and defaulted as
+    ``ExecutionSpec`` declares them (none of them takes a default factory)."""
+    fields = [
+        (f.name, f.type) if f.required else (f.name, f.type, f.default)
+        for f in msgspec.structs.fields(ExecutionSpec)
+        if f.name in names
+    ]
+    return msgspec.defstruct("SpecRead", fields, kw_only=True)
 
-    handler: str
-    queue: str = "default"
-    priority: int = DEFAULT_PRIORITY
-    retry: RetryPolicy = RetryPolicy()
+
+# What the fold reads of a run's spec (not its payload, timeout or limits).
+_SpecRead = _spec_read(("handler", "queue", "priority", "retry"))
 
 
 # What the fold reads of the events most runs have (``EventView``): the rest of their
