@@ -219,10 +219,19 @@ class MsgspecMapper(Mapper[UUID]):
                 known[topic] = event_class, decoder
             if decoder is None:
                 return self.decode_keyed(originator_id, originator_version, topic, state)
-            return _build(
-                event_class, decoder, originator_id, originator_version, topic=topic, state=state
-            )
+            # ``_build`` and ``_event`` written out: this runs for most events of a
+            # rebuild, and the two calls cost more than the decode of a small view.
+            try:
+                fields = asdict(decoder.decode(state))
+            except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+                raise _undecodable(topic, originator_id, originator_version, error) from error
+            fields["originator_id"] = originator_id
+            fields["originator_version"] = originator_version
+            domain_event = new(event_class)
+            set_attribute(domain_event, "__dict__", fields)
+            return typing.cast("DomainEventProtocol[UUID]", domain_event)
 
+        asdict, new, set_attribute = msgspec.structs.asdict, object.__new__, object.__setattr__
         return decode
 
     def _event_type(self, topic: str) -> tuple[type[Any], msgspec.json.Decoder[Any] | None]:

@@ -250,6 +250,12 @@ class LogReader:
         _id, originator_id, version, topic, state = row
         return self._decode(originator_id, version, topic, state)
 
+    @property
+    def decode(self) -> Callable[[UUID | str, int, str, bytes], Any]:
+        """How this reader reads one row's event from its columns (originator id,
+        version, topic, state): for a loop over many rows, a call less than ``event``."""
+        return self._decode
+
     def row_at(self, position: int) -> LogRow | None:
         """The stored event at ``position`` (any topic), or None."""
         recorder = self.ledger.recorder

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
+from uuid import UUID
 
 import msgspec
 import psycopg
@@ -435,6 +436,28 @@ class Isolation:
                 apply_row(row)
             except Exception as error:  # noqa: BLE001 (isolate raises an outage again)
                 self.isolate(row, error)
+
+    def decoded(
+        self, rows: Iterable[LogRow], decode: Callable[[UUID | str, int, str, bytes], Any]
+    ) -> list[tuple[int, str, Any]]:
+        """(position, stream id as text, event) of every row, in order, the event read by
+        ``decode`` (a replay's fold); a row it cannot read, or of a held stream, is
+        isolated instead."""
+        held = self.held()
+        events: list[tuple[int, str, Any]] = []
+        append = events.append
+        for row in rows:
+            position, stream, version, topic, state = row
+            if held and is_held(row, held):
+                self.isolate(row, HELD)
+                continue
+            try:
+                event = decode(stream, version, topic, state)
+            except Exception as error:  # noqa: BLE001 (isolate raises an outage again)
+                self.isolate(row, error)
+                continue
+            append((position, stream if stream.__class__ is str else str(stream), event))
+        return events
 
     def summary(self) -> str:
         """One line naming what this run isolated ('' if nothing)."""

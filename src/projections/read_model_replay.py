@@ -139,18 +139,20 @@ class Replay:
 
     def apply(self, events: Sequence[tuple[int, str, Any]]) -> None:
         fold, latest = self.fold, self.latest
+        executions, execution_event = fold.executions, fold.execution_event
         for position, key, event in events:
             kind = type(event)
-            if key not in fold.executions and kind in EXECUTION_EVENTS:
-                if kind not in _CREATIONS:
-                    self.late.append((key, event))
-                    continue
+            if kind not in EXECUTION_EVENTS:
                 fold.apply(key, event)
-                job_id = fold.executions[key]["job_id"]
+            elif key in executions:
+                execution_event(key, event)
+            elif kind in _CREATIONS:
+                execution_event(key, event)
+                job_id = executions[key]["job_id"]
                 if latest is not None and job_id is not None:
                     latest[job_id] = position
-                continue
-            fold.apply(key, event)
+            else:
+                self.late.append((key, event))
         self.let_go()
 
     def let_go(self) -> None:
@@ -236,14 +238,7 @@ class Folder:
     def _decode(self, rows: Sequence[LogRow]) -> list[tuple[int, str, Any]]:
         """The page's events; one that cannot be decoded is isolated (and the rest of
         its stream held), as the follower isolates it."""
-        events: list[tuple[int, str, Any]] = []
-
-        def decode(row: LogRow) -> None:
-            event = self._reader.event(row)
-            stream = row[1]
-            events.append((row[0], stream if stream.__class__ is str else str(stream), event))
-
-        self._isolation.each(rows, decode)
+        events = self._isolation.decoded(rows, self._reader.decode)
         # JSON carries NUL as an escape: a state without one holds no NUL anywhere. One
         # search of the page's states joined costs less than a search per state.
         if not self.output.careful and _NUL in b"".join([row[4] for row in rows]):

@@ -197,10 +197,15 @@ _SKIPPED = ExecutionStatus.SKIPPED.value
 _CREATIONS = (Execution.Enqueued, Execution.Skipped)
 
 
+def _job_text(job_id: uuid.UUID | str) -> str:
+    """A job's id as text (the fold's view of a run reads it as text already)."""
+    return job_id if isinstance(job_id, str) else _uuid_text(job_id)
+
+
 @functools.lru_cache(maxsize=65_536)
-def _job_text(job_id: uuid.UUID) -> str:
-    """A job's id as text: many executions name each job, and ``UUID.__str__`` costs
-    several times a lookup here."""
+def _uuid_text(job_id: uuid.UUID) -> str:
+    """Many executions name each job, and ``UUID.__str__`` costs several times a lookup
+    here."""
     return str(job_id)
 
 
@@ -319,12 +324,12 @@ _SpecRead = _spec_read(("handler", "queue", "priority", "retry"))
 
 # What the fold reads of the events most runs have (``EventView``): the rest of their
 # state is skipped rather than decoded. A result stays the JSON text its column holds,
-# a lease id the text its column holds.
+# a lease id and a job id the text their columns hold.
 FOLD_VIEWS = (
     EventView(
         Execution.Enqueued,
         ("timestamp", "job_id", "spec", "trigger", "scheduled_for", "ready_at", "attempt"),
-        {"spec": _SpecRead},
+        {"spec": _SpecRead, "job_id": str | None},
     ),
     EventView(
         Execution.Leased, ("timestamp", "attempt", "worker_id", "lease_id"), {"lease_id": str}
@@ -398,7 +403,7 @@ class Fold:
         if kind in JOB_EVENTS:
             self._job_event(key, event)
         elif kind in EXECUTION_EVENTS:
-            self._execution_event(key, event)
+            self.execution_event(key, event)
 
     def _job_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (a job event)
         row = self.jobs.get(key)
@@ -416,27 +421,41 @@ class Fold:
         self.changed_jobs.add(key)
         self._moved(JOB_KIND, before, self.jobs[key]["status"])
 
-    def _execution_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (an execution event)
+    def execution_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (an execution event)
+        """Fold ``event``, of the execution whose id is ``key``."""
         row = self.executions.get(key)
         if row is not None and event.originator_version <= row["version"]:
             return  # folded before: a page applied again
-        before = None if row is None else row["status"]
-        if isinstance(event, Execution.Enqueued):
-            row = self.executions[key] = _enqueued_row(key, event)
-            self.count(row["enqueued_at_ms"], FIRED)
-        elif isinstance(event, Execution.Skipped):
-            row = self.executions[key] = _skipped_row(key, event)
-        elif row is None:
+        change = _EXECUTION_CHANGES.get(type(event))
+        if change is None:  # a creation
+            self._create_execution(key, event, row)
+            return
+        if row is None:
             log.warning(
                 "read_models.unknown_execution", execution_id=key, version=event.originator_version
             )
             return
-        else:
-            _EXECUTION_CHANGES[type(event)](self, row, event)
-            row["version"] = event.originator_version
+        before = row["status"]
+        change(self, row, event)
+        row["version"] = event.originator_version
         self.changed_executions.add(key)
         self._moved(EXECUTION_KIND, before, row["status"])
-        self._update_job(row, latest=isinstance(event, _CREATIONS))
+        self._update_job(row, latest=False)
+
+    def _create_execution(
+        self,
+        key: str,
+        event: Execution.Enqueued | Execution.Skipped,
+        replaced: Row | None,
+    ) -> None:
+        if isinstance(event, Execution.Enqueued):
+            row = self.executions[key] = _enqueued_row(key, event)
+            self.count(row["enqueued_at_ms"], FIRED)
+        else:
+            row = self.executions[key] = _skipped_row(key, event)
+        self.changed_executions.add(key)
+        self._moved(EXECUTION_KIND, None if replaced is None else replaced["status"], row["status"])
+        self._update_job(row, latest=True)
 
     def _moved(self, kind: str, before: str | None, after: str) -> None:
         if before != after:

@@ -151,6 +151,23 @@ def test_a_replay_isolates_row_by_row() -> None:
     assert "2 event(s) quarantined in queue-projection" in isolation.summary()
 
 
+def test_a_decoding_replay_isolates_row_by_row() -> None:
+    """If a replay cannot decode one event, then it has the others' events in order,
+    with their streams' ids as text, and the events of that stream after it are held."""
+    stream = uuid.uuid4()
+
+    def decode(originator_id: uuid.UUID | str, version: int, topic: str, state: bytes) -> str:
+        if originator_id == stream and version == 1:
+            raise TypeError("cannot decode")
+        return f"{topic} {state!r}"
+
+    isolation = Isolation("read-models", persist=False)
+    rows = [row(1), row(2, stream), row(3), row(4, stream, 2)]
+    decoded = isolation.decoded(rows, decode)
+    assert decoded == [(r[0], str(r[1]), f"{TOPIC} b'{{}}'") for r in (rows[0], rows[2])]
+    assert [(r[0], error == HELD) for r, error in isolation.isolated] == [(2, False), (4, True)]
+
+
 def test_a_follower_that_holds_no_stream_applies_the_later_events() -> None:
     """If a follower isolates without holding (the job-schedule index), then the later
     events of an isolated stream are still applied."""
