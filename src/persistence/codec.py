@@ -6,6 +6,7 @@ JSON transcoder would hand back as strings and lists.
 """
 
 import dataclasses
+import functools
 import typing
 from typing import Any
 from uuid import UUID
@@ -77,24 +78,34 @@ class EventView:
     class declares them unless ``types`` gives another type (a struct of the nested
     fields it reads; ``msgspec.Raw`` for JSON it keeps as text; ``str`` for an id it
     keeps as text). The rest of the state is skipped, not decoded: a run's payload,
-    say, which a read model never shows. An event decoded through a view is of its
-    class but holds those fields only, so it is for that reader alone."""
+    say, which a read model never shows.
+
+    An event decoded through a view is an instance of the view's ``struct``, not of the
+    event class: those fields, with the originator's id and version, under the event's
+    attribute names. A reader that dispatches on the event's class must know the struct
+    as its stand-in; such events are for that reader alone."""
 
     event_class: type
     fields: tuple[str, ...]
     types: typing.Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
-    def decoder(self) -> msgspec.json.Decoder[Any]:
+    @functools.cached_property
+    def struct(self) -> type[msgspec.Struct]:
+        """The view's own type, built once per view."""
         hints = typing.get_type_hints(self.event_class)
         defaults = _defaults(self.event_class)
-        fields = [
+        fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
             (name, self.types.get(name, hints[name]), defaults[name])
             if name in defaults
             else (name, self.types.get(name, hints[name]))
             for name in self.fields
         ]
-        view = msgspec.defstruct(f"{self.event_class.__name__}View", fields, kw_only=True)
-        return msgspec.json.Decoder(view)
+        # Not in a stored state: set from the row once the state is decoded.
+        fields += [("originator_id", Any, None), ("originator_version", int, 0)]
+        return msgspec.defstruct(f"{self.event_class.__name__}View", fields, kw_only=True)
+
+    def decoder(self) -> msgspec.json.Decoder[Any]:
+        return msgspec.json.Decoder(self.struct)
 
 
 def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
@@ -199,17 +210,18 @@ class MsgspecMapper(Mapper[UUID]):
 
     def viewed(
         self, views: typing.Iterable[EventView]
-    ) -> typing.Callable[[UUID | str, int, str, bytes], DomainEventProtocol[UUID]]:
+    ) -> typing.Callable[[UUID | str, int, str, bytes], Any]:
         """``decode_keyed``, but an event of a class with a view decodes only what the
-        view reads. The full decode stays for a state that needs another step first (a
-        cipher, a compressor, an upcast), and for every other class."""
+        view reads, into the view's struct (``EventView``). The full decode stays for a
+        state that needs another step first (a cipher, a compressor, an upcast), and
+        for every other class."""
         by_class = {view.event_class: view.decoder() for view in views}
         # By topic: the event class and its view's decoder (None: decoded whole).
         known: dict[str, tuple[type[Any], msgspec.json.Decoder[Any] | None]] = {}
 
         def decode(
             originator_id: UUID | str, originator_version: int, topic: str, state: bytes
-        ) -> DomainEventProtocol[UUID]:
+        ) -> Any:  # noqa: ANN401 (a domain event or a view's struct)
             try:
                 event_class, decoder = known[topic]
             except KeyError:
@@ -219,19 +231,14 @@ class MsgspecMapper(Mapper[UUID]):
                 known[topic] = event_class, decoder
             if decoder is None:
                 return self.decode_keyed(originator_id, originator_version, topic, state)
-            # ``_build`` and ``_event`` written out: this runs for most events of a
-            # rebuild, and the two calls cost more than the decode of a small view.
             try:
-                fields = asdict(decoder.decode(state))
+                view = decoder.decode(state)
             except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
                 raise _undecodable(topic, originator_id, originator_version, error) from error
-            fields["originator_id"] = originator_id
-            fields["originator_version"] = originator_version
-            domain_event = new(event_class)
-            set_attribute(domain_event, "__dict__", fields)
-            return typing.cast("DomainEventProtocol[UUID]", domain_event)
+            view.originator_id = originator_id
+            view.originator_version = originator_version
+            return view
 
-        asdict, new, set_attribute = msgspec.structs.asdict, object.__new__, object.__setattr__
         return decode
 
     def _event_type(self, topic: str) -> tuple[type[Any], msgspec.json.Decoder[Any] | None]:

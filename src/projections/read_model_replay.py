@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from jobledger.domain.execution import Execution
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Cursor, Database, Row, row_values
 from jobledger.projections.log import LogReader, LogRow, RowPage
@@ -25,6 +24,7 @@ from jobledger.projections.quarantine import Isolation
 from jobledger.projections.read_model_tables import (
     ATTEMPT_COLUMNS,
     ATTEMPTS,
+    CREATIONS,
     EXECUTION_COLUMNS,
     EXECUTION_EVENTS,
     EXECUTIONS,
@@ -45,7 +45,7 @@ log = structlog.get_logger(__name__)
 SUFFIX = "_rebuild"
 FLUSH_ROWS = 20_000  # rows per bulk insert
 
-_CREATIONS = frozenset({Execution.Enqueued, Execution.Skipped})
+_CREATIONS = frozenset(CREATIONS)
 _NUL = b"\\u0000"
 _COLUMNS = {
     JOBS: JOB_COLUMNS,

@@ -194,7 +194,6 @@ _RUNNING = ExecutionStatus.RUNNING.value
 _COMPLETED = ExecutionStatus.COMPLETED.value
 _DEAD_LETTERED = ExecutionStatus.DEAD_LETTERED.value
 _SKIPPED = ExecutionStatus.SKIPPED.value
-_CREATIONS = (Execution.Enqueued, Execution.Skipped)
 
 
 def _job_text(job_id: uuid.UUID | str) -> str:
@@ -336,6 +335,9 @@ FOLD_VIEWS = (
     ),
     EventView(Execution.Completed, ("timestamp", "duration", "result"), {"result": msgspec.Raw}),
 )
+# The fold takes each view's struct for its event's class.
+_ENQUEUED_VIEW, _LEASED_VIEW, _COMPLETED_VIEW = (view.struct for view in FOLD_VIEWS)
+CREATIONS = (Execution.Enqueued, Execution.Skipped, _ENQUEUED_VIEW)
 
 
 # A new execution's row before its enqueueing sets anything: copied for each one, which
@@ -443,11 +445,11 @@ class Fold:
         event: Execution.Enqueued | Execution.Skipped,
         replaced: Row | None,
     ) -> None:
-        if isinstance(event, Execution.Enqueued):
+        if isinstance(event, Execution.Skipped):
+            row = self.executions[key] = _skipped_row(key, event)
+        else:  # enqueued, or the fold's view of it
             row = self.executions[key] = _enqueued_row(key, event)
             self.count(row["enqueued_at_ms"], FIRED)
-        else:
-            row = self.executions[key] = _skipped_row(key, event)
         self.changed_executions.add(key)
         self._moved(EXECUTION_KIND, None if replaced is None else replaced["status"], row["status"])
         self._update_job(row, latest=True)
@@ -656,8 +658,10 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
     Execution.Replaced: _version_only,
     Execution.Throttled: _version_only,
     Execution.Debounced: _debounced,
+    _LEASED_VIEW: _leased,
+    _COMPLETED_VIEW: _completed,
 }
-EXECUTION_EVENTS = frozenset({Execution.Enqueued, Execution.Skipped, *_EXECUTION_CHANGES})
+EXECUTION_EVENTS = frozenset({*CREATIONS, *_EXECUTION_CHANGES})
 
 
 def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
@@ -669,7 +673,7 @@ def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
             job_ids.add(key)
         else:
             execution_ids.add(key)
-            created = isinstance(event, _CREATIONS)
+            created = isinstance(event, CREATIONS)
             if created and event.job_id is not None:
                 job_ids.add(str(event.job_id))
     executions = {
