@@ -174,7 +174,7 @@ class MemoryQueue:
     def write_position(self, position: int, *, epoch: str) -> None:
         with self._lock:
             meta = self._check_epoch(epoch)
-            self._meta = msgspec.structs.replace(meta, position=position)
+            self._meta = msgspec.structs.replace(meta, position=position, loading=False)
 
     def queues(self) -> set[str]:
         with self._lock:

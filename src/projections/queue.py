@@ -234,11 +234,14 @@ class LimitUsage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
-    """Which log the queue follows, which rebuild it belongs to, and how far it got."""
+    """Which log the queue follows, which rebuild it belongs to, and how far it got;
+    ``loading``: the rebuild that reset the store has not written its position yet
+    (another process's follower waits for it rather than race its load)."""
 
     store_id: str
     epoch: str
     position: int
+    loading: bool = False
 
 
 class QueueBackend(Protocol):

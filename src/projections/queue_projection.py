@@ -201,7 +201,7 @@ class QueueProjection:
 
         Meta of this log under another epoch means another process rebuilt the queue
         (an operator asked for it): that is followed, not alerted on as a loss. While
-        that process is still loading (its position is 0), applying events would race
+        that process is still loading (``QueueMeta.loading``), applying events would race
         its unguarded load, so the follower waits for it, up to ``REBUILD_WAIT``."""
         self.fold.forget()  # it folded a page that was not applied
         if meta is None or meta.store_id != self.store_id:
@@ -217,7 +217,7 @@ class QueueProjection:
         return True
 
     def _still_loading(self, meta: QueueMeta) -> bool:
-        if meta.position > 0 or self.reader.head() == 0:
+        if not meta.loading or self.reader.head() == 0:
             return False
         now = time.monotonic()
         if self._loading_since is None:
@@ -256,9 +256,8 @@ class QueueProjection:
         self.fold.forget()
         epoch = uuid.uuid4().hex
         now = self._clock() if now is None else now
-        # A checkpoint still at 0 holds nothing, and a queue left at position 0 over a
-        # log with events reads, to a follower in another process, as a rebuild still
-        # loading, which it waits for (``REBUILD_WAIT``): such a rebuild reads the log.
+        # A checkpoint still at 0 has folded nothing of a log that may hold events:
+        # such a rebuild reads the log.
         if self.checkpoint is not None and not full and self.checkpoint.position() > 0:
             report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress, now)
         else:
@@ -283,7 +282,9 @@ class QueueProjection:
             # The first batch always comes, empty or not, with the snapshot's position.
             first = next(batches)
             position = first[0]
-            self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+            self.backend.reset(
+                QueueMeta(store_id=self.store_id, epoch=epoch, position=0, loading=True)
+            )
             # Before the entries, so no worker leases from a paused queue meanwhile, nor
             # past a named limit.
             self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
@@ -327,7 +328,7 @@ class QueueProjection:
         for position, count in replay(self.reader, self.fold, isolation):
             events += count
             progress(position, max(head, position))
-        self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0))
+        self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0, loading=True))
         self.backend.apply_pauses(self.fold.pauses(), epoch=epoch)
         self.backend.apply_limits(self.fold.named_limits(), epoch=epoch)
         open_items = [restored(item, now) for item in self.fold.open_items()]

@@ -175,8 +175,13 @@ class RedisQueue:
         raw = {_text(k): _text(v) for k, v in stored.items()}
         if not {"store_id", "epoch", "position"} <= raw.keys():
             return None
+        position = int(raw["position"])
         meta = QueueMeta(
-            store_id=raw["store_id"], epoch=raw["epoch"], position=int(raw["position"])
+            store_id=raw["store_id"],
+            epoch=raw["epoch"],
+            position=position,
+            # A store written before the flag: a queue at 0 may be loading.
+            loading=raw["loading"] == "1" if "loading" in raw else position == 0,
         )
         listed = {_text(name) for name in members}
         if _listing_mark(meta.epoch) not in listed or not self._all_there(meta.epoch, listed):
@@ -211,7 +216,12 @@ class RedisQueue:
         self._client.sadd(keys.queues, _listing_mark(meta.epoch))
         self._client.hset(
             keys.meta,
-            mapping={"store_id": meta.store_id, "epoch": meta.epoch, "position": meta.position},
+            mapping={
+                "store_id": meta.store_id,
+                "epoch": meta.epoch,
+                "position": meta.position,
+                "loading": int(meta.loading),
+            },
         )
 
     def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:

@@ -509,6 +509,19 @@ def test_write_position_records_the_position(backend: QueueBackend) -> None:
     assert backend.read_meta() == QueueMeta(store_id="s", epoch="e1", position=42)
 
 
+def test_a_store_reset_for_a_load_says_so_until_a_position_is_written(
+    backend: QueueBackend,
+) -> None:
+    """If a store is reset as loading, then its meta says so, at position 0, until the
+    new epoch writes a position (0 included: an empty log loaded)."""
+    backend.reset(QueueMeta(store_id="s", epoch="e2", position=0, loading=True))
+    meta = backend.read_meta()
+    assert meta is not None
+    assert (meta.epoch, meta.position, meta.loading) == ("e2", 0, True)
+    backend.write_position(0, epoch="e2")
+    assert backend.read_meta() == QueueMeta(store_id="s", epoch="e2", position=0)
+
+
 def test_a_new_epoch_refuses_the_old_one(backend: QueueBackend) -> None:
     """If the store was reset with a new epoch, then apply and write_position with the
     old one raise QueueLostError and change nothing."""

@@ -243,7 +243,8 @@ def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
     first_epoch = follower.epoch
     with structlog.testing.capture_logs() as logs:
         # The other process has reset the queue and is loading it (position 0).
-        container.queue.reset(QueueMeta(store_id=container.store_id, epoch="loading", position=0))
+        loading = QueueMeta(store_id=container.store_id, epoch="loading", position=0, loading=True)
+        container.queue.reset(loading)
         save_in_batches(container.ledger, executions[200:])
         assert follower.step() is False
         assert follower.epoch == first_epoch
@@ -281,6 +282,31 @@ def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
     events = [e["event"] for e in logs]
     assert "queue.rebuild_followed" in events
     assert "queue.rebuild_awaited" not in events
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
+def test_a_rebuild_of_an_empty_log_is_followed_once_events_come(
+    container: Container,
+) -> None:
+    """If another process rebuilt the queue while the log was empty (its queue is done
+    loading at position 0) and runs are saved after it, then a follower follows that
+    queue at its next step instead of waiting for it as for a load."""
+    follower = container.projector().queue
+    follower.step()
+    first_epoch = follower.epoch
+    report = container.projector().queue.rebuild(full=True, requested_by="operator")
+    assert report.position == 0
+    executions, by_state = mixed_executions(20)
+    save_in_batches(container.ledger, executions)
+    with structlog.testing.capture_logs() as logs:
+        assert follower.step() is True
+        while follower.step():
+            pass
+    events = [e["event"] for e in logs]
+    assert "queue.rebuild_followed" in events
+    assert "queue.rebuild_awaited" not in events
+    assert follower.epoch not in {first_epoch, None}
     assert by_state["ready"] <= open_ids(container).keys()
     assert verify_queue(container.reader(), container.queue) == []
 
