@@ -250,7 +250,8 @@ class QueueBackend(Protocol):
     # ---- projection side ------------------------------------------------------------
 
     def read_meta(self) -> QueueMeta | None:
-        """The meta record, or None when the store is empty (never built, or lost)."""
+        """The meta record, or None when the store is empty (never built, or lost). From
+        a ``reset`` for a load on, the new meta (``loading``) at once."""
         ...
 
     def reset(self, meta: QueueMeta) -> None:

@@ -137,6 +137,7 @@ class QueueProjection:
         self.position = 0
         self.rebuilds = 0
         self._loading_since: float | None = None  # another process's rebuild, awaited
+        self._building: str | None = None  # the epoch of this process's last rebuild
         self.quarantine = quarantine
         self._counted = counted
         self.isolation = self.new_isolation()
@@ -152,6 +153,8 @@ class QueueProjection:
         steps again at once after any page: it lets no events gather (its readiness is
         what workers wait for), and its empty step is what looks for a lost queue."""
         epoch = self.epoch if self.epoch is not None else self.start()
+        if epoch is None:
+            return False  # another process's rebuild is still loading
         page = self.reader.rows(self.position)
         if page.position == self.position:
             return self._check_still_there(epoch)
@@ -217,7 +220,8 @@ class QueueProjection:
         return True
 
     def _still_loading(self, meta: QueueMeta) -> bool:
-        if not meta.loading or self.reader.head() == 0:
+        # A rebuild of this process that failed half way waits for nobody.
+        if not meta.loading or meta.epoch == self._building or self.reader.head() == 0:
             return False
         now = time.monotonic()
         if self._loading_since is None:
@@ -225,8 +229,9 @@ class QueueProjection:
             log.info("queue.rebuild_awaited", epoch=meta.epoch)
         return now - self._loading_since < REBUILD_WAIT
 
-    def start(self) -> str:
-        """Resume from the backend's meta, or rebuild if it has none for this log."""
+    def start(self) -> str | None:
+        """Resume from the backend's meta, or rebuild if it has none for this log; None
+        while another process's rebuild is still loading (see ``_lost_or_replaced``)."""
         meta = self.backend.read_meta()
         if meta is None or meta.store_id != self.store_id:
             self.rebuild()
@@ -235,9 +240,12 @@ class QueueProjection:
             # restored from a backup. What it holds is of a lost future; start over.
             log.warning("queue.ahead_of_log", position=meta.position, head=self.reader.head())
             self.rebuild()
+        elif self._still_loading(meta):
+            return None
         else:
             self.epoch, self.position = meta.epoch, meta.position
             self.fold.forget()
+        self._loading_since = None
         return str(self.epoch)
 
     def rebuild(
@@ -254,7 +262,7 @@ class QueueProjection:
         run for at least one lease ttl from ``now`` (see ``restored``)."""
         self.rebuilds += 1
         self.fold.forget()
-        epoch = uuid.uuid4().hex
+        epoch = self._building = uuid.uuid4().hex
         now = self._clock() if now is None else now
         # A checkpoint still at 0 has folded nothing of a log that may hold events:
         # such a rebuild reads the log.

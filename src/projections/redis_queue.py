@@ -167,7 +167,8 @@ class RedisQueue:
 
     def read_meta(self) -> QueueMeta | None:
         """The store's meta, or None if the store lost any of its data (on a cluster,
-        one master may lose the slots of some queues, or of the queue set, alone)."""
+        one master may lose the slots of some queues, or of the queue set, alone). A
+        store that is loading is returned as such: what it holds is not whole yet."""
         pipe = self._client.pipeline(transaction=False)
         pipe.hgetall(self._keys.meta)
         pipe.smembers(self._keys.queues)
@@ -183,6 +184,9 @@ class RedisQueue:
             # A store written before the flag: a queue at 0 may be loading.
             loading=raw["loading"] == "1" if "loading" in raw else position == 0,
         )
+        if meta.loading:
+            # A store being reset or loaded is not whole until its load ends, and says so.
+            return meta
         listed = {_text(name) for name in members}
         if _listing_mark(meta.epoch) not in listed or not self._all_there(meta.epoch, listed):
             return None
@@ -199,8 +203,18 @@ class RedisQueue:
 
     def reset(self, meta: QueueMeta) -> None:
         keys = self._keys
-        # Dropping the meta first makes every writer on the old epoch fail from now on.
-        self._client.unlink(keys.meta)
+        # The new meta first, in one command: every writer on the old epoch fails from
+        # now on, and a reader sees the new epoch loading, never a store with no meta
+        # (which it would take for a lost queue and rebuild too).
+        self._client.hset(
+            keys.meta,
+            mapping={
+                "store_id": meta.store_id,
+                "epoch": meta.epoch,
+                "position": meta.position,
+                "loading": int(meta.loading),
+            },
+        )
         listed = self.queues()
         known = itertools.chain.from_iterable(keys.queue(name).all() for name in listed)
         for batch in _batches(known, DELETE_BATCH):
@@ -214,15 +228,6 @@ class RedisQueue:
         self._client.unlink(keys.limits)
         self._named = None
         self._client.sadd(keys.queues, _listing_mark(meta.epoch))
-        self._client.hset(
-            keys.meta,
-            mapping={
-                "store_id": meta.store_id,
-                "epoch": meta.epoch,
-                "position": meta.position,
-                "loading": int(meta.loading),
-            },
-        )
 
     def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
         for change in changes:

@@ -298,7 +298,8 @@ class Scheduler:
             execution_id=execution.id, queue=queue, version=execution.version, item=item
         )
         meta = backend.read_meta()
-        if meta is not None:
+        # A store being loaded is rebuilt from the log anyway; a forced write would race it.
+        if meta is not None and not meta.loading:
             backend.apply([change], epoch=meta.epoch, force=True)
             self.stats.queue_repairs += 1
             log.warning(

@@ -661,8 +661,10 @@ class _Heartbeat(Background):
 
 def _queue_kept(worker: Worker) -> bool:
     """False while the queue has lost its data (Redis came back empty) and the projection
-    has not rebuilt it yet: a lease missing then says nothing about who holds it."""
-    return worker.queue.read_meta() is not None
+    has not rebuilt it yet, or while a rebuild loads it: a lease missing then says
+    nothing about who holds it."""
+    meta = worker.queue.read_meta()
+    return meta is not None and not meta.loading
 
 
 async def _wait(stop: asyncio.Event, seconds: float, also: asyncio.Event | None = None) -> None:

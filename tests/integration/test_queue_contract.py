@@ -666,6 +666,47 @@ def test_a_queue_set_that_lost_its_data_is_detected(
     assert redis_backend.read_meta() is None
 
 
+class _Watched:
+    """A Redis client that lets ``after`` look at the store after every command."""
+
+    def __init__(self, client: RedisClient, after: Callable[[], None]) -> None:
+        self._client, self._after = client, after
+
+    def __getattr__(self, name: str) -> object:
+        command = getattr(self._client, name)
+
+        def watched(*args: object, **kwargs: object) -> object:
+            done = command(*args, **kwargs)
+            self._after()
+            return done
+
+        return watched
+
+
+@pytest.mark.redis
+def test_a_reset_under_way_reads_as_the_new_epoch_loading(
+    redis_backend: RedisQueue,
+    queue_client: RedisClient,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If a store holding queues is reset for a load, then another process reading the
+    meta after any command of the reset sees the new epoch loading, never a store that
+    lost its data (which it would rebuild as well), and writers on the old epoch fail."""
+    add(redis_backend, entry(queue="a"), entry(queue="b"))
+    other = RedisQueue(queue_client, "jltest", clock=clock)
+    seen: list[QueueMeta | None] = []
+    watched = _Watched(queue_client, lambda: seen.append(other.read_meta()))
+    monkeypatch.setattr(redis_backend, "_client", watched)
+    new = QueueMeta(store_id=META.store_id, epoch="e2", position=0, loading=True)
+    redis_backend.reset(new)
+    assert len(seen) >= 4
+    assert all(meta == new for meta in seen)
+    with pytest.raises(QueueLostError):
+        add(other, entry(queue="a"))
+    assert other.queues() == set()
+
+
 @pytest.mark.redis
 def test_prefixes_isolate_stores(queue_client: RedisClient, clock: Clock) -> None:
     """If two backends use different prefixes, even nested ones, then a reset of one

@@ -262,6 +262,67 @@ def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
     assert verify_queue(container.reader(), container.queue) == []
 
 
+def test_a_projector_started_during_another_process_load_waits_for_it(
+    container: Container,
+) -> None:
+    """If a projector starts while another process's rebuild is still loading the queue,
+    then it neither adopts the half-loaded queue nor rebuilds it: it waits, then follows
+    the rebuilt queue once the load is done."""
+    executions, by_state = mixed_executions(60)
+    save_in_batches(container.ledger, executions)
+    loading = QueueMeta(store_id=container.store_id, epoch="loading", position=0, loading=True)
+    container.queue.reset(loading)
+    starter = container.projector().queue
+    with structlog.testing.capture_logs() as logs:
+        assert starter.step() is False
+        assert (starter.epoch, starter.rebuilds) == (None, 0)
+        rebuilder = container.projector().queue
+        report = rebuilder.rebuild(full=True, requested_by="operator")
+        starter.step()
+        assert starter.epoch == rebuilder.epoch
+        more, _ = mixed_executions(20)
+        save_in_batches(container.ledger, more)
+        while starter.step():
+            pass
+    events = [e["event"] for e in logs]
+    assert "queue.rebuild_awaited" in events
+    assert "queue.lost" not in events
+    assert starter.rebuilds == 0
+    assert starter.position >= report.position
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
+def test_a_rebuild_that_failed_half_way_is_not_awaited_by_its_own_process(
+    container: Container, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If this process's rebuild fails after the reset (the store is left loading under
+    its epoch), then its next step waits for nobody: it replays the log onto the queue
+    and the queue ends equal to the log."""
+    executions, by_state = mixed_executions(60)
+    save_in_batches(container.ledger, executions)
+    projection = container.projector().queue
+    backend = projection.backend
+
+    def fails(*_args: object, **_kwargs: object) -> int:
+        raise ConnectionError
+
+    monkeypatch.setattr(backend, "load", fails)
+    with pytest.raises(ConnectionError):
+        projection.rebuild(full=True)
+    monkeypatch.undo()
+    meta = backend.read_meta()
+    assert meta is not None
+    assert meta.loading
+    with structlog.testing.capture_logs() as logs:
+        assert projection.step() is True
+        while projection.step():
+            pass
+    assert "queue.rebuild_awaited" not in [e["event"] for e in logs]
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
 def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
     container: Container,
 ) -> None:
