@@ -309,21 +309,18 @@ class Execution(Aggregate):
         otherwise. ``enqueued(...).mutate(None)`` is the run ``enqueue`` makes."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
-        # The metaclass makes events dataclasses, which type checkers do not see.
-        fields: dict[str, Any] = {
-            "originator_id": cls.create_id(None, None, trigger_key),
-            "originator_version": 1,
-            "timestamp": cls.Enqueued.create_timestamp(),
-            "originator_topic": _EXECUTION_TOPIC,
-            "job_id": None,
-            "spec": spec.resolved(),
-            "trigger": trigger,
-            "scheduled_for": None,
-            "trigger_key": trigger_key,
-            "ready_at": ready_at,
-            "attempt": 1,
-        }
-        return cls.Enqueued(**fields)
+        # Every field in the class's order, as its constructor would set them, without the
+        # frozen dataclass's one check per field (a third of the cost of a batched run).
+        fields = _ADHOC_ENQUEUED.copy()
+        fields["originator_id"] = cls.create_id(None, None, trigger_key)
+        fields["timestamp"] = cls.Enqueued.create_timestamp()
+        fields["spec"] = spec.resolved()
+        fields["trigger"] = trigger
+        fields["trigger_key"] = trigger_key
+        fields["ready_at"] = ready_at
+        enqueued = object.__new__(cls.Enqueued)
+        object.__setattr__(enqueued, "__dict__", fields)
+        return enqueued
 
     @classmethod
     def skip(
@@ -586,3 +583,21 @@ class Execution(Aggregate):
 
 
 _EXECUTION_TOPIC = get_topic(Execution)
+# What ``Execution.enqueued`` records for every run of no job, made once by the class's
+# constructor (a field added without a default fails here, not in a stored event); the
+# run's own fields are filled in per run.
+_ADHOC_ENQUEUED: dict[str, Any] = vars(
+    Execution.Enqueued(  # type: ignore[call-arg]
+        originator_id=ADHOC_NAMESPACE,
+        originator_version=1,
+        timestamp=datetime.min.replace(tzinfo=UTC),
+        originator_topic=_EXECUTION_TOPIC,
+        job_id=None,
+        spec=ExecutionSpec(handler="template"),
+        trigger=Trigger.ADHOC,
+        scheduled_for=None,
+        trigger_key=None,
+        ready_at=datetime.min.replace(tzinfo=UTC),
+        attempt=1,
+    )
+).copy()

@@ -30,10 +30,16 @@ def random_uuid() -> uuid.UUID:
     return _made(value)
 
 
+# UUID's slots, set through their descriptors: ``object.__setattr__`` looks each one up
+# again (half the cost of a made id).
+_SET_INT = vars(uuid.UUID)["int"].__set__
+_SET_IS_SAFE = vars(uuid.UUID)["is_safe"].__set__
+
+
 def _made(value: int) -> uuid.UUID:
     made = object.__new__(uuid.UUID)
-    object.__setattr__(made, "int", value)
-    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    _SET_INT(made, value)
+    _SET_IS_SAFE(made, uuid.SafeUUID.unknown)
     return made
 
 

@@ -159,7 +159,10 @@ class MsgspecMapper(Mapper[UUID]):
         self._topics: dict[str, tuple[type[Any], msgspec.json.Decoder[Any] | None]] = {}
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
-        state = {k: v for k, v in vars(domain_event).items() if k not in _ROW_FIELDS}
+        # A copy less the row's fields: a comprehension over the fields took twice as long
+        # as encoding them.
+        state = vars(domain_event).copy()
+        del state["originator_id"], state["originator_version"]
         class_version = getattr(type(domain_event), "class_version", 1)
         if class_version > 1:
             state["class_version"] = class_version
