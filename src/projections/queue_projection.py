@@ -58,6 +58,9 @@ REPLAY_PAGE = 10_000
 # How long a follower waits for another process's rebuild to finish loading before it
 # follows the queue as it is (the loader may have died; replaying from 0 repairs it).
 REBUILD_WAIT = 120.0
+# A quiet step right after a page was applied skips its look for a lost queue (the
+# apply looked at the epoch of every queue it wrote) unless the last look is this old.
+QUIET_CHECK_EVERY = 1.0
 
 
 def _no_progress(_done: int, _total: int) -> None:
@@ -138,6 +141,8 @@ class QueueProjection:
         self.rebuilds = 0
         self._loading_since: float | None = None  # another process's rebuild, awaited
         self._building: str | None = None  # the epoch of this process's last rebuild
+        self._applied_since_check = False
+        self._checked_at = -QUIET_CHECK_EVERY
         self.quarantine = quarantine
         self._counted = counted
         self.isolation = self.new_isolation()
@@ -157,13 +162,26 @@ class QueueProjection:
             return False  # another process's rebuild is still loading
         page = self.reader.rows(self.position)
         if page.position == self.position:
-            return self._check_still_there(epoch)
+            return self._quiet_step(epoch)
         try:
             self.isolation.apply(page, self.position, functools.partial(self._apply, epoch=epoch))
         except QueueLostError:
             return self._lost_or_replaced(epoch, self.backend.read_meta())
         self.position = page.position
+        self._applied_since_check = True
         return True
+
+    def _quiet_step(self, epoch: str) -> bool:
+        """During a drain every page is followed by a quiet step: the look for a lost
+        queue (two to three Redis round trips) is left out of the one after a page,
+        at most ``QUIET_CHECK_EVERY`` seconds since the last look."""
+        now = time.monotonic()
+        skip = self._applied_since_check and now - self._checked_at < QUIET_CHECK_EVERY
+        self._applied_since_check = False
+        if skip:
+            return False
+        self._checked_at = now
+        return self._check_still_there(epoch)
 
     def _apply(self, rows: Sequence[LogRow], _start: int, position: int, *, epoch: str) -> bool:
         try:

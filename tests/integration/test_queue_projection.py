@@ -16,6 +16,7 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections import queue_projection
 from jobledger.projections.queue import QueueMeta, QueueState
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.runtime.bootstrap import Container, bootstrap
@@ -227,6 +228,39 @@ def test_cli_rebuild_and_verify(container: Container) -> None:
     assert run_cli(container, "queue", "rebuild", "--full").returncode == 0
     assert run_cli(container, "queue", "verify").returncode == 0
     assert victim.execution_id in open_ids(container)
+
+
+def test_the_quiet_step_after_a_page_leaves_the_meta_alone_for_a_while(
+    container: Container, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If pages keep coming, then the quiet step after each page reads the queue's meta
+    at most once per QUIET_CHECK_EVERY (the apply checked the epoch), and a loss is
+    still found by the next quiet step that follows a quiet one."""
+    follower = container.projector().queue
+    follower.step()  # builds the queue; the first quiet step looks
+    reads: list[float] = []
+    backend = follower.backend
+    read_meta = backend.read_meta
+
+    def counted() -> QueueMeta | None:
+        reads.append(time.monotonic())
+        return read_meta()
+
+    monkeypatch.setattr(backend, "read_meta", counted)
+    monkeypatch.setattr(queue_projection, "QUIET_CHECK_EVERY", 600.0)  # a slow machine's
+    for _ in range(5):
+        executions, _ = mixed_executions(5)
+        save_in_batches(container.ledger, executions)
+        assert follower.step() is True
+        assert follower.step() is False
+    assert reads == []
+    redis.Redis.from_url(container.settings.redis_url).flushall()
+    with structlog.testing.capture_logs() as logs:
+        assert follower.step() is True  # a quiet step after a quiet one: it looks
+    assert "queue.lost" in [e["event"] for e in logs]
+    while follower.step():
+        pass
+    assert verify_queue(container.reader(), container.queue) == []
 
 
 def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
