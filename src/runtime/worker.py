@@ -46,6 +46,7 @@ from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler_error
+from jobledger.runtime.loop_bridge import FutureBridge
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.outcomes import Cancelled, Completed, Deferred, Failed, Outcome, Report
@@ -130,6 +131,8 @@ class Worker:
     # The connection the lease rounds read the leased executions on (PostgreSQL): kept,
     # so a round pays no pool checkout and no check query. Rounds run one at a time.
     _reads: HeldConnection | None = None
+    # How the loop awaits the writer's saves of outcomes: one wake-up for a batch.
+    _saves: FutureBridge | None = None
 
     def report_presence(self) -> None:
         if self.presence is None:
@@ -150,6 +153,7 @@ class Worker:
             max_workers=2 * self.config.slots, thread_name_prefix=f"{self.worker_id}-handler"
         )
         self._reads = self.ledger.held_connection()
+        self._saves = FutureBridge(asyncio.get_running_loop())
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
@@ -471,7 +475,7 @@ class Worker:
         self._settling += 1
         self._slot_freed.set()
         try:
-            await asyncio.wrap_future(future)
+            await (asyncio.wrap_future(future) if self._saves is None else self._saves.wait(future))
         finally:
             self._settling -= 1
 
