@@ -141,6 +141,7 @@ class QueueProjection:
         self.rebuilds = 0
         self._loading_since: float | None = None  # another process's rebuild, awaited
         self._building: str | None = None  # the epoch of this process's last rebuild
+        self._rebuild_next = False  # a store left loading half way: start builds anew
         self._applied_since_check = False
         self._checked_at = -QUIET_CHECK_EVERY
         self.quarantine = quarantine
@@ -225,7 +226,15 @@ class QueueProjection:
         that process is still loading (``QueueMeta.loading``), applying events would race
         its unguarded load, so the follower waits for it, up to ``REBUILD_WAIT``."""
         self.fold.forget()  # it folded a page that was not applied
-        if meta is None or meta.store_id != self.store_id:
+        if meta is None:
+            # On a cluster a reader may catch a reset half-read (its pipeline spans slots).
+            meta = self.backend.read_meta()
+        if meta is not None and meta.epoch == epoch and meta.loading:
+            # Our own epoch failed a check while loading: a reset or a load stopped half
+            # way (its store reads as loading, never as lost). Only a rebuild mends it.
+            log.warning("queue.lost", position=self.position, epoch=epoch, loading=True)
+            self._rebuild_next = True
+        elif meta is None or meta.store_id != self.store_id:
             log.warning("queue.lost", position=self.position, epoch=epoch)
         elif self._still_loading(meta):
             return False
@@ -233,7 +242,6 @@ class QueueProjection:
             log.info(
                 "queue.rebuild_followed", epoch=meta.epoch, position=meta.position, previous=epoch
             )
-        self._loading_since = None
         self.epoch = None
         return True
 
@@ -251,7 +259,8 @@ class QueueProjection:
         """Resume from the backend's meta, or rebuild if it has none for this log; None
         while another process's rebuild is still loading (see ``_lost_or_replaced``)."""
         meta = self.backend.read_meta()
-        if meta is None or meta.store_id != self.store_id:
+        if self._rebuild_next or meta is None or meta.store_id != self.store_id:
+            self._rebuild_next = False
             self.rebuild()
         elif meta.position > self.reader.head():
             # The queue has seen events the log no longer holds: the database was

@@ -357,6 +357,56 @@ def test_a_rebuild_that_failed_half_way_is_not_awaited_by_its_own_process(
     assert verify_queue(container.reader(), container.queue) == []
 
 
+def _reset_stopped_half_way(container: Container, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A rebuild whose reset stopped right after it wrote the new meta (a lost
+    connection, a killed process); returns that rebuild's epoch."""
+    rebuilder = container.projector().queue
+
+    def unreachable() -> set[str]:
+        raise redis.ConnectionError
+
+    with monkeypatch.context() as patched:
+        patched.setattr(rebuilder.backend, "queues", unreachable)
+        with pytest.raises(redis.ConnectionError):
+            rebuilder.rebuild(full=True)
+    meta = container.queue.read_meta()
+    assert meta is not None
+    assert meta.loading
+    return meta.epoch
+
+
+@pytest.mark.parametrize("whose", ["own", "other"])
+def test_a_reset_stopped_half_way_is_built_anew(
+    container: Container, monkeypatch: pytest.MonkeyPatch, whose: str
+) -> None:
+    """If a rebuild's reset stops half way (the store reads as loading, never as lost),
+    then the follower of the process that began it, or another process's follower once
+    it has waited, finds its first page refused, reports the queue lost and builds it
+    anew: it neither loops nor waits for ever."""
+    executions, by_state = mixed_executions(60)
+    save_in_batches(container.ledger, executions)
+    follower = container.projector().queue
+    while follower.step():
+        pass
+    monkeypatch.setattr(queue_projection, "REBUILD_WAIT", 0.0)
+    if whose == "own":
+        follower.epoch = None  # as after its own rebuild failed
+        monkeypatch.setattr(follower, "_building", _reset_stopped_half_way(container, monkeypatch))
+    else:
+        _reset_stopped_half_way(container, monkeypatch)
+    rebuilds = follower.rebuilds
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(10):
+            if not follower.step() and follower.rebuilds > rebuilds:
+                break
+    assert follower.rebuilds == rebuilds + 1
+    assert {"event": "queue.lost", "loading": True}.items() <= next(
+        e for e in logs if e.get("loading")
+    ).items()
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
 def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
     container: Container,
 ) -> None:
