@@ -11,6 +11,7 @@ in one pass of the loop.
 import asyncio
 import collections
 import concurrent.futures
+import functools
 import threading
 from typing import Any, TypeVar
 
@@ -26,8 +27,7 @@ class FutureBridge:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: dict[concurrent.futures.Future[Any], asyncio.Future[Any]] = {}
-        self._done: collections.deque[concurrent.futures.Future[Any]] = collections.deque()
+        self._done: collections.deque[_Pair] = collections.deque()
         self._lock = threading.Lock()
         self._handing_over = False
         self.wake_ups = 0  # passes of the loop that settled futures, for tests and metrics
@@ -35,14 +35,18 @@ class FutureBridge:
     def wait(self, future: concurrent.futures.Future[T]) -> asyncio.Future[T]:
         """An asyncio future that settles as ``future`` does."""
         waiter: asyncio.Future[T] = self._loop.create_future()
-        self._waiting[future] = waiter
-        future.add_done_callback(self._completed)
+        future.add_done_callback(functools.partial(self._completed, waiter))
         return waiter
 
-    def _completed(self, future: concurrent.futures.Future[Any]) -> None:
+    def _completed(
+        self, waiter: asyncio.Future[Any], future: concurrent.futures.Future[Any]
+    ) -> None:
         """In the thread that completed ``future``: queue it, and wake the loop unless a
         hand-over is pending already (it takes this one too)."""
-        self._done.append(future)
+        self._done.append((future, waiter))
+        self._wake()
+
+    def _wake(self) -> None:
         with self._lock:
             if self._handing_over:
                 return
@@ -55,10 +59,17 @@ class FutureBridge:
             self._handing_over = False
         self.wake_ups += 1
         while self._done:
-            future = self._done.popleft()
-            waiter = self._waiting.pop(future)
-            if not waiter.cancelled():
+            future, waiter = self._done.popleft()
+            if waiter.cancelled():
+                continue
+            try:
                 _settle(waiter, future)
+            except Exception as error:  # noqa: BLE001 (no waiter may hang on another's fault)
+                # An error asyncio refuses to carry (StopIteration) still ends the wait.
+                waiter.set_exception(RuntimeError(f"the awaited call failed: {error!r}"))
+
+
+_Pair = tuple[concurrent.futures.Future[Any], asyncio.Future[Any]]
 
 
 def _settle(waiter: asyncio.Future[Any], future: concurrent.futures.Future[Any]) -> None:

@@ -115,3 +115,27 @@ def test_completions_after_a_hand_over_are_not_lost() -> None:
         return sum(results)
 
     assert asyncio.run(main()) == sum(range(2_000))
+
+
+def test_one_future_waited_twice_and_an_odd_error_leave_no_waiter_hanging() -> None:
+    """If the same future is waited for twice, or a future fails with an error asyncio
+    will not carry (StopIteration), then every waiter of the burst still settles: both
+    waiters of the one future get its result, the odd error's waiter raises."""
+
+    async def main() -> None:
+        bridge = FutureBridge(asyncio.get_running_loop())
+        shared: concurrent.futures.Future[str] = concurrent.futures.Future()
+        odd: concurrent.futures.Future[str] = concurrent.futures.Future()
+        after: concurrent.futures.Future[str] = concurrent.futures.Future()
+        waiters = [bridge.wait(shared), bridge.wait(shared), bridge.wait(odd), bridge.wait(after)]
+        shared.set_result("saved")
+        odd.set_exception(StopIteration())
+        after.set_result("next")
+        outcomes = await asyncio.wait_for(
+            asyncio.gather(*waiters, return_exceptions=True), timeout=5
+        )
+        assert outcomes[:2] == ["saved", "saved"]
+        assert isinstance(outcomes[2], RuntimeError)
+        assert outcomes[3] == "next"
+
+    asyncio.run(main())
