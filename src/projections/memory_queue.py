@@ -204,6 +204,10 @@ class MemoryQueue:
         with self._lock:
             for name in {item.queue for item in items}:
                 self._queues[name].limits.close(moment)
+            meta = self._meta
+            if meta is not None and meta.loading:
+                progress = meta.load_progress + 1
+                self._meta = msgspec.structs.replace(meta, load_progress=progress)
 
     def load_entries(self, batches: Iterable[Sequence[EncodedEntry]], *, epoch: str) -> int:
         count = 0

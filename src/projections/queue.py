@@ -236,12 +236,16 @@ class LimitUsage(msgspec.Struct, frozen=True, kw_only=True):
 class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Which log the queue follows, which rebuild it belongs to, and how far it got;
     ``loading``: the rebuild that reset the store has not written its position yet
-    (another process's follower waits for it rather than race its load)."""
+    (another process's follower waits for it rather than race its load);
+    ``load_progress``: a count that such a load advances with every batch it writes,
+    from 1 at its reset (0: a loader that does not count), so a follower can tell a
+    live load from one whose loader died."""
 
     store_id: str
     epoch: str
     position: int
     loading: bool = False
+    load_progress: int = 0
 
 
 class QueueBackend(Protocol):

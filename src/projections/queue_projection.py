@@ -56,7 +56,10 @@ Progress = Callable[[int, int], None]  # (done, total)
 # Events per page of a full replay: fewer, larger queries than the following pages.
 REPLAY_PAGE = 10_000
 # How long a follower waits for another process's rebuild to finish loading before it
-# follows the queue as it is (the loader may have died; replaying from 0 repairs it).
+# follows the queue as it is (the loader may have died; replaying from 0 repairs it):
+# after the load's count of batches last moved, or, for a loader that does not count,
+# after the follower first saw it loading.
+LOAD_SILENCE = 30.0
 REBUILD_WAIT = 120.0
 # A quiet step right after a page was applied skips its look for a lost queue (the
 # apply looked at the epoch of every queue it wrote) unless the last look is this old.
@@ -139,7 +142,9 @@ class QueueProjection:
         self.epoch: str | None = None
         self.position = 0
         self.rebuilds = 0
-        self._loading_since: float | None = None  # another process's rebuild, awaited
+        # Another process's load, awaited: its epoch and count when last seen to move.
+        self._loading_since: float | None = None
+        self._load_seen: tuple[str, int] | None = None
         self._building: str | None = None  # the epoch of this process's last rebuild
         self._rebuild_next = False  # a store left loading half way: start builds anew
         self._applied_since_check = False
@@ -224,7 +229,8 @@ class QueueProjection:
         Meta of this log under another epoch means another process rebuilt the queue
         (an operator asked for it): that is followed, not alerted on as a loss. While
         that process is still loading (``QueueMeta.loading``), applying events would race
-        its unguarded load, so the follower waits for it, up to ``REBUILD_WAIT``."""
+        its unguarded load, so the follower waits for it while the load's count of batches
+        moves (``LOAD_SILENCE``; ``REBUILD_WAIT`` for a loader that does not count)."""
         self.fold.forget()  # it folded a page that was not applied
         if meta is None:
             # On a cluster a reader may catch a reset half-read (its pipeline spans slots).
@@ -249,11 +255,13 @@ class QueueProjection:
         # A rebuild of this process that failed half way waits for nobody.
         if not meta.loading or meta.epoch == self._building or self.reader.head() == 0:
             return False
-        now = time.monotonic()
-        if self._loading_since is None:
-            self._loading_since = now
+        now, seen = time.monotonic(), (meta.epoch, meta.load_progress)
+        if self._load_seen is None or self._load_seen[0] != meta.epoch:
             log.info("queue.rebuild_awaited", epoch=meta.epoch)
-        return now - self._loading_since < REBUILD_WAIT
+        if seen != self._load_seen or self._loading_since is None:
+            self._load_seen, self._loading_since = seen, now
+        silence = LOAD_SILENCE if meta.load_progress > 0 else REBUILD_WAIT
+        return now - self._loading_since < silence
 
     def start(self) -> str | None:
         """Resume from the backend's meta, or rebuild if it has none for this log; None
@@ -272,7 +280,7 @@ class QueueProjection:
         else:
             self.epoch, self.position = meta.epoch, meta.position
             self.fold.forget()
-        self._loading_since = None
+        self._loading_since = self._load_seen = None
         return str(self.epoch)
 
     def rebuild(
@@ -317,9 +325,7 @@ class QueueProjection:
             # The first batch always comes, empty or not, with the snapshot's position.
             first = next(batches)
             position = first[0]
-            self.backend.reset(
-                QueueMeta(store_id=self.store_id, epoch=epoch, position=0, loading=True)
-            )
+            self.backend.reset(self._loading_meta(epoch))
             # Before the entries, so no worker leases from a paused queue meanwhile, nor
             # past a named limit.
             self.backend.apply_pauses(checkpoint.pauses(), epoch=epoch)
@@ -338,6 +344,12 @@ class QueueProjection:
             # The checkpoint left out what it holds; so does the queue built from it.
             self.quarantine.inherit(QUEUE_FOLLOWER, CHECKPOINT_FOLLOWER, up_to=position)
         return RebuildReport("checkpoint", items, position, 0)
+
+    def _loading_meta(self, epoch: str) -> QueueMeta:
+        """The meta a rebuild's reset writes: loading, its batches counted from 1."""
+        return QueueMeta(
+            store_id=self.store_id, epoch=epoch, position=0, loading=True, load_progress=1
+        )
 
     def _load_entries(
         self, batches: Iterable[tuple[int, list[EncodedEntry]]], epoch: str, progress: Progress
@@ -363,7 +375,7 @@ class QueueProjection:
         for position, count in replay(self.reader, self.fold, isolation):
             events += count
             progress(position, max(head, position))
-        self.backend.reset(QueueMeta(store_id=self.store_id, epoch=epoch, position=0, loading=True))
+        self.backend.reset(self._loading_meta(epoch))
         self.backend.apply_pauses(self.fold.pauses(), epoch=epoch)
         self.backend.apply_limits(self.fold.named_limits(), epoch=epoch)
         open_items = [restored(item, now) for item in self.fold.open_items()]

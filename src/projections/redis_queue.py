@@ -130,6 +130,7 @@ class _Scripts:
         self.expired = self._load(client, "expired")
         self.prune = self._load(client, "prune")
         self.write_position = self._load(client, "write_position")
+        self.stamp_load = self._load(client, "stamp_load")
         self.pause = self._load(client, "pause")
         self.limit_set = self._load(client, "limit_set")
 
@@ -183,6 +184,7 @@ class RedisQueue:
             position=position,
             # A store written before the flag: a queue at 0 may be loading.
             loading=raw["loading"] == "1" if "loading" in raw else position == 0,
+            load_progress=int(raw.get("load_progress", 0)),
         )
         if meta.loading:
             # A store being reset or loaded is not whole until its load ends, and says so.
@@ -213,6 +215,7 @@ class RedisQueue:
                 "epoch": meta.epoch,
                 "position": meta.position,
                 "loading": int(meta.loading),
+                "load_progress": meta.load_progress,
             },
         )
         listed = self.queues()
@@ -313,6 +316,7 @@ class RedisQueue:
                     commands.append((self._keys.queue(queue).meta, packer.pack(entries)))
                 pipeline.send_groups(commands)
                 count += len(batch)
+                self._scripts.stamp_load(keys=[self._keys.meta], args=[epoch])
         self._close_windows(packers)
         return count
 

@@ -26,6 +26,7 @@ from jobledger.projections.queue import (
     QueuePause,
     QueueState,
 )
+from jobledger.projections.queue_entries import encode_entry
 from jobledger.projections.queue_fold import restored
 from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
@@ -520,6 +521,25 @@ def test_a_store_reset_for_a_load_says_so_until_a_position_is_written(
     assert (meta.epoch, meta.position, meta.loading) == ("e2", 0, True)
     backend.write_position(0, epoch="e2")
     assert backend.read_meta() == QueueMeta(store_id="s", epoch="e2", position=0)
+
+
+def test_a_load_counts_its_batches_in_the_meta(backend: QueueBackend) -> None:
+    """If a store reset for a load is loaded batch by batch, then each batch advances
+    the meta's load_progress; a load under another epoch, or after the position was
+    written, counts nothing."""
+    backend.reset(QueueMeta(store_id="s", epoch="e2", position=0, loading=True, load_progress=1))
+    backend.load([entry(queue="a")], epoch="e2")
+    assert backend.load_entries([[encode_entry(entry(queue="b"))]] * 2, epoch="e2") == 2
+    meta = backend.read_meta()
+    assert meta is not None
+    assert (meta.loading, meta.load_progress) == (True, 4)
+    with pytest.raises(QueueLostError):
+        backend.load([entry(queue="a")], epoch="e1")
+    backend.write_position(3, epoch="e2")
+    backend.load([entry(queue="a")], epoch="e2")
+    meta = backend.read_meta()
+    assert meta is not None
+    assert (meta.loading, meta.load_progress, meta.position) == (False, 4, 3)
 
 
 def test_a_new_epoch_refuses_the_old_one(backend: QueueBackend) -> None:

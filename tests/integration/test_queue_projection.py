@@ -388,7 +388,7 @@ def test_a_reset_stopped_half_way_is_built_anew(
     follower = container.projector().queue
     while follower.step():
         pass
-    monkeypatch.setattr(queue_projection, "REBUILD_WAIT", 0.0)
+    monkeypatch.setattr(queue_projection, "LOAD_SILENCE", 0.0)
     if whose == "own":
         follower.epoch = None  # as after its own rebuild failed
         monkeypatch.setattr(follower, "_building", _reset_stopped_half_way(container, monkeypatch))
@@ -403,6 +403,41 @@ def test_a_reset_stopped_half_way_is_built_anew(
     assert {"event": "queue.lost", "loading": True}.items() <= next(
         e for e in logs if e.get("loading")
     ).items()
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
+def test_a_follower_waits_while_a_load_moves_and_not_once_it_stops(
+    container: Container, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If another process's rebuild is loading, then a follower waits for as long as the
+    load's count of batches moves, and once it has not moved for LOAD_SILENCE (its
+    loader died) follows the queue from position 0, which mends it; it never waits the
+    longer REBUILD_WAIT meant for loaders that do not count."""
+    executions, by_state = mixed_executions(60)
+    save_in_batches(container.ledger, executions)
+    follower = container.projector().queue
+    while follower.step():
+        pass
+    first_epoch = follower.epoch
+    monkeypatch.setattr(queue_projection, "LOAD_SILENCE", 2.0)
+    monkeypatch.setattr(queue_projection, "REBUILD_WAIT", 600.0)
+    loading = QueueMeta(
+        store_id=container.store_id, epoch="loading", position=0, loading=True, load_progress=1
+    )
+    container.queue.reset(loading)
+    started = time.monotonic()
+    while time.monotonic() - started < 3:  # longer than the silence, never silent
+        container.queue.load_entries([[]], epoch="loading")
+        assert follower.step() is False
+        time.sleep(0.2)
+    assert (follower.epoch, follower.rebuilds) == (first_epoch, 1)
+    time.sleep(2.1)  # the loader died: its count stopped
+    with structlog.testing.capture_logs() as logs:
+        while follower.step():
+            pass
+    assert follower.epoch == "loading"
+    assert "queue.lost" not in [e["event"] for e in logs]
     assert by_state["ready"] <= open_ids(container).keys()
     assert verify_queue(container.reader(), container.queue) == []
 
