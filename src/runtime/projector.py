@@ -32,6 +32,11 @@ from jobledger.runtime.store import projection_database
 
 log = structlog.get_logger(__name__)
 
+# The checkpoint is read only by a queue rebuild, which replays the log after it: its
+# pages may gather longer than the read models' (a run leased and completed within one
+# page costs its row one write, not two).
+CHECKPOINT_COALESCE = 0.25
+
 
 class _OpenedOnUse:
     """The projector's own connection to the projection tables: opened by the first
@@ -260,7 +265,7 @@ def build_projector(
             checkpoint_projection.step,
             wakeups[1],
             poll_interval=poll,
-            coalesce=batch,
+            coalesce=max(batch, CHECKPOINT_COALESCE),
             health=tables,
         ),
         Follower(

@@ -540,3 +540,22 @@ def test_a_rebuild_restores_leases_for_one_more_ttl(container: Container, full: 
     assert container.queue.extend("default", execution.id, lease_id, deadline=later)
     assert container.queue.expired("default", now=rebuilt_at + ttl + second, limit=9) == []
     assert verify_queue(container.reader(), container.queue) == []
+
+
+def test_the_checkpoint_gathers_its_pages_longer_than_the_read_models(
+    container: Container,
+) -> None:
+    """If the projector is built, then the checkpoint's follower lets events gather for
+    at least CHECKPOINT_COALESCE after a wake-up (a run leased and completed meanwhile
+    costs its row one write), while the read models keep the setting's window."""
+    from jobledger.projections.quarantine import (  # noqa: PLC0415 (here only)
+        CHECKPOINT_FOLLOWER,
+        READ_MODELS_FOLLOWER,
+    )
+    from jobledger.runtime.projector import CHECKPOINT_COALESCE  # noqa: PLC0415 (here only)
+
+    batch = container.settings.projection_batch_ms / 1000
+    projector = container.projector()
+    windows = {follower.name: follower._coalesce for follower in projector.followers}
+    assert windows[CHECKPOINT_FOLLOWER] == max(batch, CHECKPOINT_COALESCE) > batch
+    assert windows[READ_MODELS_FOLLOWER] == batch
