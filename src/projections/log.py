@@ -487,6 +487,7 @@ class Follower(Background):
         poll_interval: float = 0.5,
         max_backoff: float = 5.0,
         coalesce: float = 0.0,
+        spacing: float = 0.0,
         health: StepHealth | None = None,
     ) -> None:
         self.name = name
@@ -496,6 +497,11 @@ class Follower(Background):
         # After a wake-up, let more events arrive before reading: under load a page of
         # many events costs about what a page of one does (a query and a transaction).
         self._coalesce = coalesce
+        # After a step that did work, the next one starts no sooner than this after it
+        # began: under a steady stream of events each page gathers a few milliseconds'
+        # worth instead of the one or two that came during the last step, while the
+        # first event after a quiet spell is still read at once.
+        self._spacing = spacing
         self._max_backoff = max_backoff
         self._health = health
         self.failures = 0
@@ -507,6 +513,7 @@ class Follower(Background):
     def _run(self) -> None:
         backoff = 0.1
         while not self._stopping.is_set():
+            began = time.monotonic()
             try:
                 busy = self._step()
             except Exception as error:
@@ -521,8 +528,15 @@ class Follower(Background):
             if self._health is not None:
                 self._health.succeeded()
             backoff = 0.1
-            if not busy and self._wakeup.wait(self._poll_interval) and self._coalesce:
+            if busy:
+                self._pace(began)
+            elif self._wakeup.wait(self._poll_interval) and self._coalesce:
                 self._stopping.wait(self._coalesce)
+
+    def _pace(self, began: float) -> None:
+        rest = began + self._spacing - time.monotonic()
+        if rest > 0:
+            self._stopping.wait(rest)
 
 
 def monotonic_ms() -> float:

@@ -542,20 +542,32 @@ def test_a_rebuild_restores_leases_for_one_more_ttl(container: Container, full: 
     assert verify_queue(container.reader(), container.queue) == []
 
 
-def test_the_checkpoint_gathers_its_pages_longer_than_the_read_models(
+def test_each_follower_is_built_with_its_window(
     container: Container,
 ) -> None:
     """If the projector is built, then the checkpoint's follower lets events gather for
     at least CHECKPOINT_COALESCE after a wake-up (a run leased and completed meanwhile
-    costs its row one write), while the read models keep the setting's window."""
+    costs its row one write), while the read models keep the setting's window; the
+    queue's follower answers a wake-up at once and paces only busy steps."""
     from jobledger.projections.quarantine import (  # noqa: PLC0415 (here only)
         CHECKPOINT_FOLLOWER,
+        QUEUE_FOLLOWER,
         READ_MODELS_FOLLOWER,
     )
-    from jobledger.runtime.projector import CHECKPOINT_COALESCE  # noqa: PLC0415 (here only)
+    from jobledger.runtime.projector import (  # noqa: PLC0415 (here only)
+        CHECKPOINT_COALESCE,
+        QUEUE_SPACING,
+    )
 
     batch = container.settings.projection_batch_ms / 1000
     projector = container.projector()
     windows = {follower.name: follower._coalesce for follower in projector.followers}
     assert windows[CHECKPOINT_FOLLOWER] == max(batch, CHECKPOINT_COALESCE) > batch
     assert windows[READ_MODELS_FOLLOWER] == batch
+    assert windows[QUEUE_FOLLOWER] == 0
+    spacings = {follower.name: follower._spacing for follower in projector.followers}
+    assert spacings == {
+        QUEUE_FOLLOWER: QUEUE_SPACING,
+        CHECKPOINT_FOLLOWER: 0,
+        READ_MODELS_FOLLOWER: 0,
+    }
