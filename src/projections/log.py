@@ -26,7 +26,7 @@ from eventsourcing.persistence import (
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Identifier
+from psycopg.sql import SQL, Identifier, Literal
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.limits import Limit
@@ -295,11 +295,11 @@ def _select_rows(
     statement = _rows_statement(
         datastore.schema,
         recorder.events_table_name,
-        filtered=bool(topics),
+        tuple(topics),
         parted=bool(part),
         text_ids=text_ids,
     )
-    params: list[Any] = [after, head, *([topics] if topics else []), *(part or ())[::-1], limit]
+    params: list[Any] = [after, head, *(part or ())[::-1], limit]
     return _fetch(recorder, statement, params)
 
 
@@ -345,9 +345,9 @@ def _select_head_and_rows(
     so the head and the stamp are those the page was read under."""
     datastore = recorder.datastore
     statement = _head_and_rows_statement(
-        datastore.schema, recorder.events_table_name, filtered=bool(topics)
+        datastore.schema, recorder.events_table_name, tuple(topics)
     )
-    params: list[Any] = [after, *([topics] if topics else []), limit]
+    params: list[Any] = [after, limit]
     found = _fetch(recorder, statement, params, held)
     if not found:
         return 0, None, []  # unreachable: the aggregate always gives one row
@@ -360,11 +360,23 @@ def _select_head_and_rows(
 
 
 @functools.cache
-def _head_and_rows_statement(schema: str, table: str, *, filtered: bool) -> bytes:
-    topic_filter = " AND topic = ANY(%s)" if filtered else ""
-    statement = SQL(_HEAD_AND_ROWS).format(Identifier(schema), Identifier(table), SQL(topic_filter))
+def _head_and_rows_statement(schema: str, table: str, topics: tuple[str, ...]) -> bytes:
+    statement = SQL(_HEAD_AND_ROWS).format(
+        Identifier(schema), Identifier(table), SQL(_topic_filter(topics))
+    )
     # As bytes, once: composed again for every page, it cost a tenth of a follower's time.
     return statement.as_bytes(None)
+
+
+def _topic_filter(topics: tuple[str, ...]) -> str:
+    """The condition on ``topics`` ('' for every event), with the list written into the
+    statement: as a parameter, psycopg dumped the same list for every page, about a
+    twentieth of the queue follower's time in a drain (ADR 65). A ``%`` is doubled, so
+    that it is not taken for a placeholder."""
+    if not topics:
+        return ""
+    listed = Literal(list(topics)).as_string(None).replace("%", "%%")
+    return f" AND topic = ANY({listed}::text[])"
 
 
 # A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.
@@ -378,9 +390,14 @@ def part_of(stream: UUID, count: int) -> int:
 
 @functools.cache
 def _rows_statement(
-    schema: str, table: str, *, filtered: bool, parted: bool = False, text_ids: bool = False
+    schema: str,
+    table: str,
+    topics: tuple[str, ...],
+    *,
+    parted: bool = False,
+    text_ids: bool = False,
 ) -> bytes:
-    topic_filter = (" AND topic = ANY(%s)" if filtered else "") + (PART_OF if parted else "")
+    topic_filter = _topic_filter(topics) + (PART_OF if parted else "")
     # PostgreSQL formats a UUID as text in a fraction of what ``UUID.__str__`` costs.
     stream = "originator_id::text" if text_ids else "originator_id"
     statement = SQL(_ROWS).format(

@@ -78,6 +78,20 @@ def test_a_page_carries_the_head_it_was_read_under(ledger: Ledger) -> None:
     assert set(EXECUTION_EVENTS) >= {row[3] for row in first.rows}
 
 
+def test_a_topic_list_with_quotes_and_percents_filters_as_given(ledger: Ledger) -> None:
+    """If a reader's topics hold characters SQL, the array syntax or a placeholder treat
+    specially, then its pages (live, up to a stop, and a share of the streams) hold the
+    events of the listed topics and nothing else."""
+    enqueue(ledger, 4)
+    odd = ["it's", "50%s", "%", "a,b", "{c}", 'd"e', "f\\g", "NULL", " "]
+    reader = LogReader(ledger, page_size=10, topics=[*odd, Execution.Enqueued.TOPIC])
+    live = reader.rows(0)
+    assert [row[0] for row in live.rows] == [1, 2, 3, 4]
+    assert [row[0] for row in reader.rows(0, 3).rows] == [1, 2, 3]
+    shares = [LogReader(ledger, page_size=10, topics=odd, part=(i, 2)) for i in range(2)]
+    assert [list(share.rows(0).rows) for share in shares] == [[], []]
+
+
 def test_a_connection_just_returned_is_not_checked(
     database: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
