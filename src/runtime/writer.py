@@ -82,6 +82,12 @@ class GroupCommitWriter:
         self._max_delay = max_delay
         # Items, or a marker: _STOP ends the writer, _FLUSH ends the batch being gathered.
         self._inbox: queue.SimpleQueue[_Item | str] = queue.SimpleQueue()
+        # Ends the wait of a batch being gathered early: set by a flush, a full inbox or
+        # the stop. Items alone do not wake the writer thread (see ``_next_batch``).
+        self._wake = threading.Event()
+        # Flush markers put in the inbox and not yet taken out (changed under the gate),
+        # so that the writer never clears a wake-up a waiting flush still needs.
+        self._flushes = 0
         self._closed = threading.Event()
         # Makes "check closed, then enqueue" atomic against close(), so no item can
         # land behind the stop marker and wait forever.
@@ -111,6 +117,9 @@ class GroupCommitWriter:
                 item.future.set_result(None)
             else:
                 self._inbox.put(item)
+                # Counting the first item, which the gathering writer holds already.
+                if self._inbox.qsize() + 1 >= self._max_batch:
+                    self._wake.set()
         return item.future
 
     def save(self, *aggregates: Aggregate, timeout: float | None = None) -> None:
@@ -126,6 +135,7 @@ class GroupCommitWriter:
                 return
             self._closed.set()
             self._inbox.put(_STOP)
+            self._wake.set()
         self._thread.join(timeout)
         if self._held is not None and not self._thread.is_alive():
             self._held.close()
@@ -142,28 +152,53 @@ class GroupCommitWriter:
     def flush(self) -> None:
         """Save what is queued now instead of waiting for more (a caller that knows it
         has submitted everything it had, like a scheduler tick)."""
-        self._inbox.put(_FLUSH)
+        with self._gate:
+            self._inbox.put(_FLUSH)
+            self._flushes += 1
+            self._wake.set()
 
     def _next_batch(self) -> tuple[list[_Item], bool]:
+        """The next batch: the first item, then what came until ``max_delay`` passed,
+        a flush, ``max_batch`` items or the stop. The thread sleeps through the items
+        that come meanwhile and takes them all at the end: woken by each of them, as
+        a blocking read of the inbox is, it paid a thread switch per item (ADR 66)."""
         first = self._inbox.get()
         if first == _STOP:
             return self._drain(), True
         if not isinstance(first, _Item):
+            self._flush_taken()
             return [], False  # a flush with nothing gathered
+        if self._should_wait():
+            self._wake.wait(self._max_delay)
         batch = [first]
-        deadline = time.monotonic() + self._max_delay
         while len(batch) < self._max_batch:
-            remaining = max(deadline - time.monotonic(), 0.0)
             try:
-                item = self._inbox.get(timeout=remaining)
+                item = self._inbox.get_nowait()
             except queue.Empty:
                 break
             if item == _STOP:
                 return batch + self._drain(), True
             if not isinstance(item, _Item):
+                self._flush_taken()
                 break  # flush: the caller has nothing more for this batch
             batch.append(item)
         return batch, False
+
+    def _should_wait(self) -> bool:
+        """Whether to wait for more items; if so, the wake-up is cleared first. Under
+        the gate: a flush, a submit that fills the batch or the stop comes either before
+        this look (and it says no) or after the clear (and sets the wake-up again)."""
+        with self._gate:
+            if self._flushes or self._closed.is_set():
+                return False
+            if self._inbox.qsize() + 1 >= self._max_batch:
+                return False
+            self._wake.clear()
+            return True
+
+    def _flush_taken(self) -> None:
+        with self._gate:
+            self._flushes -= 1
 
     def _drain(self) -> list[_Item]:
         items: list[_Item] = []
