@@ -98,3 +98,52 @@ def test_a_large_save_waits_for_the_lock_that_orders_the_log(
     saver.join(10)
     assert saved.is_set()
     assert ledger.recorder.max_notification_id() == len(events)
+
+
+def test_a_save_larger_than_a_chunk_reads_back_equal(ledger: Ledger) -> None:
+    """If a save's rows take several of the pieces the COPY's data is sent in, then
+    every event reads back equal, in order."""
+    spec = ExecutionSpec(handler="test.echo", payload={"text": "x" * 4000})
+    executions = [
+        Execution.enqueue(spec=spec, ready_at=AT, trigger=Trigger.ADHOC) for _ in range(100)
+    ]
+    events = [e for x in executions for e in x.collect_events()]
+    ledger.save_events(events)
+    stored, _ = LogReader(ledger, page_size=10_000, topics=()).page(0)
+    assert stored == events
+
+
+def test_a_held_connection_saves_again_after_a_clash(ledger: Ledger) -> None:
+    """If a save on a held connection clashes, then the next save through it commits,
+    on a connection with no transaction left open."""
+    held = ledger.held_connection()
+    assert held is not None
+    first = runs(1)
+    ledger.save_events([e for x in first for e in x.collect_events()], held)
+    again = Execution.enqueue(
+        spec=first[0].spec, ready_at=AT, trigger=Trigger.ADHOC, trigger_key=first[0].trigger_key
+    )
+    with pytest.raises(IntegrityError):
+        ledger.save_events([e for x in [*runs(3), again] for e in x.collect_events()], held)
+    later = runs(2)
+    ledger.save_events([e for x in later for e in x.collect_events()], held)
+    with held.connection() as conn:
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
+    held.close()
+    stored, _ = LogReader(ledger, page_size=100, topics=()).page(0)
+    assert [e.originator_id for e in stored] == [first[0].id, *(x.id for x in later)]
+
+
+def test_a_save_leaves_the_sessions_settings_alone(ledger: Ledger) -> None:
+    """If a connection's session has its own lock timeout, then a save on it (which
+    sets the recorder's for its own transaction) leaves the session's as it was and no
+    transaction open."""
+    held = ledger.held_connection()
+    assert held is not None
+    with held.connection() as conn:
+        conn.execute("SET lock_timeout = '7s'")
+    ledger.save_events([e for x in runs(2) for e in x.collect_events()], held)
+    with held.connection() as conn:
+        assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute("SHOW lock_timeout").fetchone() == {"lock_timeout": "7s"}
+    held.close()
