@@ -7,10 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import DataError, IntegrityError
+from eventsourcing.postgres import PostgresApplicationRecorder
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.persistence import bulk
 from jobledger.persistence.bulk import BULK_MIN_EVENTS
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log import LogReader
@@ -147,3 +149,25 @@ def test_a_save_leaves_the_sessions_settings_alone(ledger: Ledger) -> None:
         assert conn.info.transaction_status is psycopg.pq.TransactionStatus.IDLE
         assert conn.execute("SHOW lock_timeout").fetchone() == {"lock_timeout": "7s"}
     held.close()
+
+
+def test_a_statement_before_the_copy_that_fails_saves_nothing(
+    ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a statement of the save's query fails before its COPY starts, then the save
+    raises the server's error as eventsourcing's, nothing is saved, and the held
+    connection serves the next save."""
+    recorder = ledger.recorder
+    assert isinstance(recorder, PostgresApplicationRecorder)
+    statement = bulk._statement(recorder)
+    held = ledger.held_connection()
+    assert held is not None
+    monkeypatch.setitem(bulk._STATEMENTS, recorder, b"SELECT 1 / 0; " + statement)
+    with pytest.raises(DataError):
+        ledger.save_events([e for x in runs(2) for e in x.collect_events()], held)
+    monkeypatch.setitem(bulk._STATEMENTS, recorder, statement)
+    later = runs(1)
+    ledger.save_events([e for x in later for e in x.collect_events()], held)
+    held.close()
+    stored, _ = LogReader(ledger, page_size=100, topics=()).page(0)
+    assert [e.originator_id for e in stored] == [later[0].id]
