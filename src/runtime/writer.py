@@ -223,7 +223,12 @@ class GroupCommitWriter:
 
     def _save_isolating(self, items: Sequence[_Item], failed_ids: set[UUID]) -> None:
         """Save ``items`` in order; on a conflict, split until the culprits are found."""
-        ready = [i for i in items if not self._fail_if_dependent(i, failed_ids)]
+        # Only a split batch has failed ids: a first try asks no item for its ids.
+        ready = (
+            [i for i in items if not self._fail_if_dependent(i, failed_ids)]
+            if failed_ids
+            else items
+        )
         if not ready:
             return
         try:
