@@ -117,8 +117,7 @@ class GroupCommitWriter:
                 item.future.set_result(None)
             else:
                 self._inbox.put(item)
-                # Counting the first item, which the gathering writer holds already.
-                if self._inbox.qsize() + 1 >= self._max_batch:
+                if self._batch_waiting():
                     self._wake.set()
         return item.future
 
@@ -189,12 +188,15 @@ class GroupCommitWriter:
         the gate: a flush, a submit that fills the batch or the stop comes either before
         this look (and it says no) or after the clear (and sets the wake-up again)."""
         with self._gate:
-            if self._flushes or self._closed.is_set():
-                return False
-            if self._inbox.qsize() + 1 >= self._max_batch:
+            if self._flushes or self._closed.is_set() or self._batch_waiting():
                 return False
             self._wake.clear()
             return True
+
+    def _batch_waiting(self) -> bool:
+        """Whether a full batch is queued, counting the first item, which the gathering
+        writer holds already."""
+        return self._inbox.qsize() + 1 >= self._max_batch
 
     def _flush_taken(self) -> None:
         with self._gate:
