@@ -1,12 +1,13 @@
 """The Execution aggregate: one run of a job, every attempt in one stream."""
 
+import dataclasses
 import enum
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
-from eventsourcing.domain import Aggregate, event
+from eventsourcing.domain import Aggregate, CanMutateAggregate, event
 from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -128,11 +129,30 @@ class Execution(Aggregate):
         lease_id: uuid.UUID
         lease_expires_at: datetime
 
+        # The two events of every run a worker runs apply themselves, not through a
+        # decorated method, which matches the event's fields to the method's parameters
+        # each time (ADR 68).
+        def apply(self, aggregate: "Execution") -> None:
+            aggregate.status = ExecutionStatus.RUNNING
+            aggregate.lease_attempt = self.attempt
+            aggregate.worker_id = self.worker_id
+            aggregate.lease_id = self.lease_id
+            aggregate.lease_expires_at = self.lease_expires_at
+            aggregate.progress = None
+
     class Completed(Aggregate.Event):
         TOPIC = "jobledger:ExecutionCompleted"
         lease_id: uuid.UUID
         duration: timedelta
         result: dict[str, Any]
+
+        def apply(self, aggregate: "Execution") -> None:
+            aggregate.attempts_used = aggregate.lease_attempt
+            aggregate.status = ExecutionStatus.COMPLETED
+            aggregate.result = self.result
+            aggregate.lease_id = None
+            aggregate.worker_id = None
+            aggregate.lease_expires_at = None
 
     class Retried(Aggregate.Event):
         TOPIC = "jobledger:ExecutionRetried"
@@ -351,9 +371,9 @@ class Execution(Aggregate):
     def lease(self, *, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime) -> None:
         self._check_status(ExecutionStatus.PENDING, action="lease")
         self._check_budget_left()
-        # The event straight from its class, which then applies ``_leased``: the
-        # decorated method's call matches its arguments to the method's signature
-        # first, and a worker leases and completes every run (ADR 57).
+        # The event straight from its class: the decorated method's call matches its
+        # arguments to the method's signature first, and a worker leases and completes
+        # every run (ADR 57).
         self.trigger_event(
             self.Leased,
             attempt=self.attempts_used + 1,
@@ -442,6 +462,31 @@ class Execution(Aggregate):
         attempts used before it plus a fresh budget, not the retry policy's count."""
         return self.budget_start + self.spec.retry.max_attempts
 
+    def trigger_event(
+        self,
+        event_class: type[CanMutateAggregate[uuid.UUID]],
+        **kwargs: Any,  # noqa: ANN401 (the library's signature: any event's fields)
+    ) -> None:
+        """eventsourcing's ``trigger_event``, without the frozen dataclass's constructor
+        once a class has been through it (ADR 68): with the event's own fields in their
+        declared order, as every command here passes them, the event is set up as its
+        constructor would set it. Any other call goes the library's way, which checks
+        the class's topic and reports a field missing or unknown."""
+        if _OWN_FIELDS.get(event_class) != tuple(kwargs):
+            super().trigger_event(event_class, **kwargs)
+            _OWN_FIELDS.setdefault(event_class, _own_fields(event_class))
+            return
+        fields = {
+            "originator_id": self.id,
+            "originator_version": self.version + 1,
+            "timestamp": event_class.create_timestamp(),
+        }
+        fields.update(kwargs)
+        new_event = object.__new__(event_class)
+        object.__setattr__(new_event, "__dict__", fields)
+        new_event.mutate(self)
+        self._pending_events.append(new_event)
+
     # ---- invariants -----------------------------------------------------------------
 
     def _check_status(self, expected: ExecutionStatus, *, action: str) -> None:
@@ -485,17 +530,6 @@ class Execution(Aggregate):
 
     # ---- event application ----------------------------------------------------------
 
-    @event(Leased)
-    def _leased(
-        self, *, attempt: int, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime
-    ) -> None:
-        self.status = ExecutionStatus.RUNNING
-        self.lease_attempt = attempt
-        self.worker_id = worker_id
-        self.lease_id = lease_id
-        self.lease_expires_at = lease_expires_at
-        self.progress = None
-
     @event(Replaced)
     def _replaced(self, *, payload: dict[str, Any], by: str) -> None:
         del by
@@ -516,16 +550,6 @@ class Execution(Aggregate):
     def _progressed(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
         del lease_id
         self.progress = progress
-
-    @event(Completed)
-    def _completed(
-        self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
-    ) -> None:
-        del lease_id, duration
-        self.attempts_used = self.lease_attempt
-        self.status = ExecutionStatus.COMPLETED
-        self.result = result
-        self._clear_lease()
 
     @event(Retried)
     def _retried(
@@ -580,6 +604,16 @@ class Execution(Aggregate):
         self.lease_id = None
         self.worker_id = None
         self.lease_expires_at = None
+
+
+# The fields an event class adds to the base's id, version and timestamp, in their
+# declared order: by event class, once one of it was built by its constructor.
+_OWN_FIELDS: dict[type, tuple[str, ...]] = {}
+_BASE_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
+
+
+def _own_fields(event_class: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(event_class) if f.name not in _BASE_FIELDS)
 
 
 _EXECUTION_TOPIC = get_topic(Execution)
