@@ -204,10 +204,15 @@ class MemoryQueue:
         with self._lock:
             for name in {item.queue for item in items}:
                 self._queues[name].limits.close(moment)
+        self.stamp_load(epoch=epoch)
+
+    def stamp_load(self, *, epoch: str) -> bool:
+        with self._lock:
             meta = self._meta
-            if meta is not None and meta.loading:
-                progress = meta.load_progress + 1
-                self._meta = msgspec.structs.replace(meta, load_progress=progress)
+            if meta is None or meta.epoch != epoch or not meta.loading:
+                return False
+            self._meta = msgspec.structs.replace(meta, load_progress=meta.load_progress + 1)
+            return True
 
     def load_entries(self, batches: Iterable[Sequence[EncodedEntry]], *, epoch: str) -> int:
         count = 0

@@ -237,9 +237,9 @@ class QueueMeta(msgspec.Struct, frozen=True, kw_only=True):
     """Which log the queue follows, which rebuild it belongs to, and how far it got;
     ``loading``: the rebuild that reset the store has not written its position yet
     (another process's follower waits for it rather than race its load);
-    ``load_progress``: a count that such a load advances with every batch it writes,
-    from 1 at its reset (0: a loader that does not count), so a follower can tell a
-    live load from one whose loader died."""
+    ``load_progress``: a count that such a load advances with every batch it writes and
+    every few seconds while it runs, from 1 at its reset (0: a loader that does not
+    count), so a follower can tell a live load from one whose loader died."""
 
     store_id: str
     epoch: str
@@ -304,6 +304,12 @@ class QueueBackend(Protocol):
 
     def write_position(self, position: int, *, epoch: str) -> None:
         """Record how far the log has been applied. QueueLostError as for ``apply``."""
+        ...
+
+    def stamp_load(self, *, epoch: str) -> bool:
+        """Count a sign of life of the load under ``epoch`` in the meta's
+        ``load_progress`` (a batch written, or a beat of its loader); False, counting
+        nothing, unless the store is loading under that epoch."""
         ...
 
     def queues(self) -> set[str]:

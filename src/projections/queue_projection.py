@@ -21,6 +21,7 @@ import structlog
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.background import Background
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.errors import QueueLostError
@@ -57,10 +58,14 @@ Progress = Callable[[int, int], None]  # (done, total)
 REPLAY_PAGE = 10_000
 # How long a follower waits for another process's rebuild to finish loading before it
 # follows the queue as it is (the loader may have died; replaying from 0 repairs it):
-# after the load's count of batches last moved, or, for a loader that does not count,
-# after the follower first saw it loading.
+# after the load's count (of batches and beats) last moved, or, for a loader that does
+# not count, after the follower first saw it loading.
 LOAD_SILENCE = 30.0
 REBUILD_WAIT = 120.0
+# A rebuild's loader counts a beat this often besides its batches, so a batch that takes
+# longer than LOAD_SILENCE to read (a slow database, a large checkpoint page) is not
+# taken for a dead loader.
+LOAD_BEAT = 5.0
 # A quiet step right after a page was applied skips its look for a lost queue (the
 # apply looked at the epoch of every queue it wrote) unless the last look is this old.
 QUIET_CHECK_EVERY = 1.0
@@ -301,10 +306,11 @@ class QueueProjection:
         now = self._clock() if now is None else now
         # A checkpoint still at 0 has folded nothing of a log that may hold events:
         # such a rebuild reads the log.
-        if self.checkpoint is not None and not full and self.checkpoint.position() > 0:
-            report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress, now)
-        else:
-            report = self._rebuild_from_log(epoch, progress, self.new_isolation(), now)
+        with _LoadBeat(self.backend, epoch):
+            if self.checkpoint is not None and not full and self.checkpoint.position() > 0:
+                report = self._rebuild_from_checkpoint(self.checkpoint, epoch, progress, now)
+            else:
+                report = self._rebuild_from_log(epoch, progress, self.new_isolation(), now)
         self.epoch, self.position = epoch, report.position
         log.info(
             "queue.rebuilt",
@@ -389,6 +395,29 @@ class QueueProjection:
             if item is not None and item.version == version - 1:
                 return item
         return previous_item(self.reader.ledger, execution_id, version)
+
+
+class _LoadBeat(Background):
+    """Counts a beat of a rebuild's load every ``LOAD_BEAT`` seconds while the rebuild
+    runs (the store counts it only while it is loading under the rebuild's epoch). It
+    lives in the loader's process: once that dies, the beats stop with its batches."""
+
+    def __init__(self, backend: QueueBackend, epoch: str) -> None:
+        super().__init__("queue-load-beat")
+        self._backend, self._epoch = backend, epoch
+
+    def __enter__(self) -> None:
+        self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        while not self._stopping.wait(LOAD_BEAT):
+            try:
+                self._backend.stamp_load(epoch=self._epoch)
+            except Exception:  # noqa: BLE001 (an unreachable store fails the load itself)
+                log.debug("queue.load_beat_missed", epoch=self._epoch)
 
 
 def _restored_entries(batch: list[EncodedEntry], now: datetime) -> list[EncodedEntry]:

@@ -316,7 +316,7 @@ class RedisQueue:
                     commands.append((self._keys.queue(queue).meta, packer.pack(entries)))
                 pipeline.send_groups(commands)
                 count += len(batch)
-                self._scripts.stamp_load(keys=[self._keys.meta], args=[epoch])
+                self.stamp_load(epoch=epoch)
         self._close_windows(packers)
         return count
 
@@ -418,6 +418,9 @@ class RedisQueue:
     def write_position(self, position: int, *, epoch: str) -> None:
         if not self._scripts.write_position(keys=[self._keys.meta], args=[epoch, position]):
             raise QueueLostError
+
+    def stamp_load(self, *, epoch: str) -> bool:
+        return bool(self._scripts.stamp_load(keys=[self._keys.meta], args=[epoch]))
 
     def queues(self) -> set[str]:
         names = {_text(name) for name in self._client.smembers(self._keys.queues)}

@@ -542,6 +542,21 @@ def test_a_load_counts_its_batches_in_the_meta(backend: QueueBackend) -> None:
     assert (meta.loading, meta.load_progress, meta.position) == (False, 4, 3)
 
 
+def test_a_load_counts_beats_only_while_it_loads(backend: QueueBackend) -> None:
+    """If a loader counts a beat, then the meta's load_progress moves only while the
+    store is loading under the loader's epoch: not under another epoch, and not once
+    the position was written."""
+    backend.reset(QueueMeta(store_id="s", epoch="e2", position=0, loading=True, load_progress=1))
+    assert backend.stamp_load(epoch="e2") is True
+    assert backend.stamp_load(epoch="e1") is False
+    meta = backend.read_meta()
+    assert meta is not None
+    assert meta.load_progress == 2  # the reset's 1 and one beat
+    backend.write_position(3, epoch="e2")
+    assert backend.stamp_load(epoch="e2") is False
+    assert backend.read_meta() == QueueMeta(store_id="s", epoch="e2", position=3, load_progress=2)
+
+
 def test_a_new_epoch_refuses_the_old_one(backend: QueueBackend) -> None:
     """If the store was reset with a new epoch, then apply and write_position with the
     old one raise QueueLostError and change nothing."""

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -438,6 +439,55 @@ def test_a_follower_waits_while_a_load_moves_and_not_once_it_stops(
             pass
     assert follower.epoch == "loading"
     assert "queue.lost" not in [e["event"] for e in logs]
+    assert by_state["ready"] <= open_ids(container).keys()
+    assert verify_queue(container.reader(), container.queue) == []
+
+
+@pytest.mark.parametrize("beats", [True, False], ids=["beating", "silent"])
+def test_a_load_that_pauses_longer_than_the_silence_is_waited_for_while_it_beats(
+    container: Container, monkeypatch: pytest.MonkeyPatch, beats: bool
+) -> None:
+    """If another process's rebuild takes longer than LOAD_SILENCE between its reset and
+    its first batch (a slow read of the checkpoint), then its loader's beats keep a
+    follower waiting, and the follower then follows the rebuilt queue; without beats the
+    follower takes the loader for dead and follows the queue from position 0."""
+    executions, by_state = mixed_executions(40)
+    save_in_batches(container.ledger, executions)
+    projector = container.projector()
+    while projector.queue.step() | projector.checkpoint.step():
+        pass
+    follower = container.projector().queue
+    while follower.step():
+        pass
+    monkeypatch.setattr(queue_projection, "LOAD_SILENCE", 1.0)
+    monkeypatch.setattr(queue_projection, "LOAD_BEAT", 0.1 if beats else 600.0)
+    rebuilder = projector.queue
+    load_entries = rebuilder.backend.load_entries
+
+    def slow(*args: object, **kwargs: object) -> int:
+        time.sleep(2.5)
+        return load_entries(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rebuilder.backend, "load_entries", slow)
+    rebuild = threading.Thread(target=rebuilder.rebuild)
+    with structlog.testing.capture_logs() as logs:
+        rebuild.start()
+        wait_until(lambda: (meta := container.queue.read_meta()) is not None and meta.loading)
+        steps = []
+        while rebuild.is_alive():
+            steps.append(follower.step())
+            time.sleep(0.1)
+        rebuild.join()
+        while follower.step():
+            pass
+    events = [e["event"] for e in logs]
+    assert "queue.rebuild_awaited" in events
+    if beats:
+        assert not any(steps)
+        assert follower.epoch == rebuilder.epoch
+        assert "queue.rebuild_followed" in events
+    else:
+        assert any(steps)  # it followed the half-loaded queue from 0 meanwhile
     assert by_state["ready"] <= open_ids(container).keys()
     assert verify_queue(container.reader(), container.queue) == []
 
