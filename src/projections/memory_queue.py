@@ -245,7 +245,9 @@ class MemoryQueue:
         lease_ids: Sequence[UUID],
         ttl: timedelta,
         now: datetime,
+        acks: Sequence[Lease] = (),
     ) -> LeaseRound:
+        self.ack_many(acks)
         score = now_score(now)
         with self._lock:
             found = self._queues.get(queue)

@@ -349,11 +349,14 @@ class QueueBackend(Protocol):
         lease_ids: Sequence[UUID],
         ttl: timedelta,
         now: datetime,
+        acks: Sequence[Lease] = (),
     ) -> LeaseRound:
         """``lease``, enforcing limits: an entry over a limit of its own is set aside
         (pending, its attempt unspent) until the limit has room, so later rounds do not
         look at it again; the round reports each entry it set aside for the first time.
-        Entries of keys with room still lease in priority, then FIFO order."""
+        Entries of keys with room still lease in priority, then FIFO order. ``acks``
+        (of any queue) are dropped first, as ``ack_many`` drops them: a worker sends its
+        finished runs with its next round."""
         ...
 
     def limit_usage(self, queue: str, *, now: datetime) -> list[LimitUsage]:

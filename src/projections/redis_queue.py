@@ -17,14 +17,15 @@ log is quiet.
 
 import itertools
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import msgspec
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
@@ -104,6 +105,13 @@ def _ack_limit_keys(qkeys: QueueKeys) -> list[str]:
     return [qkeys.lim, qkeys.lim_wake, qkeys.lim_noted]
 
 
+def _held_by_queue(leases: Iterable[Lease]) -> dict[str, list[tuple[UUID, UUID]]]:
+    held: dict[str, list[tuple[UUID, UUID]]] = {}
+    for lease in leases:
+        held.setdefault(lease.queue, []).append((lease.execution_id, lease.lease_id))
+    return held
+
+
 def _allowed(
     named: NamedLimit | None, kind: str, own: str, own_per: str
 ) -> tuple[int | None, int | None]:
@@ -163,6 +171,7 @@ class RedisQueue:
         self._encoder = msgspec.msgpack.Encoder()
         # The named limits as lease.lua's arguments, and when they were read (monotonic).
         self._named: tuple[float, list[_Arg]] | None = None
+        self._round_scripts_loaded = False
 
     # ---- projection side ------------------------------------------------------------
 
@@ -485,24 +494,28 @@ class RedisQueue:
         lease_ids: Sequence[UUID],
         ttl: timedelta,
         now: datetime,
+        acks: Sequence[Lease] = (),
     ) -> LeaseRound:
         if not lease_ids:
+            self.ack_many(acks)
             return LeaseRound(leases=[])
         qkeys = self._keys.queue(queue)
         deadline = now + ttl
         # The script answers each lease id as the text it was sent: look it up, not parse.
         offered = {str(lease_id): lease_id for lease_id in lease_ids}
-        raw = self._scripts.lease(
-            keys=_lease_keys(qkeys),
-            args=[
-                now_score(now),
-                due_score(deadline),
-                encode_time(deadline),
-                qkeys.base,
-                *self._named_args(),
-                *offered,
-            ],
-        )
+        keys = _lease_keys(qkeys)
+        args: list[_Arg] = [
+            now_score(now),
+            due_score(deadline),
+            encode_time(deadline),
+            qkeys.base,
+            *self._named_args(),
+            *offered,
+        ]
+        if acks:
+            raw = self._acked_then_leased(acks, keys, args)
+        else:
+            raw = self._scripts.lease(keys=keys, args=args)
         count = 3 * int(raw[0])
         leases = [
             self._lease(queue, eid, offered[_text(lease_id)], blob, deadline)
@@ -576,28 +589,62 @@ class RedisQueue:
         )
 
     def ack(self, queue: str, execution_id: UUID, lease_id: UUID) -> bool:
-        return self._ack(queue, [(execution_id, lease_id)]) > 0
+        return self._run_acks({queue: [(execution_id, lease_id)]}) > 0
 
     def ack_many(self, leases: Iterable[Lease]) -> int:
-        groups: dict[str, list[tuple[UUID, UUID]]] = {}
-        for lease in leases:
-            groups.setdefault(lease.queue, []).append((lease.execution_id, lease.lease_id))
-        return sum(
-            self._ack(queue, chunk)
-            for queue, held in groups.items()
-            for chunk in _batches(held, APPLY_CHUNK)
-        )
+        return self._run_acks(_held_by_queue(leases))
 
-    def _ack(self, queue: str, held: Sequence[tuple[UUID, UUID]]) -> int:
-        qkeys = self._keys.queue(queue)
-        args: list[_Arg] = [now_score(self._clock()), qkeys.base]
-        args += [str(value) for pair in held for value in pair]
-        return int(
-            self._scripts.ack(
-                keys=[qkeys.leased, qkeys.state, qkeys.item, qkeys.gone, *_ack_limit_keys(qkeys)],
-                args=args,
-            )
-        )
+    def _run_acks(self, held: Mapping[str, Sequence[tuple[UUID, UUID]]]) -> int:
+        calls = self._ack_calls(held)
+        return sum(int(self._scripts.ack(keys=keys, args=args)) for keys, args in calls)
+
+    def _ack_calls(
+        self, held: Mapping[str, Sequence[tuple[UUID, UUID]]]
+    ) -> list[tuple[list[str], list[_Arg]]]:
+        """ack.lua's keys and arguments for the (execution id, lease id) pairs ``held``
+        by queue: a call per queue and chunk."""
+        calls: list[tuple[list[str], list[_Arg]]] = []
+        removed_at = now_score(self._clock())
+        for queue, pairs in held.items():
+            qkeys = self._keys.queue(queue)
+            keys = [qkeys.leased, qkeys.state, qkeys.item, qkeys.gone, *_ack_limit_keys(qkeys)]
+            for chunk in _batches(pairs, APPLY_CHUNK):
+                args: list[_Arg] = [removed_at, qkeys.base]
+                args += [str(value) for pair in chunk for value in pair]
+                calls.append((keys, args))
+        return calls
+
+    def _acked_then_leased(
+        self, acks: Sequence[Lease], keys: list[str], args: list[_Arg]
+    ) -> list[Any]:
+        """The acks' scripts and the lease script in one round trip: their EVALSHAs in a
+        pipeline (a script call through a pipeline would ask whether each script is
+        loaded first, a round trip of its own). A script the server has forgotten (a
+        restart, SCRIPT FLUSH) runs again through its ``Script``, which loads it; an ack
+        run twice drops nothing the second time."""
+        if not self._round_scripts_loaded:
+            # Loaded before the first such round, so that it acks before it leases: a
+            # script the server forgot later runs after the round, and its slots free
+            # for the next one.
+            for script in (self._scripts.ack, self._scripts.lease):
+                self._client.script_load(script.script)
+            self._round_scripts_loaded = True
+        pipe = self._client.pipeline(transaction=False)
+        calls = self._ack_calls(_held_by_queue(acks))
+        for ack_keys, ack_args in calls:
+            pipe.evalsha(self._scripts.ack.sha, len(ack_keys), *ack_keys, *ack_args)
+        pipe.evalsha(self._scripts.lease.sha, len(keys), *keys, *args)
+        *acked, raw = pipe.execute(raise_on_error=False)
+        for (ack_keys, ack_args), answer in zip(calls, acked, strict=True):
+            if isinstance(answer, NoScriptError):
+                self._scripts.ack(keys=ack_keys, args=ack_args)
+            elif isinstance(answer, Exception):
+                raise answer
+        if isinstance(raw, NoScriptError):
+            raw = self._scripts.lease(keys=keys, args=args)
+        elif isinstance(raw, Exception):
+            raise raw
+        return cast("list[Any]", raw)
 
     def release(
         self, queue: str, execution_id: UUID, lease_id: UUID, *, ready_at: datetime

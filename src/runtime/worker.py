@@ -241,7 +241,9 @@ class Worker:
         return self._record_leases(leases, executions)
 
     def _lease(self, free: int) -> tuple[list[Lease], list[Throttle]]:
-        self._send_acks()
+        # Swap first: the event loop may append while this thread sends. The finished
+        # runs go with the first round, in its round trip.
+        acks, self._acks = self._acks, []
         leases: list[Lease] = []
         throttled: list[Throttle] = []
         for name in self.config.queues:
@@ -250,10 +252,13 @@ class Worker:
                 break
             lease_ids = [random_uuid() for _ in range(wanted)]
             taken = self.queue.lease_round(
-                name, lease_ids=lease_ids, ttl=self.config.lease_ttl, now=self.now()
+                name, lease_ids=lease_ids, ttl=self.config.lease_ttl, now=self.now(), acks=acks
             )
+            acks = []
             leases += taken.leases
             throttled += taken.throttled
+        if acks:
+            self.queue.ack_many(acks)
         return leases, throttled
 
     def _note_throttled(self, throttled: list[Throttle]) -> None:

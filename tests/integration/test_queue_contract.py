@@ -259,6 +259,30 @@ def test_ack_many_drops_only_the_held_leases_of_every_queue(backend: QueueBacken
     assert backend.items("other") == []
 
 
+def test_a_lease_round_drops_the_acks_it_carries_first(backend: QueueBackend) -> None:
+    """If a lease round carries acks (of its queue and of another, one of them stale),
+    then the held ones are dropped as ack_many drops them, and the round leases what is
+    pending; without a lease id to offer it still drops them."""
+    first, second = entry(at=AT - timedelta(seconds=1)), entry()
+    third = entry()
+    other = entry(queue="other")
+    add(backend, first, second, other)
+    held = lease(backend)
+    (held_other,) = lease(backend, queue="other")
+    stale = msgspec.structs.replace(held_other, lease_id=uuid.uuid4())
+    taken = backend.lease_round(
+        Q, lease_ids=[uuid.uuid4(), uuid.uuid4()], ttl=TTL, now=AT, acks=[*held, stale]
+    )
+    assert [t.execution_id for t in taken.leases] == [second.execution_id]
+    assert open_items(backend).keys() == {second.execution_id}
+    assert open_items(backend, "other").keys() == {other.execution_id}
+    add(backend, third)
+    empty = backend.lease_round(Q, lease_ids=[], ttl=TTL, now=AT, acks=[held_other])
+    assert empty.leases == []
+    assert backend.items("other") == []
+    assert open_items(backend).keys() == {second.execution_id, third.execution_id}
+
+
 def test_a_pending_entry_has_no_lease_to_act_on(backend: QueueBackend) -> None:
     """If an entry is pending, then no lease id acks, extends or releases it."""
     item = entry()
@@ -655,6 +679,25 @@ def redis_backend(queue_client: RedisClient, clock: Clock) -> RedisQueue:
     queue = RedisQueue(queue_client, "jltest", clock=clock)
     queue.reset(META)
     return queue
+
+
+@pytest.mark.redis
+def test_a_lease_round_with_acks_loads_scripts_the_server_forgot(
+    redis_backend: RedisQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If Redis does not know the scripts of a lease round that carries acks (after a
+    SCRIPT FLUSH or a restart: here, names no script has), then the round loads them:
+    the acks are dropped and the round leases."""
+    first, second = entry(at=AT - timedelta(seconds=1)), entry()
+    add(redis_backend, first, second)
+    held = lease(redis_backend)
+    scripts = redis_backend._scripts
+    # Not SCRIPT FLUSH: the server is shared with tests running beside this one.
+    monkeypatch.setattr(scripts.ack, "sha", "0" * 40)
+    monkeypatch.setattr(scripts.lease, "sha", "1" * 40)
+    taken = redis_backend.lease_round(Q, lease_ids=[uuid.uuid4()], ttl=TTL, now=AT, acks=held)
+    assert [t.execution_id for t in taken.leases] == [second.execution_id]
+    assert [i.execution_id for i in redis_backend.items(Q)] == [second.execution_id]
 
 
 @pytest.mark.redis

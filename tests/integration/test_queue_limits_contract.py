@@ -86,6 +86,20 @@ def ids(round_: LeaseRound) -> list[UUID]:
     return [held.execution_id for held in round_.leases]
 
 
+def test_an_ack_carried_by_a_round_frees_its_slot_for_that_round(backend: QueueBackend) -> None:
+    """If a lease round carries the ack of the run holding a key's only slot, then the
+    slot is free before the round leases: the run waiting for the key leases in it."""
+    first = entry(concurrency("customer:a", 1), at=AT - timedelta(seconds=1))
+    waiting = entry(concurrency("customer:a", 1), at=AT)
+    add(backend, first, waiting)
+    held = lease(backend)
+    assert ids(held) == [first.execution_id]
+    assert ids(lease(backend)) == []
+    lease_ids = [uuid.uuid4()]
+    taken = backend.lease_round(Q, lease_ids=lease_ids, ttl=TTL, now=AT, acks=held.leases)
+    assert ids(taken) == [waiting.execution_id]
+
+
 def test_a_concurrency_key_leases_up_to_its_max_and_others_flow(backend: QueueBackend) -> None:
     """If four entries share a key with max 2 and another key has one, then a round
     leases the first two of the key and the other key's, and reports the two held back
