@@ -87,12 +87,22 @@ def database(store_settings: Settings) -> Iterator[Database]:
     database.close()
 
 
-def run(ledger: Ledger, monkeypatch: pytest.MonkeyPatch, *, at: datetime, end: str) -> uuid.UUID:
-    """An execution whose events all happen at ``at``, ending as ``end`` says."""
+def run(
+    ledger: Ledger,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    at: datetime,
+    end: str,
+    ended: datetime | None = None,
+) -> uuid.UUID:
+    """An execution enqueued at ``at`` whose other events happen at ``ended`` (``at`` if
+    not given), ending as ``end`` says."""
     with monkeypatch.context() as patch:
         patch.setattr(CanCreateTimestamp, "create_timestamp", staticmethod(lambda: at))
         spec = ExecutionSpec(handler="test.echo", retry=RetryPolicy(max_retries=0))
         execution = Execution.enqueue(spec=spec, ready_at=at, trigger=Trigger.ADHOC)
+        finished = at if ended is None else ended
+        patch.setattr(CanCreateTimestamp, "create_timestamp", staticmethod(lambda: finished))
         lease_id = uuid.uuid4()
         if end != "pending":
             execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=at)
@@ -110,20 +120,23 @@ def test_cleanup_prunes_old_finished_executions_from_the_read_models(
     ledger: Ledger, database: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If executions were completed or cancelled before the retention, then their rows
-    and attempts leave the read models; dead letters, open and newer executions stay,
+    and attempts leave the read models, however long before they were enqueued; dead
+    letters, open executions and those finished since stay (one enqueued long before),
     and the log keeps every event."""
-    old = NOW - timedelta(hours=48)
+    old, older = NOW - timedelta(hours=48), NOW - timedelta(hours=72)
     pruned = [run(ledger, monkeypatch, at=old, end=end) for end in ("completed", "cancelled")]
+    pruned.append(run(ledger, monkeypatch, at=older, ended=old, end="completed"))
     kept = [run(ledger, monkeypatch, at=old, end=end) for end in ("dead", "pending")]
     kept.append(run(ledger, monkeypatch, at=NOW, end="completed"))
+    kept.append(run(ledger, monkeypatch, at=older, ended=NOW, end="completed"))
     ReadModels(ledger, database).rebuild()
     events = ledger.recorder.max_notification_id()
     handler = make_cleanup_handler(MemoryQueue(), database)
-    assert call(handler, context(retention_hours=24))["executions_pruned"] == 2
+    assert call(handler, context(retention_hours=24))["executions_pruned"] == 3
     assert {row.id for row in list_executions(database).items} == set(kept)
     assert list_attempts(database, pruned[0]) == []
     counts = status_counts(database)["executions"]
-    assert (counts["completed"], counts["cancelled"], counts["dead_lettered"]) == (1, 0, 1)
+    assert (counts["completed"], counts["cancelled"], counts["dead_lettered"]) == (2, 0, 1)
     assert ledger.get_execution(pruned[0]).status is ExecutionStatus.COMPLETED
     assert ledger.recorder.max_notification_id() == events
     assert call(handler, context(retention_hours=24))["executions_pruned"] == 0
