@@ -5,11 +5,13 @@ A URL names a cluster by its scheme (ADR 41): ``redis+cluster://host:port`` (or
 cluster client learns the others; ``redis://`` and ``rediss://`` name one server.
 """
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
+import hiredis
 import redis
 from redis.cluster import RedisCluster
+from redis.connection import PythonRespSerializer
 
 RedisClient = redis.Redis | RedisCluster
 
@@ -29,5 +31,47 @@ def connect(url: str, **options: Any) -> RedisClient:  # noqa: ANN401 (redis-py'
     parts = urlsplit(url)
     scheme = CLUSTER_SCHEMES.get(parts.scheme)
     if scheme is None:
-        return redis.Redis.from_url(url, **options)
+        client = redis.Redis.from_url(url, **options)
+        _pack_in_hiredis(client)
+        return client
     return RedisCluster.from_url(urlunsplit(parts._replace(scheme=scheme)), **options)
+
+
+# What redis-py's encoder does by default, and hiredis does too.
+_HIREDIS_ENCODING = ("utf-8", "strict")
+# redis-py's own size above which its Python packer sends an argument as a chunk.
+_BUFFER_CUTOFF = 6000
+
+
+class _HiredisPacker:
+    """redis-py's hiredis packer less its pass over every argument in Python (a check
+    for a memoryview, then the encoder's checks of each type): hiredis packs bytes, str
+    (as UTF-8), int and float itself, as the encoder writes them. An argument hiredis
+    refuses (a memoryview, a bool, None) goes through redis-py's Python packer, which
+    packs it or raises its DataError as before (ADR 71)."""
+
+    def __init__(self, encoder: Any) -> None:  # noqa: ANN401 (redis-py's Encoder)
+        # Typed as Any: redis-py leaves its packers unannotated.
+        self._fallback: Any = PythonRespSerializer(_BUFFER_CUTOFF, encoder.encode)
+
+    def pack(self, *args: Any) -> list[bytes]:  # noqa: ANN401 (a command's arguments)
+        name = args[0]
+        # A command name of several words ("SCRIPT LOAD") goes as several, as redis-py
+        # sends it.
+        if isinstance(name, str):
+            args = (*name.encode().split(), *args[1:])
+        elif isinstance(name, bytes) and b" " in name:
+            args = (*name.split(), *args[1:])
+        try:
+            return [hiredis.pack_command(args)]
+        except TypeError:
+            return cast("list[bytes]", self._fallback.pack(*args))
+
+
+def _pack_in_hiredis(client: redis.Redis) -> None:
+    """New connections of ``client`` pack commands with ``_HiredisPacker``, unless its
+    encoder is not the UTF-8 one that hiredis's packing matches."""
+    encoder = client.get_encoder()
+    if (encoder.encoding, encoder.encoding_errors) != _HIREDIS_ENCODING:
+        return
+    client.connection_pool.connection_kwargs["command_packer"] = _HiredisPacker(encoder)
