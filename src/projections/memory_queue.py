@@ -132,7 +132,14 @@ class MemoryQueue:
             self._named.clear()
             self._meta = meta
 
-    def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
+    def apply(
+        self,
+        changes: Sequence[QueueChange],
+        *,
+        epoch: str,
+        force: bool = False,
+        position: int | None = None,
+    ) -> None:
         with self._lock:
             self._check_epoch(epoch)
             for change in changes:
@@ -141,6 +148,8 @@ class MemoryQueue:
             for change in changes:
                 queue = self._queues.setdefault(change.queue, _Queue())
                 _apply_one(queue, change, force=force, removed_at=removed_at)
+        if position is not None:
+            self.write_position(position, epoch=epoch)
 
     def apply_pauses(self, pauses: Sequence[QueuePause], *, epoch: str) -> None:
         with self._lock:

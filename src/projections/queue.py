@@ -262,10 +262,19 @@ class QueueBackend(Protocol):
         """Delete every queue key and start over with ``meta`` (the start of a rebuild)."""
         ...
 
-    def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
+    def apply(
+        self,
+        changes: Sequence[QueueChange],
+        *,
+        epoch: str,
+        force: bool = False,
+        position: int | None = None,
+    ) -> None:
         """Apply changes in order, each only if its version is newer than the stored one.
 
         ``force`` skips the version guard (a repair that writes what the log says).
+        ``position``: then record how far the log has been applied, as ``write_position``
+        does (a follower's page and its end in one step where the store can).
         Raises QueueLostError, changing nothing, if ``epoch`` is not the stored epoch.
         """
         ...

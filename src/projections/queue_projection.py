@@ -197,14 +197,19 @@ class QueueProjection:
     def _apply(self, rows: Sequence[LogRow], _start: int, position: int, *, epoch: str) -> bool:
         try:
             changes = latest_per_execution(self.fold.changes(self.reader.events(rows)))
-            self.backend.apply(changes, epoch=epoch)
-            self.backend.apply_pauses(self.fold.take_pauses(), epoch=epoch)
-            self.backend.apply_limits(self.fold.take_limits(), epoch=epoch)
+            pauses, limits = self.fold.take_pauses(), self.fold.take_limits()
+            if pauses or limits:
+                self.backend.apply(changes, epoch=epoch)
+                self.backend.apply_pauses(pauses, epoch=epoch)
+                self.backend.apply_limits(limits, epoch=epoch)
+                self.backend.write_position(position, epoch=epoch)
+            else:
+                # The usual page: its changes and its end together (ADR 72).
+                self.backend.apply(changes, epoch=epoch, position=position)
         except Exception:
             # The fold may have moved past what was applied: ask the log again.
             self.fold.forget()
             raise
-        self.backend.write_position(position, epoch=epoch)
         return True
 
     def apply_one(self, row: LogRow) -> None:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import msgspec
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -171,6 +172,8 @@ class RedisQueue:
         self._encoder = msgspec.msgpack.Encoder()
         # The named limits as lease.lua's arguments, and when they were read (monotonic).
         self._named: tuple[float, list[_Arg]] | None = None
+        # A page of one queue goes in one script call, checks included (``apply``).
+        self._whole_in_one = not isinstance(client, RedisCluster)
         self._round_scripts_loaded = False
 
     # ---- projection side ------------------------------------------------------------
@@ -241,24 +244,62 @@ class RedisQueue:
         self._named = None
         self._client.sadd(keys.queues, _listing_mark(meta.epoch))
 
-    def apply(self, changes: Sequence[QueueChange], *, epoch: str, force: bool = False) -> None:
+    def apply(
+        self,
+        changes: Sequence[QueueChange],
+        *,
+        epoch: str,
+        force: bool = False,
+        position: int | None = None,
+    ) -> None:
         for change in changes:
             check_change(change)
         groups: dict[str, list[QueueChange]] = {}
         for change in changes:
             groups.setdefault(change.queue, []).append(change)
+        if self._whole_in_one and len(groups) == 1 and len(changes) <= APPLY_CHUNK:
+            ((queue, group),) = groups.items()
+            self._apply_whole(queue, group, epoch=epoch, force=force, position=position)
+            return
         listed = self._check_epoch(epoch, list(groups))
-        removed_at = now_score(self._clock())
         for queue, group in groups.items():
-            script_keys = _apply_keys(self._keys.queue(queue))
             for chunk in _batches(group, APPLY_CHUNK):
-                args: list[_Arg] = [epoch, int(queue in listed), int(force), removed_at]
-                args.append(self._keys.queue(queue).base)
-                args += [arg for change in chunk for arg in self._change_args(change)]
-                if self._scripts.apply(keys=script_keys, args=args) < 0:
+                args = self._apply_args(queue, chunk, epoch, force=force, listed=queue in listed)
+                if self._scripts.apply(keys=_apply_keys(self._keys.queue(queue)), args=args) < 0:
                     raise QueueLostError
             if queue not in listed:
                 self._client.sadd(self._keys.queues, queue)
+        if position is not None:
+            self.write_position(position, epoch=epoch)
+
+    def _apply_whole(
+        self,
+        queue: str,
+        changes: Sequence[QueueChange],
+        *,
+        epoch: str,
+        force: bool,
+        position: int | None,
+    ) -> None:
+        """A page of one queue in one script call, which also makes the checks of the
+        store (``_check_epoch``), lists the queue and records the position: one round
+        trip instead of three (ADR 72). On one server only: on a cluster the global keys
+        live in slots of their own."""
+        args = self._apply_args(queue, changes, epoch, force=force, listed=False)
+        args[7] = "" if position is None else position
+        keys = [*_apply_keys(self._keys.queue(queue)), self._keys.meta, self._keys.queues]
+        if self._scripts.apply(keys=keys, args=args) < 0:
+            raise QueueLostError
+
+    def _apply_args(
+        self, queue: str, changes: Iterable[QueueChange], epoch: str, *, force: bool, listed: bool
+    ) -> list[_Arg]:
+        """apply.lua's arguments (see its header) for ``changes`` of ``queue``."""
+        base = self._keys.queue(queue).base
+        args: list[_Arg] = [epoch, int(listed), int(force), now_score(self._clock()), base]
+        args += [queue, _listing_mark(epoch), ""]
+        args += [arg for change in changes for arg in self._change_args(change)]
+        return args
 
     def _check_epoch(self, epoch: str, queues: list[str]) -> set[str]:
         """Fail before writing anything if any queue lost its data; returns the queues

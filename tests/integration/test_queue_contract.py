@@ -534,6 +534,23 @@ def test_write_position_records_the_position(backend: QueueBackend) -> None:
     assert backend.read_meta() == QueueMeta(store_id="s", epoch="e1", position=42)
 
 
+def test_a_page_applied_with_its_position_records_both(backend: QueueBackend) -> None:
+    """If a page is applied with the log position it ends at, then the store holds its
+    changes and that position; with another epoch it refuses both."""
+    first, second = entry(), entry(queue="other")
+    backend.apply([put(first)], epoch=META.epoch, position=7)
+    assert open_items(backend).keys() == {first.execution_id}
+    meta = backend.read_meta()
+    assert meta is not None
+    assert (meta.position, meta.loading) == (7, False)
+    backend.apply([put(second)], epoch=META.epoch, position=9)  # a queue not seen yet
+    assert backend.queues() == {Q, "other"}
+    with pytest.raises(QueueLostError):
+        backend.apply([put(entry())], epoch="e0", position=11)
+    assert len(backend.items(Q)) == 1
+    assert backend.read_meta() == msgspec.structs.replace(META, position=9)
+
+
 def test_a_store_reset_for_a_load_says_so_until_a_position_is_written(
     backend: QueueBackend,
 ) -> None:
@@ -698,6 +715,40 @@ def test_a_lease_round_with_acks_loads_scripts_the_server_forgot(
     taken = redis_backend.lease_round(Q, lease_ids=[uuid.uuid4()], ttl=TTL, now=AT, acks=held)
     assert [t.execution_id for t in taken.leases] == [second.execution_id]
     assert [i.execution_id for i in redis_backend.items(Q)] == [second.execution_id]
+
+
+@pytest.mark.redis
+def test_a_page_of_one_queue_is_one_round_trip_on_one_server(
+    redis_client: redis.Redis, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a page of one queue is applied with its position on one server, then it takes
+    one round trip (the script makes the store's checks and records the position), and
+    a page of two queues still applies; after a FLUSHALL a page is refused and writes
+    nothing."""
+    backend = RedisQueue(redis_client, "jltest", clock=clock)
+    backend.reset(META)
+    add(backend, entry())
+    pool = redis_client.connection_pool
+    taken: list[object] = []
+    get_connection = pool.get_connection
+
+    def counted(*args: object, **kwargs: object) -> object:
+        taken.append(args)
+        return get_connection(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", counted)
+    backend.apply([put(entry())], epoch=META.epoch, position=5)
+    assert len(taken) == 1
+    monkeypatch.undo()
+    backend.apply([put(entry()), put(entry(queue="other"))], epoch=META.epoch, position=6)
+    assert (len(backend.items(Q)), len(backend.items("other"))) == (3, 1)
+    meta = backend.read_meta()
+    assert meta is not None
+    assert meta.position == 6
+    redis_client.flushall()
+    with pytest.raises(QueueLostError):
+        backend.apply([put(entry())], epoch=META.epoch, position=7)
+    assert redis_client.dbsize() == 0
 
 
 @pytest.mark.redis

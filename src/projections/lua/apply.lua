@@ -1,17 +1,32 @@
 -- Applies one page of changes to one queue; a change is skipped unless its version is
 -- newer than the stored one (or force is set), so pages can be replayed safely.
 -- KEYS: 1 meta, 2 ver, 3 item, 4 state, 5 gone, 6 leased, 7 dead, 8..17 ready:0..9,
---       18 lim, 19 lim:wake, 20 lim:noted
--- ARGV: 1 epoch, 2 listed ('1' when the global queue set names this queue), 3 force
---       ('1' or '0'), 4 removal score, 5 the queue's key base, then 7 values per
---       change: execution id, version, target key index (0 removes the entry), score,
---       item, state, limits (lease.lua's lim format; empty for none)
--- Returns the number of changes applied, or -1 when the queue's data was lost.
+--       18 lim, 19 lim:wake, 20 lim:noted; on one server (not a cluster, where these
+--       live in other slots) also 21 the global meta and 22 the global queue set
+-- ARGV: 1 epoch, 2 listed ('1' when the global queue set names this queue; with KEYS
+--       21 and 22 the script looks itself), 3 force ('1' or '0'), 4 removal score,
+--       5 the queue's key base, 6 the queue's name, 7 the queue set's mark of the
+--       epoch, 8 the log position to record after the page ('' for none; only with
+--       KEYS 21 and 22), then 7 values per change: execution id, version, target key
+--       index (0 removes the entry), score, item, state, limits (lease.lua's lim
+--       format; empty for none)
+-- Returns the number of changes applied, or -1 when the store's data was lost (nothing
+-- is written then).
+
+local whole = #KEYS > 20
+local listed = ARGV[2]
+if whole then
+  -- The checks write_position and the caller's look at the store made before: the
+  -- global epoch, the queue set whole (its mark), and whether it names this queue.
+  if redis.call('HGET', KEYS[21], 'epoch') ~= ARGV[1] then return -1 end
+  if redis.call('SISMEMBER', KEYS[22], ARGV[7]) == 0 then return -1 end
+  listed = tostring(redis.call('SISMEMBER', KEYS[22], ARGV[6]))
+end
 
 local meta = redis.call('GET', KEYS[1])
 if not meta then
   -- A listed queue without its meta lost its keys; an unlisted one is new.
-  if ARGV[2] == '1' then return -1 end
+  if listed == '1' then return -1 end
   redis.call('SET', KEYS[1], ARGV[1])
 elseif meta ~= ARGV[1] then
   return -1
@@ -46,7 +61,7 @@ local function unlink_entry(id)
 end
 
 local applied = 0
-for i = 6, #ARGV, 7 do
+for i = 9, #ARGV, 7 do
   local id, version, target = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local stored = redis.call('HGET', KEYS[2], id)
   if ARGV[3] == '1' or not stored or tonumber(version) > tonumber(stored) then
@@ -76,5 +91,9 @@ for i = 6, #ARGV, 7 do
     end
     applied = applied + 1
   end
+end
+if whole then
+  if listed ~= '1' then redis.call('SADD', KEYS[22], ARGV[6]) end
+  if ARGV[8] ~= '' then redis.call('HSET', KEYS[21], 'position', ARGV[8], 'loading', '0') end
 end
 return applied
