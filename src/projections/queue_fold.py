@@ -21,6 +21,7 @@ from jobledger.domain.execution import Execution
 from jobledger.domain.limits import Limit, LimitValues, RunLimits
 from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
+from jobledger.persistence.codec import EventView
 from jobledger.projections.queue import (
     EntryLimits,
     NamedLimit,
@@ -46,13 +47,24 @@ def is_execution_event(topic: str) -> bool:
     return topic in EXECUTION_TOPICS
 
 
+# What the queue's readers decode of the two events every run a worker runs records
+# (``EventView``): a lease's worker and a completion's result and duration are skipped,
+# not decoded (ADR 73). The fold takes each view's struct for its event's class.
+QUEUE_VIEWS = (
+    EventView(Execution.Leased, ("timestamp", "attempt", "lease_id", "lease_expires_at")),
+    EventView(Execution.Completed, ()),
+)
+_LEASED_VIEW, _COMPLETED_VIEW = (view.struct for view in QUEUE_VIEWS)
+_ENDS = (Execution.Completed, Execution.Cancelled, Execution.Discarded, _COMPLETED_VIEW)
+
+
 def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None:  # noqa: ANN401 (any execution event)
     """The entry after ``domain_event``; None once the execution is finished."""
     if isinstance(domain_event, Execution.Enqueued):
         return _enqueued(domain_event)
     if previous is None:
         return None  # finished (or never enqueued): later events change nothing
-    if isinstance(domain_event, Execution.Completed | Execution.Cancelled | Execution.Discarded):
+    if isinstance(domain_event, _ENDS):
         return None
     version: int = domain_event.originator_version
     return msgspec.structs.replace(previous, version=version, **_changes(domain_event, previous))
@@ -86,6 +98,7 @@ def _dead_lettered(event: Execution.DeadLettered, _previous: QueueItem) -> dict[
 
 _CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
     Execution.Leased: _leased,
+    _LEASED_VIEW: _leased,
     Execution.Retried: lambda e, _p: _pending(e.ready_at, e.next_attempt),
     Execution.Deferred: lambda e, p: _pending(e.ready_at, p.attempt),
     Execution.Requeued: lambda e, p: _pending(e.ready_at, p.attempt + 1),

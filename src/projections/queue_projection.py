@@ -44,6 +44,7 @@ from jobledger.projections.queue import (
 )
 from jobledger.projections.queue_entries import EncodedEntry, decode_item, encode_entry
 from jobledger.projections.queue_fold import (
+    QUEUE_VIEWS,
     QueueFold,
     latest_per_execution,
     next_item,
@@ -138,7 +139,7 @@ class QueueProjection:
         counted: Callable[[str], None] | None = None,
         clock: Clock = utc_now,
     ) -> None:
-        self.reader = LogReader(ledger, page_size)
+        self.reader = LogReader(ledger, page_size, views=QUEUE_VIEWS)
         self.backend = backend
         self._clock = clock
         self.store_id = store_id
@@ -447,7 +448,7 @@ class CheckpointProjection:
         page_size: int = 2000,
         isolation: Isolation | None = None,
     ) -> None:
-        self.reader = LogReader(ledger, page_size)
+        self.reader = LogReader(ledger, page_size, views=QUEUE_VIEWS)
         self.checkpoint = checkpoint
         self.fold = QueueFold(self._load_previous)
         self.position: int | None = None

@@ -13,9 +13,16 @@ from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.queue import Queue
+from jobledger.persistence.codec import MsgspecMapper
 from jobledger.projections.memory_queue import MemoryQueue
 from jobledger.projections.queue import QueueItem, QueueMeta, QueuePause, QueueState, decode_spec
-from jobledger.projections.queue_fold import PreviousLoader, QueueFold, next_item, next_pause
+from jobledger.projections.queue_fold import (
+    QUEUE_VIEWS,
+    PreviousLoader,
+    QueueFold,
+    next_item,
+    next_pause,
+)
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 COMMANDS = ["lease", "complete", "fail", "expire", "defer", "cancel", "requeue", "stale"]
@@ -214,3 +221,27 @@ def test_a_replay_keeps_the_newest_pause_record() -> None:
     registered = events[0]
     assert isinstance(registered, Queue.Registered)
     assert next_pause(registered) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_events_read_through_the_queue_views_fold_as_whole_ones(data: st.DataObject) -> None:
+    """If the queue's readers decode leases and completions through their views (the
+    rest of the state skipped), then the fold makes the same changes, in the same
+    order, as it makes of the whole events."""
+    histories = [history(data) for _ in range(data.draw(st.integers(1, 4)))]
+    log = interleave(data, histories)
+    mapper = MsgspecMapper()
+    viewed = mapper.viewed(QUEUE_VIEWS)
+
+    def through_views(domain_event: Any) -> Any:
+        stored = mapper.to_stored_event(domain_event)
+        return viewed(stored.originator_id, stored.originator_version, stored.topic, stored.state)
+
+    read = [through_views(e) for e in log]
+    ends = (Execution.Leased, Execution.Completed)
+    assert all(
+        type(r) is not type(e) for r, e in zip(read, log, strict=True) if isinstance(e, ends)
+    )
+    whole = list(QueueFold(log_loader(log)).changes(log))
+    assert list(QueueFold(log_loader(log)).changes(read)) == whole
