@@ -102,6 +102,30 @@ class Execution(Aggregate):
         workflow_id: uuid.UUID | None = None
         step: str | None = None
 
+        def mutate(self, aggregate: Any) -> Any:  # noqa: ANN401 (the library's signature)
+            """The run this event begins, as the library's ``mutate`` makes it, without
+            matching the event's fields to the two initializers' parameters each time:
+            every run a worker leases is loaded from it (ADR 68)."""
+            if aggregate is not None:
+                return super().mutate(aggregate)  # which refuses it
+            run = Execution.__new__(Execution)
+            run.__base_init__(self.originator_id, self.originator_version, self.timestamp)
+            # The initializer's body, as the library's mutate calls it.
+            Execution.__init__(
+                run,
+                job_id=self.job_id,
+                spec=self.spec,
+                trigger=self.trigger,
+                scheduled_for=self.scheduled_for,
+                trigger_key=self.trigger_key,
+                ready_at=self.ready_at,
+                attempt=self.attempt,
+                upstream_results=self.upstream_results,
+                workflow_id=self.workflow_id,
+                step=self.step,
+            )
+            return run
+
     class Skipped(Aggregate.Created):
         """An occurrence that will never run, recorded as an execution of its own so
         that its id (the occurrence's) says it was decided: an upstream run it waited
