@@ -32,6 +32,7 @@ from psycopg.generators import copy_end, copy_to, execute
 from psycopg.pq import ExecStatus
 from psycopg.sql import SQL, Identifier
 
+from jobledger.persistence.codec import StoredRow
 from jobledger.persistence.held import HeldConnection
 
 # From how many events a save takes COPY: every save. Even a save of one event costs
@@ -61,7 +62,7 @@ _TOPICS_KEPT = 1000
 @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
 def copy_events(
     recorder: PostgresApplicationRecorder,
-    stored: Sequence[StoredEvent],
+    stored: Sequence[StoredEvent | StoredRow],
     held: HeldConnection | None = None,
 ) -> None:
     """Append ``stored`` in order, in one transaction, as the recorder would; on
@@ -104,7 +105,7 @@ def _append(conn: psycopg.Connection[Any], statement: bytes, data: bytes) -> Non
         raise psycopg.DatabaseError(msg) from error
 
 
-def binary_rows(stored: Sequence[StoredEvent]) -> bytes:
+def binary_rows(stored: Sequence[StoredEvent | StoredRow]) -> bytes:
     """``stored`` as the rows of a binary COPY into (originator_id uuid,
     originator_version int8, topic text, state bytea), with its header and trailer."""
     parts = [_HEADER]

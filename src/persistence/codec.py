@@ -27,6 +27,15 @@ from eventsourcing.utils import get_topic, resolve_topic
 _ROW_FIELDS = frozenset({"originator_id", "originator_version"})
 
 
+class StoredRow(typing.NamedTuple):
+    """A stored event's columns, in ``StoredEvent``'s order and names."""
+
+    originator_id: UUID
+    originator_version: int
+    topic: str
+    state: bytes
+
+
 class MsgspecTranscoder(Transcoder):
     """Untyped JSON; used where the event class is not known (upcasting, audit dumps)."""
 
@@ -159,6 +168,11 @@ class MsgspecMapper(Mapper[UUID]):
         self._topics: dict[str, tuple[type[Any], msgspec.json.Decoder[Any] | None]] = {}
 
     def to_stored_event(self, domain_event: DomainEventProtocol[UUID]) -> StoredEvent:
+        return StoredEvent(*self.to_stored_row(domain_event))
+
+    def to_stored_row(self, domain_event: DomainEventProtocol[UUID]) -> StoredRow:
+        """``to_stored_event``'s columns, without the frozen dataclass: a bulk save
+        writes them as they are (1.5 µs an event less)."""
         # A copy less the row's fields: a comprehension over the fields took twice as long
         # as encoding them.
         state = vars(domain_event).copy()
@@ -171,11 +185,11 @@ class MsgspecMapper(Mapper[UUID]):
             data = self.compressor.compress(data)
         if self.cipher:
             data = self.cipher.encrypt(data)
-        return StoredEvent(
-            originator_id=domain_event.originator_id,
-            originator_version=domain_event.originator_version,
-            topic=get_topic(type(domain_event)),
-            state=data,
+        return StoredRow(
+            domain_event.originator_id,
+            domain_event.originator_version,
+            get_topic(type(domain_event)),
+            data,
         )
 
     def to_domain_event(self, stored_event: StoredEvent) -> DomainEventProtocol[UUID]:

@@ -102,7 +102,13 @@ class Ledger(Application[UUID]):
         """
         recorder = self.recorder
         if len(events) >= BULK_MIN_EVENTS and isinstance(recorder, PostgresApplicationRecorder):
-            copy_events(recorder, [self.mapper.to_stored_event(e) for e in events], held)
+            mapper = self.mapper
+            store = (
+                mapper.to_stored_row
+                if isinstance(mapper, MsgspecMapper)
+                else mapper.to_stored_event
+            )
+            copy_events(recorder, [store(e) for e in events], held)
             return
         processing_event: ProcessingEvent[UUID] = ProcessingEvent()
         processing_event.events.extend(events)
