@@ -57,6 +57,8 @@ _Arg = str | int | bytes  # a script argument
 
 # One script call applies at most this many changes, so no call blocks Redis for long.
 APPLY_CHUNK = 500
+# apply.lua's argument that holds the log position to record (ARGV[8]: zero-based 7).
+_APPLY_POSITION = 7
 # Entries per batch of a bulk load (four commands per queue and batch).
 LOAD_CHUNK = 10_000
 # How long a queue uses the named limits it read before it reads them again: a change
@@ -286,7 +288,7 @@ class RedisQueue:
         trip instead of three (ADR 72). On one server only: on a cluster the global keys
         live in slots of their own."""
         args = self._apply_args(queue, changes, epoch, force=force, listed=False)
-        args[7] = "" if position is None else position
+        args[_APPLY_POSITION] = "" if position is None else position
         keys = [*_apply_keys(self._keys.queue(queue)), self._keys.meta, self._keys.queues]
         if self._scripts.apply(keys=keys, args=args) < 0:
             raise QueueLostError
