@@ -286,3 +286,20 @@ class MsgspecMapper(Mapper[UUID]):
             from_version += 1
         state_type = _state_decoder(event_class).type
         return _state_as_dict(msgspec.convert(raw, state_type, strict=False))
+
+
+def row_decoder(mapper: Mapper[UUID]) -> typing.Callable[[UUID | str, int, str, bytes], Any]:
+    """How a stored event's columns become its domain event: straight from them with
+    this module's mapper; through a ``StoredEvent`` with any other."""
+    if isinstance(mapper, MsgspecMapper):
+        return mapper.decode_event
+    return functools.partial(_decode_stored, mapper)
+
+
+def _decode_stored(
+    mapper: Mapper[UUID], originator_id: UUID | str, version: int, topic: str, state: bytes
+) -> Any:  # noqa: ANN401 (any domain event)
+    stored = StoredEvent(
+        originator_id=originator_id, originator_version=version, topic=topic, state=state
+    )
+    return mapper.to_domain_event(stored)

@@ -21,7 +21,6 @@ from eventsourcing.persistence import (
     InterfaceError,
     Mapper,
     OperationalError,
-    StoredEvent,
 )
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
@@ -32,7 +31,7 @@ from jobledger.domain.execution import Execution
 from jobledger.domain.limits import Limit
 from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
-from jobledger.persistence.codec import EventView, MsgspecMapper
+from jobledger.persistence.codec import EventView, MsgspecMapper, row_decoder
 from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.background import Background
@@ -160,7 +159,7 @@ class LogReader:
         reads a few fields of its most frequent events); keeping the id as text, if
         ``text_ids``."""
         if not isinstance(mapper, MsgspecMapper):
-            return functools.partial(_decode_stored, mapper)
+            return row_decoder(mapper)
         if not self.views:
             return mapper.decode_keyed if self.text_ids else mapper.decode_event
         viewed = mapper.viewed(self.views)
@@ -261,15 +260,6 @@ class LogReader:
         recorder = self.ledger.recorder
         page = read_rows(recorder, position - 1, limit=1, stop=position)
         return next((row for row in page.rows if row[0] == position), None)
-
-
-def _decode_stored(
-    mapper: Mapper[UUID], originator_id: UUID | str, version: int, topic: str, state: bytes
-) -> Any:  # noqa: ANN401 (any domain event)
-    stored = StoredEvent(
-        originator_id=originator_id, originator_version=version, topic=topic, state=state
-    )
-    return mapper.to_domain_event(stored)
 
 
 _ROWS = (

@@ -6,19 +6,19 @@ statement; other stores load them one by one through the repository.
 """
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import InterfaceError, Mapper, OperationalError, StoredEvent
+from eventsourcing.persistence import InterfaceError, OperationalError
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Identifier
 
-from jobledger.persistence.codec import MsgspecMapper
+from jobledger.persistence.codec import row_decoder
 from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
 
@@ -41,7 +41,8 @@ def load_many(
     recorder = ledger.recorder
     if not isinstance(recorder, PostgresApplicationRecorder):
         return _one_by_one(ledger, kind, ids)
-    decode = _decoder(ledger.mapper)
+    # Straight from the columns, without a StoredEvent (a worker loads every run it leases).
+    decode = row_decoder(ledger.mapper)
     found: dict[UUID, A] = {}
     aggregate: Any = None
     current: UUID | None = None
@@ -54,21 +55,6 @@ def load_many(
         aggregate = domain_event.mutate(aggregate)
     _keep(found, kind, current, aggregate)
     return found
-
-
-def _decoder(mapper: Mapper[UUID]) -> Callable[[UUID, int, str, bytes], Any]:
-    """How a row of a stream becomes its event: straight from the columns with our mapper,
-    without a ``StoredEvent`` between (a worker loads every run it leases)."""
-    if isinstance(mapper, MsgspecMapper):
-        return mapper.decode_event
-
-    def through_stored(originator_id: UUID, version: int, topic: str, state: bytes) -> Any:  # noqa: ANN401 (any domain event)
-        stored = StoredEvent(
-            originator_id=originator_id, originator_version=version, topic=topic, state=state
-        )
-        return mapper.to_domain_event(stored)
-
-    return through_stored
 
 
 def _keep(found: dict[UUID, A], kind: type[A], key: UUID | None, aggregate: object) -> None:
