@@ -174,9 +174,7 @@ class Execution(Aggregate):
             aggregate.attempts_used = aggregate.lease_attempt
             aggregate.status = ExecutionStatus.COMPLETED
             aggregate.result = self.result
-            aggregate.lease_id = None
-            aggregate.worker_id = None
-            aggregate.lease_expires_at = None
+            aggregate._clear_lease()  # noqa: SLF001 (an event of the aggregate applies itself)
 
     class Retried(Aggregate.Event):
         TOPIC = "jobledger:ExecutionRetried"
