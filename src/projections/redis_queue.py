@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import msgspec
+import structlog
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
@@ -52,6 +53,7 @@ from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import DEFAULT_PREFIX, Keys, QueueKeys
 from jobledger.projections.times import decode_time, due_score, encode_time, now_score
 
+log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
 _Arg = str | int | bytes  # a script argument
 
@@ -678,15 +680,20 @@ class RedisQueue:
             pipe.evalsha(self._scripts.ack.sha, len(ack_keys), *ack_keys, *ack_args)
         pipe.evalsha(self._scripts.lease.sha, len(keys), *keys, *args)
         *acked, raw = pipe.execute(raise_on_error=False)
+        failed = 0
         for (ack_keys, ack_args), answer in zip(calls, acked, strict=True):
             if isinstance(answer, NoScriptError):
                 self._scripts.ack(keys=ack_keys, args=ack_args)
             elif isinstance(answer, Exception):
-                raise answer
+                failed += 1
         if isinstance(raw, NoScriptError):
             raw = self._scripts.lease(keys=keys, args=args)
         elif isinstance(raw, Exception):
             raise raw
+        if failed:
+            # The lease ran: raising now would leave its entries leased to nobody until
+            # their ttl. An ack only hurries what the log's completion does anyway.
+            log.warning("queue.acks_failed", calls=failed, acks=len(acks))
         return cast("list[Any]", raw)
 
     def release(

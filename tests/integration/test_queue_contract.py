@@ -12,6 +12,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 from tests.integration.queue_backends import AT, META, REDIS_BACKENDS, TTL, Clock, Q
 
 from jobledger.projections.errors import QueueLostError
@@ -715,6 +716,28 @@ def test_a_lease_round_with_acks_loads_scripts_the_server_forgot(
     taken = redis_backend.lease_round(Q, lease_ids=[uuid.uuid4()], ttl=TTL, now=AT, acks=held)
     assert [t.execution_id for t in taken.leases] == [second.execution_id]
     assert [i.execution_id for i in redis_backend.items(Q)] == [second.execution_id]
+
+
+@pytest.mark.redis
+def test_a_failed_ack_keeps_the_rounds_leases(
+    redis_backend: RedisQueue, queue_client: RedisClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If an ack of a lease round answers an error (not a forgotten script), then the
+    round still hands over what it leased, the failed ack's entry stays leased for the
+    log's completion to drop, and the failure is logged."""
+    first, second = entry(at=AT - timedelta(seconds=1)), entry()
+    add(redis_backend, first, second)
+    held = lease(redis_backend)
+    failing = queue_client.script_load("return redis.error_reply('ack refused')")
+    monkeypatch.setattr(redis_backend._scripts.ack, "sha", failing)
+    with capture_logs() as logs:
+        taken = redis_backend.lease_round(Q, lease_ids=[uuid.uuid4()], ttl=TTL, now=AT, acks=held)
+    assert [t.execution_id for t in taken.leases] == [second.execution_id]
+    assert {i.execution_id for i in redis_backend.items(Q)} == {
+        first.execution_id,
+        second.execution_id,
+    }
+    assert [e["event"] for e in logs if e["log_level"] == "warning"] == ["queue.acks_failed"]
 
 
 @pytest.mark.redis
