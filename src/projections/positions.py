@@ -8,11 +8,14 @@ _WRITE = (
     "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
     "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
 )
-_ENSURE = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, 0) ON CONFLICT (name) DO NOTHING"
+# A no-op write of the row, made first if missing: it takes the row's lock, so
+# concurrent appliers of a page queue up here, and answers where the follower stands
+# once the lock is held (one statement where a lock and a read took three).
+_LOCK = (
+    "INSERT INTO jobledger_positions (name, position) VALUES (?, 0) "
+    "ON CONFLICT (name) DO UPDATE SET position = jobledger_positions.position "
+    "RETURNING position"
 )
-# A no-op write: it takes the row's lock, so concurrent appliers of a page queue up here.
-_LOCK = "UPDATE jobledger_positions SET position = position WHERE name = ?"
 
 
 class Position:
@@ -36,13 +39,15 @@ class Position:
     def lock(self, cursor: Cursor) -> None:
         """Hold the row until the transaction ends: appliers of the same follower in
         other processes wait here."""
-        cursor.execute(_ENSURE, (self.name,))
-        cursor.execute(_LOCK, (self.name,))
+        self._locked(cursor)
 
     def claim(self, cursor: Cursor, start: int) -> bool:
         """Lock the position; True if it is still ``start`` (nobody applied the page)."""
-        self.lock(cursor)
-        return self.read(cursor) == start
+        return self._locked(cursor) == start
+
+    def _locked(self, cursor: Cursor) -> int:
+        cursor.execute(_LOCK, (self.name,))
+        return fetched(cursor)
 
 
 def fetched(cursor: Cursor) -> int:

@@ -3,6 +3,7 @@ with the page, a pooled connection checked only after it idled, a page's writes
 pipelined, and a step that lets events gather after a page short of full. Each keeps
 what it replaced."""
 
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections import database as database_module
 from jobledger.projections.database import PostgresDatabase
 from jobledger.projections.log import EXECUTION_EVENTS, LogReader, LogRow
+from jobledger.projections.positions import Position
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
 from jobledger.projections.read_models import ReadModels
 
@@ -191,6 +193,36 @@ def test_a_position_moved_by_another_process_is_read_again(
     with database.transaction(snapshot=True) as cursor:
         cursor.execute("SELECT count(*), sum(version) FROM jobledger_rm_executions")
         assert tuple(cursor.fetchone()) == (7, 7)
+
+
+def test_a_claim_waits_for_the_holder_and_answers_its_position(
+    database: PostgresDatabase, postgres_url: str
+) -> None:
+    """If another transaction holds a follower's position and moves it, then a claim
+    in a second process waits for its commit and refuses the old start; a claim of the
+    new start holds, and a follower's first claim makes its row at 0."""
+    name = f"claim-{uuid.uuid4().hex}"
+    other_database = PostgresDatabase(postgres_url, max_size=1)
+    answers: list[bool] = []
+
+    def claim_from_zero() -> None:
+        with other_database.transaction() as cursor:
+            answers.append(Position(other_database, name).claim(cursor, 0))
+
+    try:
+        with database.transaction() as cursor:
+            assert Position(database, name).claim(cursor, 0)
+            waiter = threading.Thread(target=claim_from_zero)
+            waiter.start()
+            waiter.join(timeout=0.5)
+            assert waiter.is_alive()  # waits for the lock
+            Position(database, name).write(cursor, 5)
+        waiter.join(timeout=10)
+        assert answers == [False]
+        with other_database.transaction() as cursor:
+            assert Position(other_database, name).claim(cursor, 5)
+    finally:
+        other_database.close()
 
 
 def test_the_stamp_read_with_a_page_moves_with_every_change_of_the_quarantine(
