@@ -519,8 +519,10 @@ class Accounts:
         """The first admin, created if no enabled admin exists: ``(user, created)``.
 
         The password is only needed to create it. It must be set in any mode; in
-        production it must also meet the password rules (WeakAdminPasswordError).
+        production it must also meet the password rules (WeakAdminPasswordError). The
+        API calls this as it starts, so the sign-in's dummy hash is made here too.
         """
+        self._passwords.prepare()
         name = validate_username(username)
         existing = self._an_admin(name)
         if existing is not None:

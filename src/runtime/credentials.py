@@ -88,10 +88,16 @@ class PasswordHashing:
         self._hasher = hasher or _DEFAULT_HASHER
         if self._hasher.type is not argon2.Type.ID:
             raise ValueError("passwords are hashed with argon2id; pass a hasher of that type")
-        # Made up front (once per hasher), so the first unknown username is not slower
-        # than the next ones.
+
+    def prepare(self) -> None:
+        """Make the dummy hash now (once per hasher), so that the first unknown username
+        is not slower than the next ones. A process that signs nobody in never calls it:
+        a hash takes its memory cost (64 MiB by default) while it runs."""
+        self._dummy()
+
+    def _dummy(self) -> str:
         with _HASHING_AT_ONCE:
-            self._dummy = _dummy_hash(self._hasher)
+            return _dummy_hash(self._hasher)
 
     def hash(self, password: str) -> str:
         with _HASHING_AT_ONCE:
@@ -101,8 +107,9 @@ class PasswordHashing:
         """Whether ``password`` matches ``stored``; None (no such user) checks a dummy
         hash instead, so the answer takes as long as for a wrong password."""
         try:
+            checked = stored or self._dummy()
             with _HASHING_AT_ONCE:
-                self._hasher.verify(stored or self._dummy, password)
+                self._hasher.verify(checked, password)
         except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
             return False
         return stored is not None

@@ -44,11 +44,15 @@ ACCOUNT_TABLES = (
 
 
 class CountingHasher(argon2.PasswordHasher):
-    """Cheap parameters, and a count of the verifications it made."""
+    """Cheap parameters, and a count of the hashes and verifications it made."""
 
     def __init__(self, time_cost: int = 1) -> None:
         super().__init__(time_cost=time_cost, memory_cost=8, parallelism=1)
-        self.verified = 0
+        self.verified = self.hashed = 0
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        self.hashed += 1
+        return super().hash(password, salt=salt)
 
     def verify(self, hash: str | bytes, password: str | bytes) -> Literal[True]:  # noqa: A002 (the base class's name)
         self.verified += 1
@@ -277,6 +281,32 @@ class SlowCountingHasher(CountingHasher):
             self.verified += 1
         time.sleep(0.05)
         return argon2.PasswordHasher.verify(self, hash, password)
+
+
+def test_only_the_api_start_and_sign_in_make_a_hash(
+    accounts: Accounts, hasher: CountingHasher
+) -> None:
+    """If accounts are set up (every role that builds the use cases does), then no
+    argon2 hash is made (each takes 64 MiB while it runs); the API's start makes the
+    dummy hash for unknown usernames once, and a sign-in of an unknown name makes none."""
+    assert hasher.hashed == 0
+    accounts.ensure_admin("admin", PASSWORD, production=False, now=T0)
+    assert hasher.hashed == 2  # the dummy, and the admin's password
+    with pytest.raises(InvalidCredentialsError):
+        accounts.login("nobody", PASSWORD, address="192.0.2.1", now=T0)
+    assert (hasher.hashed, hasher.verified) == (2, 1)
+
+
+def test_an_unknown_name_is_checked_against_a_dummy_made_on_first_use(
+    database: Database,
+) -> None:
+    """If a process signs in an unknown name before the dummy hash was made, then the
+    dummy is made then, and the name is refused."""
+    hasher = CountingHasher()
+    accounts = Accounts(database, AccountSettings(), hasher=hasher)
+    with pytest.raises(InvalidCredentialsError):
+        accounts.login("nobody", PASSWORD, address="192.0.2.1", now=T0)
+    assert (hasher.hashed, hasher.verified) == (1, 1)
 
 
 def test_concurrent_guesses_get_no_more_checks_than_the_limit(database: Database) -> None:
