@@ -12,8 +12,6 @@ from datetime import date
 from functools import lru_cache
 from typing import Final
 
-import holidays
-
 from jobledger.domain.errors import InvalidDefinitionError
 
 MAX_CALENDARS: Final = 10
@@ -27,6 +25,8 @@ _FIX: Final = (
 @lru_cache(maxsize=1)
 def _supported() -> dict[str, frozenset[str]]:
     """Each country code the table knows, with its subdivision codes."""
+    import holidays  # noqa: PLC0415 (11 MiB of tables: loaded by the first schedule that names a calendar)
+
     return {
         country: frozenset(subdivisions)
         for country, subdivisions in holidays.list_supported_countries().items()
@@ -58,6 +58,8 @@ def holiday_dates(name: str, year: int) -> frozenset[date]:
     if match is None:
         raise ValueError(f"{name!r} is not a calendar name")
     country, subdivision = match.groups()
+    import holidays  # noqa: PLC0415 (as in _supported)
+
     table = holidays.country_holidays(country, subdiv=subdivision, years=year)
     return frozenset(day for day in table if day.year == year)
 
