@@ -27,7 +27,7 @@ import msgspec
 import structlog
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.projections.errors import QueueLostError
@@ -680,21 +680,36 @@ class RedisQueue:
             pipe.evalsha(self._scripts.ack.sha, len(ack_keys), *ack_keys, *ack_args)
         pipe.evalsha(self._scripts.lease.sha, len(keys), *keys, *args)
         *acked, raw = pipe.execute(raise_on_error=False)
-        failed = 0
-        for (ack_keys, ack_args), answer in zip(calls, acked, strict=True):
-            if isinstance(answer, NoScriptError):
-                self._scripts.ack(keys=ack_keys, args=ack_args)
-            elif isinstance(answer, Exception):
-                failed += 1
         if isinstance(raw, NoScriptError):
+            # Nothing leased yet: the forgotten acks go first, as in the pipeline.
+            failed = self._acked_again(calls, acked)
             raw = self._scripts.lease(keys=keys, args=args)
         elif isinstance(raw, Exception):
             raise raw
+        else:
+            failed = self._acked_again(calls, acked)
         if failed:
             # The lease ran: raising now would leave its entries leased to nobody until
             # their ttl. An ack only hurries what the log's completion does anyway.
             log.warning("queue.acks_failed", calls=failed, acks=len(acks))
         return cast("list[Any]", raw)
+
+    def _acked_again(
+        self, calls: Sequence[tuple[list[str], list[_Arg]]], answers: Sequence[object]
+    ) -> int:
+        """Run again the acks whose script the server had forgotten (on a cluster, a
+        master that failed over forgets its scripts while others remember theirs); how
+        many of the round's acks failed, there or in the pipeline."""
+        failed = 0
+        for (ack_keys, ack_args), answer in zip(calls, answers, strict=True):
+            if isinstance(answer, NoScriptError):
+                try:
+                    self._scripts.ack(keys=ack_keys, args=ack_args)
+                except RedisError:
+                    failed += 1
+            elif isinstance(answer, Exception):
+                failed += 1
+        return failed
 
     def release(
         self, queue: str, execution_id: UUID, lease_id: UUID, *, ready_at: datetime

@@ -718,18 +718,40 @@ def test_a_lease_round_with_acks_loads_scripts_the_server_forgot(
     assert [i.execution_id for i in redis_backend.items(Q)] == [second.execution_id]
 
 
+class _RefusingAck:
+    """An ack script the server does not know (NOSCRIPT in the pipeline) and whose run
+    again fails, as right after a cluster master failed over."""
+
+    sha = "0" * 40
+
+    def __init__(self, script: object) -> None:
+        self.script = script
+
+    def __call__(self, **_call: object) -> object:
+        raise redis.exceptions.ResponseError("ack refused")
+
+
 @pytest.mark.redis
+@pytest.mark.parametrize("way", ["error answer", "forgotten, then refused"])
 def test_a_failed_ack_keeps_the_rounds_leases(
-    redis_backend: RedisQueue, queue_client: RedisClient, monkeypatch: pytest.MonkeyPatch
+    redis_backend: RedisQueue,
+    queue_client: RedisClient,
+    monkeypatch: pytest.MonkeyPatch,
+    way: str,
 ) -> None:
-    """If an ack of a lease round answers an error (not a forgotten script), then the
-    round still hands over what it leased, the failed ack's entry stays leased for the
-    log's completion to drop, and the failure is logged."""
+    """If an ack of a lease round fails (its script answers an error, or the server had
+    forgotten it and its run again fails), then the round still hands over what it
+    leased, the failed ack's entry stays leased for the log's completion to drop, and
+    the failure is logged."""
     first, second = entry(at=AT - timedelta(seconds=1)), entry()
     add(redis_backend, first, second)
     held = lease(redis_backend)
-    failing = queue_client.script_load("return redis.error_reply('ack refused')")
-    monkeypatch.setattr(redis_backend._scripts.ack, "sha", failing)
+    scripts = redis_backend._scripts
+    if way == "error answer":
+        failing = queue_client.script_load("return redis.error_reply('ack refused')")
+        monkeypatch.setattr(scripts.ack, "sha", failing)
+    else:
+        monkeypatch.setattr(scripts, "ack", _RefusingAck(scripts.ack.script))
     with capture_logs() as logs:
         taken = redis_backend.lease_round(Q, lease_ids=[uuid.uuid4()], ttl=TTL, now=AT, acks=held)
     assert [t.execution_id for t in taken.leases] == [second.execution_id]
