@@ -680,14 +680,12 @@ class RedisQueue:
             pipe.evalsha(self._scripts.ack.sha, len(ack_keys), *ack_keys, *ack_args)
         pipe.evalsha(self._scripts.lease.sha, len(keys), *keys, *args)
         *acked, raw = pipe.execute(raise_on_error=False)
-        if isinstance(raw, NoScriptError):
-            # Nothing leased yet: the forgotten acks go first, as in the pipeline.
-            failed = self._acked_again(calls, acked)
-            raw = self._scripts.lease(keys=keys, args=args)
-        elif isinstance(raw, Exception):
+        if isinstance(raw, Exception) and not isinstance(raw, NoScriptError):
             raise raw
-        else:
-            failed = self._acked_again(calls, acked)
+        # Before a forgotten lease runs again, as in the pipeline: its slots free for it.
+        failed = self._acked_again(calls, acked)
+        if isinstance(raw, NoScriptError):
+            raw = self._scripts.lease(keys=keys, args=args)
         if failed:
             # The lease ran: raising now would leave its entries leased to nobody until
             # their ttl. An ack only hurries what the log's completion does anyway.
