@@ -34,6 +34,7 @@ from jobledger.projections.queue import (
     QueueState,
     Throttle,
     check_change,
+    later_deadline,
 )
 from jobledger.projections.queue_entries import EncodedEntry, decode_item
 from jobledger.projections.times import due_score, now_score
@@ -392,17 +393,30 @@ class _Round:
 
 
 def _apply_one(queue: _Queue, change: QueueChange, *, force: bool, removed_at: int) -> None:
-    stored = queue.versions.get(change.execution_id)
+    eid = change.execution_id
+    stored = queue.versions.get(eid)
     if not force and stored is not None and change.version <= stored:
         return
-    queue.remove(change.execution_id)
-    queue.versions[change.execution_id] = change.version
+    if change.unchanged and not force and stored == change.version - 1:
+        _move_version(queue, eid, change.version)
+        return
+    previous = queue.remove(eid)
+    queue.versions[eid] = change.version
     if change.item is None:
-        queue.gone[change.execution_id] = removed_at
-        queue.limits.forget(change.execution_id)
+        queue.gone[eid] = removed_at
+        queue.limits.forget(eid)
     else:
-        queue.gone.pop(change.execution_id, None)
-        queue.insert(change.item)
+        queue.gone.pop(eid, None)
+        queue.insert(later_deadline(change.item, previous))
+
+
+def _move_version(queue: _Queue, eid: UUID, version: int) -> None:
+    """An event that left the entry as it was: only its version moves on (an entry the
+    worker side acked stays gone)."""
+    queue.versions[eid] = version
+    item = queue.items.get(eid)
+    if item is not None:
+        queue.items[eid] = msgspec.structs.replace(item, version=version)
 
 
 def _lease_one(found: _Queue, queue: str, eid: UUID, lease_id: UUID, deadline: datetime) -> Lease:

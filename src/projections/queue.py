@@ -105,12 +105,19 @@ class QueueChange(msgspec.Struct, frozen=True, kw_only=True):
 
     ``item`` is the whole new entry; ``None`` removes the entry (terminal state),
     leaving a tombstone at ``version``. ``queue`` says where the entry lives.
+
+    ``unchanged`` marks an event that leaves the entry as it was (a progress report, a
+    throttle note): a store that holds the version just before it only moves the
+    version on. Putting ``item`` instead would undo what the worker side did since the
+    last event (a heartbeat's later deadline, a lease taken, an entry set aside by a
+    limit), none of which the log records.
     """
 
     execution_id: UUID
     queue: str
     version: int
     item: QueueItem | None
+    unchanged: bool = False
 
     @classmethod
     def put(cls, item: QueueItem) -> "QueueChange":
@@ -420,6 +427,23 @@ def encode_spec(spec: WorkSpec) -> bytes:
 
 def decode_spec(data: bytes) -> WorkSpec:
     return _spec_decoder.decode(data)
+
+
+def later_deadline(item: QueueItem, previous: QueueItem | None) -> QueueItem:
+    """``item`` as it replaces ``previous``: a lease the store already holds keeps the
+    later of its two deadlines. Heartbeats move a deadline on in the store only (they
+    are not events), so an event of the same lease carries its first deadline, and
+    putting that back would expire a run whose worker is alive (apply.lua does the same).
+    """
+    if (
+        previous is None
+        or item.state is not QueueState.LEASED
+        or previous.state is not QueueState.LEASED
+        or previous.lease_id != item.lease_id
+        or previous.at <= item.at
+    ):
+        return item
+    return msgspec.structs.replace(item, at=previous.at)
 
 
 def check_change(change: QueueChange) -> None:

@@ -108,6 +108,12 @@ _CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
 }
 
 
+def leaves_entry(domain_event: Any) -> bool:  # noqa: ANN401 (any execution event)
+    """Whether an event of an open run leaves its queue entry as it was: only the
+    version moves on (a progress report, a throttle note, an expiry before its retry)."""
+    return type(domain_event) not in _CHANGES
+
+
 def _with_payload(spec: bytes, payload: dict[str, Any]) -> bytes:
     return encode_spec(msgspec.structs.replace(decode_spec(spec), payload=payload))
 
@@ -304,7 +310,11 @@ class QueueFold:
         version: int = domain_event.originator_version
         if item is not None:
             return QueueChange(
-                execution_id=execution_id, queue=item.queue, version=version, item=item
+                execution_id=execution_id,
+                queue=item.queue,
+                version=version,
+                item=item,
+                unchanged=previous is not None and leaves_entry(domain_event),
             )
         if previous is None:
             return None

@@ -336,7 +336,7 @@ class RedisQueue:
         return [
             str(change.execution_id),
             change.version,
-            target,
+            -target if change.unchanged else target,
             due_score(item.at),
             encode_item(item),
             f"{item.priority}|{lease_id}|",

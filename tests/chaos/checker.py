@@ -17,6 +17,9 @@ checkers, the promises jobledger makes whatever breaks meanwhile:
 - every handler invocation ran on a lease the log recorded, every completion made its
   side effect; a side effect made more than once (at-least-once) is counted, with the
   fault that caused it, but is not a violation;
+- no lease expired while its worker heartbeated: an expiry needs a fault on that
+  worker's process (killed, stopped, its clock off) or on a shared store during the
+  lease;
 - no role exited by itself.
 """
 
@@ -37,6 +40,7 @@ from tests.chaos.folds import (
     EPOCH,
     FIRE_SLACK,
     IDEMPOTENCY,
+    LIVE_LEASE,
     LOST,
     MISFIRE,
     OPEN,
@@ -63,6 +67,7 @@ from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 LEDGER_HANDLERS = frozenset({"chaos.effect", "chaos.failing"})
 PLAN_SPREAD = timedelta(seconds=1)  # the events of one tick's plan for a job are this close
 SHARED_STORES = frozenset({"redis", "postgresql"})
+FAULT_SLACK = timedelta(seconds=1)  # how long before a lease a fault may still end it
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,7 @@ def check(history: History) -> Verdict:
     _check_idempotency(history, runs, say)
     _check_views(history, runs, skip, say)
     _check_effects(history.effects, runs, say)
+    _check_live_leases(runs, history.faults, say)
     for exit_ in history.exits:
         role, _, how = exit_.partition(": ")
         say(Violation(ROLE_EXIT, role, how))
@@ -380,6 +386,31 @@ def _check_effects(effects: Sequence[Effect], runs: Mapping[UUID, Run], say: Say
             say(
                 Violation(
                     EFFECT, f"execution {run.id}", "completed, but its attempt made no side effect"
+                )
+            )
+
+
+def _check_live_leases(runs: Mapping[UUID, Run], faults: Sequence[Fault], say: Say) -> None:
+    """Every lease that expired had a fault to explain it: on its worker's process, or
+    on a shared store, between the lease and its expiry. A live worker's heartbeats
+    keep its lease, however long the run and whatever it reports meanwhile."""
+    for run in runs.values():
+        for lease, expired_at in run.expiries:
+            pid = _pid(lease.worker)
+            during = [
+                f for f in faults if f.start <= expired_at and f.end >= lease.at - FAULT_SLACK
+            ]
+            if any(f.pid is not None and f.pid == pid for f in during):
+                continue
+            if any(f.target in SHARED_STORES for f in during):
+                continue
+            held = (expired_at - lease.at).total_seconds()
+            say(
+                Violation(
+                    LIVE_LEASE,
+                    f"execution {run.id}",
+                    f"attempt {lease.attempt} on {lease.worker} expired after {held:.1f} s"
+                    " with no fault on its worker or a shared store",
                 )
             )
 

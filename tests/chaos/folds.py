@@ -32,6 +32,7 @@ IDEMPOTENCY = "idempotency"
 EFFECT = "effect"
 QUARANTINE = "quarantine"
 ROLE_EXIT = "role exited"
+LIVE_LEASE = "live lease expired"
 
 PENDING, RUNNING = ExecutionStatus.PENDING, ExecutionStatus.RUNNING
 COMPLETED, DEAD_LETTERED = ExecutionStatus.COMPLETED, ExecutionStatus.DEAD_LETTERED
@@ -84,6 +85,7 @@ class Run:
     leases: list[Lease] = field(default_factory=list)
     completed_by: UUID | None = None  # the lease of its completion
     settlements: dict[UUID, str] = field(default_factory=dict)  # lease id -> what settled it
+    expiries: list[tuple[Lease, datetime]] = field(default_factory=list)  # and when
 
     def status_at(self, position: int) -> ExecutionStatus | None:
         """Its status just before ``position`` (None before it existed)."""
@@ -247,6 +249,7 @@ class ExecutionFold:
         lease = self._outcome(event)
         if lease is not None and self._current is lease:
             self._expiring = lease.lease_id
+            self.run.expiries.append((lease, event.at))
 
     def _deferred(self, event: Event) -> None:
         lease = self._outcome(event)

@@ -7,7 +7,9 @@ goes on, so a worker killed with -9 never loses a side effect that its execution
 log could count; at worst the last line of a file is cut short.
 
 ``chaos.effect`` waits (``seconds``, or until ``until`` seconds after the occurrence
-it runs for), stopping early when cancelled, then makes its side effect.
+it runs for), stopping early when cancelled, then makes its side effect; with
+``progress_every`` it reports its progress that often while it waits, each report a
+new message (so each is an event of the log).
 ``chaos.failing`` waits the same way and then fails: it never makes one.
 """
 
@@ -49,6 +51,21 @@ def _seconds(ctx: HandlerContext) -> float:
     return float(ctx.payload.get("seconds", 0.2))
 
 
+async def _wait(ctx: HandlerContext, seconds: float) -> bool:
+    """Sleep ``seconds``, reporting progress every ``progress_every`` seconds if asked;
+    False if cancelled."""
+    every = float(ctx.payload.get("progress_every", 0)) or seconds
+    waited, step = 0.0, 0
+    while waited < seconds:
+        pause = min(every, seconds - waited)
+        if not await ctx.sleep(pause):
+            return False
+        waited, step = waited + pause, step + 1
+        if waited < seconds:
+            await ctx.progress(100 * waited / seconds, f"step {step}", {"waited": waited})
+    return True
+
+
 async def _invoke(ctx: HandlerContext, *, succeed: bool) -> dict[str, Any]:
     invocation = {
         "invocation": uuid.uuid4().hex,
@@ -59,7 +76,7 @@ async def _invoke(ctx: HandlerContext, *, succeed: bool) -> dict[str, Any]:
     await asyncio.to_thread(_append, {**invocation, "step": "start", "at": time.time()})
     durable = False
     try:
-        if not await ctx.sleep(_seconds(ctx)):
+        if not await _wait(ctx, _seconds(ctx)):
             raise HandlerCancelledError("cancelled while waiting")
         if not succeed:
             raise HandlerError("chaos.failing fails every attempt")

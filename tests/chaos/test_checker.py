@@ -443,6 +443,38 @@ def test_a_duplicated_side_effect_is_counted_with_its_cause() -> None:
     ]
 
 
+def long_run_expired(story: Story, worker: str) -> uuid.UUID:
+    """A run whose first lease, on ``worker``, expired 31 s in while it reported progress."""
+    execution_id = story.enqueue(T0)
+    first = story.lease(execution_id, T0, worker=worker)
+    story.add(execution_id, "ExecutionProgressed", T0 + seconds(1), lease_id=first, progress={})
+    story.retry(execution_id, first, T0 + seconds(31), T0 + seconds(33), expired=True)
+    second = story.lease(execution_id, T0 + seconds(33), attempt=2, worker=worker)
+    story.run_handler(execution_id, T0 + seconds(33), attempt=2, worker=worker)
+    story.complete(execution_id, second, T0 + seconds(40))
+    return execution_id
+
+
+def test_a_lease_that_expired_under_a_live_worker_is_named() -> None:
+    """If a lease expired with no fault on its worker's process or on a shared store
+    while it was held, then the checker names a live lease expired; a SIGSTOP of that
+    worker, or a Redis outage, during the lease explains it, and a fault on another
+    worker or before the lease does not."""
+    story = Story()
+    execution_id = long_run_expired(story, worker="host-100")
+    verdict = check(story.history())
+    assert [v.subject for v in verdict.named(folds.LIVE_LEASE)] == [f"execution {execution_id}"]
+    assert len(verdict.violations) == 1
+    assert "attempt 1 on host-100 expired after 31.0 s" in verdict.violations[0].detail
+    elsewhere = Fault("SIGSTOP worker", "worker2", T0 + seconds(2), T0 + seconds(20), pid=200)
+    before = Fault("kill -9 worker", "worker1", T0 - seconds(30), T0 - seconds(20), pid=100)
+    assert len(check(story.history(faults=[elsewhere, before])).named(folds.LIVE_LEASE)) == 1
+    stopped = Fault("SIGSTOP worker", "worker1", T0 + seconds(2), T0 + seconds(20), pid=100)
+    outage = Fault("redis kill -9", "redis", T0 + seconds(25), T0 + seconds(27))
+    for fault in (stopped, outage):
+        assert check(story.history(faults=[fault])).violations == []
+
+
 def test_a_role_exit_and_an_unexpected_quarantine_are_named() -> None:
     """If a role exited by itself, or a stream not written as unprojectable was
     quarantined, then the checker names both; the injected stream is left out."""

@@ -203,7 +203,12 @@ class Workload:
         self._queue(Request("trigger", uuid.uuid4().hex, path))
 
     def _long_run(self) -> None:
-        body = {"handler": "chaos.effect", "payload": {"seconds": 8}, "retry": RETRY}
+        # Several lease ttls long; every other one reports its progress as it goes (each
+        # report an event the queue folds while heartbeats extend the lease).
+        payload: dict[str, Any] = {"seconds": 8}
+        if self.rng.random() < 0.5:
+            payload["progress_every"] = 0.5
+        body = {"handler": "chaos.effect", "payload": payload, "retry": RETRY}
         request = Request("adhoc", uuid.uuid4().hex, "/api/v1/executions", body, cancel=True)
         self._queue(request)
 

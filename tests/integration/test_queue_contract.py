@@ -355,6 +355,154 @@ def test_a_lease_recorded_in_the_log_is_held(backend: QueueBackend) -> None:
     assert backend.items(Q) == []
 
 
+# ---- a live lease keeps its deadline ---------------------------------------------------------
+
+
+def unchanged(item: QueueItem, version: int) -> QueueChange:
+    """The change of an event that leaves ``item`` as it was (a progress report)."""
+    moved = msgspec.structs.replace(item, version=version)
+    return QueueChange(
+        execution_id=item.execution_id,
+        queue=item.queue,
+        version=version,
+        item=moved,
+        unchanged=True,
+    )
+
+
+def recorded_lease(backend: QueueBackend) -> tuple[QueueItem, Lease]:
+    """A run leased by a worker, with its lease recorded in the log and applied."""
+    item = entry()
+    add(backend, item)
+    (held,) = lease(backend)
+    logged = entry(
+        item.execution_id, version=2, state=QueueState.LEASED, lease_id=held.lease_id, at=AT + TTL
+    )
+    add(backend, logged)
+    return logged, held
+
+
+def test_an_unchanged_event_keeps_an_extended_deadline(backend: QueueBackend) -> None:
+    """If a heartbeat extends a lease and then a progress report of that lease is
+    applied, then the lease expires at the extended deadline, not at its first one."""
+    logged, held = recorded_lease(backend)
+    later = AT + 3 * TTL
+    assert backend.extend(Q, logged.execution_id, held.lease_id, deadline=later)
+    backend.apply([unchanged(logged, 3), unchanged(logged, 4)], epoch=META.epoch)
+    assert backend.expired(Q, now=AT + 2 * TTL, limit=10) == []
+    assert backend.expired(Q, now=later, limit=10) == [(logged.execution_id, held.lease_id)]
+    (current,) = backend.items(Q)
+    assert (current.at, current.version, current.lease_id) == (later, 4, held.lease_id)
+
+
+def test_a_put_of_the_same_lease_never_moves_its_deadline_back(backend: QueueBackend) -> None:
+    """If an entry of the lease that holds it is put again with an earlier deadline (a
+    page that folded several events, or a replay), then the later deadline stays; under
+    another lease, the new deadline is taken."""
+    logged, held = recorded_lease(backend)
+    later = AT + 3 * TTL
+    assert backend.extend(Q, logged.execution_id, held.lease_id, deadline=later)
+    add(backend, msgspec.structs.replace(logged, version=3))
+    assert backend.expired(Q, now=AT + 2 * TTL, limit=10) == []
+    (current,) = backend.items(Q)
+    assert (current.at, current.version) == (later, 3)
+    other = msgspec.structs.replace(logged, version=4, lease_id=uuid.uuid4(), at=AT + TTL)
+    add(backend, other)
+    assert backend.expired(Q, now=AT + TTL, limit=10) == [(logged.execution_id, other.lease_id)]
+
+
+def test_a_later_deadline_in_the_log_replaces_an_earlier_one(backend: QueueBackend) -> None:
+    """If the log's entry of the holding lease has a later deadline than the store's,
+    then the later one is taken (a deadline only moves forward)."""
+    logged, held = recorded_lease(backend)
+    add(backend, msgspec.structs.replace(logged, version=3, at=AT + 2 * TTL))
+    assert backend.expired(Q, now=AT + TTL, limit=10) == []
+    assert backend.expired(Q, now=AT + 2 * TTL, limit=10) == [(logged.execution_id, held.lease_id)]
+
+
+def test_an_unchanged_event_keeps_a_lease_the_log_has_not_seen(backend: QueueBackend) -> None:
+    """If a worker leased an entry and a note that leaves it as it was (a throttle) is
+    applied before the lease's own event, then the entry stays leased, not offered
+    again, and its next lease carries the new version."""
+    item = entry()
+    add(backend, item)
+    (held,) = lease(backend)
+    backend.apply([unchanged(item, 2)], epoch=META.epoch)
+    assert lease(backend, now=AT + timedelta(seconds=1)) == []
+    assert backend.release(Q, item.execution_id, held.lease_id, ready_at=AT)
+    (again,) = lease(backend, now=AT + timedelta(seconds=1))
+    assert again.version == 2
+
+
+def test_an_unchanged_event_after_an_ack_keeps_the_entry_gone(backend: QueueBackend) -> None:
+    """If a worker acked its lease and a progress report of it is applied afterwards,
+    then the entry stays gone and only the version moves on."""
+    logged, held = recorded_lease(backend)
+    assert backend.ack(Q, logged.execution_id, held.lease_id)
+    backend.apply([unchanged(logged, 3)], epoch=META.epoch)
+    assert backend.items(Q) == []
+    add(backend, msgspec.structs.replace(logged, version=3))  # not newer: ignored
+    assert backend.items(Q) == []
+
+
+def test_an_unchanged_event_over_an_older_store_is_put(backend: QueueBackend) -> None:
+    """If the store holds a version older than the one just before an unchanged event
+    (a page that folded the lease and its progress into one change), then the event's
+    entry is put whole."""
+    item = entry()
+    add(backend, item)
+    leased = entry(
+        item.execution_id, version=2, state=QueueState.LEASED, lease_id=uuid.uuid4(), at=AT + TTL
+    )
+    backend.apply([unchanged(leased, 3)], epoch=META.epoch)
+    assert lease(backend, now=AT + timedelta(days=1)) == []
+    assert backend.expired(Q, now=AT + TTL, limit=10) == [(item.execution_id, leased.lease_id)]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    history=st.lists(
+        st.one_of(
+            st.tuples(st.just("extend"), st.integers(1, 60_000)),
+            st.tuples(st.just("progress"), st.integers(1, 3)),
+            st.tuples(st.just("replay"), st.just(0)),
+        ),
+        max_size=25,
+    )
+)
+def test_a_live_leases_deadline_is_the_latest_extension_seen(
+    backend: QueueBackend, history: list[tuple[str, int]]
+) -> None:
+    """If a held lease gets heartbeats, progress reports (in pages of any size) and
+    replays of its events, in any order, then its deadline is the latest extension
+    seen (its first deadline before any)."""
+    backend.reset(META)
+    logged, held = recorded_lease(backend)
+    applied, version, latest = [put(logged)], 2, logged.at
+    for step, value in history:
+        if step == "extend":  # a heartbeat: its time's now + ttl, so always later
+            latest += timedelta(milliseconds=value)
+            assert backend.extend(Q, logged.execution_id, held.lease_id, deadline=latest)
+        elif step == "progress":
+            page = [unchanged(logged, version + n) for n in range(1, value + 1)]
+            version += value
+            applied += page
+            backend.apply(page, epoch=META.epoch)
+        else:
+            backend.apply(applied, epoch=META.epoch)
+    (current,) = backend.items(Q)
+    assert (current.state, current.lease_id, current.at) == (
+        QueueState.LEASED,
+        held.lease_id,
+        latest,
+    )
+    assert backend.expired(Q, now=latest - timedelta(milliseconds=1), limit=1) == []
+
+
 # ---- the version guard ----------------------------------------------------------------------
 
 
@@ -964,15 +1112,21 @@ def changes_of(draw: st.DrawFn, execution_id: UUID) -> list[QueueChange]:
         if state is None:
             changes.append(removal(execution_id, version, queue_of(execution_id)))
             continue
+        at = AT + timedelta(milliseconds=draw(st.integers(-5000, 5000)))
+        lease_id = None
+        if state is QueueState.LEASED:
+            # As in a log: every event of one lease carries that lease's deadline.
+            lease_id = draw(st.sampled_from(LEASE_IDS))
+            at = AT + timedelta(seconds=lease_id.int % 100)
         item = entry(
             execution_id,
             queue=queue_of(execution_id),
             priority=draw(st.integers(0, 9)),
             version=version,
             state=state,
-            at=AT + timedelta(milliseconds=draw(st.integers(-5000, 5000))),
+            at=at,
             attempt=draw(st.integers(1, 3)),
-            lease_id=draw(st.sampled_from(LEASE_IDS)) if state is QueueState.LEASED else None,
+            lease_id=lease_id,
         )
         changes.append(put(item))
     return changes

@@ -12,6 +12,7 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.domain.progress import Progress
 from jobledger.domain.queue import Queue
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.projections.memory_queue import MemoryQueue
@@ -25,7 +26,18 @@ from jobledger.projections.queue_fold import (
 )
 
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
-COMMANDS = ["lease", "complete", "fail", "expire", "defer", "cancel", "requeue", "stale"]
+COMMANDS = [
+    "lease",
+    "complete",
+    "fail",
+    "expire",
+    "defer",
+    "cancel",
+    "requeue",
+    "stale",
+    "progress",
+    "throttle",
+]
 
 
 def history(data: st.DataObject) -> list[Any]:
@@ -65,6 +77,10 @@ def run(execution: Execution, command: str, *, at: datetime) -> None:
             execution.cancel(by="op", reason="r")
         case "requeue":
             execution.requeue(by="op", reason="r", at=at)
+        case "progress":
+            execution.report_progress(lease_id=lease_id, progress=Progress(message=str(at)))
+        case "throttle":
+            execution.throttle(kind="concurrency", limit="k", at=at)
         case _:
             execution.complete(lease_id=uuid.uuid4(), duration=timedelta(1), result={})
 
@@ -176,6 +192,28 @@ def test_the_fold_follows_each_event() -> None:
     assert requeued.at == T0 + timedelta(hours=1)
     assert enqueued is not None
     assert decode_spec(enqueued.spec).handler == "test.echo"
+
+
+def test_only_an_event_that_leaves_the_entry_as_it_was_is_marked_unchanged() -> None:
+    """If a leased run reports progress, then that change is marked unchanged (a store
+    holding the version before only moves the version on), with the lease's entry; the
+    enqueue, the lease and the completion are not."""
+    execution = Execution.enqueue(
+        spec=ExecutionSpec(handler="test.echo", queue="q"), ready_at=T0, trigger=Trigger.ADHOC
+    )
+    lease_id = uuid.uuid4()
+    execution.lease(worker_id="w", lease_id=lease_id, lease_expires_at=T0 + timedelta(minutes=1))
+    execution.report_progress(lease_id=lease_id, progress=Progress(percent=50))
+    execution.complete(lease_id=lease_id, duration=timedelta(1), result={})
+    changes = list(QueueFold(_no_previous).changes(execution.collect_events()))
+    assert [c.unchanged for c in changes] == [False, False, True, False]
+    progressed = changes[2].item
+    assert progressed is not None
+    assert (progressed.state, progressed.lease_id, progressed.version) == (
+        QueueState.LEASED,
+        lease_id,
+        3,
+    )
 
 
 def _no_previous(_execution_id: uuid.UUID, _version: int) -> QueueItem | None:

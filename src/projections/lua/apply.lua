@@ -8,8 +8,12 @@
 --       5 the queue's key base, 6 the queue's name, 7 the queue set's mark of the
 --       epoch, 8 the log position to record after the page ('' for none; only with
 --       KEYS 21 and 22), then 7 values per change: execution id, version, target key
---       index (0 removes the entry), score, item, state, limits (lease.lua's lim
---       format; empty for none)
+--       index (0 removes the entry; negative: the event left the entry as it was, see
+--       below), score, item, state, limits (lease.lua's lim format; empty for none)
+-- An entry the worker side holds keeps what it did since the last apply, none of which
+-- the log records: an unchanged entry whose stored version is the one just before only
+-- moves its version on (and its item, which carries it), and a leased entry put again
+-- under the lease that holds it keeps the later of the two deadlines (heartbeats).
 -- Returns the number of changes applied, or -1 when the store's data was lost (nothing
 -- is written then).
 
@@ -60,11 +64,36 @@ local function unlink_entry(id)
   if rkey ~= '' then redis.call('ZREM', base .. ':lim:wait:r:' .. rkey, id) end
 end
 
+-- The score and state to put a leased entry with: the held lease's later deadline
+-- wins. A state untouched since it was applied has no exact time; the score then
+-- stands for it (to the millisecond, rounded up as due scores are).
+local function held_deadline(id, score, state)
+  local held = redis.call('HGET', KEYS[4], id)
+  if not held then return score, state end
+  local priority, lease_id, exact = string.match(held, '^(%d)|([^|]*)|(.*)$')
+  if lease_id == '' or state ~= priority .. '|' .. lease_id .. '|' then return score, state end
+  local live = redis.call('ZSCORE', KEYS[6], id)
+  if not live or tonumber(live) <= tonumber(score) then return score, state end
+  if exact == '' then exact = string.format('%.0f', tonumber(live) * 1000) end
+  return live, state .. exact
+end
+
 local applied = 0
 for i = 9, #ARGV, 7 do
   local id, version, target = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local stored = redis.call('HGET', KEYS[2], id)
-  if ARGV[3] == '1' or not stored or tonumber(version) > tonumber(stored) then
+  local newer = ARGV[3] == '1' or not stored or tonumber(version) > tonumber(stored)
+  if target < 0 and newer and ARGV[3] ~= '1' and stored
+      and tonumber(version) == tonumber(stored) + 1 then
+    redis.call('HSET', KEYS[2], id, version)
+    if redis.call('HEXISTS', KEYS[3], id) == 1 then redis.call('HSET', KEYS[3], id, ARGV[i + 4]) end
+    applied = applied + 1
+    newer = false
+  end
+  if target < 0 then target = -target end
+  if newer then
+    local score, state = ARGV[i + 3], ARGV[i + 5]
+    if target == 6 then score, state = held_deadline(id, score, state) end
     unlink_entry(id)
     redis.call('HSET', KEYS[2], id, version)
     if target == 0 then
@@ -75,9 +104,9 @@ for i = 9, #ARGV, 7 do
       redis.call('ZADD', KEYS[5], ARGV[4], id)
     else
       redis.call('HSET', KEYS[3], id, ARGV[i + 4])
-      redis.call('HSET', KEYS[4], id, ARGV[i + 5])
+      redis.call('HSET', KEYS[4], id, state)
       redis.call('ZREM', KEYS[5], id)
-      redis.call('ZADD', KEYS[target], ARGV[i + 3], id)
+      redis.call('ZADD', KEYS[target], score, id)
       local desc = ARGV[i + 6]
       if desc == '' then
         redis.call('HDEL', KEYS[18], id)
