@@ -51,15 +51,15 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
             "SQLITE_DBNAME": str(settings.sqlite_path),
             "SQLITE_LOCK_TIMEOUT": "30",
         }
-    params = _postgres_params(settings.database_url)
+    params = libpq_params(settings.database_url)
     return {
         **common,
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_DBNAME": params.get("dbname") or params.get("user") or "postgres",
-        "POSTGRES_HOST": params.get("host") or "127.0.0.1",
-        "POSTGRES_PORT": params.get("port") or "5432",
-        "POSTGRES_USER": params.get("user") or "postgres",
-        "POSTGRES_PASSWORD": params.get("password") or "",
+        "POSTGRES_DBNAME": params["dbname"],
+        "POSTGRES_HOST": params["host"],
+        "POSTGRES_PORT": params["port"],
+        "POSTGRES_USER": params["user"],
+        "POSTGRES_PASSWORD": params["password"],
         "POSTGRES_POOL_SIZE": str(settings.database_pool_size),
         # Room beyond the pool's size for the connections a process keeps for its hot
         # paths (the writer's, a worker's lease reads, the projector's followers): held,
@@ -72,6 +72,28 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         # draw dead ones, and the call fails although the server is back).
         "POSTGRES_PRE_PING": "y",
     }
+
+
+def libpq_params(url: str) -> dict[str, str]:
+    """The URL's connection parameters, each one it leaves out as libpq would take it
+    (``PGUSER`` or the OS user, ``PGDATABASE`` or the user's name, ``PGHOST`` or the
+    local socket, ``PGPORT``, ``PGPASSWORD``): the event store, which needs each named,
+    then connects as every other connection of the process does with the bare URL."""
+    given = _postgres_params(url)
+    defaults = {
+        option.keyword.decode(): option.val.decode()
+        for option in psycopg.pq.Conninfo.get_defaults()
+        if option.val is not None
+    }
+    params = {key: given.get(key) or defaults.get(key, "") for key in _EVENT_STORE_PARAMS}
+    # libpq's own fallbacks: the database named after the user; an empty host is the
+    # local socket, in the folder the library was built with.
+    params["dbname"] = params["dbname"] or params["user"]
+    params["port"] = params["port"] or "5432"
+    return params
+
+
+_EVENT_STORE_PARAMS = ("dbname", "host", "port", "user", "password")
 
 
 def _postgres_params(url: str) -> dict[str, str]:
