@@ -1,6 +1,7 @@
 """Loading handlers: built-ins, entry points and dotted paths, with one-line errors."""
 
 import re
+import sys
 import uuid
 from importlib.metadata import EntryPoint
 from pathlib import Path
@@ -175,3 +176,21 @@ def test_a_module_that_declares_nothing_usable_is_a_settings_error(
     module = _module(source, tmp_path, monkeypatch)
     with pytest.raises(SettingsError, match=f"JOBLEDGER_HANDLERS: .*{message}"):
         load_registry((module,))
+
+
+@pytest.mark.parametrize("form", ["module", "dotted"])
+def test_a_handler_module_is_found_in_the_current_folder(
+    form: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If JOBLEDGER_HANDLERS names a package of the current folder, which is not on the
+    path (a console script's path does not hold it), then it is imported from there,
+    as uvicorn and celery find an app's module."""
+    package = tmp_path / f"shop_{uuid.uuid4().hex[:8]}"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text(DECLARING)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    setting = f"{package.name}.jobs" if form == "module" else f"ping={package.name}.jobs:ping"
+    handlers = load_registry((setting,))
+    assert ("reports.ping" if form == "module" else "ping") in handlers.names()

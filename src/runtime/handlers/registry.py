@@ -4,6 +4,7 @@ declared handlers from the settings."""
 import importlib
 import inspect
 import json
+import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -145,9 +146,18 @@ def _declared(module_name: str) -> list[HandlerDeclaration[..., Any]]:
     return found
 
 
+def _importable(module_name: str) -> types.ModuleType:
+    """The module, found in the current folder first, as uvicorn and celery look for an
+    app's module and ``python -m`` does: handlers are the project's own code, run from
+    its folder."""
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    return importlib.import_module(module_name)
+
+
 def _import_module(module_name: str) -> types.ModuleType:
     try:
-        return importlib.import_module(module_name)
+        return _importable(module_name)
     except Exception as error:  # noqa: BLE001 (any failure to import is the setting's fault)
         raise SettingsError(
             f"JOBLEDGER_HANDLERS: cannot import module {module_name!r} "
@@ -178,7 +188,7 @@ def _import(name: str, path: str) -> Handler:
             "name=package.module:function; separate several with commas"
         )
     try:
-        handler: Handler = getattr(importlib.import_module(module_name), attribute)
+        handler: Handler = getattr(_importable(module_name), attribute)
     except Exception as error:  # noqa: BLE001 (any failure to import is the setting's fault)
         raise SettingsError(
             f"JOBLEDGER_HANDLERS: cannot load handler {name!r} from {path!r} "
