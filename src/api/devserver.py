@@ -13,6 +13,7 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.errors import SettingsError
 from jobledger.runtime.lifecycle import Part, WorkerRunner, run_parts, stop_on_signals
 from jobledger.runtime.scheduler import SchedulerService
+from jobledger.runtime.settings import mask_url
 from jobledger.services.accounts import DEV_ADMIN_PASSWORD
 from jobledger.services.actors import operator_of_store
 from jobledger.services.application import Services
@@ -95,4 +96,5 @@ def _announce(container: Container, say: Say) -> None:
         else f"{DEV_ADMIN_PASSWORD!r} (unless it was changed since)"
     )
     say(f"jobledger dev: log in as {settings.admin_username!r} with the password {password}")
-    say("jobledger dev: press Ctrl+C to stop; the event log stays in " + str(settings.sqlite_path))
+    where = mask_url(settings.database_url) if settings.uses_postgres else str(settings.sqlite_path)
+    say(f"jobledger dev: press Ctrl+C to stop; the event log stays in {where}")
