@@ -17,7 +17,7 @@ import msgspec
 import redis
 import structlog
 
-from jobledger import apply_cli
+from jobledger import apply_cli, token_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
 from jobledger.domain.policies import BackfillOverlap
@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_job_commands(commands)
     _add_archive_commands(commands)
     apply_cli.add_parser(commands)
+    token_cli.add_parser(commands)
     return parser
 
 
@@ -323,6 +324,9 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
         "job": lambda: _backfill(args, container),
         "archive": lambda: _archive(args, container),
         "audit": lambda: _audit(args, container),
+        "token": lambda: token_cli.create(
+            args, _services(container).accounts, admin=container.settings.admin_username
+        ),
     }
     return runners[args.command]()
 
