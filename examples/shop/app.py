@@ -16,6 +16,7 @@ from uuid import UUID
 import msgspec
 import psycopg
 from litestar import Litestar, get, post
+from litestar.exceptions import NotFoundException
 
 from examples.shop.jobs import Receipt, send_receipt
 from jobledger.client import AsyncClient, enqueue_in_transaction_async
@@ -48,13 +49,19 @@ async def place_order(data: OrderIn) -> OrderOut:
         run = await enqueue_in_transaction_async(
             conn, send_receipt, receipt, idempotency_key=f"receipt-{order_id}"
         )
+        await conn.execute("UPDATE shop_orders SET receipt = %s WHERE id = %s", (run, order_id))
     return OrderOut(order_id=order_id, receipt=run)
 
 
-@get("/orders/{order_id:int}/receipt/{run:uuid}")
-async def receipt_of(order_id: int, run: UUID) -> dict[str, object]:
+@get("/orders/{order_id:int}/receipt")
+async def receipt_of(order_id: int) -> dict[str, object]:
     """The receipt run's result, once it has run (a 500 if it failed for good)."""
-    result = await jobledger.wait(run, timeout=30)
+    async with await psycopg.AsyncConnection.connect(DATABASE_URL) as conn:
+        cursor = await conn.execute("SELECT receipt FROM shop_orders WHERE id = %s", (order_id,))
+        row = await cursor.fetchone()
+    if row is None:
+        raise NotFoundException(f"no order {order_id}")
+    result = await jobledger.wait(row[0], timeout=30)
     return {"order_id": order_id, **result}
 
 
@@ -62,8 +69,8 @@ async def receipt_of(order_id: int, run: UUID) -> dict[str, object]:
 async def lifespan(_: Litestar) -> AsyncIterator[None]:
     async with await psycopg.AsyncConnection.connect(DATABASE_URL, autocommit=True) as conn:
         await conn.execute(
-            "CREATE TABLE IF NOT EXISTS shop_orders "
-            "(id bigserial PRIMARY KEY, email text NOT NULL, total_cents integer NOT NULL)"
+            "CREATE TABLE IF NOT EXISTS shop_orders (id bigserial PRIMARY KEY, "
+            "email text NOT NULL, total_cents integer NOT NULL, receipt uuid)"
         )
     yield
     await jobledger.close()

