@@ -20,10 +20,10 @@ import structlog
 from jobledger import apply_cli, token_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
+from jobledger.domain.instants import check_instant
 from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import (
     CronSchedule,
-    check_instant,
     upcoming_fires,
     validate_schedule,
 )

@@ -2,7 +2,7 @@
 dead-letter queue: list, requeue one or many, discard."""
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated
 from uuid import UUID
 
@@ -25,9 +25,17 @@ from jobledger.api.common import (
     outcome_response,
 )
 from jobledger.api.errors import ApiError
-from jobledger.api.schemas import NO_NUL, BulkRequeueIn, ReasonIn, to_spec, to_unique
+from jobledger.api.schemas import (
+    NO_NUL,
+    BulkRequeueIn,
+    ReasonIn,
+    to_ready_at,
+    to_spec,
+    to_unique,
+)
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
+from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
@@ -75,7 +83,7 @@ class ExecutionController(Controller):
         ``duplicate: true`` (after replacing or debouncing it, if asked)."""
         key = key_or_new(idempotency_key)
         now = clock()
-        spec, ready_at = to_spec(data), _ready_at(data, now)
+        spec, ready_at = to_spec(data), to_ready_at(data, now)
         if data.unique is None:
             execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
             return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
@@ -259,21 +267,8 @@ def run_batch(
 
 def _batch_ready_at(body: RunIn, index: int, now: datetime) -> datetime:
     try:
-        return _ready_at(body, now)
-    except ApiError as error:
-        error.field = f"runs[{index}].{error.field}"
-        raise
-
-
-def _ready_at(body: RunIn, now: datetime) -> datetime:
-    """When an ad-hoc run is due: now, at ``run_at``, or ``delay_seconds`` from now."""
-    if body.run_at is not None and body.delay_seconds is not None:
-        raise ApiError(
-            422,
-            "run_at and delay_seconds: give one of them, not both",
-            field="delay_seconds",
-            fix="drop delay_seconds to run at run_at, or run_at to run after the delay",
-        )
-    if body.run_at is not None:
-        return body.run_at
-    return now + timedelta(seconds=body.delay_seconds or 0)
+        return to_ready_at(body, now)
+    except InvalidDefinitionError as error:
+        raise InvalidDefinitionError(
+            f"runs[{index}].{error.field}", error.problem, error.fix
+        ) from None

@@ -12,9 +12,9 @@ from litestar.status_codes import HTTP_200_OK
 from jobledger.api.schemas import Fire, PreviewIn, PreviewOut, to_schedule
 from jobledger.api.security import VIEWER
 from jobledger.domain.clock import Clock
+from jobledger.domain.instants import check_instant
 from jobledger.domain.schedules import (
     Schedule,
-    check_instant,
     schedule_zone,
     upcoming_occurrences,
 )

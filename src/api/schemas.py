@@ -39,6 +39,7 @@ from jobledger.schemas.workflows import StepIn, StepOut, WorkflowIn, WorkflowOut
 from jobledger.services.bodies import (
     from_definition,
     to_definition,
+    to_ready_at,
     to_schedule,
     to_spec,
     to_steps,
@@ -80,6 +81,7 @@ __all__ = [
     "patched",
     "strict_bodies",
     "to_definition",
+    "to_ready_at",
     "to_schedule",
     "to_spec",
     "to_steps",

@@ -14,11 +14,14 @@ import msgspec
 from jobledger.client.errors import (
     ExecutionCancelledError,
     ExecutionFailedError,
+    ValidationError,
     WaitTimedOutError,
     WorkflowFailedError,
     WorkflowTimedOutError,
 )
 from jobledger.declarations import HandlerDeclaration
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.instants import check_instant
 from jobledger.domain.policies import DEFAULT_PRIORITY, BackfillOverlap
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
@@ -330,6 +333,8 @@ def run_body(
         extra["unique"] = options.unique
     if options.limits is not None:
         extra["limits"] = limits_of(options.limits)
+    if options.run_at is not None:
+        _checked_instant("run_at", options.run_at)
     return kind(
         handler=name,
         payload=body,
@@ -339,6 +344,17 @@ def run_body(
         delay_seconds=delay,
         **extra,
     )
+
+
+def _checked_instant(field: str, value: datetime) -> datetime:
+    """``value`` if the server takes it; else the ``ValidationError`` it would answer,
+    raised before anything is sent (or written into an outbox)."""
+    try:
+        check_instant(field, value)
+    except InvalidDefinitionError as error:
+        problem = f"{error.field}: {error.problem}"
+        raise ValidationError(problem, code="invalid", field=error.field, fix=error.fix) from None
+    return value
 
 
 def limits_of(limits: LimitsIn | Mapping[str, Any]) -> LimitsIn:

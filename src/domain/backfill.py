@@ -22,11 +22,11 @@ from typing import Final
 import msgspec
 
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.instants import check_instant
 from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import (
     MissedFires,
     Schedule,
-    check_instant,
     fires_between,
     is_excluded,
 )

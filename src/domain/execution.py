@@ -13,6 +13,7 @@ from eventsourcing.utils import get_topic
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
 from jobledger.domain.ids import ADHOC_NAMESPACE, name_uuid, trigger_execution_id
+from jobledger.domain.instants import check_instant
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
 from jobledger.domain.progress import Progress
 
@@ -321,6 +322,7 @@ class Execution(Aggregate):
         deterministic id."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
+        check_instant("ready_at", ready_at)
         # ``_create`` rather than the class's call, which matches the arguments to
         # ``__init__``'s signature first: every run fired or sent starts here (ADR 57).
         return cls._create(
@@ -351,6 +353,7 @@ class Execution(Aggregate):
         otherwise. ``enqueued(...).mutate(None)`` is the run ``enqueue`` makes."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
+        check_instant("ready_at", ready_at)
         # Every field in the class's order, as its constructor would set them, without the
         # frozen dataclass's one check per field (a third of the cost of a batched run).
         fields = _ADHOC_ENQUEUED.copy()

@@ -75,6 +75,7 @@ from croniter import CroniterBadDateError, croniter
 
 from jobledger.domain.calendars import MAX_CALENDARS, check_calendar, is_holiday
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.instants import EARLIEST, LATEST, check_instant
 from jobledger.domain.json_values import check_text
 from jobledger.domain.policies import MisfirePolicy
 
@@ -134,13 +135,9 @@ _HAIR: Final = timedelta(microseconds=1)
 MAX_CRON_CHARS: Final = 200
 MAX_ZONE_CHARS: Final = 64
 
-# The instants a schedule may name, and the span its fires are computed in. Both ends
-# keep a margin inside what a datetime can hold, so that no conversion to a local
-# zone (offsets up to 14 hours), no look-back and no timeout or back-off added to a
-# fire can step outside the calendar.
-EARLIEST_INSTANT: Final = datetime(1, 1, 2, tzinfo=UTC)
-LATEST_INSTANT: Final = datetime(9999, 12, 1, tzinfo=UTC)
-_RANGE_TEXT: Final = "0001-01-02T00:00:00Z to 9999-12-01T00:00:00Z"
+# The instants a schedule may name, and the span its fires are computed in.
+EARLIEST_INSTANT: Final = EARLIEST
+LATEST_INSTANT: Final = LATEST
 # Time zones are IANA region names (Area/Location), Etc/* and UTC; the other names in
 # the database are aliases of the server's own zone (localtime), placeholders
 # (Factory) or legacy names kept for old systems.
@@ -218,28 +215,6 @@ def validate_schedule(
             pass
         case _:
             assert_never(schedule)
-
-
-def check_instant(field: str, value: datetime) -> datetime:
-    """``value`` in UTC; raises ``InvalidDefinitionError`` naming ``field`` if it has no
-    zone or lies outside the range a schedule may name (see ``EARLIEST_INSTANT``)."""
-    if _is_naive(value):
-        raise InvalidDefinitionError(
-            field,
-            f"{value.isoformat()} has no time zone",
-            "give an offset, e.g. 2026-03-08T09:00:00+01:00 or 2026-03-08T08:00:00Z",
-        )
-    try:
-        instant = value.astimezone(UTC)
-    except OverflowError:
-        instant = None
-    if instant is None or not EARLIEST_INSTANT <= instant <= LATEST_INSTANT:
-        raise InvalidDefinitionError(
-            field,
-            f"{value.isoformat()} is outside the supported range {_RANGE_TEXT}",
-            "give a time within that range, e.g. 2026-03-08T09:00:00Z",
-        )
-    return instant
 
 
 @lru_cache(maxsize=1)

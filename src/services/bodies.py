@@ -2,13 +2,14 @@
 value objects: the API, the dashboard and ``jobledger apply`` map them the same way."""
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.instants import check_instant
 from jobledger.domain.job import job_reference
 from jobledger.domain.limits import ConcurrencyLimit, RateLimit, RunLimits
 from jobledger.domain.policies import RetryPolicy
@@ -22,7 +23,7 @@ from jobledger.domain.schedules import (
 )
 from jobledger.domain.unique import OnConflict, UniqueSpec
 from jobledger.domain.workflow import StepSpec
-from jobledger.schemas.executions import UniqueIn
+from jobledger.schemas.executions import RunIn, UniqueIn
 from jobledger.schemas.jobs import (
     ConcurrencyIn,
     CronIn,
@@ -102,6 +103,22 @@ def to_dependencies(
             raise InvalidDefinitionError(field, error.problem, error.fix) from None
         found.append(Dependency(job=job_id, on=dependency.on))
     return tuple(found)
+
+
+def to_ready_at(body: RunIn, now: datetime) -> datetime:
+    """When an ad-hoc run is due: now, at ``run_at``, or ``delay_seconds`` from now.
+    Every way a run comes in (one run, a batch, an outbox row) asks this, so each
+    refuses the same times."""
+    if body.run_at is not None and body.delay_seconds is not None:
+        raise InvalidDefinitionError(
+            "delay_seconds",
+            "given with run_at: give one of them, not both",
+            "drop delay_seconds to run at run_at, or run_at to run after the delay",
+        )
+    if body.run_at is not None:
+        check_instant("run_at", body.run_at)
+        return body.run_at
+    return check_instant("delay_seconds", now + timedelta(seconds=body.delay_seconds or 0))
 
 
 def to_unique(body: UniqueIn) -> UniqueSpec:

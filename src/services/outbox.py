@@ -12,7 +12,7 @@ enqueue").
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -29,7 +29,7 @@ from jobledger.runtime.relay import OutboxRelay
 from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.schemas.executions import RunIn
 from jobledger.schemas.outbox import OUTBOX_TABLE
-from jobledger.services.bodies import to_spec
+from jobledger.services.bodies import to_ready_at, to_spec
 from jobledger.services.jobs import HandlerNames
 
 if TYPE_CHECKING:
@@ -118,11 +118,6 @@ class Outbox:
 
     def _execution(self, row: _Row, at: datetime) -> Execution:
         body = msgspec.json.decode(row.run, type=RunIn)
-        # The API's rules for a run, for a row written by other means than the client.
-        if body.run_at is not None and body.delay_seconds is not None:
-            raise InvalidDefinitionError(
-                "delay_seconds", "given with run_at", "give run_at or delay_seconds, not both"
-            )
         if body.unique is not None:
             raise InvalidDefinitionError(
                 "unique", "the outbox takes no unique runs", "enqueue them over the API"
@@ -130,7 +125,8 @@ class Outbox:
         spec = to_spec(body)
         self.handlers.check(spec.handler, spec.payload)
         spec.check(self.ledger.limits)
-        ready_at = body.run_at or at + timedelta(seconds=body.delay_seconds or 0)
+        # The API's rules for a run, for a row written by other means than the client.
+        ready_at = to_ready_at(body, at)
         return Execution.enqueue(
             spec=spec, ready_at=ready_at, trigger=Trigger.ADHOC, trigger_key=row.key
         )

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from jobledger.api.dashboard.presenters import timezones
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.instants import check_instant
 from jobledger.domain.schedules import (
     EARLIEST_INSTANT,
     LATEST_INSTANT,
     CronSchedule,
     OneShotSchedule,
-    check_instant,
     next_fire_after,
     region_zones,
     upcoming_fires,
