@@ -28,6 +28,7 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.instants import RANGE_TEXT, holds_ms
 from jobledger.projections.database import Cursor, Database, chunked
 from jobledger.projections.read_model_tables import (
     ATTEMPTS,
@@ -83,8 +84,56 @@ _PERCENTILES = (0.5, 0.95, 0.99)
 # ---- rows -------------------------------------------------------------------------
 
 
-def _time(ms: int | None) -> datetime | None:
-    return None if ms is None else from_ms(int(ms))
+# What a row shows in place of a value it cannot present.
+UNREADABLE = "(unreadable)"
+# A stored value that cannot be turned into what a row shows.
+_UNREADABLE_ERRORS = (ValueError, TypeError, OverflowError, msgspec.DecodeError)
+
+
+class _Reading:
+    """One stored row as the lists show it. A value that cannot be presented (a time
+    outside the range of instants, JSON that does not decode) is shown as None and
+    named in the row's ``unreadable``: one bad row never fails a page or a list."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+
+    def time(self, field: str, ms: object) -> datetime | None:
+        if ms is None:
+            return None
+        try:
+            value = int(str(ms))
+        except ValueError:
+            self._note(field, f"{ms!r} is not a time")
+            return None
+        if not holds_ms(value):
+            self._note(field, f"{value} ms lies outside {RANGE_TEXT}")
+            return None
+        return from_ms(value)
+
+    def json(self, field: str, text: str | None, kind: Any = Any) -> Any:  # noqa: ANN401 (of type ``kind``)
+        if text is None:
+            return None
+        try:
+            return msgspec.json.decode(text, type=kind)
+        except msgspec.DecodeError as error:
+            self._note(field, f"does not decode ({error})")
+            return None
+
+    def _note(self, field: str, problem: str) -> None:
+        self.problems.append(f"{field}: {problem}")
+
+    @property
+    def unreadable(self) -> str | None:
+        return "; ".join(self.problems) or None
+
+
+def _row_id(row: Sequence[Any]) -> UUID:
+    """The id of a stored row (the nil id if even that is unreadable)."""
+    try:
+        return UUID(str(row[0]))
+    except ValueError:
+        return UUID(int=0)
 
 
 def _uuid(text: str | None) -> UUID | None:
@@ -104,27 +153,66 @@ _JOB_SELECT = (
 
 
 def _job(row: Sequence[Any]) -> JobRow:
+    try:
+        return _job_row(row)
+    except _UNREADABLE_ERRORS as error:
+        return _job_placeholder(row, error)
+
+
+def _job_row(row: Sequence[Any]) -> JobRow:
     (id_, name, handler, queue, priority, kind, cron, timezone, run_at, status) = row[:10]
+    read = _Reading()
     return JobRow(
         id=UUID(id_),
         name=name,
         handler=handler,
         queue=queue,
         priority=int(priority),
-        schedule={"kind": kind, "cron": cron, "timezone": timezone, "run_at": _time(run_at)},
+        schedule={
+            "kind": kind,
+            "cron": cron,
+            "timezone": timezone,
+            "run_at": read.time("schedule.run_at", run_at),
+        },
         status=status,
-        next_fire_at=_time(row[10]),
-        last_fired_at=_time(row[11]),
+        next_fire_at=read.time("next_fire_at", row[10]),
+        last_fired_at=read.time("last_fired_at", row[11]),
         last_execution_id=_uuid(row[12]),
         last_status=row[13],
-        last_finished_at=_time(row[14]),
-        created_at=from_ms(int(row[15])),
+        last_finished_at=read.time("last_finished_at", row[14]),
+        created_at=read.time("created_at", row[15]),
         created_by=row[16],
-        updated_at=from_ms(int(row[17])),
+        updated_at=read.time("updated_at", row[17]),
         updated_by=row[18],
         version=int(row[19]),
-        definition=msgspec.json.decode(row[20]),
+        definition=read.json("definition", row[20], dict[str, Any]) or {},
         source=row[21],
+        unreadable=read.unreadable,
+    )
+
+
+def _job_placeholder(row: Sequence[Any], error: Exception) -> JobRow:
+    """A job row none of whose values can be trusted: its id and why."""
+    return JobRow(
+        id=_row_id(row),
+        name=UNREADABLE,
+        handler=UNREADABLE,
+        queue=UNREADABLE,
+        priority=0,
+        schedule={},
+        status=UNREADABLE,
+        next_fire_at=None,
+        last_fired_at=None,
+        last_execution_id=None,
+        last_status=None,
+        last_finished_at=None,
+        created_at=None,
+        created_by=UNREADABLE,
+        updated_at=None,
+        updated_by=None,
+        version=0,
+        definition={},
+        unreadable=f"row: {type(error).__name__}: {error}",
     )
 
 
@@ -138,6 +226,14 @@ _EXECUTION_SELECT = (
 
 
 def _execution(row: Sequence[Any]) -> ExecutionRow:
+    try:
+        return _execution_row(row)
+    except _UNREADABLE_ERRORS as error:
+        return _execution_placeholder(row, error)
+
+
+def _execution_row(row: Sequence[Any]) -> ExecutionRow:
+    read = _Reading()
     return ExecutionRow(
         id=UUID(row[0]),
         job_id=_uuid(row[1]),
@@ -149,20 +245,51 @@ def _execution(row: Sequence[Any]) -> ExecutionRow:
         status=row[7],
         attempt=int(row[8]),
         max_attempts=int(row[9]),
-        scheduled_for=_time(row[10]),
-        enqueued_at=from_ms(int(row[11])),
-        ready_at=from_ms(int(row[12])),
-        started_at=_time(row[13]),
-        finished_at=_time(row[14]),
+        scheduled_for=read.time("scheduled_for", row[10]),
+        enqueued_at=read.time("enqueued_at", row[11]),
+        ready_at=read.time("ready_at", row[12]),
+        started_at=read.time("started_at", row[13]),
+        finished_at=read.time("finished_at", row[14]),
         worker_id=row[15],
         last_error=row[16],
         duration_ms=_float(row[17]),
         lateness_ms=_float(row[18]),
-        result=None if row[19] is None else msgspec.json.decode(row[19]),
+        result=read.json("result", row[19]),
         closed_by=row[20],
         closed_reason=row[21],
         version=int(row[22]),
-        progress=None if row[23] is None else msgspec.json.decode(row[23], type=ProgressRow),
+        progress=read.json("progress", row[23], ProgressRow),
+        unreadable=read.unreadable,
+    )
+
+
+def _execution_placeholder(row: Sequence[Any], error: Exception) -> ExecutionRow:
+    """An execution row none of whose values can be trusted: its id and why."""
+    return ExecutionRow(
+        id=_row_id(row),
+        job_id=None,
+        job_name=None,
+        handler=UNREADABLE,
+        queue=UNREADABLE,
+        priority=0,
+        trigger=UNREADABLE,
+        status=UNREADABLE,
+        attempt=0,
+        max_attempts=0,
+        scheduled_for=None,
+        enqueued_at=None,
+        ready_at=None,
+        started_at=None,
+        finished_at=None,
+        worker_id=None,
+        last_error=None,
+        duration_ms=None,
+        lateness_ms=None,
+        result=None,
+        closed_by=None,
+        closed_reason=None,
+        version=0,
+        unreadable=f"row: {type(error).__name__}: {error}",
     )
 
 
@@ -173,16 +300,23 @@ _ATTEMPT_SELECT = (
 
 
 def _attempt(row: Sequence[Any]) -> AttemptRow:
+    read = _Reading()
+    try:
+        lease_id, duration = _uuid(row[3]), _float(row[8])
+    except _UNREADABLE_ERRORS as error:
+        read.problems.append(f"row: {type(error).__name__}: {error}")
+        lease_id, duration = None, None
     return AttemptRow(
-        execution_id=UUID(row[0]),
+        execution_id=_row_id(row),
         attempt=int(row[1]),
         worker_id=row[2],
-        lease_id=_uuid(row[3]),
-        started_at=from_ms(int(row[4])),
-        finished_at=_time(row[5]),
+        lease_id=lease_id,
+        started_at=read.time("started_at", row[4]),
+        finished_at=read.time("finished_at", row[5]),
         outcome=row[6],
         error=row[7],
-        duration_ms=_float(row[8]),
+        duration_ms=duration,
+        unreadable=read.unreadable,
     )
 
 
@@ -228,9 +362,11 @@ class _Keyset:
 
     kind: str
     after: str
-    values: Callable[[Any], list[str | int]]
+    # The cursor's values, from the stored row (which a page shows even where it
+    # cannot present one of its values).
+    values: Callable[[Sequence[Any]], list[str | int]]
 
-    def encode(self, row: object) -> str:
+    def encode(self, row: Sequence[Any]) -> str:
         data = msgspec.json.encode([self.kind, *self.values(row)])
         return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
@@ -281,7 +417,7 @@ def _page(
         )
         rows = sql.fetchmany(limit + 1)
     items = [convert(row) for row in rows[:limit]]
-    following = keyset.encode(items[-1]) if len(rows) > limit else None
+    following = keyset.encode(rows[limit - 1]) if len(rows) > limit else None
     return Page(items=items, total=total, limit=limit, offset=offset, next_cursor=following)
 
 
@@ -318,26 +454,28 @@ def _fetch_one(db: Database, sql: str, params: Sequence[Any]) -> Sequence[Any] |
 _JOB_ORDER = (
     "lower(name), name, id",
     _Keyset(
-        "jobs", "(lower(name), name, id) > (lower(?), ?, ?)", lambda r: [r.name, r.name, str(r.id)]
+        "jobs", "(lower(name), name, id) > (lower(?), ?, ?)", lambda r: [r[1], r[1], str(r[0])]
     ),
 )
 
 
-def _latest_first(kind: str, column: str, field: str) -> tuple[str, _Keyset]:
-    """Executions by the time in ``column`` (the row's ``field``), the latest first."""
+def _latest_first(kind: str, column: str) -> tuple[str, _Keyset]:
+    """Executions by the time in ``column``, the latest first."""
+    selected = _EXECUTION_SELECT.split(" FROM ", 1)[0].removeprefix("SELECT ").split(",")
+    index = [name.strip() for name in selected].index(f"e.{column}")
     return (
         f"e.{column} DESC, e.id DESC",
         _Keyset(
             kind,
             f"(e.{column}, e.id) < (?, ?)",
-            lambda row: [to_ms(getattr(row, field)), str(row.id)],
+            lambda row: [int(row[index]), str(row[0])],
         ),
     )
 
 
-_EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms", "enqueued_at")
+_EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms")
 # A dead letter has always finished (it died then).
-_DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms", "finished_at")
+_DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms")
 
 
 def list_jobs(

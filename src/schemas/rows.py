@@ -23,13 +23,17 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     last_execution_id: UUID | None
     last_status: str | None
     last_finished_at: datetime | None
-    created_at: datetime
+    created_at: datetime | None  # None only where ``unreadable`` says why
     created_by: str
-    updated_at: datetime
+    updated_at: datetime | None
     updated_by: str | None
     version: int
     definition: dict[str, Any]
     source: str = "api"  # "code": `jobledger apply` manages it
+    # The values the read model holds for this row but cannot show (a time outside the
+    # supported range, JSON that does not decode), each shown as null; None for a
+    # row that shows everything.
+    unreadable: str | None = None
 
 
 class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -44,8 +48,8 @@ class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     max_attempts: int
     scheduled_for: datetime | None
-    enqueued_at: datetime
-    ready_at: datetime
+    enqueued_at: datetime | None  # None only where ``unreadable`` says why
+    ready_at: datetime | None
     started_at: datetime | None
     finished_at: datetime | None
     worker_id: str | None
@@ -58,6 +62,8 @@ class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     # How far the current (or last) attempt got, as its handler reported it.
     progress: "ProgressRow | None" = None
+    # What this row cannot show and why (as ``JobRow.unreadable``).
+    unreadable: str | None = None
 
 
 class ProgressRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,13 +81,15 @@ class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     worker_id: str
     lease_id: UUID | None
-    started_at: datetime
+    started_at: datetime | None  # None only where ``unreadable`` says why
     finished_at: datetime | None
     # completed, retried, dead_lettered, lease_expired, deferred, cancelled; None while
     # the lease is open.
     outcome: str | None
     error: str | None
     duration_ms: float | None
+    # What this row cannot show and why (as ``JobRow.unreadable``).
+    unreadable: str | None = None
 
 
 class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -659,6 +659,7 @@ def test_jobs_filter_search_and_page(database: Database, known: dict[str, uuid.U
     assert (alpha.last_execution_id, alpha.last_status) == (known["alpha_run"], "completed")
     assert alpha.last_fired_at == T0
     assert alpha.next_fire_at == T0 + timedelta(minutes=5)
+    assert alpha.created_at is not None
     assert alpha.created_at.tzinfo is UTC
     assert rq.get_job(database, uuid.uuid4()) is None
 

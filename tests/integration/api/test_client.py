@@ -152,7 +152,10 @@ def test_runs_enqueued_are_waited_for_to_their_end(client: Client) -> None:
     detail = client.get_execution(delayed.id, wait=5)
     assert isinstance(detail, ExecutionDetail)
     # Both are kept to the millisecond, and read from two clocks a moment apart.
-    waited = detail.execution.ready_at - detail.execution.enqueued_at
+    ready_at, enqueued_at = detail.execution.ready_at, detail.execution.enqueued_at
+    assert ready_at is not None
+    assert enqueued_at is not None
+    waited = ready_at - enqueued_at
     assert waited >= timedelta(seconds=0.49)
     assert detail.attempts[0].outcome == "completed"
     failing = client.enqueue("test.fail", {"error": "card declined"}, retry=RetryIn(max_retries=0))
