@@ -97,12 +97,7 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
     pause_on_failure: bool = False
 
     def check(self, limits: Limits = DEFAULT_LIMITS, *, job_id: UUID | None = None) -> None:
-        if not _NAME.fullmatch(self.name):
-            raise InvalidDefinitionError(
-                "name",
-                f"{self.name!r} is empty, too long or has unusual characters",
-                "use 1-200 letters, digits, spaces and . _ : / -",
-            )
+        check_name(self.name)
         if not 1 <= self.catch_up_cap <= MAX_CATCH_UP_CAP:
             raise InvalidDefinitionError(
                 "catch_up_cap",
@@ -120,6 +115,16 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
                 "schedule of its own",
                 "use the manual schedule (the upstreams' schedule decides its occurrences)",
             )
+
+
+def check_name(name: str) -> None:
+    """A job's or a workflow's name: what the lists show and search."""
+    if not _NAME.fullmatch(name):
+        raise InvalidDefinitionError(
+            "name",
+            f"{name!r} is empty, too long or has unusual characters",
+            "use 1-200 letters, digits, spaces and . _ : / -",
+        )
 
 
 def _check_handler(handler: str) -> None:

@@ -24,15 +24,12 @@ from typing import Any
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
+from jobledger.domain.bounds import MAX_CONCURRENCY, MAX_RATE, MAX_RATE_PERIOD, MIN_RATE_PERIOD
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_actor, check_text
 from jobledger.domain.key_templates import is_template, resolve_key
 
 MAX_LIMIT_KEY_CHARS = 200
-MAX_CONCURRENCY = 100_000
-MAX_RATE = 1_000_000
-MIN_RATE_PERIOD = timedelta(seconds=1)
-MAX_RATE_PERIOD = timedelta(days=1)
 LIMIT_NAMESPACE = uuid.UUID("5d0c8e2a-3b7f-4f61-9a2e-1c4d6b8e0f37")
 # Keys end up in Redis key names and in the queue's descriptor strings, which separate
 # fields with the unit separator: no control character may appear.

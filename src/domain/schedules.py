@@ -73,6 +73,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 import msgspec
 from croniter import CroniterBadDateError, croniter
 
+from jobledger.domain.bounds import MAX_EXCLUDE_DATES, MAX_INTERVAL, MAX_JITTER
 from jobledger.domain.calendars import MAX_CALENDARS, check_calendar, is_holiday
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.instants import EARLIEST, LATEST, check_instant
@@ -124,9 +125,6 @@ Schedule = CronSchedule | IntervalSchedule | OneShotSchedule | ManualSchedule
 Recurring = CronSchedule | IntervalSchedule
 
 DEFAULT_MIN_INTERVAL: Final = timedelta(seconds=60)
-MAX_INTERVAL: Final = timedelta(days=366)
-MAX_JITTER: Final = timedelta(hours=24)
-MAX_EXCLUDE_DATES: Final = 1000
 # Interval schedules count from here; jitter is derived in this namespace.
 INTERVAL_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _JITTER_NAMESPACE: Final = uuid.UUID("8d3a3c0e-2f5b-4c61-9a57-0c1f6e4b7d22")

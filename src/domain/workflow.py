@@ -28,7 +28,7 @@ from typing import Any, Final
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, Limits
+from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, Limits, check_name
 from jobledger.domain.dependencies import find_cycle
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
 from jobledger.domain.execution import Execution, Trigger, step_execution_id
@@ -39,7 +39,6 @@ WORKFLOW_NAMESPACE: Final = uuid.UUID("a4f1b6d2-7c3e-4e9a-8f05-2b6d1c9e3a70")
 MAX_STEPS: Final = 500
 MAX_AFTER: Final = 50
 _STEP_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
-_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,199}$")
 
 
 class StepStatus(enum.StrEnum):
@@ -235,12 +234,7 @@ class Workflow(Aggregate):
     ) -> tuple["Workflow", list[Execution]]:
         """Start a workflow; returns it with the runs of the steps that wait for
         nothing, to be saved with it."""
-        if not _NAME.fullmatch(name):
-            raise InvalidDefinitionError(
-                "name",
-                f"{name!r} is empty, too long or has unusual characters",
-                "use 1-200 letters, digits, spaces and . _ : / -",
-            )
+        check_name(name)
         check_steps(steps, limits)
         check_actor(by)
         if key is not None:

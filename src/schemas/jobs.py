@@ -7,6 +7,8 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.domain.bounds import MAX_EXCLUDE_DATES, MAX_INTERVAL, MAX_JITTER
+from jobledger.domain.calendars import MAX_CALENDARS
 from jobledger.domain.policies import (
     DEFAULT_PRIORITY,
     BackfillOverlap,
@@ -25,6 +27,10 @@ from jobledger.schemas.fields import (
     Tiny,
     Zone,
 )
+from jobledger.schemas.limits import Concurrency, Period, Rate
+
+_MAX_INTERVAL_SECONDS = int(MAX_INTERVAL.total_seconds())
+ExcludeDates = Annotated[list[date], msgspec.Meta(max_length=MAX_EXCLUDE_DATES)]
 
 
 class RetryIn(Strict):
@@ -37,13 +43,13 @@ class RetryIn(Strict):
 class RulesIn(Strict, kw_only=True):
     """What every recurring schedule may add: a window, exclusions, jitter."""
 
-    jitter_seconds: Annotated[int, msgspec.Meta(ge=0, le=86_400)] = 0
+    jitter_seconds: Annotated[int, msgspec.Meta(ge=0, le=int(MAX_JITTER.total_seconds()))] = 0
     start_at: AwareTime | None = None
     end_at: AwareTime | None = None
-    exclude_dates: Annotated[list[date], msgspec.Meta(max_length=1000)] = msgspec.field(
-        default_factory=list
+    exclude_dates: Annotated[list[date], msgspec.Meta(max_length=MAX_EXCLUDE_DATES)] = (
+        msgspec.field(default_factory=list)
     )
-    calendars: Annotated[list[Tiny], msgspec.Meta(max_length=10)] = msgspec.field(
+    calendars: Annotated[list[Tiny], msgspec.Meta(max_length=MAX_CALENDARS)] = msgspec.field(
         default_factory=list
     )
 
@@ -56,8 +62,8 @@ class CronIn(RulesIn, tag="cron", tag_field="kind", kw_only=True):
 class IntervalIn(RulesIn, tag="interval", tag_field="kind", kw_only=True):
     """Every ``every_seconds`` of elapsed time, at epoch multiples plus the offset."""
 
-    every_seconds: Annotated[int, msgspec.Meta(ge=1, le=31_622_400)]
-    offset_seconds: Annotated[int, msgspec.Meta(ge=0, le=31_622_400)] = 0
+    every_seconds: Annotated[int, msgspec.Meta(ge=1, le=_MAX_INTERVAL_SECONDS)]
+    offset_seconds: Annotated[int, msgspec.Meta(ge=0, le=_MAX_INTERVAL_SECONDS)] = 0
     timezone: Zone = "UTC"
 
 
@@ -77,7 +83,7 @@ class ConcurrencyIn(Strict):
     the payload); without ``max``, the named limit of that key decides."""
 
     key: Short
-    max: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    max: Concurrency | None = None
 
 
 class RateIn(Strict):
@@ -85,8 +91,8 @@ class RateIn(Strict):
     the named limit of that key decides."""
 
     key: Short
-    limit: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] | None = None
-    per_seconds: Annotated[float, msgspec.Meta(ge=1, le=86_400)] | None = None
+    limit: Rate | None = None
+    per_seconds: Period | None = None
 
 
 class LimitsIn(Strict):

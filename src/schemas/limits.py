@@ -5,11 +5,16 @@ from typing import Annotated
 
 import msgspec
 
+from jobledger.domain.bounds import MAX_CONCURRENCY, MAX_RATE, MAX_RATE_PERIOD, MIN_RATE_PERIOD
 from jobledger.schemas.fields import Short, Strict
 
-Concurrency = Annotated[int, msgspec.Meta(ge=1, le=100_000)]
-Rate = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
-Period = Annotated[float, msgspec.Meta(ge=1, le=86_400)]
+# The domain's bounds, declared for the schema.
+Concurrency = Annotated[int, msgspec.Meta(ge=1, le=MAX_CONCURRENCY)]
+Rate = Annotated[int, msgspec.Meta(ge=1, le=MAX_RATE)]
+Period = Annotated[
+    float,
+    msgspec.Meta(ge=MIN_RATE_PERIOD.total_seconds(), le=MAX_RATE_PERIOD.total_seconds()),
+]
 
 
 class LimitValuesIn(Strict):
