@@ -36,6 +36,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints
 
 import msgspec
 
+from jobledger.domain.json_values import UNREADABLE, error_line
 from jobledger.domain.policies import DEFAULT_PRIORITY, MisfirePolicy, OverlapPolicy
 from jobledger.schemas.fields import Strict
 from jobledger.schemas.jobs import CronIn, ManagedJobIn, RetryIn
@@ -289,8 +290,11 @@ def jobs_of_file(path: Path) -> list[ManagedJobIn]:
         declared = msgspec.toml.decode(text, type=JobsFile)
     except msgspec.ValidationError as error:
         raise DeclarationError(f"{path}: {_where(str(error), text)}") from None
-    except msgspec.DecodeError as error:
-        raise DeclarationError(f"{path} is not TOML ({error})") from None
+    except UNREADABLE as error:
+        # Malformed, a number past what Python converts, or nested past its depth.
+        raise DeclarationError(
+            f"{path} is not TOML jobledger can read ({error_line(error, max_chars=500)})"
+        ) from None
     found = Declared()
     for job in declared.jobs:
         found.add_job(job, str(path))

@@ -29,6 +29,11 @@ MAX_INT: Final = 2**63 - 1
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _UNSTORABLE: Final = re.compile("[\x00\ud800-\udfff]")
 _SHOWN_KEY_CHARS: Final = 40
+# What a decoder raises for a document it cannot read: malformed, out of range (a
+# number past what Python converts), or nested past the interpreter's depth (a
+# RecursionError, which no decoder wraps). Every reader of outside input catches all
+# three, so one such document is refused as itself, never as the reader's failure.
+UNREADABLE: Final = (msgspec.MsgspecError, ValueError, RecursionError)
 # Marks a value that sits in an array or at the top, under no key.
 _NO_KEY: Final = object()
 

@@ -22,6 +22,8 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.domain.json_values import UNREADABLE
+
 FORMAT = "jobledger-archive/1"
 DATA_SUFFIX = ".jsonl.gz"
 MANIFEST_SUFFIX = ".manifest.json"
@@ -153,7 +155,7 @@ def read_manifest(path: Path) -> Manifest:
         return _manifest_decoder.decode(path.read_bytes())
     except OSError as error:
         raise ArchiveFileError(f"cannot read the manifest {path}: {error.strerror}") from None
-    except msgspec.DecodeError as error:
+    except UNREADABLE as error:
         raise ArchiveFileError(f"{path} is not an archive manifest: {error}") from None
 
 
@@ -173,7 +175,7 @@ def _event(path: Path, number: int, line: bytes) -> ArchivedEvent:
         state = (
             row.state.encode() if row.state is not None else base64.b64decode(row.state_b64 or "")
         )
-    except (msgspec.DecodeError, ValueError) as error:
+    except UNREADABLE as error:
         raise ArchiveFileError(f"{path}, line {number}: not an archived event: {error}") from None
     return ArchivedEvent(*_columns_of(row), state=state)
 

@@ -23,6 +23,8 @@ from eventsourcing.persistence import (
 )
 from eventsourcing.utils import get_topic, resolve_topic
 
+from jobledger.domain.json_values import UNREADABLE
+
 # Carried by the stored row, not by the state.
 _ROW_FIELDS = frozenset({"originator_id", "originator_version"})
 
@@ -145,7 +147,7 @@ def _build(
     """The event ``decoder`` reads from ``state``, needing no other step."""
     try:
         fields = _state_as_dict(decoder.decode(state))
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+    except UNREADABLE as error:
         raise _undecodable(topic, originator_id, originator_version, error) from error
     return _event(event_class, fields, originator_id, originator_version)
 
@@ -221,7 +223,7 @@ class MsgspecMapper(Mapper[UUID]):
             )
         try:
             fields = self._decode_state(event_class, state)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+        except UNREADABLE as error:
             raise _undecodable(topic, originator_id, originator_version, error) from error
         return _event(event_class, fields, originator_id, originator_version)
 
@@ -250,7 +252,7 @@ class MsgspecMapper(Mapper[UUID]):
                 return self.decode_keyed(originator_id, originator_version, topic, state)
             try:
                 view = decoder.decode(state)
-            except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as error:
+            except UNREADABLE as error:
                 raise _undecodable(topic, originator_id, originator_version, error) from error
             view.originator_id = originator_id
             view.originator_version = originator_version

@@ -21,6 +21,7 @@ import structlog
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import ConflictError, DomainError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.json_values import error_line
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
 from jobledger.runtime.bootstrap import Container
@@ -39,6 +40,7 @@ log = structlog.get_logger(__name__)
 
 OUTBOX = OUTBOX_TABLE
 BATCH = 500
+MAX_REFUSAL_CHARS = 1000
 _SELECT = (
     f"SELECT id, idempotency_key, run FROM {OUTBOX} WHERE refused IS NULL "  # noqa: S608 (constant names)
     "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -94,8 +96,8 @@ class Outbox:
         for row in rows:
             try:
                 execution = self._execution(row, at)
-            except (msgspec.ValidationError, msgspec.DecodeError, DomainError) as error:
-                refused[row.id] = str(error)
+            except Exception as error:  # noqa: BLE001 (any row written by other means: one that fails is refused, never the pass)
+                refused[row.id] = _refusal(error)
                 continue
             submitted.append((row, execution, self.writer.submit(execution)))
         self.writer.flush()
@@ -138,6 +140,14 @@ class Outbox:
         if existing.spec != execution.spec:
             return "this idempotency key was already used for a different run"
         return None
+
+
+def _refusal(error: Exception) -> str:
+    """Why a row is refused: the checks' own words, else the error's kind and line
+    (a run nested past the decoder's depth, say), never a stack trace."""
+    if isinstance(error, (msgspec.MsgspecError, DomainError)):
+        return str(error)
+    return error_line(error, max_chars=MAX_REFUSAL_CHARS)
 
 
 def relay_part(container: Container, outbox: "Outbox | None") -> OutboxRelay | None:

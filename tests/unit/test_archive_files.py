@@ -13,7 +13,9 @@ from jobledger.persistence.archive_files import (
     Manifest,
     data_path,
     events_digest,
+    manifest_path,
     read_events,
+    read_manifest,
     verified,
     write_data,
     write_manifest,
@@ -77,3 +79,29 @@ def test_a_damaged_archive_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"not gzip")
     with pytest.raises(ArchiveFileError, match="history-a"):
         list(read_events(path))
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b'{"x": ' + _DEEP + b"}", b'{"position": 1' + b"0" * 5000 + b"}", b"\xff\xfe"],
+    ids=["nested-100000-deep", "huge-number", "invalid-utf8"],
+)
+def test_a_file_no_decoder_reads_is_refused_as_the_archives_error(
+    tmp_path: Path, line: bytes
+) -> None:
+    """If an archive's manifest or one line of its data is nested past the decoder's
+    depth, holds a huge number or is not UTF-8, then reading it raises the archive's
+    error naming the file, which the reader reports as an unreadable archive."""
+    written(tmp_path, events())
+    path = data_path(tmp_path, "history-a")
+    with gzip.open(path, "wb") as data:
+        data.write(line + b"\n")
+    with pytest.raises(ArchiveFileError, match="line 1"):
+        list(read_events(path))
+    manifest = manifest_path(tmp_path, "history-a")
+    manifest.write_bytes(line)
+    with pytest.raises(ArchiveFileError, match="not an archive manifest"):
+        read_manifest(manifest)

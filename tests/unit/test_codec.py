@@ -226,3 +226,33 @@ def test_a_stored_row_holds_the_stored_events_columns(compressed: bool) -> None:
         assert StoredEvent(*row) == stored
         assert row._asdict() == vars(stored)
         assert mapper.to_domain_event(StoredEvent(*row)) == domain_event
+
+
+_DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        b'{"timestamp": "2026-01-01T00:00:00Z", "result": {"a": ' + _DEEP + b"}}",
+        b'{"timestamp": "2026-01-01T00:00:00Z", "duration": 1' + b"0" * 5000 + b"}",
+        b'{"timestamp": "2026-01-01T00:00:00\xff", "result": {}}',
+    ],
+    ids=["nested-100000-deep", "huge-number", "invalid-utf8"],
+)
+def test_a_state_no_decoder_reads_names_the_event_whichever_way_it_is_read(state: bytes) -> None:
+    """If a stored state is nested past the decoder's depth, holds a number past what
+    Python converts, or is not UTF-8, then the full decode and a view's decode both
+    raise the mapper's error naming the event (which a reader isolates), never the
+    decoder's own error."""
+    stored = StoredEvent(
+        originator_id=uuid.uuid4(),
+        originator_version=3,
+        topic=Execution.Completed.TOPIC,
+        state=state,
+    )
+    mapper = MsgspecMapper()
+    with pytest.raises(MapperDeserialisationError, match="ExecutionCompleted"):
+        mapper.to_domain_event(stored)
+    with pytest.raises(MapperDeserialisationError, match="ExecutionCompleted"):
+        _decoded(mapper.viewed(_VIEWS), stored)

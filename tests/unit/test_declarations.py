@@ -6,13 +6,14 @@ import threading
 import types
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
 import jobledger
-from jobledger.declarations import DeclarationError, HandlerDeclaration, declared_in
+from jobledger.declarations import DeclarationError, HandlerDeclaration, declared_in, jobs_of_file
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.runtime.handlers.base import HandlerContext, PayloadRefusedError
 from jobledger.runtime.handlers.code import as_result, code_handler
@@ -192,3 +193,28 @@ def test_what_a_handler_returns_is_stored_as_an_object(value: object, stored: ob
     """If a handler returns None, an object, a struct or another JSON value, then the
     run's result is an object: as it is, empty, or under "value"."""
     assert as_result(value) == stored
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            b'[[jobs]]\nkey = "a"\npayload = {a = ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+            "Recursion",
+        ),
+        (b'[[jobs]]\nkey = "a"\nmax_retries = 1' + b"0" * 5000 + b"\n", "digits"),
+        (b'[[jobs]]\nkey = "\xff"\n', "utf-8"),
+    ],
+    ids=["nested-100000-deep", "huge-number", "invalid-utf8"],
+)
+def test_a_jobs_file_no_decoder_reads_is_refused_naming_the_file(
+    tmp_path: Path, text: bytes, problem: str
+) -> None:
+    """If a jobs file for ``apply`` is nested past the decoder's depth, holds a number
+    past what Python converts or is not UTF-8, then it is refused as a declaration
+    error naming the file (one line for the CLI), not a stack trace."""
+    path = tmp_path / "jobs.toml"
+    path.write_bytes(text)
+    with pytest.raises(DeclarationError, match=problem) as refused:
+        jobs_of_file(path)
+    assert str(path) in str(refused.value)

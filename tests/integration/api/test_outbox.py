@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 import msgspec
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 from tests.integration.api.conftest import serve_api, worker_for
 
 from jobledger.client import Client, enqueue_in_transaction
 from jobledger.domain.errors import NotFoundError
-from jobledger.domain.execution import Execution
+from jobledger.domain.execution import Execution, trigger_execution_id
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.executions import UniqueIn
 from jobledger.schemas.outbox import OUTBOX_INSERT
@@ -153,6 +154,32 @@ def test_a_run_the_api_would_refuse_is_refused_on_both_sides(
     report = outbox.relay(at=_now())
     assert (report.enqueued, report.refused) == (0, 1)
     assert "delay_seconds" in (dict(_rows(module_postgres_url))["both"] or "")
+    with psycopg.connect(module_postgres_url) as conn:
+        conn.execute("DELETE FROM jobledger_outbox")
+
+
+def test_a_row_that_fails_any_way_is_refused_and_the_rows_behind_it_run(
+    outbox: Outbox, module_postgres_url: str
+) -> None:
+    """If a row written by other means holds a run nested 100,000 levels deep (which
+    no check names: the decoder gives up), then the relay keeps that row with its
+    error, logs it with the row's id, and enqueues the row behind it in the same pass;
+    the next pass takes nothing."""
+    deep = '{"handler": "test.echo", "payload": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}"
+    good = msgspec.json.encode({"handler": "test.echo", "payload": {"n": 1}}).decode()
+    with psycopg.connect(module_postgres_url) as conn, conn.transaction():
+        conn.execute(OUTBOX_INSERT, ("deep", deep))
+        conn.execute(OUTBOX_INSERT, ("behind", good))
+        row_id = conn.execute("SELECT min(id) FROM jobledger_outbox").fetchone()
+    with capture_logs() as logs:
+        report = outbox.relay(at=_now())
+    assert (report.enqueued, report.refused) == (1, 1)
+    assert "RecursionError" in (dict(_rows(module_postgres_url))["deep"] or "")
+    [refused] = [e for e in logs if e["event"] == "outbox.refused"]
+    assert (refused["row"], refused["idempotency_key"]) == (row_id and row_id[0], "deep")
+    behind = outbox.ledger.get_execution(trigger_execution_id(None, "behind"))
+    assert behind.spec.payload == {"n": 1}
+    assert outbox.relay(at=_now()).taken == 0
     with psycopg.connect(module_postgres_url) as conn:
         conn.execute("DELETE FROM jobledger_outbox")
 
