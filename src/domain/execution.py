@@ -14,7 +14,13 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
 from jobledger.domain.ids import ADHOC_NAMESPACE, name_uuid, trigger_execution_id
 from jobledger.domain.instants import check_instant
-from jobledger.domain.json_values import MAX_KEY_CHARS, check_reason, check_text, storable_text
+from jobledger.domain.json_values import (
+    MAX_KEY_CHARS,
+    check_actor,
+    check_reason,
+    check_text,
+    storable_text,
+)
 from jobledger.domain.progress import Progress
 
 __all__ = [
@@ -102,6 +108,11 @@ class Execution(Aggregate):
         upstream_results: dict[str, Any] | None = None
         workflow_id: uuid.UUID | None = None
         step: str | None = None
+        # Who asked for the run and how they came (``via``: "session", "token:<name>",
+        # "cli", "outbox"); None for a run the schedule or the system made, and before
+        # these existed.
+        by: str | None = None
+        via: str | None = None
 
         def mutate(self, aggregate: Any) -> Any:  # noqa: ANN401 (the library's signature)
             """The run this event begins, as the library's ``mutate`` makes it, without
@@ -124,6 +135,8 @@ class Execution(Aggregate):
                 upstream_results=self.upstream_results,
                 workflow_id=self.workflow_id,
                 step=self.step,
+                by=self.by,
+                via=self.via,
             )
             return run
 
@@ -205,16 +218,19 @@ class Execution(Aggregate):
         by: str
         reason: str
         ready_at: datetime
+        via: str | None = None  # how ``by`` came (see ``Enqueued``); None before it existed
 
     class Cancelled(Aggregate.Event):
         TOPIC = "jobledger:ExecutionCancelled"
         by: str
         reason: str
+        via: str | None = None
 
     class Discarded(Aggregate.Event):
         TOPIC = "jobledger:ExecutionDiscarded"
         by: str
         reason: str
+        via: str | None = None
 
     class Replaced(Aggregate.Event):
         """A duplicate of a unique run swapped the pending run's payload."""
@@ -222,6 +238,7 @@ class Execution(Aggregate):
         TOPIC = "jobledger:ExecutionReplaced"
         payload: dict[str, Any]
         by: str
+        via: str | None = None
 
     class Debounced(Aggregate.Event):
         """A duplicate of a unique run swapped its payload and moved its start."""
@@ -230,6 +247,7 @@ class Execution(Aggregate):
         payload: dict[str, Any]
         ready_at: datetime
         by: str
+        via: str | None = None
 
     class Progressed(Aggregate.Event):
         TOPIC = "jobledger:ExecutionProgressed"
@@ -259,8 +277,12 @@ class Execution(Aggregate):
         upstream_results: dict[str, Any] | None = None,
         workflow_id: uuid.UUID | None = None,
         step: str | None = None,
+        by: str | None = None,
+        via: str | None = None,
     ) -> None:
         self.job_id = job_id
+        self.enqueued_by = by
+        self.enqueued_via = via
         self.upstream_results = upstream_results
         self.workflow_id = workflow_id
         self.step = step
@@ -317,12 +339,16 @@ class Execution(Aggregate):
         upstream_results: dict[str, Any] | None = None,
         workflow_id: uuid.UUID | None = None,
         step: str | None = None,
+        by: str | None = None,
+        via: str | None = None,
     ) -> "Execution":
         """A scheduled occurrence, a workflow step, or a run with a client key, gets a
-        deterministic id."""
+        deterministic id. ``by`` and ``via``: who asked for it, for a run on request."""
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
         check_instant("ready_at", ready_at)
+        if by is not None:
+            check_actor(by)
         # ``_create`` rather than the class's call, which matches the arguments to
         # ``__init__``'s signature first: every run fired or sent starts here (ADR 57).
         return cls._create(
@@ -337,6 +363,8 @@ class Execution(Aggregate):
             upstream_results=upstream_results,
             workflow_id=workflow_id,
             step=step,
+            by=by,
+            via=via,
         )
 
     @classmethod
@@ -347,6 +375,8 @@ class Execution(Aggregate):
         ready_at: datetime,
         trigger: Trigger,
         trigger_key: str | None = None,
+        by: str | None = None,
+        via: str | None = None,
     ) -> "Execution.Enqueued":
         """The event ``enqueue`` records for a run of no job, without building the run:
         a bulk path that only saves it spends most of its time on the aggregate object
@@ -354,6 +384,8 @@ class Execution(Aggregate):
         if trigger_key is not None:
             check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
         check_instant("ready_at", ready_at)
+        if by is not None:
+            check_actor(by)
         # Every field in the class's order, as its constructor would set them, without the
         # frozen dataclass's one check per field (a third of the cost of a batched run).
         fields = _ADHOC_ENQUEUED.copy()
@@ -363,6 +395,8 @@ class Execution(Aggregate):
         fields["trigger"] = trigger
         fields["trigger_key"] = trigger_key
         fields["ready_at"] = ready_at
+        fields["by"] = by
+        fields["via"] = via
         enqueued = object.__new__(cls.Enqueued)
         object.__setattr__(enqueued, "__dict__", fields)
         return enqueued
@@ -412,15 +446,20 @@ class Execution(Aggregate):
         self.trigger_event(self.Completed, lease_id=lease_id, duration=duration, result=result)
 
     def replace_payload(
-        self, *, payload: dict[str, Any], by: str, ready_at: datetime | None = None
+        self,
+        *,
+        payload: dict[str, Any],
+        by: str,
+        ready_at: datetime | None = None,
+        via: str | None = None,
     ) -> None:
         """Run the pending execution with ``payload`` instead, and from ``ready_at`` if
         given (a debounce). The payload is checked by whoever sent it."""
         self._check_status(ExecutionStatus.PENDING, action="replace the payload of")
         if ready_at is None:
-            self._replaced(payload=payload, by=by)
+            self._replaced(payload=payload, by=by, via=via)
         else:
-            self._debounced(payload=payload, ready_at=ready_at, by=by)
+            self._debounced(payload=payload, ready_at=ready_at, by=by, via=via)
 
     def report_progress(self, *, lease_id: uuid.UUID, progress: Progress) -> None:
         """Record how far the running attempt has got (the worker throttles reports)."""
@@ -453,22 +492,22 @@ class Execution(Aggregate):
         self._check_current_lease(lease_id)
         self._deferred(lease_id=lease_id, reason=storable_text(reason), ready_at=ready_at)
 
-    def requeue(self, *, by: str, reason: str, at: datetime) -> None:
+    def requeue(self, *, by: str, reason: str, at: datetime, via: str | None = None) -> None:
         """Give a dead-lettered execution a fresh attempt budget."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="requeue")
         check_reason(by, reason)
-        self._requeued(by=by, reason=reason, ready_at=at)
+        self._requeued(by=by, reason=reason, ready_at=at, via=via)
 
-    def discard(self, *, by: str, reason: str) -> None:
+    def discard(self, *, by: str, reason: str, via: str | None = None) -> None:
         """Give up on a dead-lettered execution for good; its history stays in the log."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="discard")
         check_reason(by, reason)
-        self._discarded(by=by, reason=reason)
+        self._discarded(by=by, reason=reason, via=via)
 
-    def cancel(self, *, by: str, reason: str) -> None:
+    def cancel(self, *, by: str, reason: str, via: str | None = None) -> None:
         self._check_not_terminal(action="cancel")
         check_reason(by, reason)
-        self._cancelled(by=by, reason=reason)
+        self._cancelled(by=by, reason=reason, via=via)
 
     # ---- queries --------------------------------------------------------------------
 
@@ -556,13 +595,15 @@ class Execution(Aggregate):
     # ---- event application ----------------------------------------------------------
 
     @event(Replaced)
-    def _replaced(self, *, payload: dict[str, Any], by: str) -> None:
-        del by
+    def _replaced(self, *, payload: dict[str, Any], by: str, via: str | None = None) -> None:
+        del by, via
         self.spec = msgspec.structs.replace(self.spec, payload=payload)
 
     @event(Debounced)
-    def _debounced(self, *, payload: dict[str, Any], ready_at: datetime, by: str) -> None:
-        del by
+    def _debounced(
+        self, *, payload: dict[str, Any], ready_at: datetime, by: str, via: str | None = None
+    ) -> None:
+        del by, via
         self.spec = msgspec.structs.replace(self.spec, payload=payload)
         self.ready_at = ready_at
 
@@ -608,21 +649,23 @@ class Execution(Aggregate):
         self._clear_lease()
 
     @event(Requeued)
-    def _requeued(self, *, by: str, reason: str, ready_at: datetime) -> None:
-        del by, reason
+    def _requeued(
+        self, *, by: str, reason: str, ready_at: datetime, via: str | None = None
+    ) -> None:
+        del by, reason, via
         self.budget_start = self.attempts_used
         self.ready_at = ready_at
         self.status = ExecutionStatus.PENDING
 
     @event(Cancelled)
-    def _cancelled(self, *, by: str, reason: str) -> None:
-        del by, reason
+    def _cancelled(self, *, by: str, reason: str, via: str | None = None) -> None:
+        del by, reason, via
         self.status = ExecutionStatus.CANCELLED
         self._clear_lease()
 
     @event(Discarded)
-    def _discarded(self, *, by: str, reason: str) -> None:
-        del by, reason
+    def _discarded(self, *, by: str, reason: str, via: str | None = None) -> None:
+        del by, reason, via
         self.status = ExecutionStatus.DISCARDED
 
     def _clear_lease(self) -> None:

@@ -126,6 +126,8 @@ class Job(Aggregate):
         next_fire_at: datetime | None
         by: str
         source: str = API
+        # How ``by`` came ("session", "token:<name>", "cli"); None before it existed.
+        via: str | None = None
 
     class Updated(Aggregate.Event):
         TOPIC = "jobledger:JobUpdated"
@@ -134,6 +136,7 @@ class Job(Aggregate):
         by: str
         source: str = API
         override: bool = False
+        via: str | None = None
 
     class Paused(Aggregate.Event):
         TOPIC = "jobledger:JobPaused"
@@ -141,18 +144,21 @@ class Job(Aggregate):
         reason: str
         # The dead letter that paused it (pause_on_failure); None for an operator's pause.
         execution_id: uuid.UUID | None = None
+        via: str | None = None
 
     class Resumed(Aggregate.Event):
         TOPIC = "jobledger:JobResumed"
         by: str
         next_fire_at: datetime | None
         at: datetime | None = None
+        via: str | None = None
 
     class Deleted(Aggregate.Event):
         TOPIC = "jobledger:JobDeleted"
         by: str
         source: str = API
         override: bool = False
+        via: str | None = None
 
     class Fired(Aggregate.Event):
         TOPIC = "jobledger:JobFired"
@@ -189,12 +195,14 @@ class Job(Aggregate):
         fired: int
         skipped: int
         buffered: tuple[datetime, ...]
+        via: str | None = None
 
     class Triggered(Aggregate.Event):
         TOPIC = "jobledger:JobTriggered"
         execution_id: uuid.UUID
         trigger_key: str
         by: str
+        via: str | None = None
 
     @event(Scheduled)
     def __init__(
@@ -205,8 +213,9 @@ class Job(Aggregate):
         next_fire_at: datetime | None,
         by: str,
         source: str = API,
+        via: str | None = None,
     ) -> None:
-        del by
+        del by, via
         self.definition = definition
         self.key = key
         self.source = source
@@ -237,10 +246,11 @@ class Job(Aggregate):
         by: str,
         key: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        via: str | None = None,
     ) -> "Job":
         job_id = job_id_for_key(key) if key else None
         created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
-        return cls(key=key, source=API, **created)
+        return cls(key=key, source=API, via=via, **created)
 
     @classmethod
     def declare(
@@ -252,6 +262,7 @@ class Job(Aggregate):
         at: datetime,
         by: str,
         limits: Limits = DEFAULT_LIMITS,
+        via: str | None = None,
     ) -> "Job":
         """A job that code declares as ``key`` (``jobledger apply``)."""
         check_text(key, "key", max_chars=MAX_KEY_CHARS)
@@ -259,7 +270,7 @@ class Job(Aggregate):
         created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
         # The id is the key's, not one create_id() derives: eventsourcing's _create
         # takes it beside the created event's fields.
-        return cls._create(cls.Scheduled, id=job_id, key=key, source=CODE, **created)
+        return cls._create(cls.Scheduled, id=job_id, key=key, source=CODE, via=via, **created)
 
     @staticmethod
     def _created(
@@ -294,6 +305,7 @@ class Job(Aggregate):
         limits: Limits = DEFAULT_LIMITS,
         source: str = API,
         override: bool = False,
+        via: str | None = None,
     ) -> None:
         """Change the definition. A job code manages changes by code (``source`` "code"),
         or by hand with ``override``, which the event records."""
@@ -312,15 +324,16 @@ class Job(Aggregate):
             by=by,
             source=source,
             override=override and self.managed and source != CODE,
+            via=via,
         )
 
-    def pause(self, *, by: str, reason: str = "") -> None:
+    def pause(self, *, by: str, reason: str = "", via: str | None = None) -> None:
         self._check_not_deleted("pause")
         check_reason(by, reason)
         if not self.paused:
-            self._paused(by=by, reason=reason, execution_id=None)
+            self._paused(by=by, reason=reason, execution_id=None, via=via)
 
-    def resume(self, *, at: datetime, by: str) -> None:
+    def resume(self, *, at: datetime, by: str, via: str | None = None) -> None:
         """Resume from ``at``: occurrences that fell while paused are not caught up."""
         self._check_not_deleted("resume")
         check_actor(by)
@@ -329,16 +342,24 @@ class Job(Aggregate):
             last = self.last_scheduled_for
             start = at if last is None else max(at, last)
             self._resumed(
-                by=by, next_fire_at=next_fire_after(self.definition.schedule, start), at=at
+                by=by,
+                next_fire_at=next_fire_after(self.definition.schedule, start),
+                at=at,
+                via=via,
             )
 
-    def delete(self, *, by: str, source: str = API, override: bool = False) -> None:
+    def delete(
+        self, *, by: str, source: str = API, override: bool = False, via: str | None = None
+    ) -> None:
         """Delete the job (its history stays); a managed one as ``update`` says."""
         check_actor(by)
         if not self.deleted:
             self._check_may_change("delete", source=source, override=override)
             self._deleted(
-                by=by, source=source, override=override and self.managed and source != CODE
+                by=by,
+                source=source,
+                override=override and self.managed and source != CODE,
+                via=via,
             )
 
     def fire(self, *, scheduled_for: datetime, leader_epoch: int, at: datetime) -> Execution:
@@ -364,7 +385,10 @@ class Job(Aggregate):
         next_fire_at: datetime | None,
         leader_epoch: int = 0,
         upstream_results: dict[str, Any] | None = None,
+        asked: tuple[str, str | None] | None = None,
     ) -> Execution:
+        """``asked``: who asked for the fire and how they came (a backfill), if anyone."""
+        by, via = (None, None) if asked is None else asked
         execution = Execution.enqueue(
             job_id=self.id,
             spec=self.definition.spec,
@@ -372,6 +396,8 @@ class Job(Aggregate):
             scheduled_for=scheduled_for,
             ready_at=ready_at,
             upstream_results=upstream_results,
+            by=by,
+            via=via,
         )
         # The event straight from its class (as ``Execution.lease`` does, ADR 57): a
         # scheduler records one for every run it fires.
@@ -388,7 +414,13 @@ class Job(Aggregate):
     # ---- backfill ---------------------------------------------------------------------
 
     def backfill(
-        self, plan: BackfillPlan, *, at: datetime, by: str, reason: str = ""
+        self,
+        plan: BackfillPlan,
+        *,
+        at: datetime,
+        by: str,
+        reason: str = "",
+        via: str | None = None,
     ) -> list[Execution]:
         """Carry out a backfill plan (see ``domain/backfill.py``): fire what it fires now,
         record what it skips, keep what it buffers. Works on a paused job: filling the
@@ -407,9 +439,16 @@ class Job(Aggregate):
             fired=len(plan.fire),
             skipped=len(plan.skip),
             buffered=plan.buffer,
+            via=via,
         )
         executions = [
-            self._fire(o, FireTrigger.BACKFILL, ready_at=at, next_fire_at=self.next_fire_at)
+            self._fire(
+                o,
+                FireTrigger.BACKFILL,
+                ready_at=at,
+                next_fire_at=self.next_fire_at,
+                asked=(by, via),
+            )
             for o in plan.fire
         ]
         for run in plan.skipped_runs():
@@ -530,6 +569,7 @@ class Job(Aggregate):
             by=SYSTEM,
             reason=f"pause_on_failure: execution {execution_id} was dead-lettered",
             execution_id=execution_id,
+            via=None,  # no request: the dead letter did it
         )
         return True
 
@@ -553,7 +593,9 @@ class Job(Aggregate):
             upstream=None,
         )
 
-    def trigger(self, *, trigger_key: str, at: datetime, by: str) -> Execution:
+    def trigger(
+        self, *, trigger_key: str, at: datetime, by: str, via: str | None = None
+    ) -> Execution:
         """Run the job now, outside its schedule; the same key yields the same execution."""
         self._check_not_deleted("trigger")
         check_actor(by)
@@ -563,8 +605,10 @@ class Job(Aggregate):
             trigger=Trigger.MANUAL,
             trigger_key=trigger_key,
             ready_at=at,
+            by=by,
+            via=via,
         )
-        self._triggered(execution_id=execution.id, trigger_key=trigger_key, by=by)
+        self._triggered(execution_id=execution.id, trigger_key=trigger_key, by=by, via=via)
         return execution
 
     # ---- invariants -----------------------------------------------------------------
@@ -604,29 +648,44 @@ class Job(Aggregate):
         by: str,
         source: str = API,
         override: bool = False,
+        via: str | None = None,
     ) -> None:
-        del by, source, override
+        del by, source, override, via
         self.definition = definition
         self.next_fire_at = next_fire_at
 
     @event(Paused)
-    def _paused(self, *, by: str, reason: str, execution_id: uuid.UUID | None = None) -> None:
-        del by, reason, execution_id
+    def _paused(
+        self,
+        *,
+        by: str,
+        reason: str,
+        execution_id: uuid.UUID | None = None,
+        via: str | None = None,
+    ) -> None:
+        del by, reason, execution_id, via
         self.paused = True
         self.next_fire_at = None
 
     @event(Resumed)
     def _resumed(
-        self, *, by: str, next_fire_at: datetime | None, at: datetime | None = None
+        self,
+        *,
+        by: str,
+        next_fire_at: datetime | None,
+        at: datetime | None = None,
+        via: str | None = None,
     ) -> None:
-        del by
+        del by, via
         self.paused = False
         self.next_fire_at = next_fire_at
         self.resumed_at = at
 
     @event(Deleted)
-    def _deleted(self, *, by: str, source: str = API, override: bool = False) -> None:
-        del by, source, override
+    def _deleted(
+        self, *, by: str, source: str = API, override: bool = False, via: str | None = None
+    ) -> None:
+        del by, source, override, via
         self.deleted = True
         self.next_fire_at = None
 
@@ -686,14 +745,17 @@ class Job(Aggregate):
         fired: int,
         skipped: int,
         buffered: tuple[datetime, ...],
+        via: str | None = None,
     ) -> None:
-        del start, end, reason, by, occurrences, already_fired, excluded, fired, skipped
+        del start, end, reason, by, occurrences, already_fired, excluded, fired, skipped, via
         if overlap is BackfillOverlap.BUFFER_ALL:
             self.backfill_queue = buffered
 
     @event(Triggered)
-    def _triggered(self, *, execution_id: uuid.UUID, trigger_key: str, by: str) -> None:
-        del execution_id, trigger_key, by
+    def _triggered(
+        self, *, execution_id: uuid.UUID, trigger_key: str, by: str, via: str | None = None
+    ) -> None:
+        del execution_id, trigger_key, by, via
 
 
 # The aggregate's metaclass registers the topics of its events when the class is made,

@@ -187,6 +187,7 @@ class Limit(Aggregate):
         values: LimitValues
         by: str
         at: datetime
+        via: str | None = None  # how ``by`` came; None before it existed
 
     class Changed(Aggregate.Event):
         TOPIC = "jobledger:LimitChanged"
@@ -194,31 +195,40 @@ class Limit(Aggregate):
         values: LimitValues
         by: str
         at: datetime
+        via: str | None = None
 
     @event(Defined)
-    def __init__(self, *, name: str, values: LimitValues, by: str, at: datetime) -> None:
-        del by
+    def __init__(
+        self, *, name: str, values: LimitValues, by: str, at: datetime, via: str | None = None
+    ) -> None:
+        del by, via
         self.name = name
         self.values = values
         self.changed_at = at
 
     @classmethod
-    def define(cls, name: str, values: LimitValues, *, by: str, at: datetime) -> "Limit":
+    def define(
+        cls, name: str, values: LimitValues, *, by: str, at: datetime, via: str | None = None
+    ) -> "Limit":
         values.check()
         check_actor(by)
-        return cls._create(cls.Defined, id=limit_id(name), name=name, values=values, by=by, at=at)
+        return cls._create(
+            cls.Defined, id=limit_id(name), name=name, values=values, by=by, at=at, via=via
+        )
 
-    def change(self, values: LimitValues, *, by: str, at: datetime) -> bool:
+    def change(self, values: LimitValues, *, by: str, at: datetime, via: str | None = None) -> bool:
         """Give the key new values; False (and nothing recorded) if they are the same."""
         values.check()
         check_actor(by)
         if values == self.values:
             return False
-        self._changed(name=self.name, values=values, by=by, at=at)
+        self._changed(name=self.name, values=values, by=by, at=at, via=via)
         return True
 
     @event(Changed)
-    def _changed(self, *, name: str, values: LimitValues, by: str, at: datetime) -> None:
-        del name, by
+    def _changed(
+        self, *, name: str, values: LimitValues, by: str, at: datetime, via: str | None = None
+    ) -> None:
+        del name, by, via
         self.values = values
         self.changed_at = at

@@ -59,12 +59,14 @@ class Queue(Aggregate):
         by: str
         reason: str
         at: datetime  # when the operator paused it (the caller's clock, as for jobs)
+        via: str | None = None  # how ``by`` came; None before it existed
 
     class Resumed(Aggregate.Event):
         TOPIC = "jobledger:QueueResumed"
         queue: str
         by: str
         at: datetime
+        via: str | None = None
 
     class Drained(Aggregate.Event):
         """Its pending runs were cancelled (each by an ``ExecutionCancelled`` of its own,
@@ -75,6 +77,7 @@ class Queue(Aggregate):
         by: str
         reason: str
         cancelled: tuple[uuid.UUID, ...]
+        via: str | None = None
 
     @event(Registered)
     def __init__(self, *, queue: str) -> None:
@@ -90,49 +93,64 @@ class Queue(Aggregate):
 
     # ---- commands -------------------------------------------------------------------
 
-    def pause(self, *, by: str, reason: str, at: datetime) -> bool:
+    def pause(self, *, by: str, reason: str, at: datetime, via: str | None = None) -> bool:
         """Stop leasing from the queue; running work finishes. False (and nothing
         recorded) if it is already paused."""
         check_reason(by, reason)
         check_reason_given(reason, "pause")  # refused whatever the state, as a drain's
         if self.paused:
             return False
-        self._paused(queue=self.name, by=by, reason=reason, at=at)
+        self._paused(queue=self.name, by=by, reason=reason, at=at, via=via)
         return True
 
-    def resume(self, *, by: str, at: datetime) -> bool:
+    def resume(self, *, by: str, at: datetime, via: str | None = None) -> bool:
         """Lease from the queue again. False (and nothing recorded) if it runs."""
         check_actor(by)
         if not self.paused:
             return False
-        self._resumed(queue=self.name, by=by, at=at)
+        self._resumed(queue=self.name, by=by, at=at, via=via)
         return True
 
-    def drain(self, *, by: str, reason: str, cancelled: tuple[uuid.UUID, ...]) -> None:
+    def drain(
+        self,
+        *,
+        by: str,
+        reason: str,
+        cancelled: tuple[uuid.UUID, ...],
+        via: str | None = None,
+    ) -> None:
         """Record that the runs ``cancelled`` were cancelled as a drain of the queue."""
         check_reason(by, reason)
         check_reason_given(reason, "drain")
-        self._drained(queue=self.name, by=by, reason=reason, cancelled=cancelled)
+        self._drained(queue=self.name, by=by, reason=reason, cancelled=cancelled, via=via)
 
     # ---- events ---------------------------------------------------------------------
 
     @event(Paused)
-    def _paused(self, *, queue: str, by: str, reason: str, at: datetime) -> None:
-        del queue
+    def _paused(
+        self, *, queue: str, by: str, reason: str, at: datetime, via: str | None = None
+    ) -> None:
+        del queue, via
         self.paused = True
         self.paused_by = by
         self.pause_reason = reason
         self.paused_since = at
 
     @event(Resumed)
-    def _resumed(self, *, queue: str, by: str, at: datetime) -> None:
-        del queue, by, at
+    def _resumed(self, *, queue: str, by: str, at: datetime, via: str | None = None) -> None:
+        del queue, by, at, via
         self.paused = False
         self.paused_by = self.pause_reason = None
         self.paused_since = None
 
     @event(Drained)
     def _drained(
-        self, *, queue: str, by: str, reason: str, cancelled: tuple[uuid.UUID, ...]
+        self,
+        *,
+        queue: str,
+        by: str,
+        reason: str,
+        cancelled: tuple[uuid.UUID, ...],
+        via: str | None = None,
     ) -> None:
-        del queue, by, reason, cancelled
+        del queue, by, reason, cancelled, via

@@ -163,6 +163,7 @@ class Workflow(Aggregate):
         on_failure: OnFailure
         key: str | None
         by: str
+        via: str | None = None  # how ``by`` came; None before it existed
 
     class StepReleased(Aggregate.Event):
         TOPIC = "jobledger:WorkflowStepReleased"
@@ -193,6 +194,7 @@ class Workflow(Aggregate):
         by: str
         reason: str
         open_steps: tuple[str, ...]
+        via: str | None = None
 
     @event(Started)
     def __init__(
@@ -203,8 +205,9 @@ class Workflow(Aggregate):
         on_failure: OnFailure,
         key: str | None,
         by: str,
+        via: str | None = None,
     ) -> None:
-        del by
+        del by, via
         self.name = name
         self.key = key
         self.on_failure = on_failure
@@ -231,6 +234,7 @@ class Workflow(Aggregate):
         by: str,
         key: str | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        via: str | None = None,
     ) -> tuple["Workflow", list[Execution]]:
         """Start a workflow; returns it with the runs of the steps that wait for
         nothing, to be saved with it."""
@@ -239,7 +243,9 @@ class Workflow(Aggregate):
         check_actor(by)
         if key is not None:
             check_text(key, "key", max_chars=256)
-        workflow = cls(name=name, steps=tuple(steps), on_failure=on_failure, key=key, by=by)
+        workflow = cls(
+            name=name, steps=tuple(steps), on_failure=on_failure, key=key, by=by, via=via
+        )
         return workflow, workflow._release_ready(at)
 
     def settle(
@@ -264,14 +270,14 @@ class Workflow(Aggregate):
         self._end_if_done()
         return released
 
-    def cancel(self, *, by: str, reason: str = "") -> list[str]:
+    def cancel(self, *, by: str, reason: str = "", via: str | None = None) -> list[str]:
         """End the workflow: waiting steps are skipped; returns the steps whose runs are
         still open, for the caller to cancel."""
         if self.status is not WorkflowStatus.RUNNING:
             raise InvalidTransitionError(f"workflow {self.id} is already {self.status}")
         check_reason(by, reason)
         open_steps = tuple(self.steps_in(StepStatus.RELEASED))
-        self._cancelled(by=by, reason=reason, open_steps=open_steps)
+        self._cancelled(by=by, reason=reason, open_steps=open_steps, via=via)
         self._skip(self.steps_in(StepStatus.WAITING), because="cancel")
         return list(open_steps)
 
@@ -387,8 +393,10 @@ class Workflow(Aggregate):
         self.status = WorkflowStatus.FAILED
 
     @event(Cancelled)
-    def _cancelled(self, *, by: str, reason: str, open_steps: tuple[str, ...]) -> None:
-        del by, reason, open_steps
+    def _cancelled(
+        self, *, by: str, reason: str, open_steps: tuple[str, ...], via: str | None = None
+    ) -> None:
+        del by, reason, open_steps, via
         self.status = WorkflowStatus.CANCELLED
 
 

@@ -82,7 +82,7 @@ EXECUTION_COLUMNS = (
     "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
     "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
     "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
-    "progress",
+    "progress", "enqueued_by", "enqueued_via", "closed_via",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
@@ -322,13 +322,16 @@ def _spec_read(names: tuple[str, ...]) -> type[msgspec.Struct]:
 _SpecRead = _spec_read(("handler", "queue", "priority", "retry"))
 
 
+_ENQUEUED_READ = (
+    "timestamp", "job_id", "spec", "trigger", "scheduled_for", "ready_at", "attempt", "by", "via",
+)  # fmt: skip
 # What the fold reads of the events most runs have (``EventView``): the rest of their
 # state is skipped rather than decoded. A result stays the JSON text its column holds,
 # a lease id and a job id the text their columns hold.
 FOLD_VIEWS = (
     EventView(
         Execution.Enqueued,
-        ("timestamp", "job_id", "spec", "trigger", "scheduled_for", "ready_at", "attempt"),
+        _ENQUEUED_READ,
         {"spec": _SpecRead, "job_id": str | None},
     ),
     EventView(
@@ -363,6 +366,10 @@ def _enqueued_row(key: str, event: Execution.Enqueued | Execution.Skipped) -> Ro
     row["enqueued_at_ms"] = to_ms(event.timestamp)
     row["ready_at_ms"] = to_ms(event.ready_at)
     row["version"] = event.originator_version
+    if isinstance(event, Execution.Skipped):
+        return row  # decided by the system, asked for by nobody
+    row["enqueued_by"] = event.by
+    row["enqueued_via"] = event.via
     return row
 
 
@@ -621,6 +628,7 @@ def _requeued(_fold: Fold, row: Row, event: Execution.Requeued) -> None:
         ready_at_ms=to_ms(event.ready_at),
         finished_at_ms=None,
         closed_by=event.by,
+        closed_via=event.via,
         closed_reason=event.reason,
     )
 
@@ -631,6 +639,7 @@ def _closed(row: Row, event: Any, status: ExecutionStatus) -> None:  # noqa: ANN
         finished_at_ms=to_ms(event.timestamp),
         lease_id=None,
         closed_by=event.by,
+        closed_via=event.via,
         closed_reason=event.reason,
     )
 

@@ -220,7 +220,8 @@ _EXECUTION_SELECT = (
     "SELECT e.id, e.job_id, j.name, e.handler, e.queue, e.priority, e.trigger, e.status, "  # noqa: S608 (constant names)
     "e.attempt, e.max_attempts, e.scheduled_for_ms, e.enqueued_at_ms, e.ready_at_ms, "
     "e.started_at_ms, e.finished_at_ms, e.worker_id, e.last_error, e.duration_ms, "
-    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version, e.progress "
+    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version, e.progress, "
+    "e.enqueued_by, e.enqueued_via, e.closed_via "
     f"FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id"
 )
 
@@ -259,6 +260,9 @@ def _execution_row(row: Sequence[Any]) -> ExecutionRow:
         closed_reason=row[21],
         version=int(row[22]),
         progress=read.json("progress", row[23], ProgressRow),
+        enqueued_by=row[24],
+        enqueued_via=row[25],
+        closed_via=row[26],
         unreadable=read.unreadable,
     )
 

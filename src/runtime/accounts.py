@@ -129,6 +129,7 @@ class Principal(msgspec.Struct, frozen=True):
     user: User
     role: Role
     via: str
+    token_name: str | None = None  # the API token's name, for a request with one
 
 
 class SessionTicket(msgspec.Struct, frozen=True):
@@ -258,7 +259,7 @@ _SESSION_OF = (
 )
 _API_KEY_OF = (
     "SELECT u.id, u.username, u.role, u.disabled, u.created_at, "
-    "t.role, t.expires_at, t.revoked_at, t.last_used_at "
+    "t.role, t.expires_at, t.revoked_at, t.last_used_at, t.name "
     "FROM jobledger_api_tokens t JOIN jobledger_users u ON u.id = t.user_id "
     "WHERE t.token_hash = ?"
 )
@@ -741,7 +742,7 @@ class Accounts:
             return None
         if last_used is None or at - last_used >= TOUCH_EVERY // _MS:
             self._touch(_TOUCH_API_KEY, digest, at)
-        return Principal(user=user, role=_capped(role, user.role), via="token")
+        return Principal(user=user, role=_capped(role, user.role), via="token", token_name=row[9])
 
     def list_tokens(self, user_id: UUID | None = None) -> list[ApiToken]:
         sql, params = _SELECT_TOKENS, tuple[str, ...]()

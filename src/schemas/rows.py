@@ -64,6 +64,12 @@ class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
     progress: "ProgressRow | None" = None
     # What this row cannot show and why (as ``JobRow.unreadable``).
     unreadable: str | None = None
+    # Who asked for the run and how they came ("session", "token:<name>", "cli",
+    # "outbox"); None for a run the schedule or the system made. ``closed_via``: how
+    # ``closed_by`` came.
+    enqueued_by: str | None = None
+    enqueued_via: str | None = None
+    closed_via: str | None = None
 
 
 class ProgressRow(msgspec.Struct, frozen=True, kw_only=True):

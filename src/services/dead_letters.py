@@ -101,7 +101,7 @@ class DeadLetters:
             reason=reason,
             error_contains=error_contains,
             dry_run=dry_run,
-            command=lambda e: e.requeue(by=by.name, reason=reason, at=at),
+            command=lambda e: e.requeue(by=by.name, via=by.via, reason=reason, at=at),
         )
 
     def discard(
@@ -121,7 +121,7 @@ class DeadLetters:
             reason=reason,
             error_contains=error_contains,
             dry_run=dry_run,
-            command=lambda e: e.discard(by=by.name, reason=reason),
+            command=lambda e: e.discard(by=by.name, via=by.via, reason=reason),
         )
 
     def requeue_one(

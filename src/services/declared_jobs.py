@@ -151,13 +151,16 @@ class DeclaredJobs:
                 incarnation=incarnation,
                 at=at,
                 by=by.name,
+                via=by.via,
                 limits=self.ledger.limits,
             )
             return _Step(_change(key, "create", created), created)
         changes = diff(_shown(job.definition), _shown(definition))
         if not changes:
             return _Step(_change(key, "unchanged", job), None)
-        job.update(definition, at=at, by=by.name, limits=self.ledger.limits, source=CODE)
+        job.update(
+            definition, at=at, by=by.name, via=by.via, limits=self.ledger.limits, source=CODE
+        )
         return _Step(_change(key, "update", job, changes), job)
 
     def _prune(self, declared: set[str], *, by: Actor) -> list[_Step]:
@@ -165,7 +168,7 @@ class DeclaredJobs:
         steps = []
         for job in self._managed():
             if job.key not in declared:
-                job.delete(by=by.name, source=CODE)
+                job.delete(by=by.name, via=by.via, source=CODE)
                 steps.append(_Step(_change(job.key or "", "delete", job), job))
         return sorted(steps, key=lambda step: step.change.key)
 

@@ -73,7 +73,12 @@ class Executions:
         by.require(Role.OPERATOR)
         self._check_spec(spec)
         execution = Execution.enqueue(
-            spec=spec, ready_at=ready_at or at, trigger=Trigger.ADHOC, trigger_key=key
+            spec=spec,
+            ready_at=ready_at or at,
+            trigger=Trigger.ADHOC,
+            trigger_key=key,
+            by=by.name,
+            via=by.via,
         )
         try:
             self.ledger.save_all(execution)
@@ -104,7 +109,14 @@ class Executions:
         due = ready_at or at
 
         def enqueue() -> NewRun:
-            run = Execution.enqueue(spec=spec, ready_at=due, trigger=Trigger.ADHOC, trigger_key=key)
+            run = Execution.enqueue(
+                spec=spec,
+                ready_at=due,
+                trigger=Trigger.ADHOC,
+                trigger_key=key,
+                by=by.name,
+                via=by.via,
+            )
             return NewRun(run, ())
 
         return run_once(self.ledger, unique, spec, enqueue, at=at, due=due, by=by)
@@ -118,7 +130,12 @@ class Executions:
         # The events alone: a batch saves them and answers ids, it needs no run objects.
         wanted = [
             Execution.enqueued(
-                spec=run.spec, ready_at=run.ready_at, trigger=Trigger.ADHOC, trigger_key=run.key
+                spec=run.spec,
+                ready_at=run.ready_at,
+                trigger=Trigger.ADHOC,
+                trigger_key=run.key,
+                by=by.name,
+                via=by.via,
             )
             for run in runs
         ]
@@ -172,7 +189,7 @@ class Executions:
         by.require(Role.OPERATOR)
         for attempt in range(_CANCEL_TRIES):
             execution = self.ledger.get_execution(execution_id)
-            execution.cancel(by=by.name, reason=reason)
+            execution.cancel(by=by.name, via=by.via, reason=reason)
             try:
                 self.ledger.save_all(execution)
             except ConflictError:

@@ -172,7 +172,9 @@ class Jobs:
         self.handlers.check(definition.spec.handler, definition.spec.payload)
 
         def scheduled() -> Job:
-            return Job.schedule(definition, at=at, by=by.name, key=key, limits=self.ledger.limits)
+            return Job.schedule(
+                definition, at=at, by=by.name, via=by.via, key=key, limits=self.ledger.limits
+            )
 
         scheduled()  # refuses a bad definition before anything is read
         self.links.check_upstreams(definition)
@@ -204,7 +206,14 @@ class Jobs:
 
         def updated() -> Job:
             job = self.ledger.get_job(job_id)
-            job.update(definition, at=at, by=by.name, limits=self.ledger.limits, override=override)
+            job.update(
+                definition,
+                at=at,
+                by=by.name,
+                via=by.via,
+                limits=self.ledger.limits,
+                override=override,
+            )
             return job
 
         return self._saved_linked(updated)
@@ -212,13 +221,13 @@ class Jobs:
     def pause(self, job_id: UUID, *, by: Actor, reason: str = "") -> Job:
         by.require(Role.OPERATOR)
         job = self.ledger.get_job(job_id)
-        job.pause(by=by.name, reason=reason)
+        job.pause(by=by.name, via=by.via, reason=reason)
         return self._saved(job)
 
     def resume(self, job_id: UUID, *, at: datetime, by: Actor) -> Job:
         by.require(Role.OPERATOR)
         job = self.ledger.get_job(job_id)
-        job.resume(at=at, by=by.name)
+        job.resume(at=at, by=by.name, via=by.via)
         return self._saved(job)
 
     def delete(self, job_id: UUID, *, by: Actor, override: bool = False) -> Job:
@@ -229,7 +238,7 @@ class Jobs:
 
         def deleted() -> Job:
             job = self.ledger.get_job(job_id)
-            job.delete(by=by.name, override=override)
+            job.delete(by=by.name, via=by.via, override=override)
             return job
 
         return self._saved_linked(deleted)
@@ -241,7 +250,7 @@ class Jobs:
         by.require(Role.OPERATOR)
         for _ in range(_TRIGGER_TRIES):
             job = self.ledger.get_job(job_id)
-            execution = job.trigger(trigger_key=key, at=at, by=by.name)
+            execution = job.trigger(trigger_key=key, at=at, by=by.name, via=by.via)
             try:
                 self.ledger.save_all(job, execution)
             except ConflictError:
@@ -264,7 +273,7 @@ class Jobs:
 
         def trigger() -> NewRun:
             job = self.ledger.get_job(job_id)  # a fresh copy for every try
-            return NewRun(job.trigger(trigger_key=key, at=at, by=by.name), (job,))
+            return NewRun(job.trigger(trigger_key=key, at=at, by=by.name, via=by.via), (job,))
 
         return run_once(self.ledger, unique, spec, trigger, at=at, due=at, by=by)
 
@@ -329,7 +338,7 @@ class Jobs:
                     f"{len(plan.missing)} occurrences would fire, more than max {limit}",
                     "raise max, or backfill a shorter window",
                 )
-            executions = job.backfill(plan, at=at, by=by.name, reason=reason)
+            executions = job.backfill(plan, at=at, by=by.name, via=by.via, reason=reason)
             self.ledger.save_all(job, *executions)
         return backfill_report(job.id, plan, dry_run=dry_run)
 

@@ -36,24 +36,24 @@ class Limits:
     def define(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
         """Create the named limit ``name``; AlreadyExistsError if it exists."""
         by.require(Role.OPERATOR)
-        limit = Limit.define(name, to_values(values), by=by.name, at=at)
+        limit = Limit.define(name, to_values(values), by=by.name, via=by.via, at=at)
         try:
             self.ledger.save_all(limit)
         except (AlreadyExistsError, ConflictError):
             raise AlreadyExistsError(
                 f"a limit named {name!r} exists: change it with PUT /api/v1/limits/{name}"
             ) from None
-        log.info("limit.defined", limit=name, by=by.name)
+        log.info("limit.defined", limit=name, by=by.name, via=by.via)
         return LimitStateOut(limit=self._out(limit, []), changed=True)
 
     def change(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
         """Give the named limit new values; the same values change nothing."""
         by.require(Role.OPERATOR)
         limit = self._get(name)
-        changed = limit.change(to_values(values), by=by.name, at=at)
+        changed = limit.change(to_values(values), by=by.name, via=by.via, at=at)
         if changed:
             self.ledger.save_all(limit)
-        log.info("limit.changed", limit=name, by=by.name, changed=changed)
+        log.info("limit.changed", limit=name, by=by.name, via=by.via, changed=changed)
         return LimitStateOut(limit=self._out(limit, []), changed=changed)
 
     def set(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:

@@ -24,12 +24,15 @@ from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.json_values import error_line
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
+from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.outages import POSTGRESQL
 from jobledger.runtime.relay import OutboxRelay
 from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.schemas.executions import RunIn
 from jobledger.schemas.outbox import OUTBOX_TABLE
+from jobledger.services.actors import OUTBOX as OUTBOX_VIA
+from jobledger.services.actors import Actor
 from jobledger.services.bodies import to_ready_at, to_spec
 from jobledger.services.jobs import HandlerNames
 
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 OUTBOX = OUTBOX_TABLE
+# Who the relay's runs are by: the row carries no user (the application's own
+# transaction wrote it), so the relay names itself and how the run came.
+RELAY = Actor("outbox", Role.OPERATOR, via=OUTBOX_VIA)
 BATCH = 500
 MAX_REFUSAL_CHARS = 1000
 _SELECT = (
@@ -130,7 +136,12 @@ class Outbox:
         # The API's rules for a run, for a row written by other means than the client.
         ready_at = to_ready_at(body, at)
         return Execution.enqueue(
-            spec=spec, ready_at=ready_at, trigger=Trigger.ADHOC, trigger_key=row.key
+            spec=spec,
+            ready_at=ready_at,
+            trigger=Trigger.ADHOC,
+            trigger_key=row.key,
+            by=RELAY.name,
+            via=RELAY.via,
         )
 
     def _known(self, execution: Execution) -> str | None:

@@ -80,15 +80,15 @@ class Queues:
     def pause(self, name: str, *, reason: str, at: datetime, by: Actor) -> QueueStateOut:
         """Stop leasing from the queue; pausing a paused queue changes nothing."""
         by.require(Role.OPERATOR)
-        changed = self._steer(name, lambda q: q.pause(by=by.name, reason=reason, at=at))
-        log.info("queue.paused", queue=name, by=by.name, reason=reason, changed=changed)
+        changed = self._steer(name, lambda q: q.pause(by=by.name, via=by.via, reason=reason, at=at))
+        log.info("queue.paused", queue=name, by=by.name, via=by.via, reason=reason, changed=changed)
         return QueueStateOut(name=name, paused=True, changed=changed)
 
     def resume(self, name: str, *, at: datetime, by: Actor) -> QueueStateOut:
         """Lease from the queue again; resuming a running queue changes nothing."""
         by.require(Role.OPERATOR)
-        changed = self._steer(name, lambda q: q.resume(by=by.name, at=at))
-        log.info("queue.resumed", queue=name, by=by.name, changed=changed)
+        changed = self._steer(name, lambda q: q.resume(by=by.name, via=by.via, at=at))
+        log.info("queue.resumed", queue=name, by=by.name, via=by.via, changed=changed)
         return QueueStateOut(name=name, paused=False, changed=changed)
 
     def _steer(self, name: str, command: Callable[[Queue], bool]) -> bool:
@@ -131,6 +131,7 @@ class Queues:
             "queue.drained",
             queue=name,
             by=by.name,
+            via=by.via,
             reason=reason,
             at=at.isoformat(),
             cancelled=len(cancelled),
@@ -164,10 +165,10 @@ class Queues:
         conflicts: the batch is loaded again, and what still is pending is cancelled."""
         for attempt in range(1, ATTEMPTS + 1):
             for execution in batch:
-                execution.cancel(by=by.name, reason=reason)
+                execution.cancel(by=by.name, via=by.via, reason=reason)
             cancelled = tuple(e.id for e in batch)
             queue = self.ledger.queue(name) or Queue.register(name)
-            queue.drain(by=by.name, reason=reason, cancelled=cancelled)
+            queue.drain(by=by.name, via=by.via, reason=reason, cancelled=cancelled)
             try:
                 self.ledger.save_all(queue, *batch)
             except ConflictError:

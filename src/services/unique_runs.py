@@ -130,6 +130,6 @@ def _duplicate(
             fix="give runs of different handlers keys of their own",
         )
     moved = due if action is OnConflict.DEBOUNCE else None
-    holder.replace_payload(payload=spec.payload, by=by.name, ready_at=moved)
+    holder.replace_payload(payload=spec.payload, by=by.name, via=by.via, ready_at=moved)
     ledger.save_all(holder)
     return Duplicate(holder, action)

@@ -54,6 +54,7 @@ class Workflows:
             on_failure=on_failure,
             at=at,
             by=by.name,
+            via=by.via,
             key=key,
             limits=self.ledger.limits,
         )
@@ -86,13 +87,15 @@ class Workflows:
         handler is told to stop), in one save."""
         by.require(Role.OPERATOR)
         workflow = self.ledger.get_workflow(workflow_id)
-        open_steps = workflow.cancel(by=by.name, reason=reason)
+        open_steps = workflow.cancel(by=by.name, via=by.via, reason=reason)
         runs = self.runs(workflow)
         cancelled = []
         for step in open_steps:
             run = runs.get(step)
             if run is not None and not run.is_terminal:
-                run.cancel(by=by.name, reason=reason or f"workflow {workflow_id} cancelled")
+                run.cancel(
+                    by=by.name, via=by.via, reason=reason or f"workflow {workflow_id} cancelled"
+                )
                 cancelled.append(run)
         self.ledger.save_all(workflow, *cancelled)
         return workflow

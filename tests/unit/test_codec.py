@@ -16,6 +16,7 @@ from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
 from jobledger.persistence.codec import EventView, MsgspecMapper
+from jobledger.projections.read_model_tables import FOLD_VIEWS
 
 AT = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 
@@ -256,3 +257,40 @@ def test_a_state_no_decoder_reads_names_the_event_whichever_way_it_is_read(state
         mapper.to_domain_event(stored)
     with pytest.raises(MapperDeserialisationError, match="ExecutionCompleted"):
         _decoded(mapper.viewed(_VIEWS), stored)
+
+
+# An ad-hoc run's ExecutionEnqueued and an operator's cancel as stored before events
+# recorded who asked for a run and how they came (``by``, ``via``).
+_ENQUEUED_BEFORE_VIA = (
+    b'{"timestamp":"2026-03-29T00:30:00Z","originator_topic":"jobledger:Execution",'
+    b'"job_id":null,"spec":{"handler":"test.echo","payload":{"n":1},"queue":"default",'
+    b'"priority":5,"timeout":"PT300S","retry":{"max_retries":3,"initial_backoff":"PT1S",'
+    b'"max_backoff":"PT300S","jitter":true},"limits":null},"trigger":"adhoc",'
+    b'"scheduled_for":null,"trigger_key":"k","ready_at":"2026-03-29T00:30:00Z","attempt":1,'
+    b'"upstream_results":null,"workflow_id":null,"step":null}'
+)
+_CANCELLED_BEFORE_VIA = b'{"timestamp":"2026-03-29T00:31:00Z","by":"ada","reason":"typo"}'
+
+
+def test_events_stored_before_by_and_via_decode_without_them() -> None:
+    """If an ExecutionEnqueued and an ExecutionCancelled were stored before events
+    recorded ``by`` and ``via``, then they decode, whole and through the read models'
+    view, with both None (the cancel keeps its ``by``), and the run they begin has
+    none either."""
+    run_id = uuid.uuid4()
+    mapper = MsgspecMapper()
+    enqueued_state = StoredEvent(run_id, 1, Execution.Enqueued.TOPIC, _ENQUEUED_BEFORE_VIA)
+    enqueued = mapper.to_domain_event(enqueued_state)
+    assert isinstance(enqueued, Execution.Enqueued)
+    assert (enqueued.by, enqueued.via, enqueued.trigger_key) == (None, None, "k")
+    run = enqueued.mutate(None)
+    assert (run.enqueued_by, run.enqueued_via) == (None, None)
+    viewed = _decoded(mapper.viewed(FOLD_VIEWS), enqueued_state)
+    assert (viewed.by, viewed.via) == (None, None)
+    cancelled = mapper.to_domain_event(
+        StoredEvent(run_id, 2, Execution.Cancelled.TOPIC, _CANCELLED_BEFORE_VIA)
+    )
+    assert isinstance(cancelled, Execution.Cancelled)
+    assert (cancelled.by, cancelled.via, cancelled.reason) == ("ada", None, "typo")
+    cancelled.mutate(run)
+    assert run.status == "cancelled"

@@ -3,7 +3,7 @@
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from jobledger.api.dashboard.presenters import run_limits, summary_of
+from jobledger.api.dashboard.presenters import cause_of, run_limits, summary_of
 from jobledger.domain.limits import ConcurrencyLimit, RateLimit, RunLimits
 from jobledger.schemas.events import EventOut
 
@@ -38,3 +38,19 @@ def test_a_throttled_event_says_which_limit_the_run_waited_for() -> None:
         data={"kind": "rate", "limit": "stripe", "at": at.isoformat()},
     )
     assert summary_of(event, None) == "waited for the rate limit stripe"
+
+
+def _event(event_type: str, data: dict[str, object]) -> EventOut:
+    at = datetime(2026, 12, 7, tzinfo=UTC)
+    return EventOut(type=event_type, aggregate_id=uuid.uuid4(), version=1, timestamp=at, data=data)
+
+
+def test_a_timeline_names_who_asked_and_how_they_came() -> None:
+    """If an event records who asked and how they came, then the timeline says both;
+    an event stored before ``via`` existed names the user alone, and a run nobody
+    asked for names its trigger."""
+    by_token = _event("ExecutionEnqueued", {"by": "ada", "via": "token:ci", "trigger": "adhoc"})
+    assert cause_of(by_token) == "ada via token:ci"
+    assert cause_of(_event("JobPaused", {"by": "ada", "via": None})) == "ada"
+    scheduled = _event("ExecutionEnqueued", {"by": None, "via": None, "trigger": "schedule"})
+    assert cause_of(scheduled) == "schedule trigger"

@@ -24,7 +24,9 @@ TIMELINE_LIMIT = 200
 _SUMMARY_CHARS = 160
 # Fields that the timeline shows elsewhere (who, the execution link) or that say
 # nothing to a person (idempotency keys).
-_QUIET = frozenset({"by", "definition", "spec", "result", "execution_id", "key", "trigger_key"})
+_QUIET = frozenset(
+    {"by", "via", "definition", "spec", "result", "execution_id", "key", "trigger_key"}
+)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def cause_of(event: EventOut) -> str:
     """Who or what made the event happen."""
     data = event.data
     if data.get("by"):
-        return str(data["by"])
+        return f"{data['by']} via {data['via']}" if data.get("via") else str(data["by"])
     if "leader_epoch" in data:
         fired_by = _FIRED_BY.get(data.get("trigger", ""), "scheduler (leader epoch {leader_epoch})")
         return fired_by.format(**data)
