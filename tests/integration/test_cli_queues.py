@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.queue import Queue, queue_id
 from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.settings import load_settings
@@ -16,6 +16,8 @@ from jobledger.services.executions import Executions
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
+
+    from jobledger.runtime.settings import Settings
 
 
 def test_pause_drain_and_resume_from_the_command_line(
@@ -80,3 +82,13 @@ def test_pause_drain_and_resume_from_the_command_line(
         "stale batch",
         2,
     )
+    # What the command line writes says it came from there, the cancels of its drain too.
+    assert {e.via for e in history[1:]} == {"cli"}
+    cancels = [cancel for i in runs for cancel in _cancels(settings, i)]
+    assert {(e.by, e.via) for e in cancels} == {("ops", "cli")}
+
+
+def _cancels(settings: "Settings", execution_id: uuid.UUID) -> list[Execution.Cancelled]:
+    with bootstrap(settings) as container:
+        events = container.ledger.history(execution_id)
+        return [e for e in events if isinstance(e, Execution.Cancelled)]
