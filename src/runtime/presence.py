@@ -8,16 +8,21 @@ memory in the embedded mode), not in the log.
 """
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
 
 import msgspec
+import structlog
 
+from jobledger.domain.json_values import UNREADABLE, error_line
 from jobledger.projections.redis_client import RedisClient
 from jobledger.projections.redis_keys import Keys
 from jobledger.schemas.rows import ProgressRow
+
+log = structlog.get_logger(__name__)
+_SHOWN_ERROR_CHARS = 200
 
 
 class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +91,14 @@ class RedisPresence:
     def progress_of(self, execution_id: UUID, *, now: datetime) -> ProgressRow | None:
         del now  # Redis expires the key itself
         raw = self._client.get(self._keys.progress(execution_id))
-        return None if raw is None else self._progress_decoder.decode(raw)
+        if raw is None:
+            return None
+        try:
+            return self._progress_decoder.decode(raw)
+        except UNREADABLE as error:
+            # Another process wrote it (another release, say): the run is shown without.
+            _unreadable("presence.unreadable_progress", error, execution_id=str(execution_id))
+            return None
 
     def report(self, info: WorkerInfo) -> None:
         pipe = self._client.pipeline(transaction=True)
@@ -106,14 +118,36 @@ class RedisPresence:
         gone = self._client.zrangebyscore(self._keys.workers_seen, "-inf", f"({cutoff}")
         if gone:
             self.leave_all([g.decode() if isinstance(g, bytes) else str(g) for g in gone])
-        raw = self._client.hvals(self._keys.workers)
-        return _fresh((self._decoder.decode(blob) for blob in raw), now, stale_after)
+        raw = self._client.hgetall(self._keys.workers)
+        return _fresh(self._readable(raw), now, stale_after)
+
+    def _readable(self, raw: dict[bytes | str, bytes | str]) -> Iterator[WorkerInfo]:
+        """The workers' reports; one another process wrote in a shape this one cannot
+        read (another release, a damaged value) is left out, not the whole list."""
+        for worker_id, blob in raw.items():
+            try:
+                yield self._decoder.decode(blob)
+            except UNREADABLE as error:
+                shown = (
+                    worker_id.decode(errors="replace")
+                    if isinstance(worker_id, bytes)
+                    else worker_id
+                )
+                _unreadable("presence.unreadable_worker", error, worker_id=shown)
 
     def leave_all(self, worker_ids: Sequence[str]) -> None:
         pipe = self._client.pipeline(transaction=True)
         pipe.hdel(self._keys.workers, *worker_ids)
         pipe.zrem(self._keys.workers_seen, *worker_ids)
         pipe.execute()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _unreadable(event: str, error: Exception, **ids: str) -> None:
+    log.warning(event, error=error_line(error, max_chars=_SHOWN_ERROR_CHARS), **ids)
 
 
 def _fresh(
