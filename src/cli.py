@@ -723,6 +723,12 @@ def _add_archive_commands(commands: "argparse._SubParsersAction[Any]") -> None:
     archive.add_argument(
         "--before", help="archive what closed before this ISO time (default: the retention)"
     )
+    archive.add_argument(
+        "--force",
+        action="store_true",
+        help="let --before go past the retention (needs --reason, recorded in the log)",
+    )
+    archive.add_argument("--reason", help="why --force archives runs younger than the retention")
     archive.add_argument("--dry-run", action="store_true", help="only count what would go")
     archive.add_argument(
         "--restore", type=Path, metavar="PATH", help="put an archive (file or folder) back"
@@ -739,11 +745,23 @@ def _archive(args: argparse.Namespace, container: Container) -> int:
     at = utc_now()
     if before is not None and before > at:
         raise SettingsError("--before: give a time in the past, e.g. 2026-11-01T00:00Z")
+    if args.reason is not None and not args.force:
+        raise SettingsError("--reason: give it with --force, or leave it out")
     bar = ProgressBar("scanning the log")
     report = _services(container).archives.archive(
-        at=at, by=_cli_actor(), before=before, dry_run=args.dry_run, progress=bar
+        at=at,
+        by=_cli_actor(),
+        before=before,
+        forced_because=(args.reason or "") if args.force else None,
+        dry_run=args.dry_run,
+        progress=bar,
     )
     bar.finish()
+    if report.held:
+        print(
+            "--before is later than the retention lets go: held to it; to archive younger"
+            " runs, add --force --reason TEXT"
+        )
     verb = "would archive" if report.dry_run else "archived"
     print(
         f"{verb} {report.executions:,} execution(s), {report.events:,} event(s) closed before "

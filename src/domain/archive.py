@@ -13,7 +13,12 @@ from datetime import datetime, timedelta
 from eventsourcing.domain import Aggregate, event
 
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
-from jobledger.domain.json_values import check_actor
+from jobledger.domain.json_values import (
+    MAX_REASON_CHARS,
+    check_actor,
+    check_reason,
+    check_text,
+)
 
 # Namespace for history archive ids, derived from the archive's name.
 HISTORY_NAMESPACE = uuid.UUID("5e0c1c64-3f5d-4b2a-8a61-0d7f4e9c2b83")
@@ -50,6 +55,9 @@ class History(Aggregate):
         sha256: str
         manifest_sha256: str
         by: str
+        # An archive an admin forced past the retention says why (none before: never).
+        reason: str = ""
+        forced: bool = False
 
     class Restored(Aggregate.Event):
         """The archive's events were put back into the log at their old positions."""
@@ -72,8 +80,10 @@ class History(Aggregate):
         sha256: str,
         manifest_sha256: str,
         by: str,
+        reason: str = "",
+        forced: bool = False,
     ) -> None:
-        del location, sha256, manifest_sha256, by, cutoff
+        del location, sha256, manifest_sha256, by, cutoff, reason, forced
         self.name = name
         self.positions = (first_position, last_position)
         self.counts = (executions, events)
@@ -96,6 +106,8 @@ class History(Aggregate):
             sha256=record.sha256,
             manifest_sha256=record.manifest_sha256,
             by=record.by,
+            reason=record.reason,
+            forced=record.forced,
         )
 
     def restore(self, *, by: str) -> None:
@@ -123,10 +135,12 @@ class ArchiveRecord:
         "events",
         "executions",
         "first_position",
+        "forced",
         "last_position",
         "location",
         "manifest_sha256",
         "name",
+        "reason",
         "sha256",
     )
 
@@ -140,14 +154,16 @@ class ArchiveRecord:
         cutoff: datetime,
         sums: tuple[str, str],
         by: str,
+        forced_because: str | None = None,
     ) -> None:
         self.name, self.location, self.cutoff, self.by = name, location, cutoff, by
+        self.forced, self.reason = forced_because is not None, forced_because or ""
         self.first_position, self.last_position = positions
         self.executions, self.events = counts
         self.sha256, self.manifest_sha256 = sums
 
     def check(self) -> None:
-        check_actor(self.by)
+        check_reason(self.by, self.reason)
         self._check_range()
         self._check_counts()
         self._check_sums()
@@ -178,7 +194,10 @@ class ArchiveRecord:
 
 class Retention:
     """How long closed executions' history stays in the log: ``days`` for every queue
-    but those ``queues`` names; or, given ``before``, one cut-off for all."""
+    but those ``queues`` names. The retention is a floor: an earlier ``before`` moves
+    every queue's cut-off back to it, a later one is held to the retention, unless the
+    archive is forced: an admin's request, ``forced_because`` their reason, which the
+    archive's record keeps."""
 
     def __init__(
         self,
@@ -186,19 +205,42 @@ class Retention:
         queues: Mapping[str, float] | None = None,
         *,
         before: datetime | None = None,
+        forced_because: str | None = None,
     ) -> None:
+        if forced_because is not None:
+            _check_forced(before, forced_because)
         self.days = days
         self.queues = dict(queues or {})
         self.before = before
+        self.forced_because = forced_because
 
     def cutoff(self, queue: str, *, at: datetime) -> datetime:
         """Executions of ``queue`` closed before this may be archived."""
-        if self.before is not None:
-            return self.before
-        return at - timedelta(days=self.queues.get(queue, self.days))
+        return self._bounded(at - timedelta(days=self.queues.get(queue, self.days)))
 
     def latest_cutoff(self, *, at: datetime) -> datetime:
         """The latest cut-off of any queue: nothing created after it may be archived."""
-        if self.before is not None:
-            return self.before
-        return at - timedelta(days=min([self.days, *self.queues.values()]))
+        return self._bounded(at - timedelta(days=min([self.days, *self.queues.values()])))
+
+    def held(self, *, at: datetime) -> bool:
+        """Whether ``before`` asked for more than the retention lets go."""
+        return self.before is not None and self.latest_cutoff(at=at) < self.before
+
+    def _bounded(self, floor: datetime) -> datetime:
+        if self.before is None:
+            return floor
+        return self.before if self.forced_because is not None else min(self.before, floor)
+
+
+def _check_forced(before: datetime | None, reason: str) -> None:
+    """A forced archive removes runs someone may still look for: it says up to when,
+    and why, for the log."""
+    if before is None:
+        raise InvalidDefinitionError(
+            "before", "is not given", "say up to when a forced archive goes (--before TIME)"
+        )
+    check_text(reason, "reason", max_chars=MAX_REASON_CHARS)
+    if not reason.strip():
+        raise InvalidDefinitionError(
+            "reason", "is empty", "say why runs younger than the retention go (--reason TEXT)"
+        )

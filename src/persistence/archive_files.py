@@ -8,6 +8,8 @@ the rows removed from the log can be compared with the archive they went to).
 
 Both files are written to a ``.part`` file, flushed to the disk, then renamed into
 place, and the folder flushed too: after a crash either a whole file is there, or none.
+They hold every field of the runs archived, so files and folders are the owner's alone
+(0600 and 0700), whatever the process's umask.
 """
 
 import base64
@@ -17,10 +19,13 @@ import os
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from uuid import UUID
 
 import msgspec
+import structlog
+
+log = structlog.get_logger(__name__)
 
 from jobledger.domain.json_values import UNREADABLE
 
@@ -29,6 +34,8 @@ DATA_SUFFIX = ".jsonl.gz"
 MANIFEST_SUFFIX = ".manifest.json"
 PART_SUFFIX = ".part"
 _CHUNK = 1 << 20
+FILE_MODE = 0o600
+FOLDER_MODE = 0o700
 
 
 class ArchiveFileError(Exception):
@@ -97,7 +104,7 @@ def write_data(folder: Path, name: str, events: Iterable[ArchivedEvent]) -> str:
     """Write the data file durably; returns the sha256 of its bytes."""
     target = data_path(folder, name)
     part = target.with_name(target.name + PART_SUFFIX)
-    with part.open("wb") as raw:
+    with _private_file(part) as raw:
         # mtime 0: the same events give the same bytes, so a redone archive is the same.
         with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as packed:
             for event in events:
@@ -113,12 +120,38 @@ def write_manifest(folder: Path, manifest: Manifest) -> str:
     data = msgspec.json.format(msgspec.json.encode(manifest))
     target = manifest_path(folder, manifest.name)
     part = target.with_name(target.name + PART_SUFFIX)
-    with part.open("wb") as raw:
+    with _private_file(part) as raw:
         raw.write(data)
         raw.flush()
         os.fsync(raw.fileno())
     _publish(part, target)
     return hashlib.sha256(data).hexdigest()
+
+
+def make_private_folder(folder: Path) -> None:
+    """Create ``folder`` and any missing parent as the owner's alone, and make an
+    existing one so: ``mkdir``'s mode goes through the umask, ``chmod``'s does not."""
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for path in reversed(missing):
+        path.mkdir(mode=FOLDER_MODE, exist_ok=True)
+        path.chmod(FOLDER_MODE)
+    try:
+        folder.chmod(FOLDER_MODE)
+    except PermissionError:
+        # Another user's folder (a shared mount) stays as its owner set it.
+        log.warning("archive.folder_not_private", folder=str(folder))
+
+
+def _private_file(path: Path) -> BinaryIO:
+    """``path`` opened to be written anew, readable by its owner only (a ``.part`` left
+    by a stopped run keeps whatever mode it had unless changed here)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(descriptor, FILE_MODE)
+    except OSError:
+        os.close(descriptor)
+        raise
+    return os.fdopen(descriptor, "wb")
 
 
 def _publish(part: Path, target: Path) -> None:

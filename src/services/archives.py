@@ -30,6 +30,7 @@ from jobledger.persistence.archive_files import (
     data_path,
     events_digest,
     file_sha256,
+    make_private_folder,
     manifest_path,
     read_events,
     read_manifest,
@@ -99,6 +100,7 @@ class ArchiveReport:
     cutoff: datetime  # the latest of the queues' cut-offs
     mark: Mark
     location: str
+    held: bool = False  # a ``before`` later than the retention was held to it
     batches: list[ArchivedBatch] = field(default_factory=list)
     executions: int = 0
     events: int = 0
@@ -109,6 +111,7 @@ class ArchiveReport:
         return {
             "dry_run": self.dry_run,
             "cutoff": self.cutoff.isoformat(),
+            "held_to_retention": self.held,
             "low_water_mark": self.mark.position,
             "held_back_by": self.mark.follower,
             "archives": [b.name for b in self.batches],
@@ -152,9 +155,16 @@ class Archives:
         store = ArchiveStore(container.ledger, container.database)
         return cls(container.ledger, store, container.settings, queue_position)
 
-    def retention(self, before: datetime | None = None) -> Retention:
+    def retention(
+        self, before: datetime | None = None, *, forced_because: str | None = None
+    ) -> Retention:
         settings = self._settings
-        return Retention(settings.retention_days, settings.queue_retention_days, before=before)
+        return Retention(
+            settings.retention_days,
+            settings.queue_retention_days,
+            before=before,
+            forced_because=forced_because,
+        )
 
     # ---- archiving ----------------------------------------------------------------------
 
@@ -164,13 +174,16 @@ class Archives:
         at: datetime,
         by: Actor,
         before: datetime | None = None,
+        forced_because: str | None = None,
         dry_run: bool = False,
         progress: Progress = _no_progress,
     ) -> ArchiveReport:
-        """Archive the history of executions closed before the retention's cut-off
-        (``before``, if given, for every queue); ``dry_run`` only counts."""
+        """Archive the history of executions closed before the retention's cut-off, or
+        before ``before`` where that is earlier; ``dry_run`` only counts. Only an admin's
+        ``forced_because`` (their reason, recorded) lets ``before`` go past the retention."""
         by.require(Role.ADMIN)
-        run = _Run(self.retention(before), at, by, self._settings.archive_path)
+        retention = self.retention(before, forced_because=forced_because)
+        run = _Run(retention, at, by, self._settings.archive_path)
         with archive_lock(self._settings) as locked:
             if not locked:
                 raise AlreadyRunningError(
@@ -186,9 +199,15 @@ class Archives:
     def _archive(self, run: _Run, *, dry_run: bool, progress: Progress) -> ArchiveReport:
         mark = self._store.low_water_mark(self._queue_position())
         cutoff = run.retention.latest_cutoff(at=run.at)
-        report = ArchiveReport(dry_run, cutoff, mark, str(run.folder))
+        report = ArchiveReport(
+            dry_run, cutoff, mark, str(run.folder), run.retention.held(at=run.at)
+        )
+        if run.retention.forced_because is not None:
+            log.warning(
+                "archive.forced", cutoff=cutoff.isoformat(), by=run.by.name, dry_run=dry_run
+            )
         if not dry_run:
-            run.folder.mkdir(parents=True, exist_ok=True)
+            make_private_folder(run.folder)
             report.orphans_removed = self._remove_orphans(run.folder)
         log.info("archive.started", cutoff=report.cutoff.isoformat(), low_water_mark=mark.position)
         for streams in self._due(run, mark, progress):
@@ -265,6 +284,7 @@ class Archives:
             cutoff=manifest.cutoff,
             sums=(manifest.sha256, manifest_sha256),
             by=run.by.name,
+            forced_because=run.retention.forced_because,
         )
         (archived,) = History.archived(record).collect_events()
         return self._ledger.mapper.to_stored_event(archived)

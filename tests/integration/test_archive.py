@@ -4,7 +4,10 @@ snapshots; what is open stays; followers, rebuilds and verify stay right; audits
 the history back from the archives."""
 
 import asyncio
+import getpass
 import json
+import os
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +29,12 @@ from jobledger.domain.schedules import CronSchedule
 from jobledger.persistence.archive_files import events_digest, read_events, verified
 from jobledger.projections.archive_store import ArchiveStore, ClosedStream
 from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import (
+    Handler,
+    HandlerContext,
+    HandlerError,
+    PayloadRefusedError,
+)
 from jobledger.runtime.projector import Projector
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import archive_lock
@@ -38,13 +46,16 @@ from jobledger.services.history import EventOut
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
 
+# These tests archive runs made seconds earlier: an admin's forced archive, with why.
+TIDY = "a test archives the runs it just made"
 SPEC = ExecutionSpec(
     handler="test.echo", payload={"n": 1}, retry=RetryPolicy(max_retries=0, jitter=False)
 )
 
 
 @pytest.fixture
-def settings(store_settings: Settings, tmp_path: Path) -> Settings:
+def settings(store_settings: Settings, tmp_path: Path, request: pytest.FixtureRequest) -> Settings:
+    """The store's settings; a test parametrized indirectly adds its own."""
     return load_settings(
         {},
         test_handlers="true",
@@ -52,6 +63,7 @@ def settings(store_settings: Settings, tmp_path: Path) -> Settings:
         data_dir=store_settings.data_dir,
         archive_dir=str(tmp_path / "archives"),
         archive_batch="4",
+        **getattr(request, "param", {}),
     )
 
 
@@ -142,6 +154,15 @@ def read_model_ids(container: Container) -> list[str]:
         return [str(row[0]) for row in cursor.fetchmany(10_000)]
 
 
+def cli_env(settings: Settings) -> dict[str, str]:
+    """The CLI's environment for this test's store and archive folder."""
+    return {
+        "JOBLEDGER_DATABASE_URL": settings.database_url,
+        "JOBLEDGER_DATA_DIR": settings.data_dir,
+        "JOBLEDGER_ARCHIVE_DIR": str(settings.archive_path),
+    }
+
+
 def shown(events: list[EventOut]) -> list[tuple[Any, ...]]:
     return [(e.type, e.version, e.position, e.timestamp, e.data) for e in events]
 
@@ -157,7 +178,9 @@ def test_closed_history_moves_to_verified_archives(
     before = {i: stored(container, i) for i in runs.closed}
     histories = {i: services.executions.history(i) for i in runs.closed}
 
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
 
     assert report.executions == len(runs.closed) == 9
     assert len(report.batches) == 3  # archive_batch=4
@@ -190,13 +213,19 @@ def test_a_second_run_finds_nothing_and_a_dry_run_removes_nothing(
     runs.make(completed=3, cancelled=0, pending=1, leased=0, dead=0)
     catch_up(projector)
     head = container.head()
-    dry = services.archives.archive(at=utc_now(), by=actor(), before=utc_now(), dry_run=True)
+    dry = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY, dry_run=True
+    )
     assert (dry.executions, dry.events, dry.batches) == (3, 9, [])
     assert container.head() == head
     assert not container.settings.archive_path.exists()
-    first = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    first = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     catch_up(projector)
-    again = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    again = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert (first.executions, again.executions, again.batches) == (3, 0, [])
 
 
@@ -210,13 +239,20 @@ def test_nothing_above_the_slowest_follower_is_archived(
     runs.make(completed=2, cancelled=0, pending=0, leased=0, dead=0)
     projector.queue.step()  # the queue and the checkpoint move on, the read models not
     projector.checkpoint.step()
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert report.mark.follower == "read-models"
     assert report.executions == 2
     for execution_id in runs.closed[2:]:
         assert container.ledger.get_execution(execution_id).status is ExecutionStatus.COMPLETED
     catch_up(projector)
-    assert services.archives.archive(at=utc_now(), by=actor(), before=utc_now()).executions == 2
+    assert (
+        services.archives.archive(
+            at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+        ).executions
+        == 2
+    )
 
 
 def test_followers_rebuilds_and_verify_stay_right(
@@ -226,7 +262,7 @@ def test_followers_rebuilds_and_verify_stay_right(
     a rebuild of the read models and of the queue gives what the followers hold."""
     runs.make(completed=5, cancelled=1, pending=3, leased=1, dead=1)
     catch_up(projector)
-    services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    services.archives.archive(at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY)
     runs.make(completed=1, cancelled=0, pending=1, leased=0, dead=0)
     catch_up(projector)
     assert container.verify_queue()[0] == []
@@ -257,11 +293,15 @@ def test_an_interrupted_removal_leaves_the_log_and_is_redone(
     with monkeypatch.context() as patch:
         patch.setattr(ArchiveStore, "remove", fails)
         with pytest.raises(OSError, match="killed"):
-            services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+            services.archives.archive(
+                at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+            )
     assert container.head() == head
     assert all(container.ledger.get_execution(i) for i in runs.closed)
     assert list(container.settings.archive_path.iterdir())  # the orphaned files
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert (report.orphans_removed, report.executions) == (2, 3)
 
 
@@ -287,7 +327,7 @@ def test_a_changed_log_rolls_the_removal_back(
 
     monkeypatch.setattr(ArchiveStore, "closed", tampered)
     with pytest.raises(ArchiveNotVerifiedError, match="not those archived"):
-        services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+        services.archives.archive(at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY)
     assert container.ledger.get_execution(runs.closed[0]).status is ExecutionStatus.COMPLETED
     assert store.recorded() == set()
 
@@ -323,16 +363,15 @@ def test_the_cli_archives_and_audits_from_the_archive(
     execution from the log's index and from the archive folder, marked archived."""
     runs.make(completed=2, cancelled=1, pending=1, leased=0, dead=0)
     catch_up(projector)
-    env = {
-        "JOBLEDGER_DATABASE_URL": settings.database_url,
-        "JOBLEDGER_DATA_DIR": settings.data_dir,
-        "JOBLEDGER_ARCHIVE_DIR": str(settings.archive_path),
-    }
+    env = cli_env(settings)
     before = (utc_now() + timedelta(seconds=1)).isoformat()
-    dry = jobledger_cli.run("archive", "--before", utc_now().isoformat(), "--dry-run", env=env)
+    forced = ["--force", "--reason", TIDY]
+    dry = jobledger_cli.run(
+        "archive", "--before", utc_now().isoformat(), *forced, "--dry-run", env=env
+    )
     assert "would archive 3 execution(s), 8 event(s)" in dry.stdout, dry.stderr
     time.sleep(1)
-    done = jobledger_cli.run("archive", "--before", before, env=env)
+    done = jobledger_cli.run("archive", "--before", before, *forced, env=env)
     assert done.returncode == 0, done.stderr
     assert "archived 3 execution(s), 8 event(s)" in done.stdout
     closed = str(runs.closed[0])
@@ -354,6 +393,9 @@ def test_the_cli_archives_and_audits_from_the_archive(
     [
         (["archive", "--before", "yesterday"], "--before: 'yesterday' is not an ISO time"),
         (["archive", "--before", "2999-01-01T00:00Z"], "--before: give a time in the past"),
+        (["archive", "--reason", "tidy"], "--reason: give it with --force"),
+        (["archive", "--force", "--reason", "tidy"], "before: is not given"),
+        (["archive", "--before", "2026-01-01T00:00Z", "--force"], "reason: is empty"),
         (["audit"], "audit: give --execution ID, --archive PATH, or both"),
         (["audit", "--archive", "/nonexistent/a"], "/nonexistent/a: no such file or folder"),
     ],
@@ -378,7 +420,9 @@ def test_a_damaged_archive_is_refused_by_the_audit(
     naming the file and the fix, instead of answering from it."""
     runs.make(completed=1, cancelled=0, pending=0, leased=0, dead=0)
     catch_up(projector)
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     data = settings.archive_path / f"{report.batches[0].name}.jsonl.gz"
     data.write_bytes(data.read_bytes() + b"\0")
     with pytest.raises(ArchiveUnreadableError, match="is not the manifest's"):
@@ -397,7 +441,7 @@ def test_a_restored_archive_is_whole_in_the_log_again(
     runs.make(completed=3, cancelled=1, pending=1, leased=0, dead=0)
     catch_up(projector)
     before = {i: stored(container, i) for i in runs.closed}
-    services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    services.archives.archive(at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY)
     folder = container.settings.archive_path
     restored = services.archives.restore(folder, by=actor())
     assert sum(batch.executions for batch in restored) == 4
@@ -410,26 +454,121 @@ def test_a_restored_archive_is_whole_in_the_log_again(
         services.archives.restore(folder, by=actor())
     catch_up(projector)
     time.sleep(1)  # another second: another archive name
-    again = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    again = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert (again.executions, again.orphans_removed) == (4, 0)
 
 
+# 0.00002 days: 1.728 s.
+@pytest.mark.parametrize("settings", [{"retention_days": "0.00002"}], indirect=True)
 def test_the_system_archive_handler_runs_the_use_case(
     container: Container, services: Services, runs: Runs, projector: Projector
 ) -> None:
-    """If a worker runs ``system.archive`` with a ``before``, then the process's archive
-    use case archives and the run's result says what; a bad ``before`` fails the run
-    with a clear error and archives nothing."""
+    """If a worker runs ``system.archive`` once the retention has passed, then the
+    process's archive use case archives (a ``before`` in the year 2999 held to the
+    retention) and the run's result says what; a bad ``before`` fails the run with a
+    clear error and archives nothing."""
     runs.make(completed=2, cancelled=0, pending=1, leased=0, dead=0)
     catch_up(projector)
     handler = container.handlers().get("system.archive")
     assert handler is not None
     with pytest.raises(HandlerError, match="before must be an ISO time"):
         call(handler, context(before="soon"))
-    result = call(handler, context(before=(utc_now() + timedelta(seconds=1)).isoformat()))
+    time.sleep(2)
+    result = call(handler, context(before="2999-01-01T00:00Z"))
     assert (result["executions"], result["events"], result["dry_run"]) == (2, 6, False)
+    assert result["held_to_retention"]
     assert len(result["archives"]) == 1
     assert services.executions.history(runs.closed[0])[0].archived
+
+
+def test_a_before_past_the_retention_archives_nothing_younger(
+    container: Container,
+    services: Services,
+    runs: Runs,
+    projector: Projector,
+    *,
+    jobledger_cli: "JobledgerCli",
+    settings: Settings,
+) -> None:
+    """If a ``before`` later than the retention is given, to the use case, to a
+    ``system.archive`` run or to `jobledger archive`, without an admin forcing it, then
+    nothing closed within the retention leaves the log, the lists or the audit, and
+    each says it held the cut-off to the retention."""
+    runs.make(completed=3, cancelled=1, pending=1, leased=0, dead=0)
+    catch_up(projector)
+    head = container.head()
+    far = datetime(2999, 1, 1, tzinfo=UTC)
+    report = services.archives.archive(at=utc_now(), by=actor(), before=far)
+    assert (report.executions, report.held) == (0, True)
+    handler = container.handlers().get("system.archive")
+    assert handler is not None
+    result = call(handler, context(before=far.isoformat()))
+    assert (result["executions"], result["held_to_retention"]) == (0, True)
+    with pytest.raises(PayloadRefusedError, match="--force --reason TEXT"):
+        call(handler, context(before=far.isoformat(), force=True, reason="tidy"))
+    env = cli_env(settings)
+    done = jobledger_cli.run("archive", "--before", utc_now().isoformat(), env=env)
+    assert done.returncode == 0, done.stderr
+    assert "archived 0 execution(s)" in done.stdout
+    assert "held to it; to archive younger runs, add --force --reason TEXT" in done.stdout
+    assert container.head() == head
+    assert read_model_ids(container) == sorted(str(i) for i in runs.open + runs.closed)
+    for execution_id in runs.closed:
+        assert not any(e.archived for e in services.executions.history(execution_id))
+
+
+def test_a_forced_archive_is_recorded_with_who_and_why(
+    services: Services,
+    runs: Runs,
+    projector: Projector,
+    jobledger_cli: "JobledgerCli",
+    settings: Settings,
+) -> None:
+    """If an admin forces `jobledger archive` past the retention with a reason, then the
+    runs are archived and the log's ``HistoryArchived``, in the audit feed, says who
+    forced it and why."""
+    runs.make(completed=2, cancelled=0, pending=0, leased=0, dead=0)
+    catch_up(projector)
+    env = cli_env(settings)
+    before = (utc_now() + timedelta(seconds=1)).isoformat()
+    time.sleep(1)
+    reason = "erasure request 4711"
+    done = jobledger_cli.run("archive", "--before", before, "--force", "--reason", reason, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "archived 2 execution(s)" in done.stdout
+    page = services.system.audit_page(
+        after=0, types=frozenset({"HistoryArchived"}), since=None, until=None, limit=10
+    )
+    (recorded,) = page.items
+    assert recorded.data is not None
+    assert (recorded.data["by"], recorded.data["reason"], recorded.data["forced"]) == (
+        getpass.getuser(),
+        reason,
+        True,
+    )
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o022])
+def test_archive_files_and_folders_are_private_whatever_the_umask(
+    services: Services, runs: Runs, projector: Projector, settings: Settings, umask: int
+) -> None:
+    """If an archive runs under a permissive umask, then its folder is 0700 and every
+    file in it 0600."""
+    runs.make(completed=2, cancelled=0, pending=0, leased=0, dead=0)
+    catch_up(projector)
+    previous = os.umask(umask)
+    try:
+        report = services.archives.archive(at=utc_now() + timedelta(days=31), by=actor())
+    finally:
+        os.umask(previous)
+    assert report.executions == 2
+    folder = settings.archive_path
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = list(folder.iterdir())
+    assert len(files) == 2
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o600}
 
 
 def test_a_handler_without_the_use_case_says_so(settings: Settings) -> None:
@@ -476,7 +615,9 @@ def test_a_backfill_never_fires_an_archived_occurrence_again(
         run.cancel(by="test", reason="not needed")
         container.ledger.save_all(run)
     catch_up(projector)
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert report.executions == 24
     again = services.jobs.backfill(job.id, start=start, end=end, at=at, by=actor())
     assert (again.already_fired, again.fired) == (24, 0)
@@ -490,6 +631,8 @@ def test_an_undecodable_execution_stays_in_the_log(
     broken = write_undecodable(container.ledger, "jobledger:ExecutionEnqueued")
     runs.make(completed=2, cancelled=0, pending=0, leased=0, dead=0)
     catch_up(projector)
-    report = services.archives.archive(at=utc_now(), by=actor(), before=utc_now())
+    report = services.archives.archive(
+        at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY
+    )
     assert report.executions == 2
     assert [e.originator_version for e in container.ledger.recorder.select_events(broken)] == [1]

@@ -140,7 +140,7 @@ class ArchiveProcess:
         self._log: IO[bytes] = logs.open("ab")
         cutoff = (before or utc_now()).isoformat()
         self.process = subprocess.Popen(  # noqa: S603 (our own entry point)
-            [*cli.command, "archive", "--before", cutoff],
+            [*cli.command, "archive", "--before", cutoff, "--force", "--reason", "a test"],
             env=environ,
             stdout=self._log,
             stderr=subprocess.STDOUT,

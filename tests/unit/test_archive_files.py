@@ -1,7 +1,10 @@
 """Archive files: written durably, read back byte for byte, and refused when damaged."""
 
 import gzip
+import os
+import stat
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from jobledger.persistence.archive_files import (
     data_path,
     events_digest,
     manifest_path,
+    make_private_folder,
     read_events,
     read_manifest,
     verified,
@@ -105,3 +109,37 @@ def test_a_file_no_decoder_reads_is_refused_as_the_archives_error(
     manifest.write_bytes(line)
     with pytest.raises(ArchiveFileError, match="not an archive manifest"):
         read_manifest(manifest)
+@pytest.fixture(params=[0o000, 0o022], ids=["umask-000", "umask-022"])
+def permissive_umask(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The process's umask set to a permissive one for the test, then put back."""
+    previous = os.umask(request.param)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.usefixtures("permissive_umask")
+def test_archive_files_and_folders_are_the_owners_alone(tmp_path: Path) -> None:
+    """If archives are written under a permissive umask, into a folder that does not
+    exist yet, then the folder and every parent made for it are 0700, both files 0600,
+    and a ``.part`` a stopped run left readable to all is 0600 once written again."""
+    folder = tmp_path / "new" / "archives"
+    make_private_folder(folder)
+    stale = folder / "history-a.jsonl.gz.part"
+    stale.write_bytes(b"left by a stopped run")
+    stale.chmod(0o666)
+    written(folder, events())
+    assert [mode(p) for p in (tmp_path / "new", folder)] == [0o700, 0o700]
+    assert {p.name: mode(p) for p in folder.iterdir()} == {
+        "history-a.jsonl.gz": 0o600,
+        "history-a.manifest.json": 0o600,
+    }
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    make_private_folder(shared)
+    assert mode(shared) == 0o700

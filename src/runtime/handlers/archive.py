@@ -11,7 +11,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import (
+    Handler,
+    HandlerContext,
+    HandlerError,
+    PayloadRefusedError,
+)
 
 NAME = "system.archive"
 
@@ -24,7 +29,8 @@ def make_archive_handler(archive_run: Callable[[], ArchiveRun | None]) -> Handle
     async def archive(ctx: HandlerContext) -> dict[str, Any]:
         """Archives the history of executions closed before the retention
         (JOBLEDGER_RETENTION_DAYS, per queue JOBLEDGER_RETENTION_QUEUES), or before
-        ``payload["before"]`` (an ISO time), to JOBLEDGER_ARCHIVE_DIR."""
+        ``payload["before"]`` (an ISO time) where that is earlier, to
+        JOBLEDGER_ARCHIVE_DIR. It never goes past the retention."""
         run = archive_run()
         if run is None:
             raise HandlerError(f"{NAME}: this worker process has no archive use case wired")
@@ -38,6 +44,12 @@ def make_archive_handler(archive_run: Callable[[], ArchiveRun | None]) -> Handle
 
 
 def _before(payload: dict[str, Any]) -> datetime | None:
+    if "force" in payload or "reason" in payload:
+        # A run's payload says nothing of who asked: only an admin at the CLI may.
+        raise PayloadRefusedError(
+            f"{NAME}: a run never archives past the retention; to archive younger runs, an"
+            " admin runs `jobledger archive --before TIME --force --reason TEXT`"
+        )
     text = payload.get("before")
     if text is None:
         return None
