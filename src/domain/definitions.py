@@ -11,6 +11,7 @@ from jobledger.domain.dependencies import Dependency, check_dependencies
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_json, check_text
 from jobledger.domain.limits import RunLimits
+from jobledger.domain.names import check_name
 from jobledger.domain.policies import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -31,7 +32,6 @@ MIN_TIMEOUT = timedelta(seconds=1)
 MAX_TIMEOUT = timedelta(hours=24)
 MAX_CATCH_UP_CAP = 1000
 MAX_DESCRIPTION_CHARS = 2000
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/-]{0,199}$")
 _HANDLER = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _QUEUE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 

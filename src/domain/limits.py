@@ -28,6 +28,7 @@ from jobledger.domain.bounds import MAX_CONCURRENCY, MAX_RATE, MAX_RATE_PERIOD, 
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_actor, check_text
 from jobledger.domain.key_templates import is_template, resolve_key
+from jobledger.domain.names import check_name
 
 MAX_LIMIT_KEY_CHARS = 200
 LIMIT_NAMESPACE = uuid.UUID("5d0c8e2a-3b7f-4f61-9a2e-1c4d6b8e0f37")
@@ -168,6 +169,8 @@ def limit_id(name: str) -> uuid.UUID:
             "holds a /, which its URL (/api/v1/limits/{name}) cannot carry",
             "use : or . to separate its parts, e.g. api:stripe",
         )
+    # People pick a named limit by its name, as they pick a job: the same rule.
+    check_name(name)
     return uuid.uuid5(LIMIT_NAMESPACE, name)
 
 

@@ -33,6 +33,7 @@ from jobledger.domain.dependencies import find_cycle
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
 from jobledger.domain.execution import Execution, Trigger, step_execution_id
 from jobledger.domain.json_values import check_actor, check_reason, check_text
+from jobledger.domain.names import check_name
 from jobledger.domain.policies import OnFailure
 
 WORKFLOW_NAMESPACE: Final = uuid.UUID("a4f1b6d2-7c3e-4e9a-8f05-2b6d1c9e3a70")

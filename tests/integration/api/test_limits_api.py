@@ -169,3 +169,23 @@ def test_changing_an_unknown_limit_is_404(api: "Api") -> None:
     response = api.client(Role.OPERATOR).put("/api/v1/limits/nope", json={"concurrency": 1})
     assert response.status_code == 404, response.text
     assert "POST /api/v1/limits" in response.text
+
+
+@pytest.mark.parametrize(
+    "name", ["api\u202estripe", "api\u200dstripe", "\u2066api\u2069", "api\ufeff", "ap\u0456"]
+)
+def test_a_limit_name_with_format_characters_is_refused(api: "Api", name: str) -> None:
+    """If a named limit's name holds a bidi override, a zero-width or other format
+    character (Unicode Cf), or a look-alike letter, then it is refused naming ``name``,
+    as a job's name is, and no limit is made."""
+    operator = api.client(Role.OPERATOR)
+    made = operator.post("/api/v1/limits", json={"name": name, "concurrency": 1})
+    assert made.status_code == 422, made.text
+    assert made.json()["error"]["field"] == "name"
+    job = operator.post(
+        "/api/v1/jobs",
+        json={"name": name, "handler": "test.echo", "schedule": {"kind": "manual"}},
+    )
+    assert job.status_code == 422, job.text
+    assert made.json()["error"]["fix"] == job.json()["error"]["fix"]
+    assert operator.get("/api/v1/limits").json()["limits"] == []
