@@ -204,9 +204,13 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
     """msgspec and parameter errors: name the first offending field."""
     extra = error.extra if isinstance(error.extra, list) else []
     first = extra[0] if extra and isinstance(extra[0], dict) else {}
+    if _body_missing(first, error):
+        return error_response(
+            HTTP_400_BAD_REQUEST, "body: is missing", field="body", fix=_SEND_A_BODY
+        )
     message = str(first.get("message") or error.detail)
     # Litestar names the whole body "data" or "body": that names no field a user wrote.
-    field = first.get("key") if first.get("key") not in {"data", "body"} else None
+    field = first.get("key") if first.get("key") not in _BODY_ARGUMENTS else None
     fix = SCHEMA_FIX
     if unknown := _UNKNOWN_FIELD.search(message):
         field = f"{field}.{unknown[1]}" if field else unknown[1]
@@ -216,6 +220,21 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
     return error_response(HTTP_400_BAD_REQUEST, message, field=field, fix=fix)
 
 
+def _body_missing(first: dict[str, Any], error: ValidationException) -> bool:
+    """Whether no body came where a route takes one: Litestar then reports the missing
+    argument (its message is the argument's name, ``'data'``), not a field."""
+    key = first.get("key")
+    if key not in _BODY_ARGUMENTS or first.get("source") != "body":
+        return False
+    # A field missing from a body that came is "... field `name` - at `$.data`".
+    return str(error.__cause__) == f"Object missing required field `{key}`"
+
+
+_BODY_ARGUMENTS = frozenset({"data", "body"})
+_SEND_A_BODY = (
+    "send a JSON object with Content-Type: application/json; the fields each request "
+    "takes are listed at /schema"
+)
 _UNKNOWN_FIELD = re.compile(r"unknown field `([^`]+)`")
 # msgspec ends a refusal with where it happened: `` - at `$.retry.max_attempts` ``.
 _PLACE = re.compile(r" - at `\$(.*)`$")

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 import structlog
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -325,3 +326,26 @@ def test_health_ready_and_metrics_are_public(api: "Api") -> None:
     assert {"counts", "queues", "workers", "projection_lag", "minutes"} <= set(system)
     assert system["breakers"]["test.echo"] == "closed"
     assert system["breakers"]["http.webhook"] == "closed"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "role"),
+    [
+        ("POST", "/api/v1/tokens", Role.VIEWER),
+        ("POST", "/api/v1/users", Role.ADMIN),
+        ("POST", "/api/v1/limits", Role.OPERATOR),
+        ("POST", "/api/v1/executions", Role.OPERATOR),
+        ("POST", "/api/v1/jobs", Role.OPERATOR),
+        ("POST", "/api/v1/workflows", Role.OPERATOR),
+    ],
+)
+def test_a_missing_body_is_named(api: "Api", method: str, path: str, role: Role) -> None:
+    """If a route that takes a JSON body gets none, then it answers 400 naming the body
+    and the fix, never Litestar's argument name ``data``."""
+    response = api.client(role).request(method, path)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "'data'" not in error["message"]
+    assert error["field"] == "body"
+    assert error["message"].startswith("body: ")
+    assert "JSON" in error["fix"]
