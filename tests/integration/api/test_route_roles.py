@@ -2,6 +2,7 @@
 
 import re
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -169,3 +170,59 @@ def test_a_bad_or_revoked_token_is_refused(api: "Api") -> None:
     assert reader.post("/api/v1/jobs", json={}).status_code == 403  # a viewer token
     assert admin.delete(f"/api/v1/tokens/{token['token']['id']}").status_code == 200
     assert reader.get("/api/v1/jobs").status_code == 401
+
+
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_README = Path(__file__).parents[3] / "README.md"
+
+
+def _template(path: str) -> str:
+    """A route with its parameters unnamed: README's ``{id}`` is the app's ``{job_id:uuid}``."""
+    return re.sub(r"\{[^}]+\}", "{}", path)
+
+
+def _row_routes(cell: str) -> set[tuple[str, str]]:
+    """The routes of one row of README's access table, as people write them: `GET`/`POST
+    /path` for two methods, and `/suffix` after `METHOD /a/b` for `METHOD /a/suffix`."""
+    routes: set[tuple[str, str]] = set()
+    pending: list[str] = []  # methods written alone, for the next path: `GET`/`POST /x`
+    methods: list[str] = []
+    last = ""
+    for span in re.findall(r"`([^`]+)`", cell):
+        method, _, path = span.partition(" ")
+        if span in _METHODS:
+            pending.append(span)
+            continue
+        if method in _METHODS and path.startswith("/"):
+            methods, pending, last = [*pending, method], [], path
+        elif span.startswith("/") and span.count("/") == 1 and last.count("/") > 1:
+            last = last.rsplit("/", 1)[0] + span
+        elif span.startswith("/"):
+            last = span
+        else:
+            continue  # a note: a query parameter, a body field
+        routes |= {(m, _template(last)) for m in methods or ["GET"]}
+    return routes
+
+
+def readme_access() -> dict[tuple[str, str], str]:
+    """README's "API access" table: each route and the role it names first."""
+    section = _README.read_text(encoding="utf-8").split("### API access", 1)[1]
+    rows = [line for line in section.split("\n\n", 3)[2].splitlines() if line.startswith("| `")]
+    table: dict[tuple[str, str], str] = {}
+    for row in rows:
+        cell, role = row.strip("|").rsplit("|", 1)
+        for route in _row_routes(cell):
+            table[route] = role.split()[0]
+    return table
+
+
+def test_the_readme_access_table_lists_exactly_the_routes_of_the_app(api: "Api") -> None:
+    """If a route is served, then README's "API access" table lists it with the role
+    it needs, and it lists no route the app does not serve."""
+    served = {(m, _template(p)): str(ACCESS[m, p]) for m, p in app_routes(api)}
+    documented = readme_access()
+    documented.pop(("GET", "/schema"), None)  # the OpenAPI viewers: not among app_routes
+    assert sorted(set(served) - set(documented)) == []
+    assert sorted(set(documented) - set(served)) == []
+    assert {r: documented[r] for r in served if documented[r] != served[r]} == {}
