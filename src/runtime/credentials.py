@@ -14,6 +14,8 @@ import threading
 
 import argon2
 
+from jobledger.runtime.common_passwords import common_password_base
+
 USERNAME_RULE = "3 to 64 characters: a-z, 0-9, dot, underscore or hyphen"
 MAX_PASSWORD_LENGTH = 1024
 MIN_DISTINCT_CHARACTERS = 5
@@ -44,6 +46,13 @@ def password_problem(password: str, *, username: str, min_length: int) -> str | 
         return f"use at least {MIN_DISTINCT_CHARACTERS} different characters"
     if username and username.lower() in password.lower():
         return "it contains the username; choose one that does not"
+    common = common_password_base(password)
+    if common is not None:
+        return (
+            f"it is a common password ({common!r} with digits or symbols added is among the"
+            " first a guesser tries); use a few unrelated words, or one a password manager"
+            " makes"
+        )
     return None
 
 

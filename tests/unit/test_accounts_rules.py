@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import argon2
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobledger.runtime import credentials
 from jobledger.runtime.accounts import (
@@ -18,6 +20,7 @@ from jobledger.runtime.accounts import (
     validate_password,
     validate_username,
 )
+from jobledger.runtime.common_passwords import common_password_base, common_passwords
 from jobledger.runtime.settings import load_settings
 
 CHEAP = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
@@ -64,6 +67,38 @@ def test_weak_passwords_name_the_rule_and_the_fix(password: str, rule: str) -> N
 def test_strong_passwords_pass(password: str) -> None:
     """If a password is long enough and varied, then it is accepted."""
     validate_password(password, username="alice", min_length=12)
+
+
+@pytest.mark.parametrize(
+    ("password", "base"),
+    [
+        ("password1234", "password"),
+        ("Password1234!", "password"),
+        ("P@ssw0rd2024!", "password"),
+        ("!!Qwertyuiop99", "qwertyuiop"),
+        ("letmeinletmein", "letmein"),
+        ("1q2w3e4r5t6y", "1q2w3e4r5t6y"),
+        ("123456789012", "123456789012"),
+    ],
+)
+def test_common_passwords_are_refused_naming_the_fix(password: str, base: str) -> None:
+    """If a password is a common one, or one with digits and symbols around it or
+    look-alike digits in it, then it is refused naming what it is made of and the fix."""
+    with pytest.raises(InvalidPasswordError) as refused:
+        validate_password(password, username="alice", min_length=12)
+    assert f"it is a common password ({base!r}" in str(refused.value)
+    assert refused.value.field == "password"
+    assert "a few unrelated words" in str(refused.value.fix)
+
+
+WORDS = sorted(w for w in common_passwords() if w.isalpha())
+
+
+@given(st.sampled_from(WORDS), st.integers(0, 9999), st.sampled_from(["", "!", "?!", "#"]))
+def test_a_listed_word_with_a_number_added_is_refused(word: str, number: int, mark: str) -> None:
+    """If a password is a listed word, capitalised, with a number and a symbol added,
+    then it is refused naming that word."""
+    assert common_password_base(f"{word.title()}{number}{mark}") == word
 
 
 def test_the_minimum_length_is_a_setting() -> None:
