@@ -74,6 +74,8 @@ class UserPatch(Strict):
     role: Role | None = None
     disabled: bool | None = None
     password: Password | None = None
+    # A new password revokes the user's API tokens too, unless they are to stay.
+    keep_tokens: bool = False
 
 
 def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
@@ -152,15 +154,18 @@ class TokenController(Controller):
     @post("/", opt=VIEWER, sync_to_thread=True, status_code=HTTP_201_CREATED)
     def create_token(
         self,
+        request: Request[Any, Any, Any],
         data: JSONBody[TokenIn],
         accounts: NamedDependency[AccountService],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
     ) -> TokenCreated:
-        """A Bearer token for programs; its secret is shown only in this response."""
+        """A Bearer token for programs; its secret is shown only in this response. One
+        a token asks for expires no later than that token, and is revoked with it."""
         expires_in = timedelta(days=data.expires_in_days) if data.expires_in_days else None
+        parent = principal_of(request).token_id
         token, secret = accounts.create_token(
-            data.name, data.role, expires_in=expires_in, at=clock(), by=actor
+            data.name, data.role, expires_in=expires_in, at=clock(), by=actor, minted_by=parent
         )
         return TokenCreated(token, secret)
 
@@ -217,6 +222,7 @@ class UserController(Controller):
             role=data.role,
             disabled=data.disabled,
             password=data.password,
+            keep_tokens=data.keep_tokens,
             at=clock(),
             by=actor,
         )

@@ -130,6 +130,7 @@ class Principal(msgspec.Struct, frozen=True):
     role: Role
     via: str
     token_name: str | None = None  # the API token's name, for a request with one
+    token_id: UUID | None = None  # the API token that asks, if one does
 
 
 class SessionTicket(msgspec.Struct, frozen=True):
@@ -259,7 +260,7 @@ _SESSION_OF = (
 )
 _API_KEY_OF = (
     "SELECT u.id, u.username, u.role, u.disabled, u.created_at, "
-    "t.role, t.expires_at, t.revoked_at, t.last_used_at, t.name "
+    "t.role, t.expires_at, t.revoked_at, t.last_used_at, t.name, t.id "
     "FROM jobledger_api_tokens t JOIN jobledger_users u ON u.id = t.user_id "
     "WHERE t.token_hash = ?"
 )
@@ -273,6 +274,14 @@ _TOUCH_SESSION = "UPDATE jobledger_sessions SET last_seen_at = ? WHERE id = ? AN
 _TOUCH_API_KEY = (
     "UPDATE jobledger_api_tokens SET last_used_at = ? "
     "WHERE token_hash = ? AND (last_used_at IS NULL OR last_used_at < ?)"
+)
+# Every token minted from the token ?, at any depth, revoked at ?.
+_REVOKE_DESCENDANTS = (
+    "WITH RECURSIVE tree (id) AS ("
+    "SELECT id FROM jobledger_api_tokens WHERE parent_id = ? "
+    "UNION SELECT t.id FROM jobledger_api_tokens t JOIN tree ON t.parent_id = tree.id) "
+    "UPDATE jobledger_api_tokens SET revoked_at = ? "
+    "WHERE id IN (SELECT id FROM tree) AND revoked_at IS NULL"
 )
 # Compare-and-set: a password changed meanwhile is not overwritten by the old one's rehash.
 _REHASH = "UPDATE jobledger_users SET password_hash = ? WHERE id = ? AND password_hash = ?"
@@ -351,6 +360,7 @@ def _apply_changes(
     role: Role | None,
     disabled: bool | None,
     password_hash: str | None,
+    keep_tokens: bool,
     at: int,
 ) -> None:
     uid = str(user.id)
@@ -366,9 +376,27 @@ def _apply_changes(
     # A new password or a disabled account ends the sessions that the old state opened.
     if disabled or password_hash is not None:
         _end_sessions(cursor, user.id)
-    if disabled:
+    # A reset password is often a stolen one: what it may have minted goes with it.
+    if disabled or (password_hash is not None and not keep_tokens):
         _revoke_tokens(cursor, user.id, at)
     cursor.execute("UPDATE jobledger_users SET updated_at = ? WHERE id = ?", (at, uid))
+
+
+def _under_parent(cursor: Cursor, token: ApiToken, parent_id: UUID) -> ApiToken:
+    """``token`` as its live parent lets it be: expiring no later. The parent's row is
+    locked first, so a revocation of the parent either waits for this mint (and then
+    revokes the child too) or comes first (and this mint is refused)."""
+    pid = str(parent_id)
+    cursor.execute("UPDATE jobledger_api_tokens SET revoked_at = revoked_at WHERE id = ?", (pid,))
+    row = cursor.execute(
+        "SELECT expires_at, revoked_at FROM jobledger_api_tokens WHERE id = ?", (pid,)
+    ).fetchone()
+    if row is None or row[1] is not None:
+        raise TokenNotFoundError("the token that asks was revoked meanwhile; use a live one")
+    ceiling = _at_or_none(row[0])
+    if ceiling is None or (token.expires_at is not None and token.expires_at <= ceiling):
+        return token
+    return msgspec.structs.replace(token, expires_at=ceiling)
 
 
 def _check_token_spec(name: str, expires_at: datetime | None, now: datetime) -> None:
@@ -459,11 +487,13 @@ class Accounts:
         role: Role | None = None,
         disabled: bool | None = None,
         password: str | None = None,
+        keep_tokens: bool = False,
         now: datetime,
         by: Role | None = None,
     ) -> User:
-        """Change a user. A new password ends the user's sessions (its API tokens stay);
-        disabling ends the sessions and revokes the tokens (re-enabling restores neither).
+        """Change a user. A new password ends the user's sessions and revokes its API
+        tokens (``keep_tokens``: not the tokens); disabling ends the sessions and revokes
+        the tokens (re-enabling restores neither).
         LastAdminError if it would leave no enabled admin; RoleTooHighError if the asking
         credential's ``by`` holds less than the user's role or the new one."""
         role = None if role is None else Role(role)
@@ -479,7 +509,13 @@ class Accounts:
             if _removes_admin(user, role=role, disabled=disabled):
                 _guard_last_admin(cursor, user.id)
             _apply_changes(
-                cursor, user, role=role, disabled=disabled, password_hash=new_hash, at=_ms(now)
+                cursor,
+                user,
+                role=role,
+                disabled=disabled,
+                password_hash=new_hash,
+                keep_tokens=keep_tokens,
+                at=_ms(now),
             )
         updated = msgspec.structs.replace(
             user,
@@ -692,9 +728,11 @@ class Accounts:
         expires_at: datetime | None,
         now: datetime,
         by: Role | None = None,
+        parent_id: UUID | None = None,
     ) -> tuple[ApiToken, str]:
         """A new token and its plaintext, which is shown once and never stored. Its role
-        is at most its user's and at most the asking credential's ``by``."""
+        is at most its user's and at most the asking credential's ``by``; minted by the
+        token ``parent_id``, it expires no later than that one, and goes when it goes."""
         role, name = Role(role), name.strip()
         _check_token_spec(name, expires_at, now)
         check_grant(by, role, what="create a token with the role")
@@ -711,19 +749,24 @@ class Accounts:
             revoked_at=None,
             last_used_at=None,
         )
-        self._insert_token(token, credentials.token_digest(plaintext))
+        token = self._insert_token(token, credentials.token_digest(plaintext), parent_id)
         log.info("accounts.token_created", username=user.username, name=name, role=role.value)
         return token, plaintext
 
-    def _insert_token(self, token: ApiToken, digest: str) -> None:
-        expires = None if token.expires_at is None else _ms(token.expires_at)
-        row = (str(token.id), token.name, digest, str(token.user_id), token.role.value)
+    def _insert_token(self, token: ApiToken, digest: str, parent_id: UUID | None) -> ApiToken:
+        """Insert ``token``; under a parent, with the parent's expiry if that is sooner."""
         with self._database.transaction() as cursor:
+            if parent_id is not None:
+                token = _under_parent(cursor, token, parent_id)
+            expires = None if token.expires_at is None else _ms(token.expires_at)
+            row = (str(token.id), token.name, digest, str(token.user_id), token.role.value)
+            parent = None if parent_id is None else str(parent_id)
             cursor.execute(
                 "INSERT INTO jobledger_api_tokens (id, name, token_hash, user_id, role, "
-                "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*row, _ms(token.created_at), expires),
+                "created_at, expires_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (*row, _ms(token.created_at), expires, parent),
             )
+        return token
 
     def resolve_token(self, plaintext: str, *, now: datetime) -> Principal | None:
         """The principal of a live token; None if unknown, revoked, expired or its user
@@ -742,7 +785,13 @@ class Accounts:
             return None
         if last_used is None or at - last_used >= TOUCH_EVERY // _MS:
             self._touch(_TOUCH_API_KEY, digest, at)
-        return Principal(user=user, role=_capped(role, user.role), via="token", token_name=row[9])
+        return Principal(
+            user=user,
+            role=_capped(role, user.role),
+            via="token",
+            token_name=row[9],
+            token_id=UUID(row[10]),
+        )
 
     def list_tokens(self, user_id: UUID | None = None) -> list[ApiToken]:
         sql, params = _SELECT_TOKENS, tuple[str, ...]()
@@ -753,15 +802,19 @@ class Accounts:
         return [_token(row) for batch in batches for row in batch]
 
     def revoke_token(self, token_id: UUID, *, now: datetime) -> None:
-        """Revoke a token (again: no change); TokenNotFoundError if there is none."""
+        """Revoke a token and every token minted from it, down the tree (again: no
+        change); TokenNotFoundError if there is none."""
         tid = str(token_id)
         with self._database.transaction() as cursor:
             found = cursor.execute("SELECT 1 FROM jobledger_api_tokens WHERE id = ?", (tid,))
             if found.fetchone() is None:
                 raise TokenNotFoundError
+            # First the token itself, in its own statement: a mint from it waits for
+            # this (see _under_parent), and the next statement sees that mint's child.
             cursor.execute(
                 "UPDATE jobledger_api_tokens SET revoked_at = ? "
                 "WHERE id = ? AND revoked_at IS NULL",
                 (_ms(now), tid),
             )
+            cursor.execute(_REVOKE_DESCENDANTS, (tid, _ms(now)))
         log.info("accounts.token_revoked", id=tid)

@@ -70,11 +70,13 @@ class AccountService:
         expires_in: timedelta | None,
         at: datetime,
         by: Actor,
+        minted_by: UUID | None = None,
     ) -> tuple[ApiToken, str]:
-        """A Bearer token of the actor's own user; the secret is returned only here."""
+        """A Bearer token of the actor's own user; the secret is returned only here.
+        Asked for with the token ``minted_by``, it lives no longer than that one."""
         expires = at + expires_in if expires_in else None
         return self.accounts.create_token(
-            _user_of(by), name, role, expires_at=expires, now=at, by=by.role
+            _user_of(by), name, role, expires_at=expires, now=at, by=by.role, parent_id=minted_by
         )
 
     def tokens(self, *, by: Actor) -> list[ApiToken]:
@@ -109,12 +111,19 @@ class AccountService:
         role: Role | None,
         disabled: bool | None,
         password: str | None,
+        keep_tokens: bool = False,
         at: datetime,
         by: Actor,
     ) -> User:
         by.require(Role.ADMIN)
         return self.accounts.update_user(
-            user_id, role=role, disabled=disabled, password=password, now=at, by=by.role
+            user_id,
+            role=role,
+            disabled=disabled,
+            password=password,
+            keep_tokens=keep_tokens,
+            now=at,
+            by=by.role,
         )
 
     def delete_user(self, user_id: UUID, *, by: Actor) -> None:

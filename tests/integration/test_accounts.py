@@ -364,18 +364,52 @@ def test_a_login_renews_a_hash_made_with_weaker_parameters(
 # Changing and deleting users
 
 
-def test_a_new_password_ends_sessions_but_keeps_tokens(accounts: Accounts) -> None:
-    """If a user's password changes, then its sessions end, its API tokens keep working,
-    and only the new password logs in."""
+def test_a_new_password_ends_sessions_and_tokens_unless_kept(accounts: Accounts) -> None:
+    """If a user's password changes, then its sessions end and its API tokens are
+    revoked, unless the tokens are kept; only the new password logs in."""
     user = make_user(accounts)
-    _, ticket = accounts.login("alice", PASSWORD, address="192.0.2.1", now=T0)
-    _, secret = accounts.create_token(user.id, "ci", Role.VIEWER, expires_at=None, now=T0)
-    accounts.update_user(user.id, password="a brand new passphrase", now=T0)
-    assert accounts.resolve_session(ticket.token, now=T0) is None
-    assert accounts.resolve_token(secret, now=T0) is not None
+    old = PASSWORD
+    for keep, new in ((False, "a brand new passphrase"), (True, "another new passphrase")):
+        _, ticket = accounts.login("alice", old, address="192.0.2.1", now=T0)
+        _, secret = accounts.create_token(user.id, "ci", Role.VIEWER, expires_at=None, now=T0)
+        accounts.update_user(user.id, password=new, keep_tokens=keep, now=T0)
+        assert accounts.resolve_session(ticket.token, now=T0) is None
+        assert (accounts.resolve_token(secret, now=T0) is not None) is keep
+        old = new
     with pytest.raises(InvalidCredentialsError):
         accounts.login("alice", PASSWORD, address="192.0.2.1", now=T0)
-    accounts.login("alice", "a brand new passphrase", address="192.0.2.1", now=T0)
+    accounts.login("alice", old, address="192.0.2.1", now=T0)
+
+
+def test_a_child_token_lives_no_longer_than_its_parent(accounts: Accounts) -> None:
+    """If a token is minted by a token, then it expires no later than its parent, and
+    revoking the parent revokes its children and theirs, not its siblings; a mint
+    under a revoked parent is refused."""
+    user = make_user(accounts)
+    day = T0 + timedelta(days=1)
+    parent, parent_secret = accounts.create_token(user.id, "p", Role.VIEWER, expires_at=day, now=T0)
+    later = T0 + timedelta(days=90)
+    child, child_secret = accounts.create_token(
+        user.id, "c", Role.VIEWER, expires_at=later, now=T0, parent_id=parent.id
+    )
+    assert child.expires_at == day
+    forever, _ = accounts.create_token(
+        user.id, "f", Role.VIEWER, expires_at=None, now=T0, parent_id=parent.id
+    )
+    assert forever.expires_at == day
+    _, grandchild = accounts.create_token(
+        user.id, "g", Role.VIEWER, expires_at=None, now=T0, parent_id=child.id
+    )
+    _, sibling = accounts.create_token(user.id, "s", Role.VIEWER, expires_at=None, now=T0)
+    assert accounts.resolve_token(grandchild, now=day) is None  # the parent's expiry
+    accounts.revoke_token(parent.id, now=T0)
+    for secret in (parent_secret, child_secret, grandchild):
+        assert accounts.resolve_token(secret, now=T0) is None
+    assert accounts.resolve_token(sibling, now=T0) is not None
+    with pytest.raises(TokenNotFoundError, match="revoked meanwhile"):
+        accounts.create_token(
+            user.id, "late", Role.VIEWER, expires_at=None, now=T0, parent_id=parent.id
+        )
 
 
 def test_disabling_ends_sessions_and_revokes_tokens(accounts: Accounts) -> None:
