@@ -38,6 +38,11 @@ class Target:
     url: str
     token: str | None
 
+    def __repr__(self) -> str:
+        # A client's repr lands in logs, tracebacks and notebooks: never its token.
+        token = "None" if self.token is None else "'***'"
+        return f"Target(url={self.url!r}, token={token})"
+
     @classmethod
     def of(cls, url: str | None, token: str | None) -> "Target":
         chosen = url or os.environ.get(URL_VARIABLE) or DEFAULT_URL

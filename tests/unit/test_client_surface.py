@@ -116,3 +116,18 @@ def test_an_error_answer_becomes_the_exception_of_its_kind() -> None:
     assert isinstance(bare, ServerError)
     assert "502" in bare.message
     assert "JOBLEDGER_TOKEN" in str(error_from(401, b""))
+
+
+def test_a_clients_repr_hides_its_token() -> None:
+    """If a client, its connection or its target is printed, logged or formatted, then
+    the token is shown as ``***`` and the URL as it is."""
+    secret = "jl_" + "s3cr3t" * 7
+    with Client("http://jobledger.example:8000", token=secret) as client:
+        connection = client.connection
+        for shown in (repr(connection), str(connection), repr(connection.target), f"{client!r}"):
+            assert secret not in shown
+        assert "token='***'" in repr(connection)
+        assert "http://jobledger.example:8000" in repr(connection.target)
+    anonymous = AsyncClient("http://jobledger.example:8000")
+    assert "token=None" in repr(anonymous.connection)
+    asyncio.run(anonymous.close())
