@@ -1,7 +1,6 @@
 """Structured logs: a stable event name plus the ids it concerns, never secrets."""
 
 import logging
-import re
 import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -9,18 +8,15 @@ from typing import Any, TextIO
 import structlog
 
 from jobledger.runtime.progress import end_progress_line
-from jobledger.runtime.settings import Settings, mask_url
+from jobledger.runtime.settings import AUTH_VALUE, Settings, mask_url
 
 _SECRET_KEYS = frozenset({"password", "token", "secret", "authorization", "cookie"})
-# A credential after an auth scheme, case-sensitive as HTTP writes the schemes, so prose
-# like "a basic check" stays. Passwords in URLs are masked by mask_url.
-_AUTH_VALUE = re.compile(r"\b(?P<head>(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
 _MAX_DEPTH = 6
 
 
 def redact_text(text: str) -> str:
     """``text`` with passwords in URLs and Bearer or Basic credentials as ``***``."""
-    return _AUTH_VALUE.sub(r"\g<head>***", mask_url(text))
+    return AUTH_VALUE.sub(r"\g<head>***", mask_url(text))
 
 
 def redact(value: object, depth: int = 0) -> object:

@@ -7,12 +7,13 @@ bounds allow. Only rules that relate two settings or parse a value are written o
 """
 
 import ipaddress
+import json
 import os
 import re
 import reprlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_type_hints
+from typing import Annotated, Any, Final, Literal, get_args, get_type_hints
 from urllib.parse import urlsplit
 
 import msgspec
@@ -211,6 +212,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             shown[name] = mask_url(shown[name])
         for name in _SECRET_VALUES:
             shown[name] = "***" if shown[name] else ""
+        shown["shell_commands"] = mask_command_templates(self.shell_commands)
         return shown
 
 
@@ -224,6 +226,56 @@ _CONNINFO_PASSWORD = re.compile(
     r"(?P<head>(?<![\w?&])(?:ssl)?password\s*=\s*)(?:'(?:[^'\\]|\\.)*'?|[^\s]*)",
     re.IGNORECASE,
 )
+
+
+# A credential after an auth scheme, case-sensitive as HTTP writes the schemes, so prose
+# like "a basic check" stays. Passwords in URLs are masked by mask_url.
+AUTH_VALUE: Final = re.compile(r"\b(?P<head>(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{8,}")
+# In an argv template: a header (`Authorization: token abc`, `X-Api-Key: abc`,
+# `Cookie: sid=abc`), an option with its value (`--password=abc`), or an option whose
+# value is the next argument (`--token abc`; curl's `-u user:password`).
+_SECRET_HEADER: Final = re.compile(
+    r"(?i)^(?P<head>(?:proxy-)?authorization|cookie|[a-z-]*(?:api-?key|token|secret|auth)"
+    r"[a-z-]*)\s*:\s*\S.*$"
+)
+_SECRET_OPTION: Final = r"--?[a-z-]*(?:password|passwd|token|secret|api-?key)[a-z-]*"  # noqa: S105 (a pattern of option names, not a password)
+_SECRET_ASSIGNED: Final = re.compile(rf"(?i)^(?P<head>{_SECRET_OPTION}=).+$")
+_SECRET_BEFORE: Final = re.compile(rf"(?i)-u|--user|{_SECRET_OPTION}")
+
+
+def mask_command_templates(text: str) -> str:
+    """``JOBLEDGER_SHELL_COMMANDS`` as printed: credentials written into an argv
+    template (an Authorization-like header, a password or token option and its value,
+    a Bearer or Basic value, a password in a URL) as ``***``, the rest as it is."""
+    try:
+        templates = json.loads(text)
+    except ValueError:
+        return _masked_argument(text)  # refused at start anyway; still never shown
+    if not isinstance(templates, dict):
+        return _masked_argument(text)
+    shown = {name: _masked_argv(argv) for name, argv in templates.items()}
+    return json.dumps(shown, ensure_ascii=False)
+
+
+def _masked_argv(argv: object) -> object:
+    if not isinstance(argv, list):
+        return _masked_argument(argv) if isinstance(argv, str) else argv
+    shown: list[object] = []
+    hide_next = False
+    for arg in argv:
+        if isinstance(arg, str):
+            shown.append("***" if hide_next else _masked_argument(arg))
+            hide_next = _SECRET_BEFORE.fullmatch(arg) is not None
+        else:
+            shown.append(arg)
+            hide_next = False
+    return shown
+
+
+def _masked_argument(arg: str) -> str:
+    arg = _SECRET_HEADER.sub(r"\g<head>: ***", arg)
+    arg = _SECRET_ASSIGNED.sub(r"\g<head>***", arg)
+    return mask_url(AUTH_VALUE.sub(r"\g<head>***", arg))
 
 
 def mask_url(text: str) -> str:

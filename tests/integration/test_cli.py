@@ -63,6 +63,17 @@ def test_config_masks_secrets(jobledger_cli: "JobledgerCli") -> None:
     assert json.loads(result.stdout)["database_url"] == "postgresql://u:***@h/db"
 
 
+def test_config_masks_credentials_in_shell_templates(jobledger_cli: "JobledgerCli") -> None:
+    """If a shell command template carries an Authorization header, then `jobledger
+    config` prints the header's name and ``***``, not its value."""
+    templates = {"hook": ["curl", "-H", "Authorization: token hunter2-token", "{url}"]}
+    result = jobledger_cli.run("config", env={"JOBLEDGER_SHELL_COMMANDS": json.dumps(templates)})
+    assert result.returncode == 0, result.stderr
+    assert "hunter2" not in result.stdout
+    shown = json.loads(json.loads(result.stdout)["shell_commands"])
+    assert shown == {"hook": ["curl", "-H", "Authorization: ***", "{url}"]}
+
+
 def test_a_bad_flag_fails_in_one_line_naming_the_flag(
     tmp_path: Path, jobledger_cli: "JobledgerCli"
 ) -> None:

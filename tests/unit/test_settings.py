@@ -1,5 +1,6 @@
 """Settings: one frozen object from JOBLEDGER_* variables and flags, clear errors."""
 
+import json
 import typing
 from pathlib import Path
 
@@ -163,6 +164,28 @@ def test_the_admin_password_is_masked() -> None:
     assert shown["admin_password"] == "***"
     assert "hunter2" not in str(shown)
     assert load_settings({}).masked()["admin_password"] == ""
+
+
+TEMPLATES = {
+    "hook": ["curl", "-H", "Authorization: Bearer ghp_0123456789", "https://u:pw1@api.example"],
+    "gh": ["curl", "-H", "authorization: token tok-1", "-H", "X-Api-Key: key-1", "{url}"],
+    "db": ["psql", "--password=pw-2", "host=db password=pw-3", "-c", "{sql}"],
+    "next": ["curl", "-u", "alice:pw-4", "--token", "tok-2", "--data", "{body}"],
+}
+
+
+def test_credentials_in_shell_templates_are_masked() -> None:
+    """If a shell command template holds an Authorization-like header, a password or
+    token option (its value in the same argument or the next), or a URL password, then
+    the printed settings show ``***`` there and every other argument as it was."""
+    shown = load_settings({"JOBLEDGER_SHELL_COMMANDS": json.dumps(TEMPLATES)}).masked()
+    templates = json.loads(shown["shell_commands"])
+    for secret in ("ghp_0123456789", "pw1", "tok-1", "key-1", "pw-2", "pw-3", "pw-4", "tok-2"):
+        assert secret not in shown["shell_commands"]
+    assert templates["hook"] == ["curl", "-H", "Authorization: ***", "https://u:***@api.example"]
+    assert templates["gh"] == ["curl", "-H", "authorization: ***", "-H", "X-Api-Key: ***", "{url}"]
+    assert templates["next"] == ["curl", "-u", "***", "--token", "***", "--data", "{body}"]
+    assert templates["db"][-2:] == ["-c", "{sql}"]
 
 
 def test_the_webhook_allowlist_takes_names_addresses_and_networks() -> None:
