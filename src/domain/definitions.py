@@ -117,16 +117,6 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
             )
 
 
-def check_name(name: str) -> None:
-    """A job's or a workflow's name: what the lists show and search."""
-    if not _NAME.fullmatch(name):
-        raise InvalidDefinitionError(
-            "name",
-            f"{name!r} is empty, too long or has unusual characters",
-            "use 1-200 letters, digits, spaces and . _ : / -",
-        )
-
-
 def _check_handler(handler: str) -> None:
     if not _HANDLER.fullmatch(handler):
         raise InvalidDefinitionError(

@@ -28,7 +28,7 @@ from typing import Any, Final
 import msgspec
 from eventsourcing.domain import Aggregate, event
 
-from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, Limits, check_name
+from jobledger.domain.definitions import DEFAULT_LIMITS, ExecutionSpec, Limits
 from jobledger.domain.dependencies import find_cycle
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError
 from jobledger.domain.execution import Execution, Trigger, step_execution_id

@@ -25,9 +25,9 @@ from uuid import UUID
 import msgspec
 import structlog
 
-log = structlog.get_logger(__name__)
-
 from jobledger.domain.json_values import UNREADABLE
+
+log = structlog.get_logger(__name__)
 
 FORMAT = "jobledger-archive/1"
 DATA_SUFFIX = ".jsonl.gz"

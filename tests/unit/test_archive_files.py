@@ -16,8 +16,8 @@ from jobledger.persistence.archive_files import (
     Manifest,
     data_path,
     events_digest,
-    manifest_path,
     make_private_folder,
+    manifest_path,
     read_events,
     read_manifest,
     verified,
@@ -109,6 +109,8 @@ def test_a_file_no_decoder_reads_is_refused_as_the_archives_error(
     manifest.write_bytes(line)
     with pytest.raises(ArchiveFileError, match="not an archive manifest"):
         read_manifest(manifest)
+
+
 @pytest.fixture(params=[0o000, 0o022], ids=["umask-000", "umask-022"])
 def permissive_umask(request: pytest.FixtureRequest) -> Iterator[None]:
     """The process's umask set to a permissive one for the test, then put back."""
