@@ -32,6 +32,8 @@ def common_password_base(password: str) -> str | None:
     if lowered in common or lowered.isdigit():
         return lowered
     core = _ENDS.sub("", lowered).translate(_LOOK_ALIKES)
+    if core in common:  # before halving: some listed words are doubled ones (passpass)
+        return core
     half, odd = divmod(len(core), 2)
     if not odd and core[:half] == core[half:]:
         core = core[:half]
