@@ -420,7 +420,7 @@ def _throttle_keys(username: str, address: str) -> list[str]:
     # which accounts exist. No address would put every such client in one bucket.
     keys = [f"user:{username[:100]}"]
     if address:
-        keys.append(f"addr:{address}")
+        keys.append(f"addr:{credentials.address_bucket(address)}")
     return keys
 
 

@@ -8,6 +8,7 @@ a usable token, and it lets every request find its row through an index.
 
 import functools
 import hashlib
+import ipaddress
 import re
 import secrets
 import threading
@@ -56,6 +57,25 @@ def password_problem(password: str, *, username: str, min_length: int) -> str | 
     return None
 
 
+# One host is handed a whole IPv6 /64 (SLAAC, privacy addresses): each of its 2^64
+# addresses is the same client, not a fresh one.
+IPV6_CLIENT_PREFIX = 64
+
+
+def address_bucket(address: str) -> str:
+    """What a per-address limit counts a client address as: an IPv6 address as its /64,
+    an IPv4-mapped IPv6 address as the IPv4 address, anything else as given."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv4Address):
+        return str(parsed)
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    return str(ipaddress.IPv6Network((parsed, IPV6_CLIENT_PREFIX), strict=False))
+
+
 def new_secret() -> str:
     """256 random bits, URL-safe: session tokens and CSRF tokens."""
     return secrets.token_urlsafe(32)
@@ -73,7 +93,8 @@ def token_digest(token: str) -> str:
 
 # Each argon2id run takes its memory cost (64 MiB by default) for its duration; a burst
 # of logins would otherwise take that many times over. Two at once keep both cores busy.
-_HASHING_AT_ONCE = threading.BoundedSemaphore(2)
+HASHING_AT_ONCE = 2
+_HASHING_AT_ONCE = threading.BoundedSemaphore(HASHING_AT_ONCE)
 
 
 @functools.cache

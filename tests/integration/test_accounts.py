@@ -242,6 +242,21 @@ def test_an_address_is_throttled_across_accounts(accounts: Accounts) -> None:
     assert accounts.login("alice", PASSWORD, address="192.0.2.1", now=T0)[0].username == "alice"
 
 
+def test_an_ipv6_slash_64_is_throttled_as_one_address(accounts: Accounts) -> None:
+    """If 5 addresses of one IPv6 /64 each fail once, on any usernames, then a sixth
+    address of that /64 is throttled, while an address of the next /64 still signs
+    in."""
+    make_user(accounts)
+    for i in range(5):
+        with pytest.raises(InvalidCredentialsError):
+            accounts.login(f"guess{i}", WRONG, address=f"2001:db8:7:1::{i + 1:x}", now=T0)
+    with pytest.raises(LoginThrottledError):
+        accounts.login("alice", PASSWORD, address="2001:db8:7:1:abcd::1", now=T0)
+    assert accounts.login("alice", PASSWORD, address="2001:db8:7:2::1", now=T0)[0].username == (
+        "alice"
+    )
+
+
 def test_a_success_resets_the_account_but_not_the_address(accounts: Accounts) -> None:
     """If an account logs in after 4 failures, then its count starts again (4 more
     failures do not throttle it), but the failures of the address still count."""
