@@ -12,6 +12,7 @@ from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.types import ControllerRouterHandler
 
 from jobledger.api.auth import AuthController, TokenController, UserController
+from jobledger.api.budgets import BudgetMiddleware, Gate, Limits, OverBudgetError, over_budget
 from jobledger.api.dashboard import pages
 from jobledger.api.dependencies import dependencies
 from jobledger.api.errors import EXCEPTION_HANDLERS, document_closed_bodies, document_errors
@@ -68,6 +69,7 @@ def create_app(
     ``now`` is the clock every route reads."""
     services = services or Services.build(container)
     state = ApiState(container=container, services=services, now=now)
+    state.gate = Gate(container.budgets(), Limits.from_settings(container.settings), state)
     auth = DefineMiddleware(
         AuthMiddleware, exclude_from_auth_key=PUBLIC, exclude=[f"^{SCHEMA_PATH}"]
     )
@@ -75,9 +77,9 @@ def create_app(
     app = Litestar(
         route_handlers=ROUTES,
         dependencies=dependencies(services, now),
-        middleware=[counting, auth],
+        middleware=[counting, BudgetMiddleware, auth],
         guards=[role_guard, strict_request],
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers={**EXCEPTION_HANDLERS, OverBudgetError: over_budget},  # type: ignore[dict-item]
         openapi_config=OpenAPIConfig(
             title="jobledger",
             version="1",

@@ -25,12 +25,14 @@ from jobledger.api.security import (
     principal_of,
     served_over_https,
 )
+from jobledger.api.state import ApiState
 from jobledger.domain.clock import Clock
 from jobledger.runtime.accounts import (
     ApiToken,
     InvalidCredentialsError,
     LoginThrottledError,
     Role,
+    SessionTicket,
     User,
 )
 from jobledger.services.accounts import AccountService
@@ -95,6 +97,26 @@ def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie
     )
 
 
+def _sign_in(
+    state: ApiState,
+    accounts: AccountService,
+    data: LoginIn,
+    *,
+    address: str,
+    old: str | None,
+    now: datetime,
+) -> tuple[User, SessionTicket]:
+    try:
+        user, ticket = accounts.login(data.username, data.password, address=address, at=now)
+    except (InvalidCredentialsError, LoginThrottledError) as error:
+        reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
+        state.container.metrics.login_failures.labels(reason=reason).inc()
+        raise
+    if old:
+        accounts.logout(old)  # rotate: never keep a session id across a sign-in
+    return user, ticket
+
+
 class AuthController(Controller):
     path = "/api/v1/auth"
     tags = ["auth"]  # noqa: RUF012 (Litestar reads a class attribute)
@@ -103,11 +125,10 @@ class AuthController(Controller):
         "/login",
         opt=OPEN,
         guards=[json_only],
-        sync_to_thread=True,
         status_code=HTTP_200_OK,
         responses={415: error_spec("The body is not declared application/json.")},
     )
-    def login(
+    async def login(
         self,
         request: Request[Any, Any, Any],
         data: JSONBody[LoginIn],
@@ -115,19 +136,18 @@ class AuthController(Controller):
         clock: NamedDependency[Clock],
     ) -> Response[Me]:
         """Sign in: a new session (an earlier one of this browser ends once this one is
-        open; a failed sign-in leaves it as it was). The body must be JSON."""
+        open; a failed sign-in leaves it as it was). The body must be JSON. A sign-in
+        waits for its password check without holding a request thread; while
+        ``JOBLEDGER_LOGIN_QUEUE`` sign-ins wait already, it answers 429."""
         state = api_state(request)
         now = clock()
         address = client_address(request, state.trusted_proxies)
-        try:
-            user, ticket = accounts.login(data.username, data.password, address=address, at=now)
-        except (InvalidCredentialsError, LoginThrottledError) as error:
-            reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
-            state.container.metrics.login_failures.labels(reason=reason).inc()
-            raise
         old = request.cookies.get(SESSION_COOKIE)
-        if old:
-            accounts.logout(old)  # rotate: never keep a session id across a sign-in
+
+        def sign_in() -> tuple[User, SessionTicket]:
+            return _sign_in(state, accounts, data, address=address, old=old, now=now)
+
+        user, ticket = await state.gate.check_password(sign_in)
         max_age = max(1, int((ticket.expires_at - now).total_seconds()))
         body = Me(user, user.role, "session", ticket.csrf_token, ticket.expires_at)
         return Response(body, cookies=[_cookie(request, ticket.token, max_age)])

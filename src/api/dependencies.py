@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from litestar import Request
 from litestar.di import Provide
 
+from jobledger.api.budgets import provide_run_budget
 from jobledger.api.security import principal_of
 from jobledger.domain.clock import Clock
 from jobledger.services.actors import Actor
@@ -48,4 +49,8 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()
     }
-    return {**provided, "actor": Provide(provide_actor, sync_to_thread=False)}
+    return {
+        **provided,
+        "actor": Provide(provide_actor, sync_to_thread=False),
+        "run_budget": Provide(provide_run_budget, sync_to_thread=False),
+    }

@@ -338,7 +338,8 @@ _DESCRIPTIONS = {
     HTTP_409_CONFLICT: "The change is not allowed in the current state, or clashed with another.",
     413: "The request body is larger than the configured limit.",
     HTTP_422_UNPROCESSABLE_ENTITY: "The definition breaks a rule; the field and the fix are named.",
-    HTTP_429_TOO_MANY_REQUESTS: "Too many failed logins; retry after the given seconds.",
+    HTTP_429_TOO_MANY_REQUESTS: "A budget is spent, or too many failed logins; retry after the "
+    "given seconds.",
     503: "A store is unreachable (retry after Retry-After), or a dependency is not ready.",
 }
 

@@ -2,16 +2,17 @@
 dead-letter queue: list, requeue one or many, discard."""
 
 import asyncio
-from datetime import datetime
-from typing import Annotated
+from datetime import datetime, timedelta
+from typing import Annotated, Any
 from uuid import UUID
 
-from litestar import Controller, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_202_ACCEPTED
 
+from jobledger.api.budgets import RunBudget, credential_of, gate_of
 from jobledger.api.common import (
     Cursor,
     Filter,
@@ -72,10 +73,12 @@ class ExecutionController(Controller):
     def run_execution(
         self,
         data: JSONBody[RunIn],
+        *,
         idempotency_key: IdempotencyKey,
         executions: NamedDependency[Executions],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        run_budget: NamedDependency[RunBudget],
     ) -> Response[ExecutionRef]:
         """Run a handler outside any job, now or later (``run_at``, ``delay_seconds``);
         the same Idempotency-Key returns the first run instead of starting another. With
@@ -84,6 +87,7 @@ class ExecutionController(Controller):
         key = key_or_new(idempotency_key)
         now = clock()
         spec, ready_at = to_spec(data), to_ready_at(data, now)
+        run_budget.take(1)
         if data.unique is None:
             execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
             return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
@@ -122,6 +126,7 @@ class ExecutionController(Controller):
     @get("/{execution_id:uuid}", opt=VIEWER)
     async def get_execution(
         self,
+        request: Request[Any, Any, Any],
         execution_id: FromPath[UUID],
         views: NamedDependency[Views],
         waits: NamedDependency[ExecutionWaits],
@@ -131,7 +136,8 @@ class ExecutionController(Controller):
         execution finishes (completed, dead-lettered, cancelled or discarded) or after
         that many seconds, whichever is first: a long-poll that holds no thread."""
         if wait:
-            return await waits.detail(execution_id, wait=wait)
+            async with gate_of(request).long_poll(credential_of(request), wait):
+                return await waits.detail(execution_id, wait=wait)
         return await asyncio.to_thread(views.execution_detail, execution_id)
 
     @get("/{execution_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
@@ -237,10 +243,12 @@ class DeadLetterController(Controller):
 )
 def run_batch(
     data: JSONBody[RunBatchIn],
+    *,
     idempotency_key: IdempotencyKey,
     executions: NamedDependency[Executions],
     actor: NamedDependency[Actor],
     clock: NamedDependency[Clock],
+    run_budget: NamedDependency[RunBudget],
 ) -> RunBatchOut:
     """Run up to 1,000 handlers outside any job in one transaction: all of them, or
     none if one is refused (the error names it as ``runs[i]``). A run's key is its own
@@ -260,6 +268,7 @@ def run_batch(
         BatchRun(to_spec(run), run.key or f"{base}:{index}", _batch_ready_at(run, index, now))
         for index, run in enumerate(data.runs)
     ]
+    run_budget.take(len(runs))
     outcome = executions.run_many(runs, by=actor)
     refs = outcome.executions
     return RunBatchOut(outcome.created, len(refs) - outcome.created, refs)

@@ -10,6 +10,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED, HTTP_202_ACCEPTED
 
+from jobledger.api.budgets import RunBudget
 from jobledger.api.common import (
     Cursor,
     Filter,
@@ -192,11 +193,13 @@ class JobController(Controller):
         jobs: NamedDependency[Jobs],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        run_budget: NamedDependency[RunBudget],
         data: JSONBody[TriggerIn | None] = None,
     ) -> Response[ExecutionRef]:
         """Run the job now; the same Idempotency-Key returns the first run. With
         ``unique``, a run holding the key answers 200 with ``duplicate: true``."""
         key = key_or_new(idempotency_key)
+        run_budget.take(1)
         if data is None or data.unique is None:
             execution = jobs.trigger(job_id, key=key, at=clock(), by=actor)
             return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
@@ -261,9 +264,11 @@ class JobController(Controller):
         self,
         job_id: FromPath[UUID],
         data: JSONBody[BackfillIn],
+        *,
         jobs: NamedDependency[Jobs],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        run_budget: NamedDependency[RunBudget],
     ) -> BackfillReport:
         """Fire the occurrences of ``[start, end]`` that never fired; ``dry_run`` only
         counts. A second backfill of the same window fires nothing."""
@@ -277,6 +282,7 @@ class JobController(Controller):
             dry_run=data.dry_run,
             at=clock(),
             by=actor,
+            admit=run_budget.take,
         )
 
 

@@ -8,6 +8,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from jobledger.api.budgets import RunBudget
 from jobledger.api.common import IdempotencyKey
 from jobledger.api.schemas import ReasonIn, WorkflowIn, WorkflowOut, to_steps, workflow_out
 from jobledger.api.security import OPERATOR, VIEWER
@@ -25,17 +26,21 @@ class WorkflowController(Controller):
     def start_workflow(
         self,
         data: JSONBody[WorkflowIn],
+        *,
         idempotency_key: IdempotencyKey,
         workflows: NamedDependency[Workflows],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        run_budget: NamedDependency[RunBudget],
     ) -> WorkflowOut:
         """Start a DAG of steps; the steps that wait for nothing are enqueued at once,
         each other step when the steps it waits for completed. The same
         Idempotency-Key returns the first workflow."""
+        steps = to_steps(data)
+        run_budget.take(len(steps))  # each step is a run, now or once it may start
         workflow = workflows.start(
             name=data.name,
-            steps=to_steps(data),
+            steps=steps,
             on_failure=data.on_failure,
             key=idempotency_key,
             at=clock(),

@@ -70,6 +70,12 @@ Workers report themselves in ``jl:{workers}:info`` (hash: worker id -> JSON) and
 Circuit breakers keep their state under ``jl:{breaker}:<handler>`` (pybreaker adds
 ``:state``, ``:fail_counter``, ``:success_counter`` and ``:opened_at``).
 
+The API's budgets (``runtime/budgets.py``) share the slot ``{budgets}``, so that the
+budgets of one request are spent in one script: ``jl:{budgets}:rate:<name>`` (string,
+expires when the budget is whole again: its TAT in microseconds) and
+``jl:{budgets}:holds:<name>`` (zset: open long-poll tickets by deadline in ms). A name
+is ``<kind>:<who>``, e.g. ``req:c:<credential digest>`` or ``req:a:<address>``.
+
 Scores are integer milliseconds since the Unix epoch (``jobledger.projections.times``);
 the memory backend uses the same scores, and the same ``check_change``, so that both
 backends order, time and refuse entries identically.
@@ -222,6 +228,14 @@ class Keys:
     def breaker(self, handler: str) -> str:
         """The namespace of a handler's circuit breaker (its keys are named under it)."""
         return f"{self.prefix}:{{breaker}}:{handler}"
+
+    def budget(self, name: str) -> str:
+        """A rate budget of the API's callers: its TAT in microseconds."""
+        return f"{self.prefix}:{{budgets}}:rate:{name}"
+
+    def budget_holds(self, name: str) -> str:
+        """A caller's open holds (long-polls): ticket -> deadline in ms."""
+        return f"{self.prefix}:{{budgets}}:holds:{name}"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(f"{self.prefix}:{{q:{queue}}}")

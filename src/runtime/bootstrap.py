@@ -38,6 +38,7 @@ from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
 from jobledger.runtime.accounts import Accounts, AccountSettings
 from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.runtime.budgets import Budgets, MemoryBudgets, RedisBudgets
 from jobledger.runtime.handlers.archive import ArchiveRun
 from jobledger.runtime.handlers.registry import HandlerRegistry, load_registry, shell_commands
 from jobledger.runtime.handlers.shell import ShellSettings
@@ -89,6 +90,7 @@ class Container:
     _local_breakers: Breakers | None = None
     _handlers: HandlerRegistry | None = None
     _archive: ArchiveRun | None = None
+    _budgets: Budgets | None = None
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def reader(self, *, topics: Sequence[str] | None = None) -> LogReader:
@@ -356,6 +358,18 @@ class Container:
             metrics=self.metrics,
             health=self.health,
         )
+
+    def budgets(self) -> Budgets:
+        """The API callers' budgets: in Redis, shared by every API process, when Redis
+        is configured; else this process's own."""
+        with self._breakers_lock:
+            if self._budgets is None:
+                self._budgets = (
+                    MemoryBudgets()
+                    if self._redis is None
+                    else RedisBudgets(self._redis, Keys(self.settings.redis_prefix))
+                )
+            return self._budgets
 
     def accounts(self) -> Accounts:
         """Users, sessions and API tokens, in the event store's database."""

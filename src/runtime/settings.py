@@ -47,6 +47,7 @@ ARGON2_KIB_PER_LANE = 8
 _Seconds = Annotated[float, Meta(gt=0, extra={"use": "{range} seconds"})]
 _Minutes = Annotated[float, Meta(gt=0, le=MINUTES_PER_DAY, extra={"use": "{range} minutes"})]
 _Port = Annotated[int, Meta(ge=1, le=MAX_PORT, extra={"use": "a TCP port, {range}"})]
+_Budget = Annotated[int, Meta(ge=1, le=1_000_000, extra={"use": "{range}"})]
 # A comma-separated list in the environment and in a flag, split once as it is read.
 _List = tuple[str, ...]
 
@@ -139,6 +140,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     password_parallelism: Annotated[int, Meta(ge=1, le=64, extra={"use": "{range} lanes"})] = 4
     login_max_failures: Annotated[int, Meta(ge=1, le=1000, extra={"use": "{range} failures"})] = 5
     login_window_minutes: _Minutes = 15.0
+    # Sign-ins that may wait for one of the two password checks at a time in an API
+    # process; more are refused with 429 at once, so a burst holds no request threads.
+    login_queue: Annotated[int, Meta(ge=1, le=10_000, extra={"use": "{range} sign-ins"})] = 16
     api_host: Annotated[str, Meta(pattern=r"\A\S+\Z", extra={"use": "a host or address"})] = (
         "127.0.0.1"
     )
@@ -146,6 +150,16 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     api_max_body_bytes: Annotated[
         int, Meta(ge=1024, le=100 * 1024 * 1024, extra={"use": "{range} bytes"})
     ] = 1_048_576
+    # The callers' budgets (ADR 77), shared by every API process through Redis.
+    api_requests_per_credential: _Budget = 3000
+    api_requests_per_address: _Budget = 10_000
+    api_budget_window_seconds: Annotated[
+        float, Meta(ge=1, le=3600, extra={"use": "{range} seconds"})
+    ] = 10.0
+    api_long_polls: Annotated[
+        int, Meta(ge=1, le=100_000, extra={"use": "{range} open long-polls"})
+    ] = 20
+    api_runs_per_minute: _Budget = 10_000
     secure_cookies: Literal["auto", "always", "never"] = "auto"
     ready_max_lag: Annotated[int, Meta(ge=0, extra={"use": "{range} events"})] = 10_000
     trusted_proxies: _List = ()

@@ -321,10 +321,13 @@ class Jobs:
         dry_run: bool = False,
         at: datetime,
         by: Actor,
+        admit: Callable[[int], None] | None = None,
     ) -> BackfillReport:
         """Fire the job's occurrences in ``[start, end]`` that never fired (see
         ``domain/backfill.py``); ``dry_run`` only counts. A paused job may be
-        backfilled; a second backfill of the same window fires nothing."""
+        backfilled; a second backfill of the same window fires nothing. ``admit`` is
+        told how many runs the backfill is about to create, and may refuse (raise)
+        before anything is saved."""
         by.require(Role.OPERATOR)
         check_backfill_window(start, end, now=at, limit=limit)
         job = self.ledger.get_job(job_id)
@@ -339,6 +342,8 @@ class Jobs:
                     "raise max, or backfill a shorter window",
                 )
             executions = job.backfill(plan, at=at, by=by.name, via=by.via, reason=reason)
+            if admit is not None:
+                admit(len(executions))
             self.ledger.save_all(job, *executions)
         return backfill_report(job.id, plan, dry_run=dry_run)
 

@@ -62,6 +62,10 @@ def test_variables_are_read_and_flags_win() -> None:
         ({"JOBLEDGER_LOGIN_MAX_FAILURES": "0"}, "JOBLEDGER_LOGIN_MAX_FAILURES: use 1 to"),
         ({"JOBLEDGER_LOGIN_MAX_FAILURES": "five"}, "JOBLEDGER_LOGIN_MAX_FAILURES"),
         ({"JOBLEDGER_LOGIN_WINDOW_MINUTES": "0"}, "JOBLEDGER_LOGIN_WINDOW_MINUTES"),
+        ({"JOBLEDGER_API_REQUESTS_PER_CREDENTIAL": "0"}, "JOBLEDGER_API_REQUESTS_PER_CREDENTIAL"),
+        ({"JOBLEDGER_API_BUDGET_WINDOW_SECONDS": "0.5"}, "JOBLEDGER_API_BUDGET_WINDOW_SECONDS"),
+        ({"JOBLEDGER_API_LONG_POLLS": "0"}, "JOBLEDGER_API_LONG_POLLS"),
+        ({"JOBLEDGER_LOGIN_QUEUE": "0"}, "JOBLEDGER_LOGIN_QUEUE"),
         ({"JOBLEDGER_API_HOST": ""}, "JOBLEDGER_API_HOST: use a host"),
         ({"JOBLEDGER_API_HOST": "local host"}, "JOBLEDGER_API_HOST: use a host"),
         ({"JOBLEDGER_API_PORT": "0"}, "JOBLEDGER_API_PORT: use a TCP port"),
@@ -132,7 +136,7 @@ def test_secrets_never_reach_the_log(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_api_and_account_defaults() -> None:
     """If nothing is set, then the API listens on loopback in production mode, with the
-    documented session and throttle defaults and no admin password."""
+    documented session, throttle and budget defaults and no admin password."""
     settings = load_settings({})
     assert (settings.mode, settings.api_host, settings.api_port) == (
         "production",
@@ -143,6 +147,12 @@ def test_api_and_account_defaults() -> None:
     assert (settings.session_idle_minutes, settings.session_absolute_hours) == (30, 12)
     assert (settings.login_max_failures, settings.login_window_minutes) == (5, 15)
     assert (settings.api_max_body_bytes, settings.secure_cookies) == (1_048_576, "auto")
+    assert (settings.api_requests_per_credential, settings.api_requests_per_address) == (
+        3000,
+        10_000,
+    )
+    assert (settings.api_budget_window_seconds, settings.api_long_polls) == (10, 20)
+    assert (settings.api_runs_per_minute, settings.login_queue) == (10_000, 16)
 
 
 def test_the_admin_variables_fall_back_to_the_unprefixed_names() -> None:
