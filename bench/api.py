@@ -517,6 +517,12 @@ def api_env(url: str, redis_url: str, port: int) -> dict[str, str]:
         JOBLEDGER_ADMIN_PASSWORD=PASSWORD,
         JOBLEDGER_LOG_LEVEL="warning",
         JOBLEDGER_LOG_FORMAT="json",
+        # The benchmarks measure the API, not its budgets: one client token at full
+        # speed is never refused (ADR 77).
+        JOBLEDGER_API_REQUESTS_PER_CREDENTIAL="1000000",
+        JOBLEDGER_API_REQUESTS_PER_ADDRESS="1000000",
+        JOBLEDGER_API_RUNS_PER_MINUTE="1000000",
+        JOBLEDGER_API_LONG_POLLS="100000",
     )
     return env
 
