@@ -2,7 +2,7 @@
 dead-letter queue: list, requeue one or many, discard."""
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
