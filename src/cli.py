@@ -140,7 +140,8 @@ def _add_steering_commands(queue_commands: "argparse._SubParsersAction[Any]") ->
 
 
 def _add_limit_commands(commands: "argparse._SubParsersAction[Any]") -> None:
-    """``limit list`` and ``limit set NAME``: the named limits, as the API has them."""
+    """``limit list``, ``limit set NAME`` and ``limit delete NAME``: the named limits,
+    as the API has them."""
     limit = commands.add_parser("limit", help="named concurrency and rate limits")
     actions = limit.add_subparsers(dest="limit_command", required=True, metavar="ACTION")
     actions.add_parser("list", help="the named limits, and every key in use or waited for")
@@ -150,6 +151,9 @@ def _add_limit_commands(commands: "argparse._SubParsersAction[Any]") -> None:
     values.add_argument("--rate", type=int, help="starts with the key per --per seconds")
     values.add_argument("--per", type=float, dest="per_seconds", help="the rate's period (s)")
     values.add_argument("--by", help="who acts (recorded; default: this login)")
+    gone = actions.add_parser("delete", help="stop applying a named limit")
+    gone.add_argument("name", metavar="NAME", help="the limit's key")
+    gone.add_argument("--by", help="who acts (recorded; default: this login)")
 
 
 def _add_projection_commands(commands: "argparse._SubParsersAction[Any]") -> None:
@@ -472,6 +476,10 @@ def _limit(args: argparse.Namespace, container: Container) -> int:
             )
         return 0
     by = operator_of_store(args.by) if args.by else _cli_actor()
+    if args.limit_command == "delete":
+        limits.delete(args.name, at=utc_now(), by=by)
+        print(f"limit {args.name} deleted")
+        return 0
     values = LimitValuesIn(
         concurrency=args.concurrency, rate=args.rate, per_seconds=args.per_seconds
     )

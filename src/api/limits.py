@@ -1,8 +1,8 @@
-"""Named limits: list them with their use, create one, change one (operator)."""
+"""Named limits: list them with their use, create, change or delete one (operator)."""
 
 from typing import Annotated
 
-from litestar import Controller, get, post, put
+from litestar import Controller, delete, get, post, put
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, PathParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
@@ -69,3 +69,16 @@ class LimitController(Controller):
     ) -> LimitStateOut:
         """New values for a named limit (``changed`` false when they were the same)."""
         return limits.change(name, data, at=clock(), by=actor)
+
+    @delete("/{name:str}", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def delete_limit(
+        self,
+        name: FromPath[LimitName],
+        limits: NamedDependency[Limits],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> LimitStateOut:
+        """Stop applying a named limit (within a second): runs naming its key go back to
+        their own values, and those without values wait for nothing (404 if there is
+        no such limit)."""
+        return limits.delete(name, at=clock(), by=actor)

@@ -9,7 +9,8 @@ enqueued, and its spec keeps the resolved keys.
 A named limit (the ``Limit`` aggregate) gives a key its values from the log: when a
 limit with a run's key exists, its values apply instead of the run's own, also to runs
 already waiting. A run that names a key without values waits on nothing until a named
-limit of that key exists.
+limit of that key exists. A deleted limit no longer applies (runs go back to their own
+values); defining its name again gives the same aggregate new values.
 
 Limits are enforced where runs are leased, per queue (see ADR 0040): a run over its
 limit stays pending, spends no attempt, and the log records once that it waited
@@ -200,6 +201,13 @@ class Limit(Aggregate):
         at: datetime
         via: str | None = None
 
+    class Deleted(Aggregate.Event):
+        TOPIC = "jobledger:LimitDeleted"
+        name: str
+        by: str
+        at: datetime
+        via: str | None = None
+
     @event(Defined)
     def __init__(
         self, *, name: str, values: LimitValues, by: str, at: datetime, via: str | None = None
@@ -208,6 +216,7 @@ class Limit(Aggregate):
         self.name = name
         self.values = values
         self.changed_at = at
+        self.deleted = False
 
     @classmethod
     def define(
@@ -220,10 +229,11 @@ class Limit(Aggregate):
         )
 
     def change(self, values: LimitValues, *, by: str, at: datetime, via: str | None = None) -> bool:
-        """Give the key new values; False (and nothing recorded) if they are the same."""
+        """Give the key new values; False (and nothing recorded) if they are the same.
+        A deleted limit applies again with them."""
         values.check()
         check_actor(by)
-        if values == self.values:
+        if values == self.values and not self.deleted:
             return False
         self._changed(name=self.name, values=values, by=by, at=at, via=via)
         return True
@@ -235,3 +245,18 @@ class Limit(Aggregate):
         del name, by, via
         self.values = values
         self.changed_at = at
+        self.deleted = False
+
+    def delete(self, *, by: str, at: datetime, via: str | None = None) -> bool:
+        """Stop applying the limit; False (and nothing recorded) if it is deleted."""
+        check_actor(by)
+        if self.deleted:
+            return False
+        self._deleted(name=self.name, by=by, at=at, via=via)
+        return True
+
+    @event(Deleted)
+    def _deleted(self, *, name: str, by: str, at: datetime, via: str | None = None) -> None:
+        del name, by, via
+        self.changed_at = at
+        self.deleted = True

@@ -179,7 +179,7 @@ class MemoryQueue:
 
     def named_limits(self) -> dict[str, NamedLimit]:
         with self._lock:
-            return dict(self._named)
+            return {name: limit for name, limit in self._named.items() if not limit.deleted}
 
     def write_position(self, position: int, *, epoch: str) -> None:
         with self._lock:

@@ -158,13 +158,16 @@ class QueuePause(msgspec.Struct, frozen=True, kw_only=True):
 
 class NamedLimit(msgspec.Struct, frozen=True, kw_only=True):
     """A named limit's values as the log last set them; ``version`` is the Limit
-    aggregate's (the guard, as for pauses). None: that part does not limit."""
+    aggregate's (the guard, as for pauses). None: that part does not limit. A deleted
+    limit is kept as a record without values (``deleted``), so an older record of it
+    never applies again."""
 
     name: str
     version: int
     concurrency: int | None = None
     rate: int | None = None
     rate_per_ms: int | None = None
+    deleted: bool = False
 
 
 LIMIT_KINDS = {"c": "concurrency", "r": "rate"}  # the scripts' short kinds
@@ -315,7 +318,7 @@ class QueueBackend(Protocol):
         ...
 
     def named_limits(self) -> dict[str, NamedLimit]:
-        """Every named limit since the last reset, by name."""
+        """Every named limit in force (not deleted) since the last reset, by name."""
         ...
 
     def write_position(self, position: int, *, epoch: str) -> None:

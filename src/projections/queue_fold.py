@@ -283,10 +283,14 @@ class QueueFold:
                 step(domain_event)
 
     def _setting(self, domain_event: Queue.Event | Limit.Event) -> None:
-        if not isinstance(domain_event, Limit.Defined | Limit.Changed):
+        if not isinstance(domain_event, Limit.Defined | Limit.Changed | Limit.Deleted):
             self._pause(domain_event)
             return
-        limit = named_limit(domain_event.name, domain_event.originator_version, domain_event.values)
+        version = domain_event.originator_version
+        if isinstance(domain_event, Limit.Deleted):
+            limit = NamedLimit(name=domain_event.name, version=version, deleted=True)
+        else:
+            limit = named_limit(domain_event.name, version, domain_event.values)
         known = self._limits.get(limit.name)
         if known is None or known.version < limit.version:
             self._limits[limit.name] = limit

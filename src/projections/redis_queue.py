@@ -453,7 +453,7 @@ class RedisQueue:
     def named_limits(self) -> dict[str, NamedLimit]:
         raw = self._client.hgetall(self._keys.limits)
         records = (self._limit_decoder.decode(_blob(v)) for k, v in raw.items() if k[:2] == b"r:")
-        return {limit.name: limit for limit in records}
+        return {limit.name: limit for limit in records if not limit.deleted}
 
     def _named_args(self) -> list[_Arg]:
         """lease.lua's named-limit arguments, read at most once per NAMED_TTL."""

@@ -1,4 +1,4 @@
-"""Named limits: define one, change it, and list limits with their use now.
+"""Named limits: define one, change it, delete it, and list limits with their use now.
 
 A named limit is a ``Limit`` aggregate in the log; the queue projection carries it
 into the backend, whose lease step then holds every run naming its key to its values
@@ -34,9 +34,14 @@ class Limits:
         self.backend = backend
 
     def define(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
-        """Create the named limit ``name``; AlreadyExistsError if it exists."""
+        """Create the named limit ``name`` (again, if it was deleted); AlreadyExistsError
+        if it exists."""
         by.require(Role.OPERATOR)
         limit = Limit.define(name, to_values(values), by=by.name, via=by.via, at=at)
+        deleted = self.ledger.limit(limit.id)
+        if deleted is not None and deleted.deleted:
+            limit = deleted
+            limit.change(to_values(values), by=by.name, via=by.via, at=at)
         try:
             self.ledger.save_all(limit)
         except (AlreadyExistsError, ConflictError):
@@ -56,11 +61,22 @@ class Limits:
         log.info("limit.changed", limit=name, by=by.name, via=by.via, changed=changed)
         return LimitStateOut(limit=self._out(limit, []), changed=changed)
 
+    def delete(self, name: str, *, at: datetime, by: Actor) -> LimitStateOut:
+        """Stop applying the named limit: runs naming its key go back to their own
+        values (and those without values wait for nothing)."""
+        by.require(Role.OPERATOR)
+        limit = self._get(name)
+        limit.delete(by=by.name, via=by.via, at=at)
+        self.ledger.save_all(limit)
+        log.info("limit.deleted", limit=name, by=by.name, via=by.via)
+        return LimitStateOut(limit=self._out(limit, []), changed=True)
+
     def set(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
         """Create the named limit, or change it if it exists (what the CLI's ``limit
         set`` does)."""
         by.require(Role.OPERATOR)
-        if self.ledger.limit(limit_id(name)) is None:
+        existing = self.ledger.limit(limit_id(name))
+        if existing is None or existing.deleted:
             try:
                 return self.define(name, values, at=at, by=by)
             except AlreadyExistsError:
@@ -90,7 +106,7 @@ class Limits:
 
     def _get(self, name: str) -> Limit:
         limit = self.ledger.limit(limit_id(name))
-        if limit is None:
+        if limit is None or limit.deleted:
             raise NotFoundError(f"no limit named {name!r}: create it with POST /api/v1/limits")
         return limit
 

@@ -45,3 +45,23 @@ def test_a_limit_that_limits_nothing_is_refused_in_one_line(
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     with bootstrap(load_settings({}, data_dir=str(tmp_path))) as container:
         assert container.ledger.limit(limit_id("smtp")) is None
+
+
+def test_delete_removes_a_named_limit(tmp_path: Path, jobledger_cli: "JobledgerCli") -> None:
+    """If an operator deletes a limit, then the log records it by the --by name, the
+    list no longer shows it, and deleting it again exits 2 saying there is none."""
+    base = ("--data-dir", str(tmp_path))
+    assert jobledger_cli.run(*base, "migrate").returncode == 0
+    assert jobledger_cli.run(*base, "limit", "set", "smtp", "--concurrency", "2").returncode == 0
+    done = jobledger_cli.run(*base, "limit", "delete", "smtp", "--by", "ops")
+    assert done.returncode == 0, done.stderr
+    assert "limit smtp deleted" in done.stdout
+    assert "smtp" not in jobledger_cli.run(*base, "limit", "list").stdout
+    again = jobledger_cli.run(*base, "limit", "delete", "smtp")
+    assert again.returncode == 2, again.stdout
+    assert "no limit named 'smtp'" in again.stderr
+    with bootstrap(load_settings({}, data_dir=str(tmp_path))) as container:
+        limit = container.ledger.limit(limit_id("smtp"))
+        assert limit is not None
+        assert limit.deleted
+        assert limit.version == 2

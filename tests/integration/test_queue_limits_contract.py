@@ -257,6 +257,24 @@ def test_a_named_limit_overrides_the_runs_own_values(backend: QueueBackend) -> N
     assert ids(lease(backend, now=AT + timedelta(seconds=2))) == [items[3].execution_id]
 
 
+def test_a_deleted_named_limit_stops_applying_and_an_older_record_stays_out(
+    backend: QueueBackend,
+) -> None:
+    """If a named limit of max 1 is deleted, then entries naming its key without a
+    value all lease, it is gone from the named limits, and a replayed older record of
+    it does not apply again."""
+    items = [entry(concurrency("smtp", None), at=AT - timedelta(milliseconds=n)) for n in range(4)]
+    add(backend, *items)
+    first = NamedLimit(name="smtp", version=1, concurrency=1)
+    backend.apply_limits([first], epoch=META.epoch)
+    assert len(lease(backend).leases) == 1
+    gone = NamedLimit(name="smtp", version=2, deleted=True)
+    backend.apply_limits([gone], epoch=META.epoch)
+    backend.apply_limits([first], epoch=META.epoch)
+    assert "smtp" not in backend.named_limits()
+    assert len(lease(backend, now=AT + timedelta(seconds=2)).leases) == 3
+
+
 def test_a_key_without_a_value_does_not_limit(backend: QueueBackend) -> None:
     """If entries name a key but no value and no named limit exists, then all lease."""
     items = [entry(concurrency("free", None)) for _ in range(4)]

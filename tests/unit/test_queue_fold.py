@@ -11,12 +11,20 @@ from hypothesis import strategies as st
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.limits import Limit, LimitValues
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.progress import Progress
 from jobledger.domain.queue import Queue
 from jobledger.persistence.codec import MsgspecMapper
 from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import QueueItem, QueueMeta, QueuePause, QueueState, decode_spec
+from jobledger.projections.queue import (
+    NamedLimit,
+    QueueItem,
+    QueueMeta,
+    QueuePause,
+    QueueState,
+    decode_spec,
+)
 from jobledger.projections.queue_fold import (
     QUEUE_VIEWS,
     PreviousLoader,
@@ -242,6 +250,25 @@ def test_queue_events_fold_into_the_last_pause_record() -> None:
             since=T0 + timedelta(minutes=9),
         )
     ]
+
+
+def test_a_deleted_limit_folds_into_a_record_without_values() -> None:
+    """If a named limit is defined, deleted and defined again, then the fold hands on
+    each record in order, the deletion as a record without values, and remembers the
+    last; folded again after it, the deletion stays behind the newer record."""
+    limit = Limit.define("smtp", LimitValues(concurrency=2), by="ada", at=T0)
+    limit.delete(by="bob", at=T0)
+    deletion = limit.collect_events()
+    limit.change(LimitValues(concurrency=2), by="cy", at=T0)
+    fold = QueueFold(_no_previous)
+    fold.fold([*deletion, *limit.collect_events(), *deletion])
+    taken = fold.take_limits()
+    assert [(n.version, n.deleted, n.concurrency) for n in taken[:3]] == [
+        (1, False, 2),
+        (2, True, None),
+        (3, False, 2),
+    ]
+    assert fold.named_limits() == [NamedLimit(name="smtp", version=3, concurrency=2)]
 
 
 def test_a_replay_keeps_the_newest_pause_record() -> None:

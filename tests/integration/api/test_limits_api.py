@@ -45,6 +45,28 @@ def lease_all(api: "Api") -> int:
     return len(api.container.queue.lease_round(Q, lease_ids=ids, ttl=TTL, now=now).leases)
 
 
+def held_runs(api: "Api", operator: "httpx.Client", *, most: int, runs: int) -> None:
+    """A named limit smtp of ``most`` at once, and ``runs`` runs naming its key."""
+    assert operator.post("/api/v1/limits", json={"name": "smtp", "concurrency": most}).is_success
+    for n in range(runs):
+        assert run(operator, f"c{n}", concurrency={"key": "smtp"}).status_code == 202
+    api.wait_for(lambda: api.container.queue.named_limits().get("smtp") is not None)
+    api.wait_for(lambda: api.container.queue.depths(Q, now=datetime.now(UTC)).ready == runs)
+
+
+def leased_in_rounds(api: "Api", count: int) -> None:
+    """Lease rounds until ``count`` runs leased in all (a change of the named limits
+    reaches the lease step within a second)."""
+    leased = 0
+
+    def more() -> bool:
+        nonlocal leased
+        leased += lease_all(api)
+        return leased == count
+
+    api.wait_for(more)
+
+
 def test_runs_with_a_templated_key_wait_and_the_list_shows_it(api: "Api") -> None:
     """If three runs of one customer carry concurrency 1 keyed by their payload, then
     the first leases, the others wait, and the list shows the key of that customer with
@@ -101,12 +123,7 @@ def test_a_named_limit_is_created_changed_and_listed(api: "Api") -> None:
 def test_a_named_limit_holds_runs_that_name_its_key(api: "Api") -> None:
     """If a named limit allows 2 at once, then runs naming its key without values
     lease two at a time."""
-    operator = api.client(Role.OPERATOR)
-    assert operator.post("/api/v1/limits", json={"name": "smtp", "concurrency": 2}).is_success
-    for n in range(4):
-        assert run(operator, f"c{n}", concurrency={"key": "smtp"}).status_code == 202
-    api.wait_for(lambda: api.container.queue.named_limits().get("smtp") is not None)
-    api.wait_for(lambda: api.container.queue.depths(Q, now=datetime.now(UTC)).ready == 4)
+    held_runs(api, api.client(Role.OPERATOR), most=2, runs=4)
     # The queue reads named limits again within a second.
     api.wait_for(lambda: lease_all(api) == 2)
     assert lease_all(api) == 0
@@ -189,3 +206,24 @@ def test_a_limit_name_with_format_characters_is_refused(api: "Api", name: str) -
     assert job.status_code == 422, job.text
     assert made.json()["error"]["fix"] == job.json()["error"]["fix"]
     assert operator.get("/api/v1/limits").json()["limits"] == []
+
+
+def test_a_deleted_limit_is_gone_and_no_longer_holds_runs(api: "Api") -> None:
+    """If an operator deletes a named limit of 1 while runs naming its key wait, then
+    it answers 200, the list and the detail no longer show it, and the waiting runs
+    lease; a viewer's delete is 403 and an unknown name 404, both writing nothing."""
+    operator, viewer = api.client(Role.OPERATOR), api.client(Role.VIEWER)
+    held_runs(api, operator, most=1, runs=3)
+    leased_in_rounds(api, 1)
+    before = api.container.ledger.recorder.max_notification_id()
+    assert viewer.delete("/api/v1/limits/smtp").status_code == 403
+    assert operator.delete("/api/v1/limits/nope").status_code == 404
+    assert api.container.ledger.recorder.max_notification_id() == before
+
+    deleted = operator.delete("/api/v1/limits/smtp")
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json()["changed"] is True
+    api.wait_for(lambda: listed(viewer)["limits"] == [])
+    assert viewer.get("/api/v1/limits/smtp").status_code == 404
+    leased_in_rounds(api, 2)
+    assert operator.delete("/api/v1/limits/smtp").status_code == 404

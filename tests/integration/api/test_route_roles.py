@@ -59,6 +59,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/api/v1/limits/{name:str}"): VIEW,
     ("POST", "/api/v1/limits"): OPERATE,
     ("PUT", "/api/v1/limits/{name:str}"): OPERATE,
+    ("DELETE", "/api/v1/limits/{name:str}"): OPERATE,
     ("GET", "/api/v1/workers"): VIEW,
     ("GET", "/api/v1/metrics/system"): VIEW,
     ("GET", "/api/v1/audit/events"): VIEW,
