@@ -41,6 +41,7 @@ MAX_RETENTION_DAYS = 36_500
 MAX_REBUILD_PROCESSES = 32
 MAX_ARCHIVE_BATCH = 100_000
 MAX_PASSWORD_MEMORY_KIB = 4 * 1024 * 1024
+MAX_CAP = 100_000  # queues or named limits
 ARGON2_KIB_PER_LANE = 8
 
 # Shared by several fields.
@@ -180,6 +181,12 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     rebuild_processes: Annotated[
         int, Meta(ge=0, le=MAX_REBUILD_PROCESSES, extra={"use": "{range} processes"})
     ] = 0
+    # How many queues and named limits there may be: each one is read by every lease
+    # round (limits) or listing (queues), so their number is bounded.
+    max_queues: Annotated[int, Meta(ge=1, le=MAX_CAP, extra={"use": "{range} queues"})] = 1000
+    max_named_limits: Annotated[
+        int, Meta(ge=1, le=MAX_CAP, extra={"use": "{range} named limits"})
+    ] = 1000
 
     @property
     def rebuild_process_count(self) -> int:

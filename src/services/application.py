@@ -9,6 +9,7 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
 from jobledger.services.archives import Archives
+from jobledger.services.caps import QueueRoom
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
@@ -47,7 +48,9 @@ class Services:
         does not have are refused: its workers have the same registry."""
         registry = container.handlers()
         names = frozenset(registry.names())
-        handlers = HandlerNames(names, {name: registry.info(name) for name in names})
+        settings = container.settings
+        room = QueueRoom(container.queue.queues, settings.max_queues)
+        handlers = HandlerNames(names, {name: registry.info(name) for name in names}, queues=room)
         views = Views(container.database, container.ledger, container.presence)
         archives = Archives.build(container)
         # The system.archive handler of this process's worker runs this use case.
@@ -73,9 +76,9 @@ class Services:
                 else None
             ),
             workflows=Workflows(container.ledger, handlers),
-            queues=Queues(container.ledger, container.queue, container.checkpoint),
+            queues=Queues(container.ledger, container.queue, container.checkpoint, room=room),
             archives=archives,
-            limits=Limits(container.ledger, container.queue),
+            limits=Limits(container.ledger, container.queue, most=settings.max_named_limits),
         )
 
 

@@ -122,7 +122,9 @@ class DeclaredJobs:
             seen.add(body.key)
             try:
                 definition = to_definition(body, upstream)
-                self.handlers.check(definition.spec.handler, definition.spec.payload)
+                self.handlers.check(
+                    definition.spec.handler, definition.spec.payload, definition.spec.queue
+                )
                 definition.check(self.ledger.limits, job_id=ids[body.key])
                 self.links.check_upstreams(definition, saved_with=ids.values())
             except InvalidDefinitionError as error:

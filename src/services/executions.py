@@ -159,7 +159,7 @@ class Executions:
 
     def _check_spec(self, spec: ExecutionSpec) -> None:
         """A handler the workers have, with a payload it and the stores take."""
-        self.handlers.check(spec.handler, spec.payload)
+        self.handlers.check(spec.handler, spec.payload, spec.queue)
         spec.check(self.ledger.limits)
 
     def _check_batch(self, runs: Sequence[BatchRun]) -> None:

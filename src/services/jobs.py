@@ -39,6 +39,7 @@ from jobledger.runtime.handlers.registry import HandlerInfo, unknown_handler_fix
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import BackfillReport
 from jobledger.services.actors import Actor
+from jobledger.services.caps import NO_CAP, QueueRoom
 from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.history import EventOut, history
 from jobledger.services.job_keys import job_by_reference
@@ -49,13 +50,19 @@ class HandlerNames:
     """The handlers a worker can run, and the payloads they declare. A definition naming
     another handler, or a payload its handler's struct refuses, would only fail into the
     dead-letter queue later, so it is refused when it is saved. ``None`` knows them all
-    (a tool that saves for workers it cannot see)."""
+    (a tool that saves for workers it cannot see). A new queue past the cap of
+    ``queues`` is refused the same way."""
 
     def __init__(
-        self, names: Collection[str] | None, info: Mapping[str, HandlerInfo] | None = None
+        self,
+        names: Collection[str] | None,
+        info: Mapping[str, HandlerInfo] | None = None,
+        *,
+        queues: QueueRoom = NO_CAP,
     ) -> None:
         self.names = None if names is None else frozenset(names)
         self.info = dict(info or {})
+        self.queues = queues
 
     def listed(self) -> list[str]:
         """The names, sorted (none when any is allowed)."""
@@ -65,9 +72,11 @@ class HandlerNames:
         """Every handler with what it does and the JSON schema of its payload."""
         return [_handler_out(name, self.info.get(name, HandlerInfo())) for name in self.listed()]
 
-    def check(self, handler: str, payload: Mapping[str, Any] | None = None) -> None:
+    def check(
+        self, handler: str, payload: Mapping[str, Any] | None = None, queue: str | None = None
+    ) -> None:
         """Refuse an unknown handler, or a payload its declared struct refuses (naming
-        the payload's field)."""
+        the payload's field), or a new queue past the cap."""
         if self.names is not None and handler not in self.names:
             raise InvalidDefinitionError(
                 "handler",
@@ -77,6 +86,8 @@ class HandlerNames:
         kind = self.info.get(handler, HandlerInfo()).payload_type
         if kind is not None and payload is not None:
             _check_payload(handler, kind, payload)
+        if queue is not None:
+            self.queues.check(queue)
 
 
 def _handler_out(name: str, info: HandlerInfo) -> HandlerOut:
@@ -169,7 +180,7 @@ class Jobs:
     ) -> Job:
         """Create a job. With a key, repeating the same request returns the same job."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler, definition.spec.payload)
+        self.handlers.check(definition.spec.handler, definition.spec.payload, definition.spec.queue)
 
         def scheduled() -> Job:
             return Job.schedule(
@@ -201,7 +212,7 @@ class Jobs:
     ) -> Job:
         """Change a job's definition; one that code manages only with ``override``."""
         by.require(Role.OPERATOR)
-        self.handlers.check(definition.spec.handler, definition.spec.payload)
+        self.handlers.check(definition.spec.handler, definition.spec.payload, definition.spec.queue)
         self.links.check_upstreams(definition)
 
         def updated() -> Job:

@@ -17,6 +17,11 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.limits import KeyUse, LimitList, LimitOut, LimitStateOut, LimitValuesIn
 from jobledger.services.actors import Actor
+from jobledger.services.caps import (
+    MAX_NAMED_LIMITS_SETTING,
+    NO_LIMIT,
+    check_room,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -29,9 +34,10 @@ def to_values(body: LimitValuesIn) -> LimitValues:
 class Limits:
     """The named-limit use cases; every change is a direct save, like the queues'."""
 
-    def __init__(self, ledger: Ledger, backend: QueueBackend) -> None:
+    def __init__(self, ledger: Ledger, backend: QueueBackend, *, most: int = NO_LIMIT) -> None:
         self.ledger = ledger
         self.backend = backend
+        self.most = most
 
     def define(self, name: str, values: LimitValuesIn, *, at: datetime, by: Actor) -> LimitStateOut:
         """Create the named limit ``name`` (again, if it was deleted); AlreadyExistsError
@@ -42,6 +48,14 @@ class Limits:
         if deleted is not None and deleted.deleted:
             limit = deleted
             limit.change(to_values(values), by=by.name, via=by.via, at=at)
+        check_room(
+            name,
+            self.backend.named_limits().keys(),
+            most=self.most,
+            what="named limit",
+            field="name",
+            setting=MAX_NAMED_LIMITS_SETTING,
+        )
         try:
             self.ledger.save_all(limit)
         except (AlreadyExistsError, ConflictError):

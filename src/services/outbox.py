@@ -131,7 +131,7 @@ class Outbox:
                 "unique", "the outbox takes no unique runs", "enqueue them over the API"
             )
         spec = to_spec(body)
-        self.handlers.check(spec.handler, spec.payload)
+        self.handlers.check(spec.handler, spec.payload, spec.queue)
         spec.check(self.ledger.limits)
         # The API's rules for a run, for a row written by other means than the client.
         ready_at = to_ready_at(body, at)

@@ -24,6 +24,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.queues import DrainReport, QueueOut, QueueStateOut
 from jobledger.services.actors import Actor
+from jobledger.services.caps import NO_CAP, QueueRoom
 from jobledger.services.errors import ProjectionBehindError
 
 log = structlog.get_logger(__name__)
@@ -49,11 +50,14 @@ class Queues:
         checkpoint: Checkpoint,
         *,
         catch_up_seconds: float = CATCH_UP_SECONDS,
+        room: QueueRoom = NO_CAP,
     ) -> None:
         self.ledger = ledger
         self.backend = backend
         self.checkpoint = checkpoint
         self.catch_up_seconds = catch_up_seconds
+        # A pause of a queue nobody used yet creates it: within the cap.
+        self.room = room
 
     def overview(self, *, at: datetime, by: Actor) -> list[QueueOut]:
         """Every queue the backend knows, by name: depths as projected at ``at``, and
@@ -96,7 +100,10 @@ class Queues:
         a fresh copy if another change was saved first."""
         queue_id(name)  # refuses a name no queue can have, before anything is loaded
         for attempt in range(1, ATTEMPTS + 1):
-            queue = self.ledger.queue(name) or Queue.register(name)
+            queue = self.ledger.queue(name)
+            if queue is None:
+                self.room.check(name, field="name")
+                queue = Queue.register(name)
             changed = command(queue)
             if not changed:
                 return False

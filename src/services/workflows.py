@@ -43,7 +43,7 @@ class Workflows:
         by.require(Role.OPERATOR)
         for index, step in enumerate(steps):
             try:
-                self.handlers.check(step.spec.handler, step.spec.payload)
+                self.handlers.check(step.spec.handler, step.spec.payload, step.spec.queue)
             except InvalidDefinitionError as error:
                 raise InvalidDefinitionError(
                     f"steps[{index}].{error.field}", error.problem, error.fix
