@@ -11,6 +11,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from jobledger.api.common import Cursor, Limit, linked
 from jobledger.api.errors import error_spec
 from jobledger.api.schemas import NO_NUL, Short, Strict
 from jobledger.api.security import (
@@ -37,6 +38,7 @@ from jobledger.runtime.accounts import (
 )
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
+from jobledger.services.pages import Order
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]
 Password = Annotated[str, msgspec.Meta(max_length=1024, pattern=NO_NUL)]
@@ -191,10 +193,17 @@ class TokenController(Controller):
 
     @get("/", opt=VIEWER, sync_to_thread=True)
     def list_tokens(
-        self, accounts: NamedDependency[AccountService], actor: NamedDependency[Actor]
-    ) -> list[ApiToken]:
-        """Your tokens; an admin sees everyone's."""
-        return accounts.tokens(by=actor)
+        self,
+        request: Request[Any, Any, Any],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[ApiToken]]:
+        """Your tokens, the oldest first; an admin sees everyone's. A page at a time:
+        the ``Link`` header names the next."""
+        tokens = accounts.tokens(by=actor)
+        return linked(request, tokens, TOKENS, limit=limit, cursor=cursor)
 
     @delete("/{token_id:uuid}", opt=VIEWER, sync_to_thread=True, status_code=HTTP_200_OK)
     def revoke_token(
@@ -214,9 +223,16 @@ class UserController(Controller):
 
     @get("/", opt=ADMIN, sync_to_thread=True)
     def list_users(
-        self, accounts: NamedDependency[AccountService], actor: NamedDependency[Actor]
-    ) -> list[User]:
-        return accounts.users(by=actor)
+        self,
+        request: Request[Any, Any, Any],
+        accounts: NamedDependency[AccountService],
+        actor: NamedDependency[Actor],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[User]]:
+        """The users by name, a page at a time: the ``Link`` header names the next."""
+        users = accounts.users(by=actor)
+        return linked(request, users, USERS, limit=limit, cursor=cursor)
 
     @post("/", opt=ADMIN, sync_to_thread=True, status_code=HTTP_201_CREATED)
     def create_user(
@@ -256,3 +272,11 @@ class UserController(Controller):
     ) -> dict[str, str]:
         accounts.delete_user(user_id, by=actor)
         return {"status": "deleted"}
+
+
+def _token_key(token: ApiToken) -> tuple[int, str]:
+    return (round(token.created_at.timestamp() * 1_000_000), str(token.id))
+
+
+TOKENS = Order[ApiToken]("tokens", _token_key, width=2)
+USERS = Order[User]("users", lambda user: (user.username,))

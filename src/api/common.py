@@ -2,15 +2,20 @@
 
 import uuid
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
+from urllib.parse import urlencode
 
-from litestar import Response
+from litestar import Request, Response
 from litestar.params import HeaderParameter, QueryParameter
 
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL
+from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import ExecutionRef
+from jobledger.services.pages import Order, paged
 from jobledger.services.unique_runs import Duplicate, RunOutcome, Started
+
+T = TypeVar("T")
 
 Limit = Annotated[int, QueryParameter(ge=1, le=500, description="page size")]
 Offset = Annotated[int, QueryParameter(ge=0, le=10_000_000, description="rows to skip")]
@@ -36,6 +41,34 @@ IdempotencyKey = Annotated[
 Filter = Annotated[str | None, QueryParameter(max_length=200, pattern=NO_NUL)]
 Since = Annotated[datetime | None, QueryParameter(description="from this time (ISO 8601)")]
 Until = Annotated[datetime | None, QueryParameter(description="up to this time (ISO 8601)")]
+
+
+def linked(
+    request: Request[Any, Any, Any],
+    items: list[T],
+    order: Order[T],
+    *,
+    limit: int,
+    cursor: str | None,
+) -> Response[list[T]]:
+    """A page of a list the API has always answered as an array: the array, and the
+    next page (when there is one) in a ``Link: <...>; rel="next"`` header (RFC 8288)
+    whose query is this one with that page's ``cursor``."""
+    page, following = paged(items, order, limit=limit, cursor=cursor)
+    if following is None:
+        return Response(page)
+    query = {**dict(request.query_params.items()), "cursor": following}
+    return Response(page, headers={"Link": f'<{request.url.path}?{urlencode(query)}>; rel="next"'})
+
+
+def events_page(
+    request: Request[Any, Any, Any], events: list[EventOut], *, limit: int, cursor: str | None
+) -> Response[list[EventOut]]:
+    """A page of one aggregate's events, in version order."""
+    return linked(request, events, EVENTS, limit=limit, cursor=cursor)
+
+
+EVENTS = Order[EventOut]("events", lambda event: (event.version,))
 
 
 def key_or_new(key: str | None) -> str:

@@ -22,6 +22,7 @@ from jobledger.api.common import (
     Since,
     Until,
     aware,
+    events_page,
     key_or_new,
     outcome_response,
 )
@@ -142,9 +143,16 @@ class ExecutionController(Controller):
 
     @get("/{execution_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def execution_events(
-        self, execution_id: FromPath[UUID], executions: NamedDependency[Executions]
-    ) -> list[EventOut]:
-        return executions.history(execution_id)
+        self,
+        request: Request[Any, Any, Any],
+        execution_id: FromPath[UUID],
+        executions: NamedDependency[Executions],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[EventOut]]:
+        """The run's events in order, a page at a time: the ``Link`` header names the
+        next."""
+        return events_page(request, executions.history(execution_id), limit=limit, cursor=cursor)
 
     @post("/{execution_id:uuid}/cancel", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def cancel_execution(

@@ -1,10 +1,10 @@
 """Jobs: define, change, pause, resume, trigger, delete; their history and past states."""
 
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from litestar import Controller, Response, delete, get, patch, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.di import NamedDependency
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody, QueryParameter
@@ -17,7 +17,9 @@ from jobledger.api.common import (
     IdempotencyKey,
     Limit,
     Offset,
+    events_page,
     key_or_new,
+    linked,
     outcome_response,
 )
 from jobledger.api.errors import ApiError
@@ -52,6 +54,7 @@ from jobledger.services.actors import Actor
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.history import EventOut
 from jobledger.services.jobs import Jobs
+from jobledger.services.pages import Order
 from jobledger.services.views import Page, Views
 
 AsOf = Annotated[
@@ -222,8 +225,17 @@ class JobController(Controller):
         )
 
     @get("/{job_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
-    def job_events(self, job_id: FromPath[UUID], jobs: NamedDependency[Jobs]) -> list[EventOut]:
-        return jobs.history(job_id)
+    def job_events(
+        self,
+        request: Request[Any, Any, Any],
+        job_id: FromPath[UUID],
+        jobs: NamedDependency[Jobs],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[EventOut]]:
+        """The job's events in order, a page at a time: the ``Link`` header names the
+        next."""
+        return events_page(request, jobs.history(job_id), limit=limit, cursor=cursor)
 
     @get("/{job_id:uuid}/preview", opt=VIEWER, sync_to_thread=True)
     def job_preview(
@@ -335,7 +347,17 @@ def apply_jobs(
 
 
 @get("/api/v1/handlers", opt=VIEWER, sync_to_thread=False, tags=["jobs"])
-def list_handlers(jobs: NamedDependency[Jobs]) -> list[HandlerOut]:
-    """The handlers the workers run: what each does, and the JSON schema of the payload
-    it declares (null: any JSON object)."""
-    return jobs.handlers.described()
+def list_handlers(
+    request: Request[Any, Any, Any],
+    jobs: NamedDependency[Jobs],
+    limit: Limit = 100,
+    cursor: Cursor = None,
+) -> Response[list[HandlerOut]]:
+    """The handlers the workers run, by name: what each does, and the JSON schema of
+    the payload it declares (null: any JSON object). A page at a time: the ``Link``
+    header names the next."""
+    described = jobs.handlers.described()
+    return linked(request, described, HANDLERS, limit=limit, cursor=cursor)
+
+
+HANDLERS = Order[HandlerOut]("handlers", lambda handler: (handler.name,))

@@ -7,6 +7,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, PathParameter
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
+from jobledger.api.common import Cursor, Limit
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.schemas.limits import LimitIn, LimitList, LimitOut, LimitStateOut, LimitValuesIn
@@ -27,10 +28,13 @@ class LimitController(Controller):
         limits: NamedDependency[Limits],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        limit: Limit = 100,
+        cursor: Cursor = None,
     ) -> LimitList:
-        """The named limits with their use over every queue, and every limit key in use
-        or waited for (named or given by runs), per queue."""
-        return limits.overview(at=clock(), by=actor)
+        """The named limits by name with their use over every queue, a page at a time
+        (follow ``next_cursor``), and every limit key in use or waited for (named or
+        given by runs), per queue."""
+        return limits.overview(at=clock(), by=actor, limit=limit, cursor=cursor)
 
     @get("/{name:str}", opt=VIEWER, sync_to_thread=True)
     def get_limit(

@@ -7,6 +7,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody, PathParameter
 from litestar.status_codes import HTTP_200_OK
 
+from jobledger.api.common import Cursor, Limit
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.schemas.queues import DrainIn, DrainReport, PauseIn, QueueList, QueueStateOut
@@ -27,10 +28,12 @@ class QueueController(Controller):
         queues: NamedDependency[Queues],
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
+        limit: Limit = 100,
+        cursor: Cursor = None,
     ) -> QueueList:
-        """Every queue with its entries by state, and whether (by whom, since when, why)
-        it is paused."""
-        return QueueList(queues=queues.overview(at=clock(), by=actor))
+        """The queues by name, with their entries by state, and whether (by whom, since
+        when, why) each is paused; a page at a time (follow ``next_cursor``)."""
+        return queues.page(at=clock(), by=actor, limit=limit, cursor=cursor)
 
     @post("/{name:str}/pause", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
     def pause_queue(

@@ -9,7 +9,7 @@ from litestar.params import FromQuery, JSONBody, QueryParameter
 from litestar.status_codes import HTTP_202_ACCEPTED, HTTP_503_SERVICE_UNAVAILABLE
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from jobledger.api.common import Limit, Since, Until, aware
+from jobledger.api.common import Cursor, Limit, Since, Until, aware, linked
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL
 from jobledger.api.security import ADMIN, OPEN, VIEWER, api_state
@@ -17,6 +17,7 @@ from jobledger.domain.clock import Clock
 from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin, QuarantinedEvent, RetryReport, TaskStatus, event_type
 from jobledger.services.history import EventPage
+from jobledger.services.pages import Order
 from jobledger.services.system import Readiness, System, SystemView, WorkerInfo
 
 
@@ -77,10 +78,17 @@ class SystemController(Controller):
 
     @get("/workers", opt=VIEWER, sync_to_thread=True)
     def workers(
-        self, system: NamedDependency[System], clock: NamedDependency[Clock]
-    ) -> list[WorkerInfo]:
-        """Live workers: queues, slots, running executions, last heartbeat."""
-        return system.live_workers(at=clock())
+        self,
+        request: Request[Any, Any, Any],
+        system: NamedDependency[System],
+        clock: NamedDependency[Clock],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[WorkerInfo]]:
+        """Live workers by id: queues, slots, running executions, last heartbeat. A page
+        at a time: the ``Link`` header names the next."""
+        live = system.live_workers(at=clock())
+        return linked(request, live, WORKERS, limit=limit, cursor=cursor)
 
     @get("/metrics/system", opt=VIEWER, sync_to_thread=True)
     def system(self, system: NamedDependency[System], clock: NamedDependency[Clock]) -> SystemView:
@@ -138,10 +146,17 @@ class SystemController(Controller):
 
     @get("/admin/quarantine", opt=ADMIN, sync_to_thread=True)
     def quarantine(
-        self, admin: NamedDependency[Admin], actor: NamedDependency[Actor]
-    ) -> list[QuarantinedEvent]:
-        """Events a follower could not apply, in log order."""
-        return admin.quarantined(by=actor)
+        self,
+        request: Request[Any, Any, Any],
+        admin: NamedDependency[Admin],
+        actor: NamedDependency[Actor],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[QuarantinedEvent]]:
+        """Events a follower could not apply, in the order they were quarantined. A
+        page at a time: the ``Link`` header names the next."""
+        found = admin.quarantined(by=actor)
+        return linked(request, found, QUARANTINE, limit=limit, cursor=cursor)
 
     @post("/admin/quarantine/retry", opt=ADMIN, sync_to_thread=True, status_code=200)
     def retry_quarantine(
@@ -165,3 +180,7 @@ def _retry_out(report: RetryReport, *, remaining: int) -> QuarantineRetryOut:
         missing=report.missing,
         remaining=remaining,
     )
+
+
+WORKERS = Order[WorkerInfo]("workers", lambda worker: (worker.worker_id,))
+QUARANTINE = Order[QuarantinedEvent]("quarantine", lambda event: (event.id,))

@@ -1,15 +1,16 @@
 """Workflows: start an ad-hoc DAG of handler runs, read it with each step's state,
 cancel it, and its history."""
 
+from typing import Any
 from uuid import UUID
 
-from litestar import Controller, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from jobledger.api.budgets import RunBudget
-from jobledger.api.common import IdempotencyKey
+from jobledger.api.common import Cursor, IdempotencyKey, Limit, events_page
 from jobledger.api.schemas import ReasonIn, WorkflowIn, WorkflowOut, to_steps, workflow_out
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
@@ -68,6 +69,13 @@ class WorkflowController(Controller):
 
     @get("/{workflow_id:uuid}/events", opt=VIEWER, sync_to_thread=True)
     def workflow_events(
-        self, workflow_id: FromPath[UUID], workflows: NamedDependency[Workflows]
-    ) -> list[EventOut]:
-        return workflows.history(workflow_id)
+        self,
+        request: Request[Any, Any, Any],
+        workflow_id: FromPath[UUID],
+        workflows: NamedDependency[Workflows],
+        limit: Limit = 100,
+        cursor: Cursor = None,
+    ) -> Response[list[EventOut]]:
+        """The workflow's events in order, a page at a time: the ``Link`` header names
+        the next."""
+        return events_page(request, workflows.history(workflow_id), limit=limit, cursor=cursor)

@@ -9,7 +9,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from jobledger.client import calls
-from jobledger.client.calls import Call, Id, Payload, RunId, RunOptions
+from jobledger.client.calls import Call, Id, ListedT, PagedT, Payload, RunId, RunOptions
 from jobledger.client.errors import NotVisibleYetError
 from jobledger.client.transport import RETRIED_ERRORS, Connection, answered
 from jobledger.client.workflows import AsyncWorkflows
@@ -98,14 +98,19 @@ class AsyncClient:
             await asyncio.sleep(pause)
         raise AssertionError  # pragma: no cover (the last attempt returns or raises)
 
-    async def _follow(self, call: Call[Page]) -> AsyncIterator[Any]:
+    async def iter_pages(self, call: Call[PagedT]) -> AsyncIterator[PagedT]:
+        """Every page of a list call (``calls.queues()``, ...), along its cursor."""
         while True:
             page = await self.send(call)
-            for item in page.items:
-                yield item
+            yield page
             if page.next_cursor is None:
                 return
             call = call.after(page.next_cursor)
+
+    async def _follow(self, call: Call[ListedT]) -> AsyncIterator[Any]:
+        async for page in self.iter_pages(call):
+            for item in page.items:
+                yield item
 
     # ---- jobs --------------------------------------------------------------------------
 
@@ -152,8 +157,8 @@ class AsyncClient:
         return await self.send(calls.trigger_job(job_id, idempotency_key, unique))
 
     async def job_history(self, job_id: Id) -> list[EventOut]:
-        """Every event of the job, oldest first."""
-        return await self.send(calls.job_history(job_id))
+        """Every event of the job, oldest first (read a page at a time)."""
+        return [event async for event in self._follow(calls.job_history(job_id))]
 
     async def job_executions(
         self, job_id: Id, *, limit: int = 50, cursor: str | None = None, status: str | None = None
@@ -178,7 +183,7 @@ class AsyncClient:
 
     async def handlers(self) -> list[HandlerOut]:
         """The handlers the workers run, with the payload schema each declares."""
-        return await self.send(calls.handlers())
+        return [handler async for handler in self._follow(calls.handlers())]
 
     async def job_dependencies(self, job_id: Id) -> DependenciesOut:
         """The jobs this one waits for (``depends_on``), and those that wait for it."""
@@ -280,7 +285,7 @@ class AsyncClient:
         return await self.send(calls.cancel(execution_id, reason))
 
     async def execution_history(self, execution_id: RunId) -> list[EventOut]:
-        return await self.send(calls.execution_history(execution_id))
+        return [event async for event in self._follow(calls.execution_history(execution_id))]
 
     async def wait(
         self,
@@ -327,10 +332,13 @@ class AsyncClient:
 
     # ---- queues ------------------------------------------------------------------------
 
-    async def queues(self) -> QueueList:
-        """Every queue with its entries by state, and whether it is paused (by whom,
-        since when, why)."""
-        return await self.send(calls.queues())
+    async def queues(self, *, limit: int | None = None, cursor: str | None = None) -> QueueList:
+        """Every queue by name with its entries by state, and whether it is paused (by
+        whom, since when, why); with ``limit`` or ``cursor``, one page of them (follow
+        its ``next_cursor``)."""
+        if limit is not None or cursor is not None:
+            return await self.send(calls.queues(limit or calls.PAGE_MAX, cursor))
+        return calls.whole_queues([page async for page in self.iter_pages(calls.queues())])
 
     async def pause_queue(self, name: str, reason: str) -> QueueStateOut:
         """Stop leasing from the queue (running work finishes); ``changed`` is False if
@@ -348,10 +356,13 @@ class AsyncClient:
 
     # ---- limits ------------------------------------------------------------------------
 
-    async def limits(self) -> LimitList:
-        """The named limits with their use, and every limit key in use or waited for,
-        per queue."""
-        return await self.send(calls.limits())
+    async def limits(self, *, limit: int | None = None, cursor: str | None = None) -> LimitList:
+        """The named limits by name with their use, and every limit key in use or
+        waited for, per queue; with ``limit`` or ``cursor``, one page of the named limits
+        (follow its ``next_cursor``)."""
+        if limit is not None or cursor is not None:
+            return await self.send(calls.limits(limit or calls.PAGE_MAX, cursor))
+        return calls.whole_limits([page async for page in self.iter_pages(calls.limits())])
 
     async def limit(self, name: str) -> LimitOut:
         """One named limit and its use."""

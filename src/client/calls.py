@@ -2,12 +2,13 @@
 body and the type its answer decodes to. ``Client`` sends them with a blocking httpx
 client and ``AsyncClient`` with an async one; neither adds anything but the sending."""
 
+import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar, cast
-from urllib.parse import quote
+from typing import Any, Generic, Protocol, TypeVar, cast
+from urllib.parse import parse_qs, quote, urlsplit
 
 import msgspec
 
@@ -91,6 +92,8 @@ class Call(Generic[T]):
     # A status that is an answer, not an error (GET /ready answers 503 with its body).
     answers: frozenset[int] = frozenset()
     timeout: float | None = None  # beyond the client's own (a long-poll's wait)
+    # An answer whose headers count too (a list page's Link): read instead of decode.
+    read: Callable[[bytes, Mapping[str, str]], T] | None = None
 
     def headers(self) -> dict[str, str]:
         return {"Idempotency-Key": self.key} if self.key is not None else {}
@@ -101,6 +104,72 @@ class Call(Generic[T]):
     def after(self, cursor: str) -> "Call[T]":
         """The same list call for the page after ``cursor``."""
         return replace(self, params={**self.params, "cursor": cursor})
+
+
+# The most a page of a list holds (the API's bound): whole lists are read in such pages.
+PAGE_MAX = 500
+_NEXT = re.compile(r'<(?P<url>[^>]*)>\s*;\s*rel="next"')
+
+
+class Paged(Protocol):
+    """A page of any list: the cursor of the page after it (None: the last page)."""
+
+    @property
+    def next_cursor(self) -> str | None: ...
+
+
+class Listed(Paged, Protocol):
+    """A page of a list whose items are the rows (``Page``, ``Linked``)."""
+
+    @property
+    def items(self) -> list[Any]: ...
+
+
+PagedT = TypeVar("PagedT", bound=Paged)
+ListedT = TypeVar("ListedT", bound=Listed)
+
+
+class Linked(msgspec.Struct, frozen=True, kw_only=True):
+    """A page of a list the API answers as an array (tokens, users, quarantine,
+    workers, handlers, an aggregate's events): its items, and the next page's cursor
+    from the ``Link`` header."""
+
+    items: list[Any]
+    next_cursor: str | None = None
+
+
+def next_cursor_of(link: str | None) -> str | None:
+    """The cursor of the ``rel="next"`` page a Link header names (None: no next)."""
+    found = _NEXT.search(link or "")
+    if found is None:
+        return None
+    cursors = parse_qs(urlsplit(found["url"]).query).get("cursor")
+    return cursors[0] if cursors else None
+
+
+def _linked(path: str, rows: Any, limit: int, cursor: str | None) -> Call[Linked]:  # noqa: ANN401 (a type form: list[EventOut], ...)
+    decoder = msgspec.json.Decoder(rows)
+
+    def read(content: bytes, headers: Mapping[str, str]) -> Linked:
+        return Linked(
+            items=decoder.decode(content), next_cursor=next_cursor_of(headers.get("link"))
+        )
+
+    def decode(content: bytes) -> Linked:
+        return read(content, {})
+
+    return Call("GET", path, decode, params=_given({"limit": limit, "cursor": cursor}), read=read)
+
+
+def whole_queues(pages: Sequence[QueueList]) -> QueueList:
+    """The queues of every page in one list."""
+    return QueueList(queues=[queue for page in pages for queue in page.queues])
+
+
+def whole_limits(pages: Sequence[LimitList]) -> LimitList:
+    """The named limits of every page in one list (each page has every key in use)."""
+    named = [limit for page in pages for limit in page.limits]
+    return LimitList(limits=named, keys=pages[-1].keys if pages else [])
 
 
 def _decoder(kind: Any) -> Callable[[bytes], Any]:  # noqa: ANN401 (a type form)
@@ -184,8 +253,8 @@ def trigger_job(
     return _post(f"/api/v1/jobs/{job_id}/trigger", ExecutionRef, body, key=idempotency_key)
 
 
-def job_history(job_id: Id) -> Call[list[EventOut]]:
-    return _get(f"/api/v1/jobs/{job_id}/events", list[EventOut])
+def job_history(job_id: Id, limit: int = PAGE_MAX, cursor: str | None = None) -> Call[Linked]:
+    return _linked(f"/api/v1/jobs/{job_id}/events", list[EventOut], limit, cursor)
 
 
 def job_executions(job_id: Id, limit: int, cursor: str | None, status: str | None) -> Call[Page]:
@@ -207,8 +276,8 @@ def apply(jobs: list[ManagedJobIn], prune: bool, dry_run: bool) -> Call[ApplyOut
     return _post("/api/v1/jobs:apply", ApplyOut, ApplyIn(jobs=jobs, prune=prune, dry_run=dry_run))
 
 
-def handlers() -> Call[list[HandlerOut]]:
-    return _get("/api/v1/handlers", list[HandlerOut])
+def handlers(limit: int = PAGE_MAX, cursor: str | None = None) -> Call[Linked]:
+    return _linked("/api/v1/handlers", list[HandlerOut], limit, cursor)
 
 
 def job_dependencies(job_id: Id) -> Call[DependenciesOut]:
@@ -254,8 +323,11 @@ def cancel_workflow(workflow_id: WorkflowId, reason: str) -> Call[WorkflowOut]:
     )
 
 
-def workflow_history(workflow_id: WorkflowId) -> Call[list[EventOut]]:
-    return _get(f"/api/v1/workflows/{workflow_of(workflow_id)}/events", list[EventOut])
+def workflow_history(
+    workflow_id: WorkflowId, limit: int = PAGE_MAX, cursor: str | None = None
+) -> Call[Linked]:
+    path = f"/api/v1/workflows/{workflow_of(workflow_id)}/events"
+    return _linked(path, list[EventOut], limit, cursor)
 
 
 def workflow_of(workflow: WorkflowId) -> Id:
@@ -407,8 +479,11 @@ def cancel(execution_id: RunId, reason: str) -> Call[ExecutionRef]:
     )
 
 
-def execution_history(execution_id: RunId) -> Call[list[EventOut]]:
-    return _get(f"/api/v1/executions/{id_of(execution_id)}/events", list[EventOut])
+def execution_history(
+    execution_id: RunId, limit: int = PAGE_MAX, cursor: str | None = None
+) -> Call[Linked]:
+    path = f"/api/v1/executions/{id_of(execution_id)}/events"
+    return _linked(path, list[EventOut], limit, cursor)
 
 
 def id_of(execution: RunId) -> Id:
@@ -484,8 +559,8 @@ def _segment(name: str) -> str:
     return quote(name, safe="")
 
 
-def queues() -> Call[QueueList]:
-    return _get("/api/v1/queues", QueueList)
+def queues(limit: int = PAGE_MAX, cursor: str | None = None) -> Call[QueueList]:
+    return _get("/api/v1/queues", QueueList, limit=limit, cursor=cursor)
 
 
 def pause_queue(name: str, reason: str) -> Call[QueueStateOut]:
@@ -501,8 +576,8 @@ def drain_queue(name: str, reason: str, *, dry_run: bool) -> Call[DrainReport]:
     return _post(f"/api/v1/queues/{_segment(name)}/drain", DrainReport, body)
 
 
-def limits() -> Call[LimitList]:
-    return _get("/api/v1/limits", LimitList)
+def limits(limit: int = PAGE_MAX, cursor: str | None = None) -> Call[LimitList]:
+    return _get("/api/v1/limits", LimitList, limit=limit, cursor=cursor)
 
 
 def get_limit(name: str) -> Call[LimitOut]:

@@ -8,7 +8,7 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from jobledger.client import calls
-from jobledger.client.calls import Call, Id, Payload, RunId, RunOptions
+from jobledger.client.calls import Call, Id, ListedT, PagedT, Payload, RunId, RunOptions
 from jobledger.client.errors import NotVisibleYetError
 from jobledger.client.transport import RETRIED_ERRORS, Connection, answered
 from jobledger.client.workflows import Workflows
@@ -96,13 +96,18 @@ class Client:
             time.sleep(pause)
         raise AssertionError  # pragma: no cover (the last attempt returns or raises)
 
-    def _follow(self, call: Call[Page]) -> Iterator[Any]:
+    def iter_pages(self, call: Call[PagedT]) -> Iterator[PagedT]:
+        """Every page of a list call (``calls.queues()``, ...), along its cursor."""
         while True:
             page = self.send(call)
-            yield from page.items
+            yield page
             if page.next_cursor is None:
                 return
             call = call.after(page.next_cursor)
+
+    def _follow(self, call: Call[ListedT]) -> Iterator[Any]:
+        for page in self.iter_pages(call):
+            yield from page.items
 
     # ---- jobs --------------------------------------------------------------------------
 
@@ -147,8 +152,8 @@ class Client:
         return self.send(calls.trigger_job(job_id, idempotency_key, unique))
 
     def job_history(self, job_id: Id) -> list[EventOut]:
-        """Every event of the job, oldest first."""
-        return self.send(calls.job_history(job_id))
+        """Every event of the job, oldest first (read a page at a time)."""
+        return list(self._follow(calls.job_history(job_id)))
 
     def job_executions(
         self, job_id: Id, *, limit: int = 50, cursor: str | None = None, status: str | None = None
@@ -173,7 +178,7 @@ class Client:
 
     def handlers(self) -> list[HandlerOut]:
         """The handlers the workers run, with the payload schema each declares."""
-        return self.send(calls.handlers())
+        return list(self._follow(calls.handlers()))
 
     def job_dependencies(self, job_id: Id) -> DependenciesOut:
         """The jobs this one waits for (``depends_on``), and those that wait for it."""
@@ -271,7 +276,7 @@ class Client:
         return self.send(calls.cancel(execution_id, reason))
 
     def execution_history(self, execution_id: RunId) -> list[EventOut]:
-        return self.send(calls.execution_history(execution_id))
+        return list(self._follow(calls.execution_history(execution_id)))
 
     def wait(self, execution_id: RunId, timeout: float | None = None) -> dict[str, Any]:
         """The result of the run once it completes. Raises ExecutionFailedError (with
@@ -314,10 +319,13 @@ class Client:
 
     # ---- queues ------------------------------------------------------------------------
 
-    def queues(self) -> QueueList:
-        """Every queue with its entries by state, and whether it is paused (by whom,
-        since when, why)."""
-        return self.send(calls.queues())
+    def queues(self, *, limit: int | None = None, cursor: str | None = None) -> QueueList:
+        """Every queue by name with its entries by state, and whether it is paused (by
+        whom, since when, why); with ``limit`` or ``cursor``, one page of them (follow
+        its ``next_cursor``)."""
+        if limit is not None or cursor is not None:
+            return self.send(calls.queues(limit or calls.PAGE_MAX, cursor))
+        return calls.whole_queues(list(self.iter_pages(calls.queues())))
 
     def pause_queue(self, name: str, reason: str) -> QueueStateOut:
         """Stop leasing from the queue (running work finishes); ``changed`` is False if
@@ -335,10 +343,13 @@ class Client:
 
     # ---- limits ------------------------------------------------------------------------
 
-    def limits(self) -> LimitList:
-        """The named limits with their use, and every limit key in use or waited for,
-        per queue."""
-        return self.send(calls.limits())
+    def limits(self, *, limit: int | None = None, cursor: str | None = None) -> LimitList:
+        """The named limits by name with their use, and every limit key in use or
+        waited for, per queue; with ``limit`` or ``cursor``, one page of the named limits
+        (follow its ``next_cursor``)."""
+        if limit is not None or cursor is not None:
+            return self.send(calls.limits(limit or calls.PAGE_MAX, cursor))
+        return calls.whole_limits(list(self.iter_pages(calls.limits())))
 
     def limit(self, name: str) -> LimitOut:
         """One named limit and its use."""

@@ -83,6 +83,8 @@ class Retrying:
 def answered(call: Call[T], response: httpx.Response) -> T:
     """The result of an answer, or the exception it stands for."""
     if response.status_code < 400 or response.status_code in call.answers:  # noqa: PLR2004 (HTTP)
+        if call.read is not None:
+            return call.read(response.content, response.headers)
         return call.decode(response.content)
     raise error_from(response.status_code, response.content)
 

@@ -61,8 +61,9 @@ class Workflows:
         return self._client.send(calls.cancel_workflow(workflow_id, reason))
 
     def history(self, workflow_id: WorkflowId) -> list[EventOut]:
-        """Every event of the workflow, oldest first."""
-        return self._client.send(calls.workflow_history(workflow_id))
+        """Every event of the workflow, oldest first (read a page at a time)."""
+        pages = self._client.iter_pages(calls.workflow_history(workflow_id))
+        return [event for page in pages for event in page.items]
 
 
 class AsyncWorkflows:
@@ -103,5 +104,6 @@ class AsyncWorkflows:
         return await self._client.send(calls.cancel_workflow(workflow_id, reason))
 
     async def history(self, workflow_id: WorkflowId) -> list[EventOut]:
-        """Every event of the workflow, oldest first."""
-        return await self._client.send(calls.workflow_history(workflow_id))
+        """Every event of the workflow, oldest first (read a page at a time)."""
+        pages = self._client.iter_pages(calls.workflow_history(workflow_id))
+        return [event async for page in pages for event in page.items]

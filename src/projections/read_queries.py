@@ -16,8 +16,6 @@ are pruned. Lateness counts in the minute an execution first started, duration (
 completed attempts) in the minute it completed.
 """
 
-import base64
-import binascii
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +28,7 @@ import msgspec
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.domain.instants import RANGE_TEXT, holds_ms
 from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.pages import CursorError, decode_cursor, encode_cursor
 from jobledger.projections.read_model_tables import (
     ATTEMPTS,
     DURATION,
@@ -355,10 +354,6 @@ def _contains_pattern(text: str) -> str:
     return f"%{escaped}%"
 
 
-class CursorError(ValueError):
-    """A cursor that no page of this list handed out."""
-
-
 @dataclass(frozen=True)
 class _Keyset:
     """A list's order as a cursor needs it: the comparison that selects the rows after
@@ -371,18 +366,10 @@ class _Keyset:
     values: Callable[[Sequence[Any]], list[str | int]]
 
     def encode(self, row: Sequence[Any]) -> str:
-        data = msgspec.json.encode([self.kind, *self.values(row)])
-        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+        return encode_cursor(self.kind, self.values(row))
 
     def decode(self, cursor: str) -> list[str | int]:
-        try:
-            data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-            kind, *values = msgspec.json.decode(data, type=list[str | int])
-        except (binascii.Error, msgspec.DecodeError, ValueError):
-            raise CursorError("is not a cursor of this list") from None
-        if kind != self.kind or len(values) != self.after.count("?"):
-            raise CursorError("is a cursor of another list") from None
-        return values
+        return decode_cursor(cursor, self.kind, self.after.count("?"))
 
 
 def _page(

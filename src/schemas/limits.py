@@ -64,6 +64,8 @@ class LimitList(msgspec.Struct, kw_only=True):
 
     limits: list[LimitOut]
     keys: list[KeyUse]
+    # The cursor of the page of named limits after this one (None: the last page).
+    next_cursor: str | None = None
 
 
 class LimitStateOut(msgspec.Struct, kw_only=True):

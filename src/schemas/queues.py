@@ -26,6 +26,8 @@ class QueueOut(msgspec.Struct, kw_only=True):
 
 class QueueList(msgspec.Struct):
     queues: list[QueueOut]
+    # The cursor of the page after this one (None: the last page).
+    next_cursor: str | None = None
 
 
 class PauseIn(Strict):

@@ -22,6 +22,7 @@ from jobledger.services.caps import (
     NO_LIMIT,
     check_room,
 )
+from jobledger.services.pages import Order, paged
 
 log = structlog.get_logger(__name__)
 
@@ -101,13 +102,17 @@ class Limits:
         by.require(Role.VIEWER)
         return self._out(self._get(name), self._uses(at))
 
-    def overview(self, *, at: datetime, by: Actor) -> LimitList:
-        """Every named limit with its use, and every key in use or waited for."""
+    def overview(
+        self, *, at: datetime, by: Actor, limit: int | None = None, cursor: str | None = None
+    ) -> LimitList:
+        """The named limits with their use (``limit`` of them after the cursor's, by
+        name; None: all), and every key in use or waited for."""
         by.require(Role.VIEWER)
         uses = self._uses(at)
-        names = sorted(self.backend.named_limits())
-        limits = [self._out(limit, uses) for limit in self._existing(names)]
-        return LimitList(limits=limits, keys=uses)
+        known = self.backend.named_limits()
+        names, following = paged(known, _BY_NAME, limit=limit or len(known) or 1, cursor=cursor)
+        limits = [self._out(found, uses) for found in self._existing(names)]
+        return LimitList(limits=limits, keys=uses, next_cursor=following)
 
     def _existing(self, names: list[str]) -> list[Limit]:
         found = []
@@ -152,3 +157,6 @@ class Limits:
             in_use=sum(use.in_use for use in own),
             waiting=sum(use.waiting for use in own),
         )
+
+
+_BY_NAME = Order[str]("limits", lambda name: (name,))

@@ -22,10 +22,11 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.accounts import Role
-from jobledger.schemas.queues import DrainReport, QueueOut, QueueStateOut
+from jobledger.schemas.queues import DrainReport, QueueList, QueueOut, QueueStateOut
 from jobledger.services.actors import Actor
 from jobledger.services.caps import NO_CAP, QueueRoom
 from jobledger.services.errors import ProjectionBehindError
+from jobledger.services.pages import Order, paged
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +65,12 @@ class Queues:
         the pause as the log has it (what the backend enforces a moment later)."""
         by.require(Role.VIEWER)
         return [self._row(name, at) for name in sorted(self.backend.queues())]
+
+    def page(self, *, at: datetime, by: Actor, limit: int, cursor: str | None) -> QueueList:
+        """A page of ``overview``: ``limit`` queues after the cursor's, by name."""
+        by.require(Role.VIEWER)
+        names, following = paged(self.backend.queues(), _BY_NAME, limit=limit, cursor=cursor)
+        return QueueList(queues=[self._row(name, at) for name in names], next_cursor=following)
 
     def _row(self, name: str, at: datetime) -> QueueOut:
         depths = self.backend.depths(name, now=at)
@@ -190,3 +197,6 @@ class Queues:
 def _batches(values: Sequence[_T], size: int) -> Iterator[list[_T]]:
     for start in range(0, len(values), size):
         yield list(values[start : start + size])
+
+
+_BY_NAME = Order[str]("queues", lambda name: (name,))

@@ -1,8 +1,6 @@
 """The read models as the API, the dashboard and the CLI query them: lists with filters
 and pages, one execution with its attempts, and the numbers behind the overview."""
 
-import contextlib
-from collections.abc import Iterator
 from datetime import datetime
 from typing import TypedDict, Unpack
 from uuid import UUID
@@ -25,6 +23,7 @@ from jobledger.projections.read_queries import (
 from jobledger.runtime.presence import Presence
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
+from jobledger.services.pages import cursor_checked
 
 __all__ = [
     "JOB_STATUSES",
@@ -77,18 +76,6 @@ def _check_paging(paging: Paging) -> None:
         )
 
 
-@contextlib.contextmanager
-def _cursor_checked() -> Iterator[None]:
-    try:
-        yield
-    except read_queries.CursorError as error:
-        raise InvalidCursorError(
-            f"cursor: {error}",
-            field="cursor",
-            fix="pass the next_cursor of the previous page of the same list, or no cursor",
-        ) from None
-
-
 class Views:
     """Queries of the read models (eventually consistent with the log; the ledger tells
     what the log has that they do not show yet)."""
@@ -108,19 +95,19 @@ class Views:
     def jobs(self, **filters: Unpack[JobFilters]) -> Page:
         """Jobs by name, ignoring case."""
         _check_paging(filters)
-        with _cursor_checked():
+        with cursor_checked():
             return read_queries.list_jobs(self.database, **filters)
 
     def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
         """Executions, the latest enqueued first."""
         _check_paging(filters)
-        with _cursor_checked():
+        with cursor_checked():
             return read_queries.list_executions(self.database, **filters)
 
     def dead_letters(self, **filters: Unpack[DeadLetterFilters]) -> Page:
         """Dead-lettered executions, the latest to die first."""
         _check_paging(filters)
-        with _cursor_checked():
+        with cursor_checked():
             return read_queries.list_dead_letters(self.database, **filters)
 
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
