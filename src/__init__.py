@@ -2,8 +2,10 @@
 
 Application code declares its handlers and schedules with ``@jobledger.handler`` and
 ``@jobledger.periodic`` (see ``jobledger.declarations``) and talks to a running
-jobledger with ``jobledger.client``. Importing this package loads neither the server
-nor its database drivers.
+jobledger with ``jobledger.client``. A handler decides more than pass or fail by
+raising ``jobledger.PermanentError``, ``jobledger.Snooze`` or ``jobledger.Discard``
+(see docs/handlers.md). Importing this package loads neither the server nor its
+database drivers.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -11,16 +13,32 @@ from typing import TYPE_CHECKING, Any
 from jobledger.declarations import handler, periodic
 
 if TYPE_CHECKING:
-    from jobledger.runtime.handlers.base import HandlerContext
+    from jobledger.runtime.handlers.base import (
+        Discard,
+        HandlerCancelledError,
+        HandlerContext,
+        HandlerError,
+        PermanentError,
+        Snooze,
+    )
 
-__all__ = ["HandlerContext", "handler", "periodic"]
+__all__ = [
+    "Discard",
+    "HandlerCancelledError",
+    "HandlerContext",
+    "HandlerError",
+    "PermanentError",
+    "Snooze",
+    "handler",
+    "periodic",
+]
+# The names of the worker's side: only a module that uses one pays for importing it.
+_HANDLER_NAMES = frozenset(__all__) - {"handler", "periodic"}
 
 
 def __getattr__(name: str) -> Any:  # noqa: ANN401 (what the name is)
-    # The context type is the worker's; only a module that annotates ``ctx`` with it
-    # pays for importing the worker's side.
-    if name == "HandlerContext":
-        from jobledger.runtime.handlers.base import HandlerContext  # noqa: PLC0415
+    if name in _HANDLER_NAMES:
+        from jobledger.runtime.handlers import base  # noqa: PLC0415
 
-        return HandlerContext
+        return getattr(base, name)
     raise AttributeError(f"module 'jobledger' has no attribute {name!r}")

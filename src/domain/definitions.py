@@ -1,7 +1,7 @@
 """Job definitions and execution specs: the value objects a job is made of."""
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -57,6 +57,8 @@ class ExecutionSpec(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy = RetryPolicy()
     # Concurrency and rate limits (keys as given; an enqueued run's are resolved).
     limits: RunLimits | None = None
+    # A run not leased by then is discarded (``ExecutionExpired``); None: no deadline.
+    expires_at: datetime | None = None
 
     def check(self, limits: Limits = DEFAULT_LIMITS) -> None:
         _check_handler(self.handler)

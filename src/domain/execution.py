@@ -11,7 +11,11 @@ from eventsourcing.domain import Aggregate, CanMutateAggregate, event
 from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+from jobledger.domain.errors import (
+    InvalidDefinitionError,
+    InvalidTransitionError,
+    StaleLeaseError,
+)
 from jobledger.domain.ids import ADHOC_NAMESPACE, name_uuid, trigger_execution_id
 from jobledger.domain.instants import check_instant
 from jobledger.domain.json_values import (
@@ -21,11 +25,14 @@ from jobledger.domain.json_values import (
     check_text,
     storable_text,
 )
+from jobledger.domain.policies import MAX_SNOOZE, check_snooze
 from jobledger.domain.progress import Progress
 
 __all__ = [
     "ADHOC_NAMESPACE",
     "LEASE_EXPIRED_ERROR",
+    "MAX_SNOOZE",
+    "PERMANENT_FAILURE",
     "TERMINAL",
     "Execution",
     "ExecutionStatus",
@@ -68,6 +75,9 @@ TERMINAL = frozenset(
     }
 )
 LEASE_EXPIRED_ERROR = "lease expired before the worker reported an outcome"
+# What a permanent failure's error starts with: the handler said no retry can help.
+PERMANENT_FAILURE = "permanent failure: "
+BY_HANDLER = "handler"  # who discarded a run its own handler discarded
 
 
 def occurrence_execution_id(job_id: uuid.UUID, scheduled_for: datetime) -> uuid.UUID:
@@ -202,6 +212,8 @@ class Execution(Aggregate):
         lease_id: uuid.UUID | None
         error: str
         attempts: int
+        # The handler failed for good, with attempts left (older events: False).
+        permanent: bool = False
 
     class LeaseExpired(Aggregate.Event):
         TOPIC = "jobledger:ExecutionLeaseExpired"
@@ -212,6 +224,25 @@ class Execution(Aggregate):
         lease_id: uuid.UUID
         reason: str
         ready_at: datetime
+
+    class Snoozed(Aggregate.Event):
+        """The handler asked to run again at ``ready_at``: not an attempt spent."""
+
+        TOPIC = "jobledger:ExecutionSnoozed"
+        lease_id: uuid.UUID
+        reason: str
+        ready_at: datetime
+
+    class Expired(Aggregate.Event):
+        """The run was not started by its ``expires_at``: it never runs."""
+
+        TOPIC = "jobledger:ExecutionExpired"
+        expires_at: datetime
+        at: datetime
+
+        def apply(self, aggregate: "Execution") -> None:
+            aggregate.status = ExecutionStatus.DISCARDED
+            aggregate.last_error = expiry_reason(self.expires_at)
 
     class Requeued(Aggregate.Event):
         TOPIC = "jobledger:ExecutionRequeued"
@@ -231,6 +262,9 @@ class Execution(Aggregate):
         by: str
         reason: str
         via: str | None = None
+        # The attempt whose handler discarded the run; None for a dead letter an
+        # operator discarded (and in older events).
+        lease_id: uuid.UUID | None = None
 
     class Replaced(Aggregate.Event):
         """A duplicate of a unique run swapped the pending run's payload."""
@@ -349,6 +383,7 @@ class Execution(Aggregate):
         check_instant("ready_at", ready_at)
         if by is not None:
             check_actor(by)
+        check_expiry(spec.expires_at, ready_at)
         # ``_create`` rather than the class's call, which matches the arguments to
         # ``__init__``'s signature first: every run fired or sent starts here (ADR 57).
         return cls._create(
@@ -386,6 +421,7 @@ class Execution(Aggregate):
         check_instant("ready_at", ready_at)
         if by is not None:
             check_actor(by)
+        check_expiry(spec.expires_at, ready_at)
         # Every field in the class's order, as its constructor would set them, without the
         # frozen dataclass's one check per field (a third of the cost of a batched run).
         fields = _ADHOC_ENQUEUED.copy()
@@ -492,6 +528,41 @@ class Execution(Aggregate):
         self._check_current_lease(lease_id)
         self._deferred(lease_id=lease_id, reason=storable_text(reason), ready_at=ready_at)
 
+    def fail_permanently(self, *, lease_id: uuid.UUID, error: str) -> None:
+        """The handler says no attempt can succeed: dead-letter now, whatever is left of
+        the budget (a requeue from the dead-letter queue still gives a fresh one)."""
+        self._check_current_lease(lease_id)
+        self._dead_lettered(
+            lease_id=lease_id,
+            error=PERMANENT_FAILURE + storable_text(error),
+            attempts=self.lease_attempt,
+            permanent=True,
+        )
+
+    def snooze(self, *, lease_id: uuid.UUID, reason: str, delay: timedelta, at: datetime) -> None:
+        """The handler asks to run again ``delay`` after ``at``: the attempt is given
+        back, not spent (unlike a retry), and the run is pending until then."""
+        self._check_current_lease(lease_id)
+        check_snooze(delay)
+        self._snoozed(lease_id=lease_id, reason=storable_text(reason), ready_at=at + delay)
+
+    def drop(self, *, lease_id: uuid.UUID, reason: str) -> None:
+        """The handler discards its run: it ends, not failed, and is not tried again."""
+        self._check_current_lease(lease_id)
+        self._discarded(by=BY_HANDLER, reason=storable_text(reason), via=None, lease_id=lease_id)
+
+    def expire(self, *, at: datetime) -> None:
+        """Discard a pending run whose ``expires_at`` passed before any worker leased
+        it (see ``expired_by``)."""
+        self._check_status(ExecutionStatus.PENDING, action="expire")
+        expires_at = self.spec.expires_at
+        if expires_at is None or at < expires_at:
+            raise InvalidTransitionError(
+                f"execution {self.id} has not expired at {at.isoformat()}"
+                f" (expires_at: {expires_at.isoformat() if expires_at else 'none'})"
+            )
+        self.trigger_event(self.Expired, expires_at=expires_at, at=at)
+
     def requeue(self, *, by: str, reason: str, at: datetime, via: str | None = None) -> None:
         """Give a dead-lettered execution a fresh attempt budget."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="requeue")
@@ -502,7 +573,7 @@ class Execution(Aggregate):
         """Give up on a dead-lettered execution for good; its history stays in the log."""
         self._check_status(ExecutionStatus.DEAD_LETTERED, action="discard")
         check_reason(by, reason)
-        self._discarded(by=by, reason=reason, via=via)
+        self._discarded(by=by, reason=reason, via=via, lease_id=None)
 
     def cancel(self, *, by: str, reason: str, via: str | None = None) -> None:
         self._check_not_terminal(action="cancel")
@@ -514,6 +585,14 @@ class Execution(Aggregate):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
+
+    def expired_by(self, at: datetime) -> bool:
+        """Whether the run, still pending, has passed its ``expires_at`` at ``at``: a
+        worker that leases it discards it instead of running it."""
+        expires_at = self.spec.expires_at
+        return (
+            self.status is ExecutionStatus.PENDING and expires_at is not None and at >= expires_at
+        )
 
     @property
     def attempts_in_budget(self) -> int:
@@ -590,7 +669,7 @@ class Execution(Aggregate):
                 lease_id=lease_id, error=error, next_attempt=attempt + 1, ready_at=at + delay
             )
         else:
-            self._dead_lettered(lease_id=lease_id, error=error, attempts=attempt)
+            self._dead_lettered(lease_id=lease_id, error=error, attempts=attempt, permanent=False)
 
     # ---- event application ----------------------------------------------------------
 
@@ -629,8 +708,10 @@ class Execution(Aggregate):
         self._clear_lease()
 
     @event(DeadLettered)
-    def _dead_lettered(self, *, lease_id: uuid.UUID | None, error: str, attempts: int) -> None:
-        del lease_id
+    def _dead_lettered(
+        self, *, lease_id: uuid.UUID | None, error: str, attempts: int, permanent: bool = False
+    ) -> None:
+        del lease_id, permanent
         self.attempts_used = attempts
         self.last_error = error
         self.status = ExecutionStatus.DEAD_LETTERED
@@ -644,6 +725,15 @@ class Execution(Aggregate):
     @event(Deferred)
     def _deferred(self, *, lease_id: uuid.UUID, reason: str, ready_at: datetime) -> None:
         del lease_id, reason
+        self._give_back(ready_at)
+
+    @event(Snoozed)
+    def _snoozed(self, *, lease_id: uuid.UUID, reason: str, ready_at: datetime) -> None:
+        del lease_id, reason
+        self._give_back(ready_at)
+
+    def _give_back(self, ready_at: datetime) -> None:
+        """The attempt ends without counting: pending again from ``ready_at``."""
         self.ready_at = ready_at
         self.status = ExecutionStatus.PENDING
         self._clear_lease()
@@ -664,14 +754,37 @@ class Execution(Aggregate):
         self._clear_lease()
 
     @event(Discarded)
-    def _discarded(self, *, by: str, reason: str, via: str | None = None) -> None:
-        del by, reason, via
+    def _discarded(
+        self, *, by: str, reason: str, via: str | None = None, lease_id: uuid.UUID | None = None
+    ) -> None:
+        del by, via
+        if lease_id is not None:  # the handler's own: its attempt was used
+            self.attempts_used = self.lease_attempt
+            self.last_error = reason
+            self._clear_lease()
         self.status = ExecutionStatus.DISCARDED
 
     def _clear_lease(self) -> None:
         self.lease_id = None
         self.worker_id = None
         self.lease_expires_at = None
+
+
+def check_expiry(expires_at: datetime | None, ready_at: datetime) -> None:
+    """A start-by deadline is an instant after the run is due (else it never runs)."""
+    if expires_at is None:
+        return
+    check_instant("expires_at", expires_at)
+    if expires_at <= ready_at:
+        raise InvalidDefinitionError(
+            "expires_at",
+            f"{expires_at.isoformat()} is not after the run is due ({ready_at.isoformat()})",
+            "give a start-by time after run_at (or after now), or leave expires_at out",
+        )
+
+
+def expiry_reason(expires_at: datetime) -> str:
+    return f"not started by its expires_at {expires_at.isoformat()}"
 
 
 # The fields an event class adds to the base's id, version and timestamp, in their

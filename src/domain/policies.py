@@ -10,6 +10,8 @@ from jobledger.domain.errors import InvalidDefinitionError
 
 MAX_RETRIES_LIMIT = 100
 MAX_BACKOFF_LIMIT = timedelta(days=7)
+# The longest a handler may snooze a run (as long as the longest back-off).
+MAX_SNOOZE = MAX_BACKOFF_LIMIT
 # Higher runs first; the API's bodies take the default from here too.
 MIN_PRIORITY = 0
 MAX_PRIORITY = 9
@@ -113,3 +115,13 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         if self.jitter:
             delay *= min(max(rand, 0.0), 1.0)
         return timedelta(seconds=delay)
+
+
+def check_snooze(delay: timedelta) -> None:
+    """A handler's snooze is at least nothing and at most ``MAX_SNOOZE``."""
+    if not timedelta(0) <= delay <= MAX_SNOOZE:
+        raise InvalidDefinitionError(
+            "seconds",
+            f"a snooze of {delay.total_seconds():g} s is out of range",
+            f"snooze for 0 to {MAX_SNOOZE.total_seconds():g} seconds",
+        )

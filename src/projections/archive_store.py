@@ -36,6 +36,7 @@ CLOSING_TOPICS = frozenset(
         "jobledger:ExecutionCompleted",
         "jobledger:ExecutionCancelled",
         "jobledger:ExecutionDiscarded",
+        "jobledger:ExecutionExpired",
         "jobledger:ExecutionSkipped",
     }
 )

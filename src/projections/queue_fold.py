@@ -55,7 +55,13 @@ QUEUE_VIEWS = (
     EventView(Execution.Completed, ()),
 )
 _LEASED_VIEW, _COMPLETED_VIEW = (view.struct for view in QUEUE_VIEWS)
-_ENDS = (Execution.Completed, Execution.Cancelled, Execution.Discarded, _COMPLETED_VIEW)
+_ENDS = (
+    Execution.Completed,
+    Execution.Cancelled,
+    Execution.Discarded,
+    Execution.Expired,
+    _COMPLETED_VIEW,
+)
 
 
 def next_item(domain_event: Any, previous: QueueItem | None) -> QueueItem | None:  # noqa: ANN401 (any execution event)
@@ -101,6 +107,8 @@ _CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
     _LEASED_VIEW: _leased,
     Execution.Retried: lambda e, _p: _pending(e.ready_at, e.next_attempt),
     Execution.Deferred: lambda e, p: _pending(e.ready_at, p.attempt),
+    # A snooze gives the attempt back: the next lease is the same attempt again.
+    Execution.Snoozed: lambda e, p: _pending(e.ready_at, p.attempt),
     Execution.Requeued: lambda e, p: _pending(e.ready_at, p.attempt + 1),
     Execution.Replaced: lambda e, p: {"spec": _with_payload(p.spec, e.payload)},
     Execution.Debounced: lambda e, p: {"spec": _with_payload(p.spec, e.payload), "at": e.ready_at},

@@ -40,7 +40,12 @@ import msgspec
 import structlog
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.execution import LEASE_EXPIRED_ERROR, Execution, ExecutionStatus
+from jobledger.domain.execution import (
+    LEASE_EXPIRED_ERROR,
+    Execution,
+    ExecutionStatus,
+    expiry_reason,
+)
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.persistence.codec import EventView
@@ -615,6 +620,12 @@ def _deferred(fold: Fold, row: Row, event: Execution.Deferred) -> None:
     row.update(status=_PENDING, ready_at_ms=to_ms(event.ready_at), lease_id=None)
 
 
+def _snoozed(fold: Fold, row: Row, event: Execution.Snoozed) -> None:
+    # The attempt is given back: the row's attempt stays, the next lease is it again.
+    fold.settle_attempt(row, event, "snoozed", event.reason)
+    row.update(status=_PENDING, ready_at_ms=to_ms(event.ready_at), lease_id=None)
+
+
 def _requeued(_fold: Fold, row: Row, event: Execution.Requeued) -> None:
     # A fresh budget starts after the attempts used so far (as the aggregate counts
     # them). Rows folded before the budget column existed never had their
@@ -650,8 +661,25 @@ def _cancelled(fold: Fold, row: Row, event: Execution.Cancelled) -> None:
     _closed(row, event, ExecutionStatus.CANCELLED)
 
 
-def _discarded(_fold: Fold, row: Row, event: Execution.Discarded) -> None:
+def _discarded(fold: Fold, row: Row, event: Execution.Discarded) -> None:
+    if event.lease_id is not None:  # its handler discarded it: the attempt ends so
+        fold.settle_attempt(row, event, "discarded", event.reason)
+        row["last_error"] = event.reason
     _closed(row, event, ExecutionStatus.DISCARDED)
+
+
+# Who the row says closed a run not started by its expires_at.
+EXPIRED_BY = "system"
+
+
+def _expired(_fold: Fold, row: Row, event: Execution.Expired) -> None:
+    row.update(
+        status=ExecutionStatus.DISCARDED.value,
+        finished_at_ms=to_ms(event.timestamp),
+        last_error=expiry_reason(event.expires_at),
+        closed_by=EXPIRED_BY,
+        closed_reason=expiry_reason(event.expires_at),
+    )
 
 
 _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
@@ -664,6 +692,8 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
     Execution.Requeued: _requeued,
     Execution.Cancelled: _cancelled,
     Execution.Discarded: _discarded,
+    Execution.Snoozed: _snoozed,
+    Execution.Expired: _expired,
     Execution.Progressed: _progressed,
     Execution.Replaced: _version_only,
     Execution.Throttled: _version_only,

@@ -30,6 +30,7 @@ from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.handlers.base import (
     CircuitOpenError,
     HandlerCancelledError,
+    HandlerDecision,
     PayloadRefusedError,
 )
 from jobledger.runtime.outages import DependencyHealth
@@ -182,6 +183,11 @@ class Breakers:
             # Stopping on request, and refusing an execution's own input (a destination
             # the SSRF guard refuses, an invalid URL), are no failures of the dependency:
             # three bad payloads must not defer every other execution of the handler.
-            exclude=[asyncio.CancelledError, HandlerCancelledError, PayloadRefusedError],
+            exclude=[
+                asyncio.CancelledError,
+                HandlerCancelledError,
+                PayloadRefusedError,
+                HandlerDecision,
+            ],
             name=handler,
         )

@@ -2,11 +2,14 @@
 
 The worker turns what a handler did into a ``Report``: it returned (``Completed``), it
 raised, timed out or does not exist here (``Failed``), or its circuit breaker refused to
-run it (``Deferred``). Recording the report on the execution settles what it means: the
-execution's retry budget decides whether a failure is retried or dead-lettered (the
-worker reads that answer from the recorded execution, as it may change on a reload),
-and a run an operator cancelled while it ran makes the report moot (``Cancelled``).
-Consumers match on the types, with ``assert_never``, so no outcome goes unhandled.
+run it (``Deferred``); or the handler decided by raising one of its decisions: no attempt
+can succeed (``FailedPermanently``), run again later without spending an attempt
+(``Snoozed``), drop the run (``Dropped``). Recording the report on the execution
+settles what it means: the execution's retry budget decides whether a failure is
+retried or dead-lettered (the worker reads that answer from the recorded execution, as
+it may change on a reload), and a run an operator cancelled while it ran makes the
+report moot (``Cancelled``). Consumers match on the types, with ``assert_never``, so
+no outcome goes unhandled.
 """
 
 from dataclasses import dataclass
@@ -49,9 +52,50 @@ class Deferred:
 
 
 @dataclass(frozen=True)
+class FailedPermanently(Failed):
+    """The handler said no attempt can succeed: dead-letter now, with ``error``. A
+    ``Failed`` too (counted and logged as one), so match on it before ``Failed``."""
+
+    kind: ClassVar[str] = "fail_permanently"
+
+
+@dataclass(frozen=True)
+class Snoozed:
+    """The handler asked to run again ``delay`` from the report, spending no attempt."""
+
+    reason: str
+    delay: timedelta
+    kind: ClassVar[str] = "snooze"
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """The handler discarded its run for ``reason``: it ends, not failed."""
+
+    reason: str
+    kind: ClassVar[str] = "discard"
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """An operator cancelled the run while it ran: the report is moot, not stale."""
 
 
-Report: TypeAlias = Completed | Failed | Deferred
-Outcome: TypeAlias = Completed | Failed | Deferred | Cancelled
+Report: TypeAlias = Completed | Failed | Deferred | FailedPermanently | Snoozed | Dropped
+Outcome: TypeAlias = Report | Cancelled
+
+
+def decided(decision: object) -> Report | None:
+    """The report of a handler's decision (``Snooze``, ``Discard``, ``PermanentError``
+    raised); None for any other exception."""
+    # Here, not at the top: the outcomes stay importable without the handler side.
+    from jobledger.runtime.handlers.base import Discard, PermanentError, Snooze  # noqa: PLC0415
+
+    match decision:
+        case Snooze(delay=delay, reason=reason):
+            return Snoozed(reason, delay=delay)
+        case Discard(reason=reason):
+            return Dropped(reason)
+        case PermanentError(reason=reason):
+            return FailedPermanently(reason)
+    return None

@@ -57,15 +57,27 @@ from jobledger.runtime.leader import Leadership
 log = structlog.get_logger(__name__)
 
 POSITION = "releases"
-# The status each ending event leaves its run in (a discard follows a dead letter,
-# which already decided everything).
+# The status each ending event leaves its run in (see ``_ending`` for a discard).
 _ENDINGS: dict[type[Any], ExecutionStatus] = {
     Execution.Completed: ExecutionStatus.COMPLETED,
     Execution.DeadLettered: ExecutionStatus.DEAD_LETTERED,
     Execution.Cancelled: ExecutionStatus.CANCELLED,
     Execution.Skipped: ExecutionStatus.SKIPPED,
+    Execution.Expired: ExecutionStatus.DISCARDED,
+    Execution.Discarded: ExecutionStatus.DISCARDED,
 }
 TOPICS = tuple(sorted({*(get_topic(kind) for kind in _ENDINGS), Job.FiresMissed.TOPIC}))
+
+
+def _ending(event: Any) -> ExecutionStatus | None:  # noqa: ANN401 (any event of the page)
+    """The status an ending event leaves its run in; None for any other event, and for
+    the discard of a dead letter, which follows an end already released (a handler's
+    own discard is its run's end)."""
+    if isinstance(event, Execution.Discarded) and event.lease_id is None:
+        return None
+    return _ENDINGS.get(type(event))
+
+
 # A page applied again after a conflict: another writer changed an aggregate first.
 _CONFLICT_RETRIES = 5
 
@@ -246,14 +258,16 @@ class Releaser:
 
     @staticmethod
     def _ended(batch: _Batch, events: Sequence[Any]) -> dict[tuple[UUID, int], Ended]:
-        endings = [e for e in events if type(e) in _ENDINGS]
+        endings = [e for e in events if _ending(e) is not None]
         batch.prefetch(e.originator_id for e in endings)
         found: dict[tuple[UUID, int], Ended] = {}
         for ending in endings:
             run = batch.runs.get(ending.originator_id)
             if run is not None:
                 key = (ending.originator_id, ending.originator_version)
-                found[key] = Ended(run, _ENDINGS[type(ending)], ending.timestamp)
+                status = _ending(ending)
+                if status is not None:
+                    found[key] = Ended(run, status, ending.timestamp)
         return found
 
 

@@ -49,7 +49,18 @@ from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler
 from jobledger.runtime.loop_bridge import FutureBridge
 from jobledger.runtime.metrics import Metrics
 from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
-from jobledger.runtime.outcomes import Cancelled, Completed, Deferred, Failed, Outcome, Report
+from jobledger.runtime.outcomes import (
+    Cancelled,
+    Completed,
+    Deferred,
+    Dropped,
+    Failed,
+    FailedPermanently,
+    Outcome,
+    Report,
+    Snoozed,
+    decided,
+)
 from jobledger.runtime.presence import Presence, WorkerInfo
 from jobledger.runtime.writer import GroupCommitWriter
 
@@ -80,6 +91,9 @@ class WorkerStats:
     stale_reports: int = 0
     handed_back: int = 0
     cancelled: int = 0
+    snoozed: int = 0
+    discarded: int = 0
+    expired: int = 0  # not leased by their expires_at: discarded, never run
 
 
 @dataclass
@@ -294,13 +308,23 @@ class Worker:
     ) -> list[_Running]:
         """One batched save for every lease; a lease the log refuses goes back."""
         prepared: list[tuple[_Running, Any]] = []
+        expiring: list[tuple[Lease, str, Any]] = []
+        now = self.now()
         for lease in leases:
-            running = self._prepare(lease, executions.get(lease.execution_id))
+            execution = executions.get(lease.execution_id)
+            if execution is not None and execution.expired_by(now):
+                future = self._expire(lease, execution, now)
+                if future is not None:
+                    expiring.append((lease, execution.spec.handler, future))
+                continue
+            running = self._prepare(lease, execution)
             if running is not None:
                 prepared.append((running, self.writer.submit(running.execution)))
-        if prepared:
+        if prepared or expiring:
             # The whole batch is in: save it now rather than after the writer's delay.
             self.writer.flush()
+        for lease, handler, future in expiring:
+            self._settle_expiry(lease, handler, future)
         recorded: list[_Running] = []
         for running, future in prepared:
             try:
@@ -312,6 +336,30 @@ class Worker:
         self.stats.leased += len(recorded)
         self._count_leases(recorded)
         return recorded
+
+    def _expire(self, lease: Lease, execution: Execution, now: datetime) -> Any:  # noqa: ANN401 (the writer's future)
+        """Discard a leased run whose ``expires_at`` passed before this lease: it is not
+        run. The same lease rules as a start: a lease of a state the log has left
+        behind goes back."""
+        try:
+            _check_lease_current(lease, execution, now)
+            execution.expire(at=now)
+        except DomainError as error:
+            log.info("worker.lease_refused", execution_id=str(execution.id), error=str(error))
+            self._give_back(lease)
+            return None
+        return self.writer.submit(execution)
+
+    def _settle_expiry(self, lease: Lease, handler: str, future: Any) -> None:  # noqa: ANN401 (the writer's future)
+        try:
+            future.result()
+        except ConflictError:
+            self._give_back(lease)
+            return
+        self._acks.append(lease)  # the run left the queue for good
+        self.stats.expired += 1
+        self.metrics.labelled(self.metrics.completions, handler, "expired").inc()
+        log.info("worker.execution_expired", execution_id=str(lease.execution_id))
 
     def _count_leases(self, recorded: list[_Running]) -> None:
         self.metrics.leases.inc(len(recorded))
@@ -412,7 +460,8 @@ class Worker:
             context.cancelled.set()
             return Failed(f"timed out after {timeout:g} s")
         except Exception as error:  # noqa: BLE001 (a handler's failure is the attempt's outcome)
-            return Failed(f"{type(error).__name__}: {error}")
+            # A snooze, a discard or a permanent failure is the handler's decision.
+            return decided(error) or Failed(f"{type(error).__name__}: {error}")
         refused = self._storable(result)
         if refused is not None:
             return Failed(refused)
@@ -487,7 +536,7 @@ class Worker:
     def _recorded(self, running: _Running, outcome: Outcome, execution: Execution) -> None:
         self._count(outcome, execution)
         _log_outcome(running.context.log, outcome, execution)
-        if isinstance(outcome, Completed):
+        if isinstance(outcome, Completed | Dropped):
             self._acks.append(running.lease)
 
     def _count_stale(self, running: _Running, report: Report) -> None:
@@ -502,6 +551,12 @@ class Worker:
                 execution.complete(lease_id=lease_id, duration=duration, result=result)
             case Deferred(reason=reason, ready_at=ready_at):
                 execution.defer(lease_id=lease_id, reason=reason, ready_at=ready_at)
+            case Snoozed(reason=reason, delay=delay):
+                execution.snooze(lease_id=lease_id, reason=reason, delay=delay, at=self.now())
+            case Dropped(reason=reason):
+                execution.drop(lease_id=lease_id, reason=reason)
+            case FailedPermanently(error=error):  # before Failed, which it is too
+                execution.fail_permanently(lease_id=lease_id, error=error)
             case Failed(error=error):
                 execution.fail(
                     lease_id=lease_id,
@@ -538,6 +593,8 @@ class Worker:
                 stats.failed += 1
                 metrics.dead_letters.inc()
                 return "dead_lettered"
+            case Snoozed() | Dropped():
+                return self._tally_decision(outcome)
             case Failed():
                 stats.failed += 1
                 metrics.retries.inc()
@@ -547,6 +604,13 @@ class Worker:
                 return "cancelled"
             case _:
                 assert_never(outcome)
+
+    def _tally_decision(self, outcome: Snoozed | Dropped) -> str:
+        if isinstance(outcome, Snoozed):
+            self.stats.snoozed += 1
+            return "snoozed"
+        self.stats.discarded += 1
+        return "discarded"
 
     # ---- shutdown -------------------------------------------------------------------
 
@@ -616,6 +680,13 @@ def _log_outcome(
             logger.info("worker.execution_deferred", handler=handler, reason=reason)
         case Failed(error=error) if _dead_lettered(execution):
             logger.error("worker.execution_dead_lettered", handler=handler, error=error)
+        case Snoozed(reason=reason):
+            ready_at = execution.ready_at.isoformat()
+            logger.info(
+                "worker.execution_snoozed", handler=handler, reason=reason, ready_at=ready_at
+            )
+        case Dropped(reason=reason):
+            logger.info("worker.execution_discarded", handler=handler, reason=reason)
         case Failed(error=error):
             retry_at = execution.ready_at.isoformat()
             logger.warning(

@@ -120,6 +120,8 @@ class ExecutionFold:
             "ExecutionRequeued": self._requeued,
             "ExecutionCancelled": self._cancelled,
             "ExecutionDiscarded": self._discarded,
+            "ExecutionSnoozed": self._deferred,  # the attempt given back, as a deferral's
+            "ExecutionExpired": self._not_started,
         }
 
     def _say(self, invariant: str, detail: str) -> None:
@@ -269,8 +271,19 @@ class ExecutionFold:
         self.run.status = CANCELLED
 
     def _discarded(self, event: Event) -> None:
+        if event.data.get("lease_id") is not None:  # its handler's: an outcome of a lease
+            lease = self._outcome(event)
+            if lease is not None:
+                self._attempts_used = lease.attempt
+            self._settle(event, lease, DISCARDED)
+            return
         if self.run.status != DEAD_LETTERED:
             self._say(TWO_OUTCOMES, f"discarded at {event.position} while {self.run.status}")
+        self.run.status = DISCARDED
+
+    def _not_started(self, event: Event) -> None:
+        if self.run.status != PENDING:
+            self._say(TWO_OUTCOMES, f"expired at {event.position} while {self.run.status}")
         self.run.status = DISCARDED
 
 

@@ -44,7 +44,8 @@ READ_MODEL_TABLES = (
 )
 _OPENING = frozenset({"jobledger:ExecutionEnqueued", "jobledger:ExecutionRequeued"})
 _CLOSING = frozenset(
-    f"jobledger:Execution{kind}" for kind in ("Completed", "DeadLettered", "Cancelled", "Discarded")
+    f"jobledger:Execution{kind}"
+    for kind in ("Completed", "DeadLettered", "Cancelled", "Discarded", "Expired")
 )
 # Lines of the roles' logs that count duplicates jobledger turned away, and trouble.
 LOGGED = (

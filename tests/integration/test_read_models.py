@@ -24,7 +24,7 @@ from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
-from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.execution import PERMANENT_FAILURE, Execution, Trigger, expiry_reason
 from jobledger.domain.policies import MisfirePolicy, RetryPolicy
 from jobledger.domain.schedules import (
     CronSchedule,
@@ -190,6 +190,18 @@ class Story:
 
     def discard(self, execution_id: uuid.UUID) -> None:
         self.act(execution_id, lambda e: e.discard(by="frank", reason="endpoint gone"), None)
+
+    def snooze(self, execution_id: uuid.UUID) -> None:
+        def snooze(e: Execution) -> None:
+            e.snooze(lease_id=_lease(e), reason="not yet", delay=timedelta(0), at=self.clock.now)
+
+        self.act(execution_id, snooze, None)
+
+    def fail_permanently(self, execution_id: uuid.UUID) -> None:
+        self.act(execution_id, lambda e: e.fail_permanently(lease_id=_lease(e), error="bad"), None)
+
+    def drop(self, execution_id: uuid.UUID) -> None:
+        self.act(execution_id, lambda e: e.drop(lease_id=_lease(e), reason="moot"), None)
 
 
 def _lease(execution: Execution) -> uuid.UUID:
@@ -399,6 +411,43 @@ def test_attempts_and_closing_are_recorded(
     assert beta.definition["spec"]["queue"] == "hooks"
 
 
+def test_a_handlers_decisions_and_an_expiry_show_in_the_rows(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If a handler snoozes its run and then discards it, another fails permanently
+    with retries left, and a third run expires unleased, then their attempts read
+    snoozed then discarded (both attempt 1), dead_lettered at attempt 1 with the
+    permanent error, and the expired run is discarded by the system with the deadline
+    as its reason, as the aggregates say."""
+    story = Story(ledger, clock)
+    dropped, permanent = story.adhoc("dropped"), story.adhoc("permanent", retries=3)
+    story.lease(dropped)
+    story.snooze(dropped)
+    story.lease(dropped)
+    story.drop(dropped)
+    story.lease(permanent)
+    story.fail_permanently(permanent)
+    deadline = story.tick() + timedelta(seconds=5)
+    spec = ExecutionSpec(handler="test.echo", expires_at=deadline)
+    expired = Executions(ledger).run(spec, key="expired", at=story.tick(), by=actor()).id
+    story.act(expired, lambda e: e.expire(at=deadline), deadline)
+    ReadModels(ledger, database).rebuild()
+
+    def outcomes(run: uuid.UUID) -> list[tuple[int, str | None]]:
+        return [(a.attempt, a.outcome) for a in rq.list_attempts(database, run)]
+
+    assert outcomes(dropped) == [(1, "snoozed"), (1, "discarded")]
+    assert outcomes(permanent) == [(1, "dead_lettered")]
+    rows = {run: rq.get_execution(database, run) for run in (dropped, permanent, expired)}
+    assert all(row is not None for row in rows.values())
+    assert [(r.status, r.attempt, r.last_error) for r in rows.values() if r] == [
+        ("discarded", 1, "moot"),
+        ("dead_lettered", 1, PERMANENT_FAILURE + "bad"),
+        ("discarded", 1, expiry_reason(deadline)),
+    ]
+    assert_rows_match_aggregates(ledger, database)
+
+
 def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
     ledger: Ledger, database: Database, clock: Clock
 ) -> None:
@@ -531,7 +580,7 @@ _ACTIONS: tuple[str, ...] = (
     "defer",
     "requeue",
 )
-_ACTIONS += ("cancel", "discard")
+_ACTIONS += ("cancel", "discard", "snooze", "fail_permanently", "drop")
 
 
 @settings(
@@ -576,6 +625,9 @@ def _attempt(story: Story, execution_id: uuid.UUID, action: str) -> None:
         "requeue": story.requeue,
         "cancel": story.cancel,
         "discard": story.discard,
+        "snooze": story.snooze,
+        "fail_permanently": story.fail_permanently,
+        "drop": story.drop,
     }
     with contextlib.suppress(DomainError):
         commands[action](execution_id)

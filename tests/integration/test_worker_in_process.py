@@ -25,13 +25,21 @@ from tests.conftest import actor
 from tests.integration import code_jobs
 from tests.integration.executions import LogReads, adhoc_spec
 
-from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.definitions import ExecutionSpec
+from jobledger.domain.execution import BY_HANDLER, PERMANENT_FAILURE, Execution, ExecutionStatus
 from jobledger.projections.queue import QueueState
 from jobledger.projections.queue_projection import QueueProjection
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.breakers import Breakers, BreakerSettings
-from jobledger.runtime.handlers.base import Handler, HandlerCancelledError, HandlerContext
+from jobledger.runtime.handlers.base import (
+    Discard,
+    Handler,
+    HandlerCancelledError,
+    HandlerContext,
+    PermanentError,
+    Snooze,
+)
 from jobledger.runtime.handlers.builtin import BUILTIN
 from jobledger.runtime.handlers.code import code_handler
 from jobledger.runtime.handlers.registry import HandlerRegistry
@@ -639,5 +647,135 @@ def test_an_outcome_goes_with_the_next_round_of_leases(embedded: InProcess) -> N
             # next lease, and the last outcome.
             assert (writer.stats.batches, writer.stats.items) == (6, 10)
         assert {embedded.status(e.id) for e in executions} == {ExecutionStatus.COMPLETED}
+
+    asyncio.run(scenario())
+
+
+# ---- what a handler decides besides pass or fail ------------------------------------
+
+
+class Decides:
+    """A handler that raises ``decisions`` one per run of it, in order, then returns."""
+
+    def __init__(self, *decisions: Exception) -> None:
+        self.decisions = list(decisions)
+        self.calls = 0
+
+    async def __call__(self, context: HandlerContext) -> dict[str, Any]:
+        self.calls += 1
+        if self.decisions:
+            raise self.decisions.pop(0)
+        return {"attempt": context.attempt}
+
+
+def test_a_snooze_runs_again_later_without_spending_an_attempt(embedded: InProcess) -> None:
+    """If a handler with no retries left snoozes twice for 60 s, then its run comes back
+    only 60 s later each time (on the worker's clock), is leased as attempt 1 each time,
+    and completes: the snoozes spent no attempt; each is a Snoozed event with the
+    handler's reason, counted and logged."""
+    handler = Decides(Snooze(60, "the report is not ready"), Snooze(60, "still not ready"))
+
+    async def scenario() -> None:
+        execution = embedded.run("tests.decides", retries=0)
+        worker = embedded.worker({"tests.decides": handler})
+        with capture_logs() as logs:
+            async with embedded.running(worker):
+                for snoozes in (1, 2):
+                    await embedded.until(
+                        lambda n=snoozes: embedded.names(execution.id).count("Snoozed") == n  # type: ignore[misc]
+                    )
+                    assert embedded.queued(execution.id) is QueueState.PENDING
+                    embedded.clock.advance(timedelta(seconds=59))
+                    await embedded.idle()
+                    assert handler.calls == snoozes
+                    embedded.clock.advance(timedelta(seconds=1))
+                await embedded.until(
+                    lambda: embedded.status(execution.id) is ExecutionStatus.COMPLETED
+                )
+        history = embedded.events(execution.id)
+        assert [e.attempt for e in history if isinstance(e, Execution.Leased)] == [1, 1, 1]
+        snoozed = [e for e in history if isinstance(e, Execution.Snoozed)]
+        assert [e.reason for e in snoozed] == ["the report is not ready", "still not ready"]
+        assert snoozed[0].ready_at == START + timedelta(seconds=60)
+        assert embedded.execution(execution.id).attempts_used == 1
+        assert counted(worker, "tests.decides", "snoozed") == 2
+        assert worker.stats.snoozed == 2
+        assert len(logged(logs, "worker.execution_snoozed")) == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_permanent_failure_dead_letters_at_once(embedded: InProcess) -> None:
+    """If a handler with three retries left raises PermanentError, then its run is
+    dead-lettered after that one attempt, its error says the failure is permanent and
+    gives the handler's reason, and the queue shows it dead."""
+
+    async def scenario() -> None:
+        execution = embedded.run("tests.decides", retries=3)
+        worker = embedded.worker({"tests.decides": Decides(PermanentError("no such user 7"))})
+        async with embedded.running(worker):
+            await embedded.until(
+                lambda: embedded.status(execution.id) is ExecutionStatus.DEAD_LETTERED
+            )
+            await embedded.until(lambda: embedded.queued(execution.id) is QueueState.DEAD)
+        run = embedded.execution(execution.id)
+        assert run.attempts_used == 1
+        assert run.last_error == PERMANENT_FAILURE + "no such user 7"
+        [dead] = [e for e in embedded.events(execution.id) if isinstance(e, Execution.DeadLettered)]
+        assert dead.permanent
+        assert counted(worker, "tests.decides", "dead_lettered") == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_discard_ends_the_run_with_the_handlers_reason(embedded: InProcess) -> None:
+    """If a handler with retries left raises Discard, then its run is discarded by the
+    handler with its reason after one attempt, never retried, and leaves the queue."""
+
+    async def scenario() -> None:
+        execution = embedded.run("tests.decides", retries=3)
+        handler = Decides(Discard("the order was cancelled"))
+        worker = embedded.worker({"tests.decides": handler})
+        async with embedded.running(worker):
+            await embedded.until(lambda: embedded.status(execution.id) is ExecutionStatus.DISCARDED)
+            await embedded.until(lambda: embedded.queued(execution.id) is None)
+            await embedded.idle()
+        [discarded] = [
+            e for e in embedded.events(execution.id) if isinstance(e, Execution.Discarded)
+        ]
+        assert (discarded.by, discarded.reason) == (BY_HANDLER, "the order was cancelled")
+        assert handler.calls == 1
+        assert counted(worker, "tests.decides", "discarded") == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_run_not_started_by_its_expires_at_is_discarded_unrun(embedded: InProcess) -> None:
+    """If no worker leases a run before its expires_at, then the first worker that
+    leases it afterwards records ExecutionExpired instead of running it (the run is
+    discarded, its handler never called, its queue entry gone); a run whose
+    expires_at is still ahead runs as ever."""
+    handler = Decides()
+
+    def expiring(seconds: int) -> Execution:
+        spec = ExecutionSpec(handler="tests.decides", expires_at=START + timedelta(seconds=seconds))
+        execution = Executions(embedded.container.ledger).run(
+            spec, key=uuid.uuid4().hex, at=embedded.clock(), by=actor()
+        )
+        embedded.sync()
+        return execution
+
+    async def scenario() -> None:
+        late, timely = expiring(10), expiring(3600)
+        embedded.clock.advance(timedelta(seconds=10))
+        worker = embedded.worker({"tests.decides": handler})
+        async with embedded.running(worker):
+            await embedded.until(lambda: embedded.status(late.id) is ExecutionStatus.DISCARDED)
+            await embedded.until(lambda: embedded.status(timely.id) is ExecutionStatus.COMPLETED)
+            await embedded.until(lambda: embedded.queued(late.id) is None)
+        assert embedded.names(late.id) == ["Enqueued", "Expired"]
+        assert handler.calls == 1  # the timely run only
+        assert worker.stats.expired == 1
+        assert counted(worker, "tests.decides", "expired") == 1
 
     asyncio.run(scenario())

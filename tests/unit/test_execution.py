@@ -1,12 +1,15 @@
 """The Execution aggregate: leases, outcomes, the attempt budget and terminal states."""
 
+import dataclasses
 import typing
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 import pytest
 from eventsourcing.domain import CanInitAggregate
+from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -15,8 +18,15 @@ from hypothesis.stateful import (
 )
 
 from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.errors import InvalidTransitionError, StaleLeaseError
+from jobledger.domain.errors import (
+    InvalidDefinitionError,
+    InvalidTransitionError,
+    StaleLeaseError,
+)
 from jobledger.domain.execution import (
+    BY_HANDLER,
+    MAX_SNOOZE,
+    PERMANENT_FAILURE,
     TERMINAL,
     Execution,
     ExecutionStatus,
@@ -238,6 +248,23 @@ class ExecutionMachine(RuleBasedStateMachine):
         lease_id = self._lease_id(data)
         self._apply(lambda: self.execution.defer(lease_id=lease_id, reason="open", ready_at=T0))
 
+    @rule(data=st.data(), seconds=st.floats(0, 3600))
+    def snooze(self, data: st.DataObject, seconds: float) -> None:
+        lease_id, delay = self._lease_id(data), timedelta(seconds=seconds)
+        self._apply(
+            lambda: self.execution.snooze(lease_id=lease_id, reason="later", delay=delay, at=T0)
+        )
+
+    @rule(data=st.data())
+    def fail_permanently(self, data: st.DataObject) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(lambda: self.execution.fail_permanently(lease_id=lease_id, error="bad"))
+
+    @rule(data=st.data())
+    def drop(self, data: st.DataObject) -> None:
+        lease_id = self._lease_id(data)
+        self._apply(lambda: self.execution.drop(lease_id=lease_id, reason="obsolete"))
+
     @rule()
     def cancel(self) -> None:
         self._apply(lambda: self.execution.cancel(by="op", reason="r"))
@@ -393,3 +420,162 @@ def test_a_run_loaded_from_its_first_event_is_the_one_the_library_makes() -> Non
         assert type(made) is Execution
         library: typing.Any = CanInitAggregate.mutate  # the library's own, bypassed by ours
         assert vars(made) == vars(library(enqueued, None))
+
+
+# ---- what a handler decides besides pass or fail ------------------------------------
+
+
+@given(snoozes=st.integers(1, 20), max_retries=st.integers(0, 3))
+def test_a_snooze_never_spends_an_attempt(snoozes: int, max_retries: int) -> None:
+    """If a handler snoozes its run any number of times, then no attempt is spent: the
+    run is pending at the snooze's end, and the next lease is attempt 1 again."""
+    execution = make_execution(max_retries=max_retries)
+    for _ in range(snoozes):
+        execution.snooze(
+            lease_id=lease(execution), reason="not yet", delay=timedelta(seconds=30), at=T0
+        )
+        assert status(execution) is ExecutionStatus.PENDING
+        assert execution.ready_at == T0 + timedelta(seconds=30)
+        assert execution.attempts_used == 0
+    lease(execution)
+    assert execution.lease_attempt == 1
+    names = [type(e).__name__ for e in execution.collect_events()]
+    assert names.count("Snoozed") == snoozes
+
+
+@pytest.mark.parametrize("seconds", [-1.0, MAX_SNOOZE.total_seconds() + 1])
+def test_a_snooze_out_of_range_is_refused(seconds: float) -> None:
+    """If a snooze is negative or longer than MAX_SNOOZE, then it is refused naming
+    ``seconds`` and the run is left running."""
+    execution = make_execution()
+    lease_id = lease(execution)
+    with pytest.raises(InvalidDefinitionError, match="seconds"):
+        execution.snooze(lease_id=lease_id, reason="x", delay=timedelta(seconds=seconds), at=T0)
+    assert status(execution) is ExecutionStatus.RUNNING
+
+
+def test_a_permanent_failure_dead_letters_with_attempts_left() -> None:
+    """If a handler fails permanently on its first of three attempts, then the run is
+    dead-lettered at once, its error says so, and one attempt is counted; a requeue
+    still gives it a fresh budget."""
+    execution = make_execution(max_retries=2)
+    execution.fail_permanently(lease_id=lease(execution), error="no such customer")
+    assert status(execution) is ExecutionStatus.DEAD_LETTERED
+    assert execution.attempts_used == 1
+    assert execution.last_error == PERMANENT_FAILURE + "no such customer"
+    dead = execution.collect_events()[-1]
+    assert isinstance(dead, Execution.DeadLettered)
+    assert dead.permanent
+    execution.requeue(by="ops", reason="customer restored", at=T0)
+    lease(execution)
+    assert execution.lease_attempt == 2
+
+
+def test_a_handler_discard_ends_the_run_with_its_reason() -> None:
+    """If a handler discards its run, then the run is discarded (terminal) by the
+    handler, with its reason, the attempt counted and no retry left pending."""
+    execution = make_execution(max_retries=3)
+    lease_id = lease(execution)
+    execution.drop(lease_id=lease_id, reason="order was cancelled upstream")
+    assert status(execution) is ExecutionStatus.DISCARDED
+    assert execution.attempts_used == 1
+    assert execution.lease_id is None
+    discarded = execution.collect_events()[-1]
+    assert isinstance(discarded, Execution.Discarded)
+    assert (discarded.by, discarded.reason, discarded.lease_id) == (
+        BY_HANDLER,
+        "order was cancelled upstream",
+        lease_id,
+    )
+    with pytest.raises(InvalidTransitionError):
+        execution.requeue(by="ops", reason="again", at=T0)
+
+
+@pytest.mark.parametrize("outcome", ["snooze", "fail_permanently", "drop"])
+def test_a_stale_handler_outcome_is_rejected(outcome: str) -> None:
+    """If a snooze, a permanent failure or a discard carries a lease that is no longer
+    current, then StaleLeaseError and nothing is recorded."""
+    execution = make_execution()
+    old = lease(execution)
+    execution.expire_lease(lease_id=old, at=T0)
+    lease(execution)
+    version = execution.version
+    commands: dict[str, Callable[[], None]] = {
+        "snooze": lambda: execution.snooze(lease_id=old, reason="x", delay=timedelta(0), at=T0),
+        "fail_permanently": lambda: execution.fail_permanently(lease_id=old, error="x"),
+        "drop": lambda: execution.drop(lease_id=old, reason="x"),
+    }
+    with pytest.raises(StaleLeaseError):
+        commands[outcome]()
+    assert execution.version == version
+
+
+def _expiring(expires_at: datetime) -> Execution:
+    spec = ExecutionSpec(handler="test.echo", expires_at=expires_at)
+    return Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+
+
+@given(offset=st.integers(-3600, 3600))
+def test_a_run_expires_only_once_its_deadline_passed(offset: int) -> None:
+    """If a pending run's expires_at has passed, then it can be expired (discarded with
+    an Expired event naming the deadline); before it, expiring is refused."""
+    deadline = T0 + timedelta(minutes=5)
+    at = deadline + timedelta(seconds=offset)
+    execution = _expiring(deadline)
+    assert execution.expired_by(at) == (offset >= 0)
+    if offset < 0:
+        with pytest.raises(InvalidTransitionError, match="not expired"):
+            execution.expire(at=at)
+        return
+    execution.expire(at=at)
+    assert status(execution) is ExecutionStatus.DISCARDED
+    expired = execution.collect_events()[-1]
+    assert isinstance(expired, Execution.Expired)
+    assert expired.expires_at == deadline
+    assert execution.last_error is not None
+    assert deadline.isoformat() in execution.last_error
+
+
+def test_a_leased_run_no_longer_expires() -> None:
+    """If a run was leased before its expires_at, then the deadline no longer applies."""
+    execution = _expiring(T0 + timedelta(minutes=5))
+    lease(execution)
+    later = T0 + timedelta(hours=1)
+    assert not execution.expired_by(later)
+    with pytest.raises(InvalidTransitionError):
+        execution.expire(at=later)
+
+
+@pytest.mark.parametrize("expires_at", [T0, T0 - timedelta(seconds=1)])
+def test_an_expiry_not_after_the_start_is_refused(expires_at: datetime) -> None:
+    """If expires_at is not after the run is due, then enqueueing it is refused naming
+    expires_at (it could never run)."""
+    spec = ExecutionSpec(handler="test.echo", expires_at=expires_at)
+    with pytest.raises(InvalidDefinitionError, match="expires_at"):
+        Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+    with pytest.raises(InvalidDefinitionError, match="expires_at"):
+        Execution.enqueued(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+
+
+def test_old_discarded_and_dead_lettered_events_still_decode() -> None:
+    """If a Discarded or DeadLettered event was stored before lease_id and permanent
+    existed, then it decodes and replays, with None and False for them."""
+    from jobledger.persistence.codec import MsgspecMapper  # noqa: PLC0415 (here only)
+
+    execution = make_execution(max_retries=0)
+    execution.fail(lease_id=lease(execution), error="x", at=T0)
+    execution.discard(by="ops", reason="obsolete")
+    mapper = MsgspecMapper()
+    replayed: typing.Any = None
+    for made in execution.collect_events():
+        stored = mapper.to_stored_event(made)
+        state = msgspec.json.decode(stored.state)
+        new_fields: dict[type, str] = {
+            Execution.Discarded: "lease_id",
+            Execution.DeadLettered: "permanent",
+        }
+        state.pop(new_fields.get(type(made), ""), None)
+        old = dataclasses.replace(stored, state=msgspec.json.encode(state))
+        decoded: typing.Any = mapper.to_domain_event(old)
+        replayed = decoded.mutate(replayed)
+    assert replayed.status is ExecutionStatus.DISCARDED

@@ -3,7 +3,7 @@
 import contextlib
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,6 +33,9 @@ from jobledger.projections.queue_fold import (
     next_pause,
 )
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 T0 = datetime(2026, 10, 25, 0, 0, tzinfo=UTC)
 COMMANDS = [
     "lease",
@@ -45,6 +48,11 @@ COMMANDS = [
     "stale",
     "progress",
     "throttle",
+    "snooze",
+    "fail_permanently",
+    "drop",
+    "expire_run",
+    "discard",
 ]
 
 
@@ -56,6 +64,7 @@ def history(data: st.DataObject) -> list[Any]:
             queue=data.draw(st.sampled_from(["default", "reports"])),
             priority=data.draw(st.integers(0, 9)),
             retry=RetryPolicy(max_retries=data.draw(st.integers(0, 2)), jitter=False),
+            expires_at=data.draw(st.sampled_from([None, T0 + timedelta(seconds=200)])),
         ),
         ready_at=T0 + timedelta(seconds=data.draw(st.integers(0, 100))),
         trigger=Trigger.ADHOC,
@@ -70,27 +79,30 @@ def history(data: st.DataObject) -> list[Any]:
 
 def run(execution: Execution, command: str, *, at: datetime) -> None:
     lease_id = execution.lease_id or uuid.uuid4()
-    match command:
-        case "lease":
-            execution.lease(worker_id="w", lease_id=uuid.uuid4(), lease_expires_at=at)
-        case "complete":
-            execution.complete(lease_id=lease_id, duration=timedelta(1), result={})
-        case "fail":
-            execution.fail(lease_id=lease_id, error="boom", at=at)
-        case "expire":
-            execution.expire_lease(lease_id=lease_id, at=at)
-        case "defer":
-            execution.defer(lease_id=lease_id, reason="open", ready_at=at)
-        case "cancel":
-            execution.cancel(by="op", reason="r")
-        case "requeue":
-            execution.requeue(by="op", reason="r", at=at)
-        case "progress":
-            execution.report_progress(lease_id=lease_id, progress=Progress(message=str(at)))
-        case "throttle":
-            execution.throttle(kind="concurrency", limit="k", at=at)
-        case _:
-            execution.complete(lease_id=uuid.uuid4(), duration=timedelta(1), result={})
+    commands: dict[str, Callable[[], None]] = {
+        "lease": lambda: execution.lease(worker_id="w", lease_id=uuid.uuid4(), lease_expires_at=at),
+        "complete": lambda: execution.complete(lease_id=lease_id, duration=timedelta(1), result={}),
+        "fail": lambda: execution.fail(lease_id=lease_id, error="boom", at=at),
+        "expire": lambda: execution.expire_lease(lease_id=lease_id, at=at),
+        "defer": lambda: execution.defer(lease_id=lease_id, reason="open", ready_at=at),
+        "cancel": lambda: execution.cancel(by="op", reason="r"),
+        "requeue": lambda: execution.requeue(by="op", reason="r", at=at),
+        "progress": lambda: execution.report_progress(
+            lease_id=lease_id, progress=Progress(message=str(at))
+        ),
+        "throttle": lambda: execution.throttle(kind="concurrency", limit="k", at=at),
+        "snooze": lambda: execution.snooze(
+            lease_id=lease_id, reason="later", delay=timedelta(seconds=9), at=at
+        ),
+        "fail_permanently": lambda: execution.fail_permanently(lease_id=lease_id, error="bad"),
+        "drop": lambda: execution.drop(lease_id=lease_id, reason="moot"),
+        "expire_run": lambda: execution.expire(at=at),
+        "discard": lambda: execution.discard(by="op", reason="r"),
+    }
+    stale = lambda: execution.complete(  # noqa: E731 (one of the table's commands)
+        lease_id=uuid.uuid4(), duration=timedelta(1), result={}
+    )
+    commands.get(command, stale)()
 
 
 def interleave(data: st.DataObject, histories: list[list[Any]]) -> list[Any]:
@@ -222,6 +234,36 @@ def test_only_an_event_that_leaves_the_entry_as_it_was_is_marked_unchanged() -> 
         lease_id,
         3,
     )
+
+
+def test_a_snooze_waits_and_a_discard_or_expiry_ends_the_entry() -> None:
+    """If a handler snoozes its run, then the entry is pending at the snooze's end with
+    the same attempt (a change, not left as it was); if the handler then discards it, or
+    a pending run expires, then its entry is gone."""
+    spec = ExecutionSpec(handler="test.echo", queue="q", expires_at=T0 + timedelta(minutes=5))
+    snoozing = Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+    lease_id = uuid.uuid4()
+    snoozing.lease(worker_id="w", lease_id=lease_id, lease_expires_at=T0 + timedelta(minutes=1))
+    snoozing.snooze(lease_id=lease_id, reason="later", delay=timedelta(seconds=30), at=T0)
+    again = uuid.uuid4()
+    snoozing.lease(worker_id="w", lease_id=again, lease_expires_at=T0 + timedelta(minutes=2))
+    snoozing.drop(lease_id=again, reason="moot")
+    changes = list(QueueFold(_no_previous).changes(snoozing.collect_events()))
+    snoozed = changes[2]
+    assert snoozed.item is not None
+    assert not snoozed.unchanged
+    assert (snoozed.item.state, snoozed.item.at, snoozed.item.attempt) == (
+        QueueState.PENDING,
+        T0 + timedelta(seconds=30),
+        1,
+    )
+    assert changes[-1].item is None
+    expiring = Execution.enqueue(spec=spec, ready_at=T0, trigger=Trigger.ADHOC)
+    expiring.expire(at=T0 + timedelta(minutes=5))
+    assert [c.item is None for c in QueueFold(_no_previous).changes(expiring.collect_events())] == [
+        False,
+        True,
+    ]
 
 
 def _no_previous(_execution_id: uuid.UUID, _version: int) -> QueueItem | None:

@@ -5,12 +5,13 @@ import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 import structlog
 
+from jobledger.domain.policies import check_snooze
 from jobledger.domain.progress import Progress
 
 T = TypeVar("T")
@@ -30,6 +31,43 @@ class PayloadRefusedError(HandlerError):
     destination the SSRF guard refuses, an invalid URL, a command off the allowlist.
     It is that execution's error and says nothing about the health of what the handler
     calls, so the handler's circuit breaker does not count it."""
+
+
+class HandlerDecision(HandlerError):  # noqa: N818 (the base of decisions, not errors)
+    """Not a failure of what the handler calls but its decision about this run (a
+    permanent failure, a snooze, a discard): the circuit breaker does not count it."""
+
+    reason: str
+
+
+class PermanentError(HandlerDecision):
+    """No attempt of this run can succeed (bad input, a record that is gone): the run
+    is dead-lettered at once, with the attempts it has left unspent."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Snooze(HandlerDecision):
+    """Run this again ``seconds`` from now (0 to 7 days), without spending an attempt:
+    the resource is not ready yet, a rate window is closed."""
+
+    def __init__(self, seconds: float, reason: str = "snoozed by the handler") -> None:
+        self.delay = timedelta(seconds=seconds)
+        # A snooze out of range fails the attempt with the error naming the range.
+        check_snooze(self.delay)
+        super().__init__(f"snoozed for {seconds:g} s: {reason}")
+        self.reason = reason
+
+
+class Discard(HandlerDecision):
+    """Drop this run for good: it is discarded (not failed), with ``reason``, and never
+    tried again (the work is moot: the order was cancelled, the user deleted)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class CircuitOpenError(HandlerError):

@@ -1,9 +1,17 @@
 """Built-in handlers for trying jobledger out and for testing it."""
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 
-from jobledger.runtime.handlers.base import HandlerCancelledError, HandlerContext, HandlerError
+from jobledger.runtime.handlers.base import (
+    Discard,
+    HandlerCancelledError,
+    HandlerContext,
+    HandlerError,
+    PermanentError,
+    Snooze,
+)
 
 DEFAULT_DELAY_SECONDS = 1.0
 
@@ -53,6 +61,26 @@ async def fail(ctx: HandlerContext) -> dict[str, Any]:
     raise HandlerError(str(ctx.payload.get("error", "test.fail always fails")))
 
 
+async def decide(ctx: HandlerContext) -> dict[str, Any]:
+    """Decides its run as ``payload["decide"]`` says, with ``payload["reason"]``:
+    ``snooze`` for ``seconds`` (default 1) while the ISO time ``until`` is ahead (always
+    without one), ``discard``, or ``fail_permanently``; otherwise it completes."""
+    payload = ctx.payload
+    reason = str(payload.get("reason", "test.decide"))
+    match payload.get("decide"):
+        case "snooze" if _ahead(payload.get("until")):
+            raise Snooze(float(payload.get("seconds", 1)), reason)
+        case "discard":
+            raise Discard(reason)
+        case "fail_permanently":
+            raise PermanentError(reason)
+    return {"attempt": ctx.attempt}
+
+
+def _ahead(until: object) -> bool:
+    return until is None or datetime.fromisoformat(str(until)) > datetime.now(tz=UTC)
+
+
 async def crash(ctx: HandlerContext) -> dict[str, Any]:
     """Kills the worker process outright, as a poison job would."""
     ctx.log.warning("handler.crash")
@@ -65,5 +93,6 @@ BUILTIN = {
     "test.progress": progress,
     "test.log": log_message,
     "test.fail": fail,
+    "test.decide": decide,
     "test.crash": crash,
 }
