@@ -32,6 +32,7 @@ from jobledger.api.schemas import (
     BulkRequeueIn,
     ReasonIn,
     to_ready_at,
+    to_run_spec,
     to_spec,
     to_unique,
 )
@@ -87,7 +88,7 @@ class ExecutionController(Controller):
         ``duplicate: true`` (after replacing or debouncing it, if asked)."""
         key = key_or_new(idempotency_key)
         now = clock()
-        spec, ready_at = to_spec(data), to_ready_at(data, now)
+        spec, ready_at = to_run_spec(data), to_ready_at(data, now)
         run_budget.take(1)
         if data.unique is None:
             execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
@@ -273,7 +274,7 @@ def run_batch(
                 fix="send runs with a unique key one at a time to POST /api/v1/executions",
             )
     runs = [
-        BatchRun(to_spec(run), run.key or f"{base}:{index}", _batch_ready_at(run, index, now))
+        BatchRun(to_run_spec(run), run.key or f"{base}:{index}", _batch_ready_at(run, index, now))
         for index, run in enumerate(data.runs)
     ]
     run_budget.take(len(runs))

@@ -384,6 +384,7 @@ class RunOptions:
     retry: RetryIn | None = None
     unique: UniqueIn | None = None
     limits: LimitsIn | Mapping[str, Any] | None = None
+    expires_at: datetime | None = None
 
 
 def run_body(
@@ -407,6 +408,9 @@ def run_body(
         extra["limits"] = limits_of(options.limits)
     if options.run_at is not None:
         _checked_instant("run_at", options.run_at)
+    if options.expires_at is not None:
+        extra["expires_at"] = options.expires_at
+        _checked_instant("expires_at", options.expires_at)
     return kind(
         handler=name,
         payload=body,

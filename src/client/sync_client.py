@@ -219,6 +219,7 @@ class Client:
         idempotency_key: str | None = None,
         unique: UniqueIn | None = None,
         limits: LimitsIn | Mapping[str, Any] | None = None,
+        expires_at: datetime | None = None,
     ) -> ExecutionRef:
         """Run ``handler`` (a name or the declared function) with ``payload`` (a dict or
         a Struct), now, at ``run_at`` or after ``delay`` seconds. The same
@@ -227,8 +228,10 @@ class Client:
         With ``unique``, a run holding the same key is returned instead, marked
         ``duplicate`` (after replacing or debouncing it, if asked). ``limits`` (a
         ``LimitsIn`` or a mapping of its fields) makes it wait for concurrency or rate
-        limits before it starts."""
-        options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, unique, limits)
+        limits before it starts. A run not started by ``expires_at`` is discarded unrun."""
+        options = RunOptions(
+            queue, priority, run_at, delay, timeout_seconds, retry, unique, limits, expires_at
+        )
         body = calls.run_body(handler, payload, options)
         return self.send(calls.enqueue(body, idempotency_key))
 

@@ -34,11 +34,13 @@ class TriggerIn(Strict):
 
 class RunIn(ExecutionIn, kw_only=True):
     """An ad-hoc run: what to run, and when: now, at ``run_at``, or ``delay_seconds``
-    from now (give one of the two at most); ``unique`` makes it one per key."""
+    from now (give one of the two at most); ``unique`` makes it one per key. A run not
+    started by ``expires_at`` is discarded unrun (status ``discarded``)."""
 
     run_at: AwareTime | None = None
     delay_seconds: Seconds | None = None
     unique: UniqueIn | None = None
+    expires_at: AwareTime | None = None
 
 
 class ExecutionRef(msgspec.Struct):

@@ -6,6 +6,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import msgspec
+
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import InvalidDefinitionError
@@ -182,6 +184,14 @@ def to_spec(body: ExecutionIn) -> ExecutionSpec:
         ),
         limits=to_limits(body.limits),
     )
+
+
+def to_run_spec(body: RunIn) -> ExecutionSpec:
+    """An ad-hoc run's spec: ``to_spec`` and the run's own start-by deadline."""
+    spec = to_spec(body)
+    if body.expires_at is None:
+        return spec
+    return msgspec.structs.replace(spec, expires_at=body.expires_at)
 
 
 def to_definition(body: JobIn, upstream: UpstreamLookup = job_reference) -> JobDefinition:

@@ -33,7 +33,7 @@ from jobledger.schemas.executions import RunIn
 from jobledger.schemas.outbox import OUTBOX_TABLE
 from jobledger.services.actors import OUTBOX as OUTBOX_VIA
 from jobledger.services.actors import Actor
-from jobledger.services.bodies import to_ready_at, to_spec
+from jobledger.services.bodies import to_ready_at, to_run_spec
 from jobledger.services.jobs import HandlerNames
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Outbox:
             raise InvalidDefinitionError(
                 "unique", "the outbox takes no unique runs", "enqueue them over the API"
             )
-        spec = to_spec(body)
+        spec = to_run_spec(body)
         self.handlers.check(spec.handler, spec.payload, spec.queue)
         spec.check(self.ledger.limits)
         # The API's rules for a run, for a row written by other means than the client.
