@@ -10,7 +10,7 @@ import msgspec
 from jobledger.domain.dependencies import Dependency, check_dependencies
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.json_values import check_json, check_text
-from jobledger.domain.limits import RunLimits
+from jobledger.domain.limits import ConcurrencyLimit, RunLimits
 from jobledger.domain.names import check_name
 from jobledger.domain.policies import (
     DEFAULT_PRIORITY,
@@ -34,6 +34,8 @@ MAX_CATCH_UP_CAP = 1000
 MAX_DESCRIPTION_CHARS = 2000
 _HANDLER = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
 _QUEUE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# The concurrency key a buffer_all job's runs share (one run of the job at a time).
+TURN_KEY_PREFIX = "jobledger.turn:"
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +112,7 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
         self.spec.check(limits)
         validate_schedule(self.schedule, min_interval=limits.min_interval)
         check_dependencies(self.depends_on, job_id=job_id)
+        _check_turns(self)
         if self.depends_on and not isinstance(self.schedule, ManualSchedule):
             raise InvalidDefinitionError(
                 "schedule",
@@ -117,6 +120,26 @@ class JobDefinition(msgspec.Struct, frozen=True, kw_only=True):
                 "schedule of its own",
                 "use the manual schedule (the upstreams' schedule decides its occurrences)",
             )
+
+
+def _check_turns(definition: "JobDefinition") -> None:
+    """``buffer_all`` makes the job's runs take turns through a concurrency limit of its
+    own (see ``turn_limits``): the spec cannot name another."""
+    limits = definition.spec.limits
+    if definition.overlap is OverlapPolicy.BUFFER_ALL and limits and limits.concurrency:
+        raise InvalidDefinitionError(
+            "limits.concurrency",
+            "a buffer_all job runs one run at a time already",
+            "leave limits.concurrency out, or choose another overlap policy",
+        )
+
+
+def turn_limits(spec: ExecutionSpec, job_id: UUID) -> ExecutionSpec:
+    """``spec`` for a run of a ``buffer_all`` job: at most one of the job's runs at once,
+    the rest waiting in the queue in their order."""
+    concurrency = ConcurrencyLimit(key=f"{TURN_KEY_PREFIX}{job_id}", max=1)
+    rate = None if spec.limits is None else spec.limits.rate
+    return msgspec.structs.replace(spec, limits=RunLimits(concurrency=concurrency, rate=rate))
 
 
 def _check_handler(handler: str) -> None:

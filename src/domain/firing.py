@@ -9,10 +9,17 @@ on-time one, then goes through the overlap policy, which skips it while an earli
 (open before, or fired earlier in the same plan) is still open. Every decision becomes
 an event on the job, in the order of the occurrences, so the history says why a run did
 not happen.
+
+Two policies let every fire through and act on the runs instead: ``buffer_all`` makes
+the job's runs take turns (see ``Job``: they share a concurrency limit of one), and
+``cancel_other`` cancels the runs still open when a fire comes (``superseded``); of
+several fires in one plan, only the last fires then, as each would cancel the one
+before at once, and the others are recorded missed.
 """
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job, MissReason
@@ -49,6 +56,8 @@ class OpenRuns:
 
     pending: int = 0
     running: int = 0
+    # Their ids, where the policy acts on them (``cancel_other``).
+    ids: tuple[UUID, ...] = ()
 
 
 def due_occurrences(job: Job, now: datetime, *, limit: int = DEFAULT_SCAN_LIMIT) -> list[datetime]:
@@ -81,8 +90,37 @@ def plan_due(
     candidates = [*_late_steps(job, late), *(Fire(o) for o in runnable[len(late) :])]
     gate = _OverlapGate(job.definition.overlap, open_runs.pending, open_runs.running)
     decided = [gate.decide(step) for step in candidates]
+    if job.definition.overlap is OverlapPolicy.CANCEL_OTHER:
+        decided = _last_fire_only(decided)
     # Back in occurrence order (each step is one occurrence until they merge).
     return _merge_misses(sorted([*decided, *excluded], key=lambda step: step.first))
+
+
+def superseded(job: Job, steps: list[Fire | Miss], open_runs: OpenRuns) -> tuple[UUID, ...]:
+    """The open runs a plan's fire cancels: under ``cancel_other``, all of them."""
+    fires = any(isinstance(step, Fire) for step in steps)
+    if job.definition.overlap is not OverlapPolicy.CANCEL_OTHER or not fires:
+        return ()
+    return open_runs.ids
+
+
+def superseded_reason(scheduled_for: datetime) -> str:
+    return f"overlap cancel_other: the fire of {scheduled_for.isoformat()} replaces this run"
+
+
+def _last_fire_only(steps: list[Fire | Miss]) -> list[Fire | Miss]:
+    fires = [step for step in steps if isinstance(step, Fire)]
+    return [
+        _overlapped(step.scheduled_for, OverlapPolicy.CANCEL_OTHER)
+        if isinstance(step, Fire) and step is not fires[-1]
+        else step
+        for step in steps
+    ]
+
+
+def _overlapped(occurrence: datetime, policy: OverlapPolicy) -> Miss:
+    missed = MissedFires(first=occurrence, last=occurrence, count=1)
+    return Miss(missed, MissReason.OVERLAP, policy)
 
 
 def _excluded(occurrence: datetime) -> Miss:
@@ -131,13 +169,12 @@ class _OverlapGate:
         if _overlap_allows(self.policy, self.pending, self.running):
             self.pending += 1
             return step
-        missed = MissedFires(first=step.scheduled_for, last=step.scheduled_for, count=1)
-        return Miss(missed, MissReason.OVERLAP, self.policy)
+        return _overlapped(step.scheduled_for, self.policy)
 
 
 def _overlap_allows(policy: OverlapPolicy, pending: int, running: int) -> bool:
     match policy:
-        case OverlapPolicy.ALLOW:
+        case OverlapPolicy.ALLOW | OverlapPolicy.BUFFER_ALL | OverlapPolicy.CANCEL_OTHER:
             return True
         case OverlapPolicy.SKIP_IF_RUNNING:
             return pending + running == 0

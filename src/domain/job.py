@@ -13,7 +13,7 @@ from eventsourcing.domain import Snapshot as AggregateSnapshot
 from eventsourcing.utils import register_topic
 
 from jobledger.domain.backfill import BackfillPlan
-from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits
+from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits, turn_limits
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError, ManagedJobError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_actor, check_reason, check_text
@@ -389,9 +389,12 @@ class Job(Aggregate):
     ) -> Execution:
         """``asked``: who asked for the fire and how they came (a backfill), if anyone."""
         by, via = (None, None) if asked is None else asked
+        spec = self.definition.spec
+        if self.definition.overlap is OverlapPolicy.BUFFER_ALL:
+            spec = turn_limits(spec, self.id)
         execution = Execution.enqueue(
             job_id=self.id,
-            spec=self.definition.spec,
+            spec=spec,
             trigger=Trigger(trigger.value),
             scheduled_for=scheduled_for,
             ready_at=ready_at,

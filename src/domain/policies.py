@@ -32,6 +32,10 @@ class OverlapPolicy(enum.StrEnum):
     ALLOW = "allow"
     SKIP_IF_RUNNING = "skip_if_running"
     QUEUE_ONE = "queue_one"
+    # Every fire runs, one run of the job at a time, in firing order (ADR 80).
+    BUFFER_ALL = "buffer_all"
+    # A fire cancels the job's open runs and runs instead (ADR 80).
+    CANCEL_OTHER = "cancel_other"
 
 
 class ScheduleRule(enum.StrEnum):

@@ -213,14 +213,26 @@ class Checkpoint:
         (a job with none is left out): a tick asks for all the due jobs it might hold
         back at once."""
         found: dict[UUID, dict[QueueState, int]] = {}
+        for job_id, runs in self.open_runs_of(job_ids).items():
+            counts = found.setdefault(job_id, {})
+            for _run, state in runs:
+                counts[state] = counts.get(state, 0) + 1
+        return found
+
+    def open_runs_of(self, job_ids: Sequence[UUID]) -> dict[UUID, list[tuple[UUID, QueueState]]]:
+        """Each job's open executions (id and state), as ``open_counts_of`` counts them."""
+        found: dict[UUID, list[tuple[UUID, QueueState]]] = {}
         if not job_ids:
             return found
         with self._database.transaction(snapshot=True) as cursor:
             for chunk in chunked([str(job_id) for job_id in job_ids], _ID_CHUNK):
-                cursor.execute_in(f"SELECT job_id, state FROM {_TABLE} WHERE job_id IN", chunk)  # noqa: S608 (a constant name)
-                for job_id, state in cursor.fetchmany(_OPEN_ROWS):
-                    counts = found.setdefault(UUID(job_id), {})
-                    counts[QueueState(state)] = counts.get(QueueState(state), 0) + 1
+                cursor.execute_in(
+                    f"SELECT job_id, execution_id, state FROM {_TABLE} WHERE job_id IN",  # noqa: S608 (a constant name)
+                    chunk,
+                )
+                for job_id, execution_id, state in cursor.fetchmany(_OPEN_ROWS):
+                    runs = found.setdefault(UUID(job_id), [])
+                    runs.append((UUID(str(execution_id)), QueueState(state)))
         return found
 
 

@@ -17,9 +17,17 @@ from uuid import UUID
 import structlog
 
 from jobledger.domain.clock import Clock, utc_now
-from jobledger.domain.errors import ConflictError
+from jobledger.domain.errors import ConflictError, DomainError
 from jobledger.domain.execution import Execution, ExecutionStatus
-from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, plan_due
+from jobledger.domain.firing import (
+    Fire,
+    Miss,
+    OpenRuns,
+    carry_out,
+    plan_due,
+    superseded,
+    superseded_reason,
+)
 from jobledger.domain.job import Job
 from jobledger.domain.policies import OverlapPolicy
 from jobledger.persistence.ledger import Ledger
@@ -28,6 +36,7 @@ from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.job_index import JobIndex
 from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
 from jobledger.projections.queue_projection import previous_item
+from jobledger.projections.streams import load_many
 from jobledger.runtime.job_cache import JobCache
 from jobledger.runtime.leader import Leadership
 from jobledger.runtime.metrics import Metrics
@@ -71,6 +80,24 @@ class SchedulerConfig:
     # A tick with nothing due loads the jobs due this far ahead that memory lacks, at
     # most every half of it, so that the tick that fires them finds them held.
     preload: timedelta = timedelta(seconds=60)
+
+
+# The overlap policies that look at a job's open runs before it fires.
+_COUNTED = frozenset(
+    {OverlapPolicy.SKIP_IF_RUNNING, OverlapPolicy.QUEUE_ONE, OverlapPolicy.CANCEL_OTHER}
+)
+# Who cancels the runs a cancel_other fire replaces.
+SCHEDULER_ACTOR = "scheduler"
+
+
+def _open_runs(runs: list[tuple[UUID, QueueState]]) -> OpenRuns:
+    open_ids = tuple(run for run, state in runs if state is not QueueState.DEAD)
+    states = [state for _run, state in runs]
+    return OpenRuns(
+        pending=states.count(QueueState.PENDING),
+        running=states.count(QueueState.LEASED),
+        ids=open_ids,
+    )
 
 
 @dataclass(frozen=True)
@@ -181,7 +208,33 @@ class Scheduler:
         if not steps:
             return None
         executions = carry_out(job, steps, leader_epoch=self.leadership.epoch, at=now)
-        return _Submitted(self.writer.submit(job, *executions), job, steps)
+        cancelled = self._cancel_superseded(superseded(job, steps, open_runs), steps)
+        return _Submitted(self.writer.submit(job, *executions, *cancelled), job, steps)
+
+    def _cancel_superseded(
+        self, run_ids: tuple[UUID, ...], steps: list[Fire | Miss]
+    ) -> list[Execution]:
+        """Cancel the open runs a ``cancel_other`` fire replaces, in the fire's save: a
+        run that ended meanwhile is left as it is (a conflict, if it ends while the save
+        is made, and the next tick plans again)."""
+        if not run_ids:
+            return []
+        fire = next(step for step in steps if isinstance(step, Fire))
+        reason = superseded_reason(fire.scheduled_for)
+        cancelled: list[Execution] = []
+        for run in load_many(self.ledger, Execution, list(run_ids)).values():
+            try:
+                run.cancel(by=SCHEDULER_ACTOR, reason=reason)
+            except DomainError:
+                continue
+            cancelled.append(run)
+            log.info(
+                "scheduler.run_superseded",
+                execution_id=str(run.id),
+                job_id=str(run.job_id),
+                leader_epoch=self.leadership.epoch,
+            )
+        return cancelled
 
     def _settle(self, submitted: "_Submitted", report: TickReport) -> None:
         job_id = submitted.job.id
@@ -228,14 +281,12 @@ class Scheduler:
 
     def _open_runs(self, jobs: Iterable[Job]) -> dict[UUID, OpenRuns]:
         """The open runs of each job whose overlap policy counts them, in one query."""
-        counted = [job.id for job in jobs if job.definition.overlap is not OverlapPolicy.ALLOW]
+        counted = [job.id for job in jobs if job.definition.overlap in _COUNTED]
         if self.checkpoint is None or not counted:
             return {}
         return {
-            job_id: OpenRuns(
-                pending=counts.get(QueueState.PENDING, 0), running=counts.get(QueueState.LEASED, 0)
-            )
-            for job_id, counts in self.checkpoint.open_counts_of(counted).items()
+            job_id: _open_runs(runs)
+            for job_id, runs in self.checkpoint.open_runs_of(counted).items()
         }
 
     def observe(self, now: datetime) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 from uuid import UUID
 
 from tests.chaos.folds import (
+    COMPLETED,
     DEAD_LETTERED,
     DLQ,
     DOUBLE_FIRE,
@@ -50,6 +51,7 @@ from tests.chaos.folds import (
     QUEUE,
     READ_MODELS,
     ROLE_EXIT,
+    RUNNING,
     Job,
     Lease,
     Run,
@@ -60,12 +62,15 @@ from tests.chaos.folds import (
 from tests.chaos.history import Effect, Event, Fault, History
 
 from jobledger.domain.definitions import JobDefinition
-from jobledger.domain.execution import TERMINAL
+from jobledger.domain.execution import TERMINAL, ExecutionStatus
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 
 # Handlers that write the effects ledger: their completions must show a side effect.
 LEDGER_HANDLERS = frozenset({"chaos.effect", "chaos.failing"})
 PLAN_SPREAD = timedelta(seconds=1)  # the events of one tick's plan for a job are this close
+# How long a run leased before a cancel_other fire may be unknown to the scheduler's
+# view of open runs (a projection: it lags the log).
+SEEN_AFTER = timedelta(seconds=5)
 SHARED_STORES = frozenset({"redis", "postgresql"})
 FAULT_SLACK = timedelta(seconds=1)  # how long before a lease a fault may still end it
 
@@ -180,6 +185,12 @@ def _check_overlap(
     job: Job, fire: Event, definition: JobDefinition, runs: Sequence[Run], say: Say
 ) -> None:
     policy = definition.overlap
+    if policy is OverlapPolicy.BUFFER_ALL:
+        _check_turns(job, fire, runs, say)
+        return
+    if policy is OverlapPolicy.CANCEL_OTHER:
+        _check_cancelled(job, fire, runs, say)
+        return
     if policy is OverlapPolicy.ALLOW:
         return
     fired = fire.data["execution_id"]
@@ -192,6 +203,51 @@ def _check_overlap(
             f"{occurrence} fired at {fire.position} under {policy} while {', '.join(open_runs)}"
         )
         say(Violation(OVERLAP, f"job {job.id}", detail))
+
+
+def _check_turns(job: Job, fire: Event, runs: Sequence[Run], say: Say) -> None:
+    """buffer_all: every fire runs, but never while another run of the job is running
+    (the runs take turns: the log shows each lease after the run before it settled)."""
+    fired = fire.data["execution_id"]
+    run = next((run for run in runs if run.id == fired), None)
+    if run is None:
+        return
+    for position in _lease_positions(run):
+        others = [o.id for o in runs if o.id != fired and o.status_at(position) == RUNNING]
+        if others:
+            detail = (
+                f"{run.id} leased at {position} under buffer_all while"
+                f" {', '.join(map(str, others))} (running)"
+            )
+            say(Violation(OVERLAP, f"job {job.id}", detail))
+
+
+def _lease_positions(run: Run) -> Iterator[int]:
+    """Where ``run`` started running (each lease, after a state that was not running)."""
+    before: ExecutionStatus | None = None
+    for position, status in run.changes:
+        if status == RUNNING and before != RUNNING:
+            yield position
+        before = status
+
+
+def _check_cancelled(job: Job, fire: Event, runs: Sequence[Run], say: Say) -> None:
+    """cancel_other: a fire cancels, in its own save, the runs it finds running, so none
+    of them completes after it. A run leased within ``SEEN_AFTER`` of the fire may not
+    have reached the scheduler's view of open runs yet, and is not named."""
+    fired = fire.data["execution_id"]
+    for run in runs:
+        if run.id == fired or run.status_at(fire.position) != RUNNING:
+            continue
+        leased = [lease.at for lease in run.leases if lease.at <= fire.at]
+        seen = bool(leased) and leased[-1] <= fire.at - SEEN_AFTER
+        completed = [p for p, status in run.changes if status == COMPLETED and p > fire.position]
+        if seen and completed:
+            detail = (
+                f"{run.id} (running) completed at {completed[0]}, after the cancel_other"
+                f" fire at {fire.position}"
+            )
+            say(Violation(OVERLAP, f"job {job.id}", detail))
 
 
 def _plans(

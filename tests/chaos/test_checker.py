@@ -330,16 +330,73 @@ def test_an_attempt_over_budget_is_named() -> None:
 def test_an_overlap_breach_is_named() -> None:
     """If a skip_if_running job fires while its previous run is still running, then the
     checker names an overlap breach naming the open run."""
+    job_id, first, overlap = _overlapping(OverlapPolicy.SKIP_IF_RUNNING)
+    assert [v.subject for v in overlap] == [f"job {job_id}"]
+    assert f"{first} (running)" in overlap[0].detail
+
+
+def _overlapping(policy: OverlapPolicy) -> tuple[uuid.UUID, uuid.UUID, list[Any]]:
+    """A job of ``policy`` whose second fire runs and completes while its first run is
+    still running: the job, the first run, and the overlap violations named."""
     story = Story()
-    job_id = story.job(T0, overlap=OverlapPolicy.SKIP_IF_RUNNING)
+    job_id = story.job(T0, overlap=policy)
     first = story.fire(job_id, T0 + MINUTE)
     lease_id = story.lease(first, T0 + MINUTE + seconds(1))
     story.finish(story.fire(job_id, T0 + 2 * MINUTE), T0 + 2 * MINUTE + seconds(1))
     story.run_handler(first, T0 + MINUTE + seconds(1))
     story.complete(first, lease_id, T0 + 2 * MINUTE + seconds(30))
-    overlap = check(story.history(settled_at=None)).named(folds.OVERLAP)
+    return job_id, first, check(story.history(settled_at=None)).named(folds.OVERLAP)
+
+
+def test_buffer_all_runs_that_take_turns_pass_and_overlapping_ones_are_named() -> None:
+    """If a buffer_all job's fires all run, each after the one before completed, then
+    the checker accepts it; if a later run is leased while an earlier one still runs,
+    then it names an overlap breach naming the running run."""
+    story = Story()
+    job_id = story.job(T0, overlap=OverlapPolicy.BUFFER_ALL)
+    first = story.fire(job_id, T0 + MINUTE)
+    second = story.fire(job_id, T0 + 2 * MINUTE)
+    story.finish(first, T0 + 2 * MINUTE + seconds(1))
+    story.finish(second, T0 + 2 * MINUTE + seconds(2))
+    assert check(story.history(settled_at=None)).named(folds.OVERLAP) == []
+    job_id, first, overlap = _overlapping(OverlapPolicy.BUFFER_ALL)
     assert [v.subject for v in overlap] == [f"job {job_id}"]
     assert f"{first} (running)" in overlap[0].detail
+
+
+def test_cancel_other_fires_that_cancel_pass_and_a_survivor_is_named() -> None:
+    """If a cancel_other job's fire cancels the run still running (by the scheduler, in
+    its save), then the checker accepts the history, a handler's discard, a snooze
+    and an expiry included; if the running run completes after the fire instead, then
+    it names an overlap breach."""
+    story = Story()
+    job_id = story.job(T0, overlap=OverlapPolicy.CANCEL_OTHER)
+    first = story.fire(job_id, T0 + MINUTE)
+    story.lease(first, T0 + MINUTE + seconds(1))
+    story.run_handler(first, T0 + MINUTE + seconds(1))
+    second = story.fire(job_id, T0 + 2 * MINUTE)
+    reason = "overlap cancel_other"
+    story.add(first, "ExecutionCancelled", T0 + 2 * MINUTE, by="scheduler", reason=reason)
+    snoozed = story.lease(second, T0 + 2 * MINUTE + seconds(1))
+    ready = T0 + 2 * MINUTE + seconds(5)
+    story.add(second, "ExecutionSnoozed", ready, lease_id=snoozed, reason="x", ready_at=ready)
+    dropped = story.lease(second, T0 + 2 * MINUTE + seconds(6))
+    story.run_handler(second, T0 + 2 * MINUTE + seconds(6))
+    story.add(
+        second,
+        "ExecutionDiscarded",
+        T0 + 2 * MINUTE + seconds(7),
+        by="handler",
+        reason="moot",
+        lease_id=dropped,
+    )
+    unrun = story.enqueue(T0 + seconds(1))
+    story.accepted.append(Accepted("adhoc", T0 + seconds(1), execution_id=unrun))
+    story.add(unrun, "ExecutionExpired", T0 + seconds(9), expires_at=T0 + seconds(8))
+    verdict = check(story.history(settled_at=None))
+    assert verdict.violations == [], verdict.violations
+    job_id, _first, overlap = _overlapping(OverlapPolicy.CANCEL_OTHER)
+    assert [v.subject for v in overlap] == [f"job {job_id}"]
 
 
 def test_a_misfire_against_the_policy_is_named() -> None:

@@ -15,7 +15,7 @@ import redis
 from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.execution import Execution
+from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
 from jobledger.domain.job import Job, MissReason
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
@@ -23,7 +23,7 @@ from jobledger.projections.queue import QueueState
 from jobledger.projections.redis_keys import Keys
 from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.leader import LeaderTiming, RedisLeadership, StoredEpochs
-from jobledger.runtime.scheduler import Scheduler, SchedulerConfig
+from jobledger.runtime.scheduler import SCHEDULER_ACTOR, Scheduler, SchedulerConfig
 from jobledger.runtime.settings import load_settings
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
@@ -311,6 +311,16 @@ def project(container: Container) -> None:
         pass
 
 
+def lease_one(container: Container, ttl: timedelta) -> None:
+    """Lease the queue's one ready run at T0 as a worker would (the queue, then the log)."""
+    project(container)
+    [lease] = container.queue.lease("default", lease_ids=[uuid.uuid4()], ttl=ttl, now=T0)
+    leased = container.ledger.get_execution(lease.execution_id)
+    leased.lease(worker_id="gone", lease_id=lease.lease_id, lease_expires_at=lease.deadline)
+    container.ledger.save_all(leased)
+    project(container)
+
+
 @pytest.mark.parametrize(("max_retries", "ends"), [(1, "Retried"), (0, "DeadLettered")])
 def test_recovery_turns_an_expired_lease_into_a_retry_or_a_dead_letter(
     containers: list[Container], max_retries: int, ends: str
@@ -319,14 +329,7 @@ def test_recovery_turns_an_expired_lease_into_a_retry_or_a_dead_letter(
     records the expiry as a failed attempt: a retry, or a dead letter when spent."""
     container = containers[0]
     execution = adhoc(container, max_retries)
-    project(container)
-    [lease] = container.queue.lease(
-        "default", lease_ids=[uuid.uuid4()], ttl=timedelta(seconds=30), now=T0
-    )
-    leased = container.ledger.get_execution(execution.id)
-    leased.lease(worker_id="gone", lease_id=lease.lease_id, lease_expires_at=lease.deadline)
-    container.ledger.save_all(leased)
-    project(container)
+    lease_one(container, timedelta(seconds=30))
     scheduler = container.scheduler(ForcedLeadership(epoch=1))
     assert scheduler.recover(T0 + timedelta(seconds=10)) == 0  # not yet expired
     assert scheduler.recover(T0 + timedelta(seconds=31)) == 1
@@ -477,3 +480,64 @@ def test_a_tick_with_nothing_due_loads_the_jobs_due_soon(containers: list[Contai
     assert scheduler.jobs.loaded == loaded
     assert [job_id for job_id, _ in fired(container)] == [soon.id, steady.id]
     assert later.id not in {job_id for job_id, _ in fired(container)}
+
+
+def test_a_cancel_other_fire_cancels_the_running_run_and_runs(
+    containers: list[Container],
+) -> None:
+    """If a cancel_other job is due while a run of it is running, then the tick fires
+    the occurrence and, in the same save, cancels the running run by the scheduler with
+    a reason naming the fire; the queue then holds the new run only."""
+    container = containers[0]
+    job = cron_job(container, "* * * * *", overlap=OverlapPolicy.CANCEL_OTHER)
+    running = Jobs(container.ledger).trigger(job.id, key="long", by=actor("test"), at=T0)
+    lease_one(container, timedelta(minutes=5))
+    catch_up_checkpoint(container)
+    report = container.scheduler(ForcedLeadership(epoch=1)).tick(T0 + timedelta(seconds=1))
+    assert report.fired == 1
+    cancelled = container.ledger.get_execution(running.id)
+    assert cancelled.status is ExecutionStatus.CANCELLED
+    [event] = [
+        e for e in container.ledger.history(running.id) if isinstance(e, Execution.Cancelled)
+    ]
+    assert event.by == SCHEDULER_ACTOR
+    assert T0.isoformat() in event.reason
+    fresh = occurrence_execution_id(job.id, T0)
+    assert container.ledger.get_execution(fresh).status is ExecutionStatus.PENDING
+    project(container)
+    assert [item.execution_id for item in container.queue.items("default")] == [fresh]
+
+
+def test_buffer_all_runs_take_turns_in_firing_order(containers: list[Container]) -> None:
+    """If a buffer_all job fires twice while neither run has started, then a lease
+    round takes the first occurrence's run only, and the second's once the first has
+    completed: every fire runs, one at a time, in order."""
+    container = containers[0]
+    project(container)  # the queue's first load, before any limit (a rebuild closes them)
+    job = cron_job(container, "* * * * *", overlap=OverlapPolicy.BUFFER_ALL)
+    scheduler = container.scheduler(ForcedLeadership(epoch=1))
+    assert scheduler.tick(T0 + timedelta(seconds=1)).fired == 1
+    assert scheduler.tick(T0 + timedelta(seconds=61)).fired == 1
+    first, second = (occurrence_execution_id(job.id, T0 + timedelta(minutes=m)) for m in (0, 1))
+    project(container)
+    now = T0 + timedelta(seconds=62)
+
+    def lease_round() -> list[uuid.UUID]:
+        taken = container.queue.lease_round(
+            "default", lease_ids=[uuid.uuid4(), uuid.uuid4()], ttl=timedelta(minutes=5), now=now
+        )
+        for lease in taken.leases:
+            run = container.ledger.get_execution(lease.execution_id)
+            run.lease(worker_id="w", lease_id=lease.lease_id, lease_expires_at=lease.deadline)
+            container.ledger.save_all(run)
+        project(container)
+        return [lease.execution_id for lease in taken.leases]
+
+    assert lease_round() == [first]
+    assert lease_round() == []
+    done = container.ledger.get_execution(first)
+    assert done.lease_id is not None
+    done.complete(lease_id=done.lease_id, duration=timedelta(seconds=1), result={})
+    container.ledger.save_all(done)
+    project(container)
+    assert lease_round() == [second]

@@ -1,5 +1,6 @@
 """Firing a due job: catch-up after downtime and overlap, as pure rules."""
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -8,9 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.firing import Fire, Miss, OpenRuns, carry_out, due_occurrences, plan_due
+from jobledger.domain.definitions import TURN_KEY_PREFIX, ExecutionSpec, JobDefinition
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.domain.firing import (
+    Fire,
+    Miss,
+    OpenRuns,
+    carry_out,
+    due_occurrences,
+    plan_due,
+    superseded,
+)
 from jobledger.domain.job import Job, MissReason
+from jobledger.domain.limits import ConcurrencyLimit, RunLimits
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
 
@@ -98,6 +109,8 @@ def test_nothing_fires_before_its_time() -> None:
         (OverlapPolicy.SKIP_IF_RUNNING, OpenRuns(), True),
         (OverlapPolicy.QUEUE_ONE, OpenRuns(running=1), True),
         (OverlapPolicy.QUEUE_ONE, OpenRuns(pending=1, running=1), False),
+        (OverlapPolicy.BUFFER_ALL, OpenRuns(pending=3, running=1), True),
+        (OverlapPolicy.CANCEL_OTHER, OpenRuns(pending=1, running=1), True),
     ],
 )
 def test_overlap_policy(policy: OverlapPolicy, open_runs: OpenRuns, fires: bool) -> None:
@@ -110,6 +123,49 @@ def test_overlap_policy(policy: OverlapPolicy, open_runs: OpenRuns, fires: bool)
         assert isinstance(miss, Miss)
         assert miss.reason is MissReason.OVERLAP
         assert miss.policy is policy
+
+
+@given(behind=st.integers(0, 8), running=st.integers(0, 3))
+def test_cancel_other_fires_the_last_and_cancels_every_open_run(behind: int, running: int) -> None:
+    """If a cancel_other job is due ``behind`` minutes late with runs open, then only its
+    last due occurrence fires (the others are recorded missed for overlap, as each
+    would cancel the one before at once), and every open run is to be cancelled."""
+    job = every_minute(MisfirePolicy.FIRE_ALL, OverlapPolicy.CANCEL_OTHER, cap=10)
+    ids = tuple(uuid.uuid4() for _ in range(running))
+    open_runs = OpenRuns(running=running, ids=ids)
+    now = T0 + timedelta(minutes=behind, seconds=1)
+    steps = plan_due(job, now, open_runs=open_runs)
+    fires = [step for step in steps if isinstance(step, Fire)]
+    assert fires == [Fire(T0 + timedelta(minutes=behind))]
+    missed = sum(step.missed.count for step in steps if isinstance(step, Miss))
+    assert missed == behind
+    assert all(
+        (step.reason, step.policy) == (MissReason.OVERLAP, OverlapPolicy.CANCEL_OTHER)
+        for step in steps
+        if isinstance(step, Miss)
+    )
+    assert superseded(job, steps, open_runs) == ids
+    assert superseded(every_minute(), plan_due(every_minute(), now), open_runs) == ()
+
+
+def test_buffer_all_runs_take_turns_through_one_limit() -> None:
+    """If a buffer_all job fires twice, then both runs fire and share a concurrency
+    limit of one under the job's own key; a buffer_all job that names a concurrency
+    limit of its own is refused naming it."""
+    job = every_minute(overlap=OverlapPolicy.BUFFER_ALL)
+    steps = plan_due(job, T0 + timedelta(minutes=1, seconds=1), open_runs=OpenRuns(running=1))
+    runs = carry_out(job, steps, leader_epoch=1, at=T0)
+    assert len(runs) == 2
+    for run in runs:
+        assert run.spec.limits == RunLimits(
+            concurrency=ConcurrencyLimit(key=f"{TURN_KEY_PREFIX}{job.id}", max=1)
+        )
+    spec = ExecutionSpec(
+        handler="test.echo", limits=RunLimits(concurrency=ConcurrencyLimit(key="k", max=2))
+    )
+    definition = JobDefinition(name="b", spec=spec, overlap=OverlapPolicy.BUFFER_ALL)
+    with pytest.raises(InvalidDefinitionError, match=r"limits\.concurrency"):
+        definition.check()
 
 
 def test_paused_jobs_have_nothing_due() -> None:
