@@ -13,7 +13,13 @@ from eventsourcing.domain import Snapshot as AggregateSnapshot
 from eventsourcing.utils import register_topic
 
 from jobledger.domain.backfill import BackfillPlan
-from jobledger.domain.definitions import DEFAULT_LIMITS, JobDefinition, Limits, turn_limits
+from jobledger.domain.definitions import (
+    DEFAULT_LIMITS,
+    ExecutionSpec,
+    JobDefinition,
+    Limits,
+    turn_limits,
+)
 from jobledger.domain.errors import InvalidTransitionError, JobNotActiveError, ManagedJobError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.json_values import MAX_KEY_CHARS, check_actor, check_reason, check_text
@@ -389,12 +395,9 @@ class Job(Aggregate):
     ) -> Execution:
         """``asked``: who asked for the fire and how they came (a backfill), if anyone."""
         by, via = (None, None) if asked is None else asked
-        spec = self.definition.spec
-        if self.definition.overlap is OverlapPolicy.BUFFER_ALL:
-            spec = turn_limits(spec, self.id)
         execution = Execution.enqueue(
             job_id=self.id,
-            spec=spec,
+            spec=self._run_spec(),
             trigger=Trigger(trigger.value),
             scheduled_for=scheduled_for,
             ready_at=ready_at,
@@ -604,7 +607,7 @@ class Job(Aggregate):
         check_actor(by)
         execution = Execution.enqueue(
             job_id=self.id,
-            spec=self.definition.spec,
+            spec=self._run_spec(),
             trigger=Trigger.MANUAL,
             trigger_key=trigger_key,
             ready_at=at,
@@ -613,6 +616,13 @@ class Job(Aggregate):
         )
         self._triggered(execution_id=execution.id, trigger_key=trigger_key, by=by, via=via)
         return execution
+
+    def _run_spec(self) -> ExecutionSpec:
+        """What a run of the job runs: a buffer_all job's runs take turns (ADR 80)."""
+        spec = self.definition.spec
+        if self.definition.overlap is OverlapPolicy.BUFFER_ALL:
+            return turn_limits(spec, self.id)
+        return spec
 
     # ---- invariants -----------------------------------------------------------------
 

@@ -149,13 +149,14 @@ def test_cancel_other_fires_the_last_and_cancels_every_open_run(behind: int, run
 
 
 def test_buffer_all_runs_take_turns_through_one_limit() -> None:
-    """If a buffer_all job fires twice, then both runs fire and share a concurrency
-    limit of one under the job's own key; a buffer_all job that names a concurrency
+    """If a buffer_all job fires twice and is triggered, then all three runs share a
+    concurrency limit of one under the job's own key; a buffer_all job that names a concurrency
     limit of its own is refused naming it."""
     job = every_minute(overlap=OverlapPolicy.BUFFER_ALL)
     steps = plan_due(job, T0 + timedelta(minutes=1, seconds=1), open_runs=OpenRuns(running=1))
     runs = carry_out(job, steps, leader_epoch=1, at=T0)
     assert len(runs) == 2
+    runs.append(job.trigger(trigger_key="by-hand", at=T0, by="t"))
     for run in runs:
         assert run.spec.limits == RunLimits(
             concurrency=ConcurrencyLimit(key=f"{TURN_KEY_PREFIX}{job.id}", max=1)
