@@ -10,8 +10,15 @@ from tests.conftest import actor
 
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import NotFoundError
-from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
+from jobledger.domain.execution import (
+    BY_HANDLER,
+    PERMANENT_FAILURE,
+    Execution,
+    ExecutionStatus,
+    occurrence_execution_id,
+)
 from jobledger.domain.schedules import OneShotSchedule
+from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
@@ -245,3 +252,41 @@ def test_a_run_of_a_disabled_test_handler_names_the_setting(harness: "Harness") 
     error = harness.events(execution.id)[-1].error
     assert error.startswith("no handler named 'test.echo': the test handlers are off")
     assert "JOBLEDGER_TEST_HANDLERS=true" in error
+
+
+def test_a_handlers_decisions_are_recorded_by_a_worker_process(harness: "Harness") -> None:
+    """If a worker process runs a handler that snoozes (for 0.5 s, until 4 s have
+    passed), one that fails permanently with retries left, one that discards its run,
+    and a run whose expires_at passed before any worker started, then the first
+    completes as attempt 1 after Snoozed events, the second is dead-lettered after one
+    attempt, the third is discarded by the handler, and the last is expired unrun."""
+    until = (datetime.now(tz=UTC) + timedelta(seconds=4)).isoformat()
+    snoozing = harness.run(
+        "test.decide", retries=0, decide="snooze", seconds=0.5, until=until, reason="wait"
+    )
+    permanent = harness.run("test.decide", retries=3, decide="fail_permanently", reason="bad")
+    discarding = harness.run("test.decide", retries=3, decide="discard", reason="moot")
+    spec = ExecutionSpec(
+        handler="test.echo", expires_at=datetime.now(tz=UTC) + timedelta(seconds=1)
+    )
+    expiring = Executions(harness.container.ledger).run(
+        spec, key="expiring", at=datetime.now(tz=UTC), by=actor("test")
+    )
+    time.sleep(1.2)  # past the expiring run's deadline before any worker leases it
+    worker = harness.start_worker()
+    harness.wait_for_all([snoozing], ExecutionStatus.COMPLETED, 30)
+    harness.wait_for_all([permanent], ExecutionStatus.DEAD_LETTERED, 30)
+    harness.wait_for_all([discarding, expiring], ExecutionStatus.DISCARDED, 30)
+    text = worker.stop()
+    names = [type(e).__name__ for e in harness.events(snoozing.id)]
+    assert names.count("Snoozed") >= 1
+    assert "Retried" not in names
+    assert {e.attempt for e in harness.events(snoozing.id) if isinstance(e, Execution.Leased)} == {
+        1
+    }
+    dead = harness.execution(permanent.id)
+    assert (dead.attempts_used, dead.last_error) == (1, PERMANENT_FAILURE + "bad")
+    assert harness.events(discarding.id)[-1].by == BY_HANDLER
+    assert [type(e).__name__ for e in harness.events(expiring.id)] == ["Enqueued", "Expired"]
+    assert "worker.execution_expired" in text
+    assert "worker.stale_report" not in text
