@@ -1,5 +1,7 @@
-"""The README's configuration table matches the settings the code reads."""
+"""The docs match the code: the README's configuration table, and doc blocks that run."""
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
@@ -38,3 +40,17 @@ def test_a_range_in_the_configuration_table_is_the_one_declared() -> None:
         for outside in (int(low) - 1, int(high) + 1):
             with pytest.raises(SettingsError, match=f"^{variable}: use {low} to {high}\\b"):
                 load_settings({variable: str(outside)})
+
+
+def test_the_handler_decisions_example_runs_and_prints_what_it_says() -> None:
+    """If the Python block of handlers.md's "What a handler decides" is run as written,
+    then it prints the lines its closing comments show: each decision as the handler
+    raises it."""
+    text = (README.parent / "docs" / "handlers.md").read_text()
+    section = text.split("## What a handler decides", 1)[1]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    expected = [line[2:] for line in block.splitlines() if line.startswith("# ")]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "handlers.md", "exec"), {"__name__": "handlers_md"})  # noqa: S102 (the doc's own block)
+    assert printed.getvalue().splitlines() == expected
