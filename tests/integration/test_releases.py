@@ -258,3 +258,23 @@ def test_a_fifty_step_dag_runs_every_step_once_with_its_upstream_results(harness
         assert result.get("upstream", {}) == expected
     released = [e for e in harness.events(workflow.id) if type(e).__name__ == "StepReleased"]
     assert Counter(e.step for e in released) == Counter(s.name for s in steps)
+
+
+@pytest.mark.timeout(60)
+def test_a_step_its_handler_discards_ends_as_a_failed_step(harness: Harness) -> None:
+    """If a workflow's first step is discarded by its own handler, then that is its
+    run's end: the step counts as failed and the workflow ends without running the step
+    after it, as for a dead letter."""
+    discard = ExecutionSpec(handler="test.decide", payload={"decide": "discard", "reason": "moot"})
+    steps = [
+        StepSpec(name="a", spec=discard),
+        StepSpec(name="b", spec=ExecutionSpec(handler="test.echo"), after=("a",)),
+    ]
+    workflows = Workflows(harness.container.ledger)
+    workflow = workflows.start(name="moot", steps=steps, at=datetime.now(tz=UTC), by=actor())
+    harness.start_worker()
+    harness.wait_for(lambda: workflows.get(workflow.id).status is not WorkflowStatus.RUNNING, 30)
+    done = workflows.get(workflow.id)
+    assert done.states["a"] is StepStatus.FAILED
+    assert done.states["b"] is not StepStatus.COMPLETED
+    assert workflows.runs(done)["a"].status is ExecutionStatus.DISCARDED
