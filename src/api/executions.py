@@ -33,7 +33,6 @@ from jobledger.api.schemas import (
     ReasonIn,
     to_ready_at,
     to_run_spec,
-    to_spec,
     to_unique,
 )
 from jobledger.api.security import OPERATOR, VIEWER
