@@ -951,7 +951,7 @@ def _failed_with_nul(ledger: Ledger) -> uuid.UUID:
     """An execution whose error and discard reason hold NUL characters."""
     execution = _failed("bad\x00byte")
     # The domain refuses such a reason now; events saved before it did are still read.
-    execution._discarded(by="op\x00", reason="why\x00", via=None)
+    execution._discarded(by="op\x00", reason="why\x00", via=None, lease_id=None)
     ledger.save_all(execution)
     return execution.id
 
@@ -1099,7 +1099,7 @@ def test_an_event_after_a_final_status_is_folded_as_the_follower_folds_it(
     for index in range(3):  # later events of other runs, so the late one is far behind
         story.adhoc(f"after-{index}")
     execution = ledger.get_execution(done)
-    execution._discarded(by="repair", reason="after the fact", via=None)
+    execution._discarded(by="repair", reason="after the fact", via=None, lease_id=None)
     ledger.save_all(execution)
     models = ReadModels(ledger, database)
     _drain(models)
