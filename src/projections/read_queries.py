@@ -25,6 +25,7 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.domain.instants import RANGE_TEXT, holds_ms
 from jobledger.projections.database import Cursor, Database, chunked
@@ -44,6 +45,7 @@ from jobledger.projections.read_model_tables import (
     minute_of,
 )
 from jobledger.projections.times import from_ms, to_ms
+from jobledger.schemas.jobs import JobIn
 from jobledger.schemas.rows import (
     AttemptRow,
     ExecutionRow,
@@ -119,6 +121,17 @@ class _Reading:
             self._note(field, f"does not decode ({error})")
             return None
 
+    def definition(self, stored: str | None, present: "Present") -> JobIn | None:
+        """A stored definition in the API's shape; None (and named) for one this release
+        cannot read, so the row still lists with its columns."""
+        if stored is None:
+            return None
+        try:
+            return present(msgspec.json.decode(stored, type=JobDefinition))
+        except (msgspec.DecodeError, ValueError) as error:
+            self._note("definition", f"cannot be read ({error})")
+            return None
+
     def _note(self, field: str, problem: str) -> None:
         self.problems.append(f"{field}: {problem}")
 
@@ -151,28 +164,29 @@ _JOB_SELECT = (
 )
 
 
-def _job(row: Sequence[Any]) -> JobRow:
+# How a list shows a stored definition: in the shape the API takes (the use cases give
+# the mapping; this layer knows only the stored form).
+Present = Callable[[JobDefinition], JobIn]
+
+
+def _job(row: Sequence[Any], present: Present) -> JobRow:
     try:
-        return _job_row(row)
+        return _job_row(row, present)
     except _UNREADABLE_ERRORS as error:
         return _job_placeholder(row, error)
 
 
-def _job_row(row: Sequence[Any]) -> JobRow:
-    (id_, name, handler, queue, priority, kind, cron, timezone, run_at, status) = row[:10]
+def _job_row(row: Sequence[Any], present: Present) -> JobRow:
+    (id_, name, handler, queue, priority, _kind, _cron, _timezone, _run_at, status) = row[:10]
     read = _Reading()
+    definition = read.definition(row[20], present)
     return JobRow(
         id=UUID(id_),
         name=name,
         handler=handler,
         queue=queue,
         priority=int(priority),
-        schedule={
-            "kind": kind,
-            "cron": cron,
-            "timezone": timezone,
-            "run_at": read.time("schedule.run_at", run_at),
-        },
+        schedule=None if definition is None else definition.schedule,
         status=status,
         next_fire_at=read.time("next_fire_at", row[10]),
         last_fired_at=read.time("last_fired_at", row[11]),
@@ -184,7 +198,7 @@ def _job_row(row: Sequence[Any]) -> JobRow:
         updated_at=read.time("updated_at", row[17]),
         updated_by=row[18],
         version=int(row[19]),
-        definition=read.json("definition", row[20], dict[str, Any]) or {},
+        definition=definition,
         source=row[21],
         unreadable=read.unreadable,
     )
@@ -198,7 +212,7 @@ def _job_placeholder(row: Sequence[Any], error: Exception) -> JobRow:
         handler=UNREADABLE,
         queue=UNREADABLE,
         priority=0,
-        schedule={},
+        schedule=None,
         status=UNREADABLE,
         next_fire_at=None,
         last_fired_at=None,
@@ -210,7 +224,7 @@ def _job_placeholder(row: Sequence[Any], error: Exception) -> JobRow:
         updated_at=None,
         updated_by=None,
         version=0,
-        definition={},
+        definition=None,
         unreadable=f"row: {type(error).__name__}: {error}",
     )
 
@@ -472,6 +486,7 @@ _DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms")
 def list_jobs(
     db: Database,
     *,
+    present: Present,
     status: str | None = None,
     handler: str | None = None,
     queue: str | None = None,
@@ -495,7 +510,7 @@ def list_jobs(
         table=JOBS,
         where=where,
         order=_JOB_ORDER,
-        convert=_job,
+        convert=lambda row: _job(row, present),
         limit=limit,
         offset=offset,
         cursor=cursor,
@@ -503,9 +518,9 @@ def list_jobs(
     )
 
 
-def get_job(db: Database, job_id: UUID) -> JobRow | None:
+def get_job(db: Database, job_id: UUID, *, present: Present) -> JobRow | None:
     row = _fetch_one(db, f"{_JOB_SELECT} WHERE id = ?", (str(job_id),))
-    return None if row is None else _job(row)
+    return None if row is None else _job(row, present)
 
 
 # ---- executions -------------------------------------------------------------------

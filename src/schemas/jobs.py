@@ -221,6 +221,9 @@ class PlannedChange(msgspec.Struct, kw_only=True):
     job_id: UUID
     name: str
     changes: list[FieldChange] = msgspec.field(default_factory=list)
+    # The job's definition once applied (a delete: the one it had), in the shape GET
+    # answers; None from a server older than this field.
+    definition: JobIn | None = None
 
 
 class ApplyOut(msgspec.Struct, kw_only=True):

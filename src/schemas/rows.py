@@ -9,6 +9,8 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.schemas.jobs import JobIn, ScheduleIn
+
 
 class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     id: UUID
@@ -16,7 +18,8 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     handler: str
     queue: str
     priority: int
-    schedule: dict[str, Any]  # kind (cron, once, manual), cron, timezone, run_at
+    # The definition's schedule (as ``definition.schedule``), for a list to show.
+    schedule: ScheduleIn | None
     status: str  # active, paused, deleted
     next_fire_at: datetime | None
     last_fired_at: datetime | None
@@ -28,7 +31,9 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     updated_at: datetime | None
     updated_by: str | None
     version: int
-    definition: dict[str, Any]
+    # The shape POST and PATCH take and GET answers; None only for a stored
+    # definition this release cannot read.
+    definition: JobIn | None
     source: str = "api"  # "code": `jobledger apply` manages it
     # The values the read model holds for this row but cannot show (a time outside the
     # supported range, JSON that does not decode), each shown as null; None for a

@@ -200,7 +200,12 @@ def _change(
     key: str, action: Action, job: Job, changes: list[FieldChange] | None = None
 ) -> PlannedChange:
     return PlannedChange(
-        key=key, action=action, job_id=job.id, name=job.definition.name, changes=changes or []
+        key=key,
+        action=action,
+        job_id=job.id,
+        name=job.definition.name,
+        changes=changes or [],
+        definition=from_definition(job.definition),
     )
 
 

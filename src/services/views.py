@@ -22,6 +22,7 @@ from jobledger.projections.read_queries import (
 )
 from jobledger.runtime.presence import Presence
 from jobledger.schemas.executions import ExecutionDetail
+from jobledger.services.bodies import from_definition
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
 from jobledger.services.pages import cursor_checked
 
@@ -93,10 +94,11 @@ class Views:
         self._now = now
 
     def jobs(self, **filters: Unpack[JobFilters]) -> Page:
-        """Jobs by name, ignoring case."""
+        """Jobs by name, ignoring case; each row's definition in the shape the API
+        takes."""
         _check_paging(filters)
         with cursor_checked():
-            return read_queries.list_jobs(self.database, **filters)
+            return read_queries.list_jobs(self.database, present=from_definition, **filters)
 
     def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
         """Executions, the latest enqueued first."""

@@ -54,10 +54,16 @@ from jobledger.projections.read_models import POSITION, ReadModels
 from jobledger.runtime.rebuild_processes import ProcessParts, RunningProcesses
 from jobledger.runtime.settings import Settings, load_settings
 from jobledger.runtime.store import migrate, open_ledger, projection_database
+from jobledger.schemas.jobs import CronIn
+from jobledger.services.bodies import from_definition
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
+# The lists as the use cases read them: each definition in the API's shape.
+list_jobs = functools.partial(rq.list_jobs, present=from_definition)
+get_job = functools.partial(rq.get_job, present=from_definition)
+
 _ORDER = {
     JOBS: "id",
     EXECUTIONS: "id",
@@ -326,7 +332,7 @@ def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
         assert row.last_error == execution.last_error
         assert row.max_attempts == execution.last_attempt
         assert row.attempt <= row.max_attempts
-    for job_row in rq.list_jobs(database, limit=1000).items:
+    for job_row in list_jobs(database, limit=1000).items:
         job = ledger.get_job(job_row.id)
         status = "deleted" if job.deleted else "paused" if job.paused else "active"
         assert (job_row.status, job_row.version) == (status, job.version)
@@ -398,17 +404,14 @@ def test_attempts_and_closing_are_recorded(
         {"ms": 3},
     )
     assert (requeued.lateness_ms, requeued.duration_ms) == (3000.0, 3.0)
-    beta = rq.get_job(database, ids["beta"])
+    beta = get_job(database, ids["beta"])
     assert beta is not None
     assert (beta.name, beta.queue, beta.priority, beta.updated_by) == ("beta v2", "hooks", 8, "bob")
-    assert beta.schedule == {
-        "kind": "cron",
-        "cron": "0 * * * *",
-        "timezone": "Europe/Berlin",
-        "run_at": None,
-    }
+    assert beta.schedule == CronIn(cron="0 * * * *", timezone="Europe/Berlin")
     assert (beta.last_execution_id, beta.last_status) == (ids["beta_manual"], "cancelled")
-    assert beta.definition["spec"]["queue"] == "hooks"
+    assert beta.definition is not None
+    assert beta.definition.queue == "hooks"
+    assert beta.definition.schedule == beta.schedule
 
 
 def test_a_handlers_decisions_and_an_expiry_show_in_the_rows(
@@ -697,23 +700,23 @@ def _names(page: rq.Page) -> list[str]:
 def test_jobs_filter_search_and_page(database: Database, known: dict[str, uuid.UUID]) -> None:
     """If jobs are listed with filters, a search or a page, then they come by name
     (ignoring case), with the total that matched."""
-    everything = rq.list_jobs(database)
+    everything = list_jobs(database)
     assert (_names(everything), everything.total) == (["alpha", "beta", "delta", "Gamma backup"], 4)
-    assert _names(rq.list_jobs(database, status="active")) == ["alpha", "delta"]
-    assert _names(rq.list_jobs(database, handler="http.webhook")) == ["beta"]
-    assert _names(rq.list_jobs(database, queue="hooks")) == ["beta", "Gamma backup"]
-    assert _names(rq.list_jobs(database, search="GAM")) == ["Gamma backup"]
-    assert _names(rq.list_jobs(database, search="a_p")) == []  # _ is no wildcard
-    page = rq.list_jobs(database, limit=2, offset=1)
+    assert _names(list_jobs(database, status="active")) == ["alpha", "delta"]
+    assert _names(list_jobs(database, handler="http.webhook")) == ["beta"]
+    assert _names(list_jobs(database, queue="hooks")) == ["beta", "Gamma backup"]
+    assert _names(list_jobs(database, search="GAM")) == ["Gamma backup"]
+    assert _names(list_jobs(database, search="a_p")) == []  # _ is no wildcard
+    page = list_jobs(database, limit=2, offset=1)
     assert (_names(page), page.total, page.limit, page.offset) == (["beta", "delta"], 4, 2, 1)
-    alpha = rq.get_job(database, known["alpha"])
+    alpha = get_job(database, known["alpha"])
     assert alpha is not None
     assert (alpha.last_execution_id, alpha.last_status) == (known["alpha_run"], "completed")
     assert alpha.last_fired_at == T0
     assert alpha.next_fire_at == T0 + timedelta(minutes=5)
     assert alpha.created_at is not None
     assert alpha.created_at.tzinfo is UTC
-    assert rq.get_job(database, uuid.uuid4()) is None
+    assert get_job(database, uuid.uuid4()) is None
 
 
 def test_executions_newest_first_with_filters(
@@ -799,8 +802,8 @@ def test_cursors_walk_every_list_in_its_order(
     the order of the whole list, filters and all, and the last page has no cursor."""
     del known
     lists: list[tuple[Callable[..., rq.Page], dict[str, Any]]] = [
-        (rq.list_jobs, {}),
-        (rq.list_jobs, {"queue": "hooks"}),
+        (list_jobs, {}),
+        (list_jobs, {"queue": "hooks"}),
         (rq.list_executions, {}),
         (rq.list_executions, {"status": "completed"}),
         (rq.list_dead_letters, {}),
@@ -818,7 +821,7 @@ def test_a_cursor_page_skips_and_repeats_nothing_when_rows_come_and_go(
     """If jobs are created between two pages, then the page after a cursor starts right
     after its last row: no row repeats (as it would with an offset) and none is skipped."""
     del known
-    first = rq.list_jobs(database, limit=2)
+    first = list_jobs(database, limit=2)
     assert _names(first) == ["alpha", "beta"]
     assert first.next_cursor is not None
     jobs = Jobs(ledger)
@@ -828,7 +831,7 @@ def test_a_cursor_page_skips_and_repeats_nothing_when_rows_come_and_go(
     models = ReadModels(ledger, database)
     while models.step():
         pass
-    after = rq.list_jobs(database, limit=10, cursor=first.next_cursor)
+    after = list_jobs(database, limit=10, cursor=first.next_cursor)
     assert _names(after) == ["delta", "Gamma backup"]
     assert after.total == 6
 
@@ -841,11 +844,11 @@ def test_a_cursor_from_elsewhere_is_refused(
     del known
     for garbled in ("not-a-cursor", "e30", "WyJqb2JzIl0"):  # the last: ["jobs"], no key
         with pytest.raises(rq.CursorError):
-            rq.list_jobs(database, cursor=garbled)
+            list_jobs(database, cursor=garbled)
     executions = rq.list_executions(database, limit=1)
     assert executions.next_cursor is not None
     with pytest.raises(rq.CursorError, match="another list"):
-        rq.list_jobs(database, cursor=executions.next_cursor)
+        list_jobs(database, cursor=executions.next_cursor)
     with pytest.raises(rq.CursorError, match="another list"):
         rq.list_dead_letters(database, cursor=executions.next_cursor)
 
@@ -1237,7 +1240,7 @@ def test_a_rebuild_in_two_processes_equals_the_follower(postgres_url: str, clock
         assert not [e for e in logs if e["event"] == "read_models.rebuild_in_place"]
         assert events == head
         assert dump(database) == live
-        spread = rq.list_jobs(database, limit=100).items
+        spread = list_jobs(database, limit=100).items
         assert {job.name: job.last_execution_id for job in spread}["spread"] == runs[-1]
         assert calls[-1] == (head, head)
         assert _positions(database)[POSITION] == head

@@ -308,7 +308,13 @@ def as_json(value: Any) -> str:  # noqa: ANN401 (any JSON value)
     return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
 
 
-def schedule_text(schedule: Mapping[str, Any]) -> Markup:
+def schedule_text(shown: Mapping[str, Any] | msgspec.Struct | None) -> Markup:
+    """A schedule in words: from a definition's ``schedule``, or a job row's."""
+    if shown is None:
+        return escape("unknown")
+    schedule: Mapping[str, Any] = (
+        msgspec.to_builtins(shown) if isinstance(shown, msgspec.Struct) else shown
+    )
     kind = schedule.get("kind")
     if kind == "cron":
         text = Markup("<code>{}</code> in {}").format(

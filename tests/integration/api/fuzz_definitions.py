@@ -190,10 +190,8 @@ class Session:
             kept = None if row is None else row["definition"]
             if kept is None or kept["name"] != definition["name"]:
                 found.append(f"job {job_id}: the read model holds {kept!r}")
-            elif not same(kept["spec"]["payload"], definition["payload"]):
-                found.append(
-                    f"job {job_id}: the read model's payload is {kept['spec']['payload']!r}"
-                )
+            elif not same(kept["payload"], definition["payload"]):
+                found.append(f"job {job_id}: the read model's payload is {kept['payload']!r}")
         return found
 
 
