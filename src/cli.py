@@ -17,7 +17,7 @@ import msgspec
 import redis
 import structlog
 
-from jobledger import apply_cli, token_cli
+from jobledger import apply_cli, job_cli, token_cli
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
 from jobledger.domain.instants import check_instant
@@ -61,19 +61,18 @@ MAX_PREVIEW = 1000
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobledger",
+        # The commands come first in the help; the settings, many, in their own section.
+        usage="jobledger [--SETTING VALUE ...] COMMAND [ARGS]",
         # Every setting is a flag (--archive-dir, ...): a prefix of one must not stand
         # for it, or a command's own flag that is a prefix (audit --archive) is ambiguous.
         allow_abbrev=False,
         description="A cron-capable job scheduler whose source of truth is an event log.",
+        epilog="`jobledger COMMAND --help` shows a command's own flags; "
+        "`jobledger help settings` lists only the settings.",
     )
-    for name in Settings.__struct_fields__:
-        parser.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=name,
-            default=None,
-            help=f"overrides {PREFIX}{name.upper()}",
-        )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(
+        title="commands", dest="command", required=True, metavar="COMMAND"
+    )
     commands.add_parser("migrate", help="create the event tables and apply migrations")
     commands.add_parser("status", help="show the event store and its position")
     commands.add_parser("config", help="print the effective settings, secrets masked")
@@ -115,7 +114,38 @@ def build_parser() -> argparse.ArgumentParser:
     _add_archive_commands(commands)
     apply_cli.add_parser(commands)
     token_cli.add_parser(commands)
+    helping = commands.add_parser("help", help="this help, or `help settings`: the settings")
+    helping.add_argument("topic", nargs="?", choices=("settings",), help="settings")
+    _add_setting_flags(parser)  # after the commands, in the help too
     return parser
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per setting, in a section of its own after the commands."""
+    settings = parser.add_argument_group(
+        "settings",
+        f"Each flag overrides its {PREFIX}* environment variable, for any command.",
+    )
+    for name in Settings.__struct_fields__:
+        settings.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            metavar="VALUE",
+            help=f"overrides {PREFIX}{name.upper()}",
+        )
+
+
+def _print_help(topic: str | None) -> int:
+    if topic is None:
+        build_parser().print_help()
+        return 0
+    only = argparse.ArgumentParser(
+        prog="jobledger", usage="jobledger [--SETTING VALUE ...] COMMAND [ARGS]", add_help=False
+    )
+    _add_setting_flags(only)
+    only.print_help()
+    return 0
 
 
 # The queue commands that work on this process's own copy of the queue.
@@ -243,17 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     command: str = args.command
+    storeless = _without_store(args)
+    if storeless is not None:
+        return storeless()
     if command == "migrate":
         migrate(settings)
         return 0
     if command == "config":
         return _print_json(settings.masked())
-    if command == "schedule":
-        return _preview(args)
     if command == "dev":
         return _run_dev(args, settings)
-    if command == "apply":  # a client of a running API: no store of its own
-        return apply_cli.run(args)
     # Pause, resume and drain are events: the running process's queue follows them.
     if command == "queue" and not settings.redis_url and args.queue_command in _QUEUE_COPIES:
         _refuse_embedded_queue(args.queue_command)
@@ -261,6 +290,22 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         if command in _ROLES:
             _preflight(container)
         return _run_with(args, container)
+
+
+def _without_store(args: argparse.Namespace) -> Callable[[], int] | None:
+    """The commands that open no store: help, a schedule's preview, and the clients of
+    a running API (apply, run, and the job actions but backfill), whose writes the API
+    records with the token's user."""
+    command: str = args.command
+    if command == "help":
+        return lambda: _print_help(args.topic)
+    if command == "schedule":
+        return lambda: _preview(args)
+    if command == "apply":
+        return lambda: apply_cli.run(args)
+    if command == "run" or (command == "job" and args.job_command in job_cli.CLIENT_ACTIONS):
+        return lambda: job_cli.run(args)
+    return None
 
 
 def _refuse_embedded_queue(action: str) -> None:
@@ -659,8 +704,9 @@ def _parse_start(text: str | None) -> datetime:
 
 
 def _add_job_commands(commands: "argparse._SubParsersAction[Any]") -> None:
-    job = commands.add_parser("job", help="act on one job")
+    job = commands.add_parser("job", help="list, show, create, change and run jobs")
     job_commands = job.add_subparsers(dest="job_command", required=True, metavar="ACTION")
+    job_cli.add_parsers(commands, job_commands)
     backfill = job_commands.add_parser(
         "backfill", help="fire the occurrences of a past window that never fired"
     )
