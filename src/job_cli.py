@@ -20,6 +20,7 @@ import msgspec
 
 from jobledger.client import (
     Client,
+    ConnectionFailedError,
     ExecutionCancelledError,
     ExecutionFailedError,
     JobledgerError,
@@ -160,6 +161,8 @@ def run(args: argparse.Namespace, say: Say = print) -> int:
     except (ExecutionFailedError, ExecutionCancelledError, WaitTimedOutError) as error:
         print(f"jobledger {name}: {error}", file=sys.stderr)
         return EXIT_RUN_FAILED
+    except ConnectionFailedError as error:  # the client's message names the URL and the fix
+        print(f"jobledger {name}: cannot reach the API: {error}", file=sys.stderr)
     except JobledgerError as error:
         flag = _FLAGS.get(error.field or "", error.field)
         where = f" ({flag})" if flag else ""

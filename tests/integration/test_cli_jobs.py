@@ -5,6 +5,7 @@ and refusals that write nothing."""
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import uuid
@@ -208,6 +209,23 @@ def test_bad_input_is_one_line_naming_the_flag_and_writes_nothing(cli: Cli) -> N
         *base, "--payload", '{"big": 1208925819614629174706176}'
     )
     assert cli.rows(name) == []
+
+
+def test_an_api_that_does_not_answer_is_one_line_saying_where(
+    jobledger_cli: "JobledgerCli",
+) -> None:
+    """If no API answers at the URL, then the command exits 2 with one line naming the
+    URL and how to start or name an API, without a traceback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        unused_port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{unused_port}"
+    done = jobledger_cli.run("job", "list", env={"JOBLEDGER_URL": url})
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert "cannot reach the API" in line
+    assert str(unused_port) in line
 
 
 def test_help_lists_the_commands_before_the_settings(jobledger_cli: "JobledgerCli") -> None:
