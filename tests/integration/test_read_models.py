@@ -719,6 +719,24 @@ def test_jobs_filter_search_and_page(database: Database, known: dict[str, uuid.U
     assert get_job(database, uuid.uuid4()) is None
 
 
+def test_a_definition_the_list_cannot_read_leaves_the_others_shown(
+    database: Database, known: dict[str, uuid.UUID]
+) -> None:
+    """If one job's stored definition cannot be read (a kind of schedule this release
+    does not know), then the list still answers every job: that one without its
+    definition and schedule, the others in the shape the API takes."""
+    with database.transaction() as cursor:
+        cursor.execute(
+            f"UPDATE {JOBS} SET definition = ? WHERE id = ?",  # noqa: S608 (a constant name)
+            ('{"name": "alpha", "schedule": {"type": "lunar"}}', str(known["alpha"])),
+        )
+    rows = {row.name: row for row in list_jobs(database).items}
+    assert (rows["alpha"].definition, rows["alpha"].schedule) == (None, None)
+    beta = rows["beta"].definition
+    assert beta is not None
+    assert (beta.name, beta.schedule) == ("beta", rows["beta"].schedule)
+
+
 def test_executions_newest_first_with_filters(
     database: Database, known: dict[str, uuid.UUID]
 ) -> None:
