@@ -28,7 +28,7 @@ from jobledger.client import (
 )
 from jobledger.domain.job import job_reference
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
-from jobledger.schemas.jobs import JobIn, JobOut, JobPatch, ScheduleIn
+from jobledger.schemas.jobs import JobIn, JobOut, JobPatch, RetryIn, ScheduleIn
 from jobledger.schemas.rows import JobRow
 
 EXIT_REFUSED = 2
@@ -191,7 +191,11 @@ def _job_action(args: argparse.Namespace, client: Client, say: Say) -> int:
         return 0
     doers: dict[str, Callable[[], JobOut]] = {
         "show": lambda: client.get_job(job_id),
-        "update": lambda: client.update_job(job_id, _patch(args), override=args.override),
+        "update": lambda: client.update_job(
+            job_id,
+            _patch(args, lambda: client.get_job(job_id).definition.retry),
+            override=args.override,
+        ),
         "pause": lambda: client.pause_job(job_id, reason=args.reason),
         "resume": lambda: client.resume_job(job_id),
         "delete": lambda: client.delete_job(job_id, override=args.override),
@@ -226,7 +230,7 @@ def _run_handler(args: argparse.Namespace, client: Client, say: Say) -> int:
 
 def _creation(args: argparse.Namespace) -> JobIn:
     fields = _file(args.file) if args.file is not None else {}
-    fields |= _flag_fields(args)  # a schedule flag replaces the file's whole schedule
+    fields = _merged(fields, _flag_fields(args), fields.get("retry"))
     for field in ("name", "handler"):
         if field not in fields:
             raise InputError(
@@ -235,12 +239,25 @@ def _creation(args: argparse.Namespace) -> JobIn:
     return _converted(fields, JobIn, args.file)
 
 
-def _patch(args: argparse.Namespace) -> JobPatch:
+def _patch(args: argparse.Namespace, retry: Callable[[], RetryIn]) -> JobPatch:
+    """The fields to change; ``retry``: the job's retry policy now, which a PATCH's
+    ``retry`` replaces whole, so --max-retries alone keeps its back-off."""
     fields = _file(args.file) if args.file is not None else {}
-    fields |= _flag_fields(args)
+    if args.max_retries is not None and "retry" not in fields:
+        fields["retry"] = msgspec.to_builtins(retry())
+    fields = _merged(fields, _flag_fields(args), fields.get("retry"))
     if not fields:
         raise InputError("nothing to change; give a flag such as --cron or --payload, or --file")
     return _converted(fields, JobPatch, args.file)
+
+
+def _merged(fields: dict[str, Any], flags: dict[str, Any], retry: object) -> dict[str, Any]:
+    """The flags over the file's fields: a schedule flag replaces the whole schedule,
+    --max-retries only the count of the file's (or the job's) retry policy."""
+    merged = fields | flags
+    if "retry" in flags and isinstance(retry, dict):
+        merged["retry"] = retry | flags["retry"]
+    return merged
 
 
 def _flag_fields(args: argparse.Namespace) -> dict[str, Any]:

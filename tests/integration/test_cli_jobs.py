@@ -174,6 +174,20 @@ def test_update_trigger_pause_resume_delete(cli: Cli) -> None:
     assert "status:    deleted" in cli.ok("job", "show", job_id)
 
 
+def test_max_retries_keeps_the_rest_of_the_retry_policy(cli: Cli, tmp_path: Path) -> None:
+    """If --max-retries comes beside a file's retry policy, or alone in an update, then
+    only the count changes: the back-off stays as the file or the job had it."""
+    path = tmp_path / "job.json"
+    retry = {"max_retries": 1, "initial_backoff_seconds": 5.0, "max_backoff_seconds": 60.0}
+    body = {"name": _name("retrying"), "handler": "test.echo", "retry": retry}
+    path.write_text(json.dumps(body))
+    created = cli.json("job", "create", "--file", str(path), "--max-retries", "2")
+    expected = retry | {"max_retries": 2, "jitter": True}
+    assert created["definition"]["retry"] == expected
+    changed = cli.json("job", "update", created["id"], "--max-retries", "6")
+    assert changed["definition"]["retry"] == expected | {"max_retries": 6}
+
+
 def test_run_waits_for_the_result(cli: Cli) -> None:
     """If a handler is run with --wait, then the command prints the run's result once
     the worker completed it; without --wait it prints the pending run."""
