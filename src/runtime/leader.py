@@ -179,6 +179,9 @@ class RedisLeadership:
         now = self._clock()
         if self._leading and now >= self._deadline:
             self._step_down("deadline passed without a renewal")
+            # The lock may still hold our token (a renewal that hung, then failed): the
+            # next election, ours or another's, must not wait out a lock nobody uses.
+            self._hand_back()
         if self._leading and self._superseded():
             self._step_down("a later epoch was taken by another scheduler")
             self._next_attempt = now  # stand by at once: the lock is free or the other's
@@ -202,12 +205,16 @@ class RedisLeadership:
 
     def release(self) -> None:
         if self._leading:
-            try:
-                self._release(keys=[self._keys.leader], args=[self.token])
-            except redis.RedisError as error:
-                # The lock lapses by its ttl instead.
-                self._health.report(error, self._health.clock())
+            self._hand_back()
             self._step_down("released")
+
+    def _hand_back(self) -> None:
+        """Delete the lock if it still holds our token; if Redis cannot be reached, the
+        lock lapses by its ttl instead."""
+        try:
+            self._release(keys=[self._keys.leader], args=[self.token])
+        except redis.RedisError as error:
+            self._health.report(error, self._health.clock(), loop=_ELECTION)
 
     def _superseded(self) -> bool:
         """Whether a later leader took an epoch: Redis lost our lock and another
@@ -227,6 +234,14 @@ class RedisLeadership:
         epoch = self._take_epoch(seen)
         if epoch is None or not self._announce(epoch):
             self._next_attempt = started + self._timing.poll
+            return
+        if self._clock() >= started + self._timing.renew_every:
+            # A win that took longer than a renewal round (a store that hung and came
+            # back): the deadline, counted from before the calls, may pass before the
+            # first renewal lands, and the leader would be elected and step down at
+            # once. Give the lock back and try again at once, counted from then.
+            self._hand_back()
+            log.info("leader.late_win_returned", scheduler_id=self.token, leader_epoch=epoch)
             return
         self._leading, self._epoch = True, epoch
         self._deadline = started + self._timing.ttl

@@ -122,6 +122,58 @@ def test_a_leader_whose_lock_vanished_yields_to_the_next_at_its_next_tick(
     assert not a.is_leader()
 
 
+class HungOnce:
+    """The store's epochs, whose first hand-out hangs ``seconds`` on a scripted clock."""
+
+    def __init__(self, epochs: StoredEpochs, clock: list[float], seconds: float) -> None:
+        self._epochs = epochs
+        self._clock = clock
+        self._hang = seconds
+
+    def next_epoch(self, above: int = 0) -> int:
+        self._clock[0] += self._hang
+        self._hang = 0.0
+        return self._epochs.next_epoch(above)
+
+    def latest_epoch(self) -> int:
+        return self._epochs.latest_epoch()
+
+
+def test_a_win_that_came_late_is_not_a_leadership_that_ends_at_once(
+    pair: list[Container], redis_client: redis.Redis
+) -> None:
+    """If winning the lock took longer than a renewal round (the store hung for 10 s
+    while the epoch was taken), then the scheduler does not lead on a deadline already
+    past, to step down one tick later and leave its own lock blocking every election
+    for its ttl: it hands the lock back and wins it at its next tick, elected once."""
+    keys = Keys("epochs")
+    timing = LeaderTiming(ttl=3.0, renew_every=1.0, poll=0.5)
+    clock = [0.0]
+    epochs = HungOnce(StoredEpochs(pair[0].database), clock, 10.0)
+    leadership = RedisLeadership(redis_client, keys, epochs, timing=timing, clock=lambda: clock[0])
+    leadership.tick()
+    assert not leadership.is_leader()
+    for _ in range(3):
+        clock[0] += 0.05  # the scheduler's ticks
+        leadership.tick()
+        assert leadership.is_leader()
+    assert leadership.changes == 1  # elected once, never stepped down
+
+
+def test_a_lock_that_holds_our_token_is_ours_at_the_next_try(
+    pair: list[Container], redis_client: redis.Redis
+) -> None:
+    """If the lock holds this scheduler's token while it does not lead (its try timed
+    out on a frozen Redis, which set the lock once it went on), then its next try wins
+    the lock at once instead of waiting out the lock's ttl with no leader."""
+    keys = Keys("epochs")
+    leadership = RedisLeadership(redis_client, keys, StoredEpochs(pair[0].database))
+    redis_client.set(keys.leader, leadership.token, px=3000)
+    leadership.tick()
+    assert leadership.is_leader()
+    assert 2000 < int(redis_client.pttl(keys.leader)) <= 3000
+
+
 def test_an_epoch_counted_in_redis_by_an_older_release_is_passed(
     pair: list[Container], redis_client: redis.Redis
 ) -> None:
