@@ -59,6 +59,15 @@ class PrivateRedis:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its connections and answers nothing until ``thaw``."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()

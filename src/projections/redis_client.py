@@ -10,8 +10,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.connection import PythonRespSerializer
+from redis.retry import Retry
 
 RedisClient = redis.Redis | RedisCluster
 
@@ -34,7 +36,22 @@ def connect(url: str, **options: Any) -> RedisClient:  # noqa: ANN401 (redis-py'
         client = redis.Redis.from_url(url, **options)
         _pack_in_hiredis(client)
         return client
+    # A cluster keeps its own retry policy: it follows a fail-over by trying again.
+    options.pop("retry", None)
     return RedisCluster.from_url(urlunsplit(parts._replace(scheme=scheme)), **options)
+
+
+def bounded(timeout: float) -> dict[str, Any]:
+    """redis-py's options for calls that give up within about ``timeout`` seconds on a
+    server that stopped answering (ADR 79): the connect and every reply wait at most
+    that, and a call is tried again once only after a lost connection (a server that
+    restarted), never after a timeout. redis-py's own default, ten tries each with its
+    full timeout, would keep a frozen server a hang for many times the timeout."""
+    return {
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+    }
 
 
 # What redis-py's encoder does by default, and hiredis does too.

@@ -33,6 +33,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.projections.queue_projection import verify_queue
 from jobledger.projections.read_models import REPLAY_PAGE, ReadModels
 from jobledger.projections.redis_client import RedisClient
+from jobledger.projections.redis_client import bounded as bounded_redis
 from jobledger.projections.redis_client import connect as connect_redis
 from jobledger.projections.redis_keys import Keys
 from jobledger.projections.redis_queue import RedisQueue
@@ -67,9 +68,6 @@ from jobledger.runtime.store import (
 )
 from jobledger.runtime.worker import Worker, WorkerConfig
 from jobledger.runtime.writer import GroupCommitWriter
-
-REDIS_CONNECT_TIMEOUT = 5.0
-REDIS_TIMEOUT = 30.0
 
 
 @dataclass
@@ -403,14 +401,11 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
     )
     client = (
         # Timeouts: a Redis that stops answering without closing the connection (a
-        # network partition) must fail a call, so the loops back off instead of
-        # hanging. No call blocks on the server side, and the largest pipeline of a
-        # rebuild takes far less; options in the URL take precedence.
-        connect_redis(
-            settings.redis_url,
-            socket_connect_timeout=REDIS_CONNECT_TIMEOUT,
-            socket_timeout=REDIS_TIMEOUT,
-        )
+        # partition, a frozen server) must fail a call within a second or two, so the
+        # loops back off and the API answers 503 instead of hanging (ADR 79). No call
+        # blocks on the server side, and each reply of a rebuild's pipeline comes far
+        # sooner; options in the URL take precedence.
+        connect_redis(settings.redis_url, **bounded_redis(settings.redis_timeout_ms / 1000))
         if settings.redis_url
         else None
     )
