@@ -137,6 +137,23 @@ class PrivateCluster:
         # look held to the next start.
         wait_for(lambda: not any(_stat(pid) for pid in doomed), "the killed server is gone")
 
+    def freeze(self) -> list[int]:
+        """SIGSTOP of the server and every process of it (the postmaster first, so that
+        it forks no backend meanwhile): its connections stay open and nothing answers.
+        Returns the processes to give to ``thaw``."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        os.kill(postmaster, signal.SIGSTOP)
+        frozen = [postmaster, *_children(postmaster)]
+        for pid in frozen[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return frozen
+
+    def thaw(self, frozen: list[int]) -> None:
+        for pid in reversed(frozen):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def remove(self) -> None:
         with contextlib.suppress(AssertionError):
             self.stop()

@@ -25,6 +25,8 @@ import msgspec
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from jobledger.projections.pg_wait import bounded_connection, connect_timeout
+
 STREAM_BATCH = 10_000
 
 
@@ -150,16 +152,21 @@ class Database(Protocol):
 
 
 class PostgresDatabase:
-    def __init__(self, conninfo: str, *, max_size: int = 4, wait: float = 3.0) -> None:
+    def __init__(
+        self, conninfo: str, *, max_size: int = 4, wait: float = 3.0, check_after: float = 1.0
+    ) -> None:
         # ``wait``: how long a caller waits for a connection. While the server is down
         # none comes, and a request should hear so in seconds (a 503), not in the
         # pool's default half minute. ``reconnect_timeout``: the pool retries a lost
         # connection with a doubling pause; giving up after a few seconds lets the
         # next caller start afresh, so a server that is back is used within seconds,
-        # not after a pause that grew through the whole outage.
+        # not after a pause that grew through the whole outage. ``check_after``: a call
+        # waiting this long asks whether the server still answers (ADR 79).
         self._conninfo = conninfo
         self._pool = ConnectionPool(
             conninfo,
+            connection_class=bounded_connection(check_after),
+            kwargs={"connect_timeout": connect_timeout(check_after)},
             min_size=1,
             max_size=max_size,
             open=True,

@@ -63,8 +63,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         str, Meta(pattern=r"\A[^{]+\Z", extra={"use": "a short name without braces"})
     ] = "jl"
     database_pool_size: Annotated[int, Meta(ge=1)] = 5
-    # How long one call may wait on Redis before it counts as unreachable: a frozen
-    # server is an outage within a second or two, not a hang.
+    # How long one call may wait on a store before the store counts as unreachable
+    # (ADR 79): a frozen server is an outage within a second or two, not a hang.
+    database_timeout_ms: Annotated[int, Meta(ge=100, le=60_000, extra={"use": "{range} ms"})] = 1000
     redis_timeout_ms: Annotated[int, Meta(ge=100, le=60_000, extra={"use": "{range} ms"})] = 1000
     aggregate_cache_size: Annotated[
         int, Meta(ge=0, extra={"use": "{range} aggregates, 0 for no cache"})

@@ -1,8 +1,8 @@
 """A store that stops answering without closing its connections (SIGSTOP) is an outage,
-found out within seconds, not a hang.
+found out within seconds, not a hang (ADR 79).
 
-The production roles run as processes on a private Redis, which the test freezes for
-a few seconds and lets go on.
+The production roles run as processes on a private Redis or a private PostgreSQL
+cluster, which the test freezes for a few seconds and lets go on.
 """
 
 import contextlib
@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 from tests.integration.test_outages import logged, shared_settings
-from tests.private_stores import PrivateRedis
+from tests.private_stores import PrivateCluster, PrivateRedis
 from tests.roles import Deployment, Role, admin_client, launch, total, wait_for, wait_until_serving
+
+from jobledger.projections.database import PostgresDatabase
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -30,7 +32,8 @@ pytestmark = [
 ]
 
 FROZEN_SECONDS = 6.0
-# A call waits at most 1 s: on a busy machine, give it some room.
+# A call waits at most 1 s, and a PostgreSQL call 1 s more while the server is asked
+# whether it answers at all: on a busy machine, give each some room.
 FOUND_OUT_SECONDS = 3.0
 
 
@@ -158,3 +161,53 @@ def test_a_frozen_redis_is_an_outage_within_seconds_and_one_leader_follows(
         assert stepped_down[0]["reason"] == "deadline passed without a renewal"
     finally:
         server.stop()
+
+
+def test_a_frozen_postgresql_is_an_outage_within_seconds(
+    tmp_path: Path, redis_server: str, jobledger_cli: "JobledgerCli"
+) -> None:
+    """If every process of PostgreSQL stops answering (SIGSTOP) for 6 s, then within 3 s
+    a read of the API answers 503 with Retry-After and the projector logs
+    dependency.down once, and after SIGCONT every role that said so says
+    dependency.up."""
+    cluster = PrivateCluster()
+    try:
+        cluster.create()
+        shared = shared_settings(tmp_path, cluster.url, redis_server)
+        migrated = jobledger_cli.run("migrate", env=jobledger_cli.environment(**shared))
+        assert migrated.returncode == 0, migrated.stderr
+        with (
+            deployed(tmp_path, jobledger_cli, shared) as deployment,
+            admin_client(deployment.api_url) as client,
+        ):
+            assert client.get("/api/v1/jobs").status_code == HTTPStatus.OK
+
+            def freeze() -> Callable[[], None]:
+                frozen = cluster.freeze()
+                return lambda: cluster.thaw(frozen)
+
+            with frozen_for(FROZEN_SECONDS, freeze) as frozen_at:
+                answer = timed_get(client, "/api/v1/jobs")
+                said_within(deployment.roles["projector"], "postgresql", frozen_at)
+            check_unavailable(answer)
+            check_said_once_and_back(deployment, "postgresql", "projector")
+            assert client.get("/api/v1/jobs").status_code == HTTPStatus.OK
+    finally:
+        cluster.remove()
+
+
+def test_a_statement_slower_than_the_bound_goes_on_while_the_server_answers(
+    postgres_url: str,
+) -> None:
+    """If a statement takes five times the bound on a server that answers (a rebuild,
+    an archive, a wait on a lock), then it is not cut off: it completes, on a
+    connection that stays usable."""
+    database = PostgresDatabase(postgres_url, max_size=1, check_after=0.2)
+    try:
+        with database.transaction() as cursor:
+            cursor.execute("SELECT pg_sleep(1.0), 7")
+            assert cursor.fetchone() == ("", 7)
+            cursor.execute("SELECT 8")
+            assert cursor.fetchone() == (8,)
+    finally:
+        database.close()
