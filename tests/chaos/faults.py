@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 from uuid import UUID
 
 import psycopg
@@ -43,7 +44,9 @@ STOP_LEADER = "SIGSTOP leader"
 STOP_WORKER = "SIGSTOP worker"
 FLUSH_REDIS = "redis FLUSHALL"
 KILL_REDIS = "redis kill -9"
+FREEZE_REDIS = "redis SIGSTOP"
 KILL_POSTGRES = "postgres kill -9"
+FREEZE_POSTGRES = "postgres SIGSTOP"
 TERMINATE_BACKENDS = "pg_terminate_backend"
 CLOCK = "worker clock offset"
 POISON = "poison handler"
@@ -52,11 +55,12 @@ POISON_CRASH = "poison crash"  # not planned: a worker a poison job ended
 
 KINDS = (
     KILL_API, KILL_PROJECTOR, KILL_LEADER, KILL_STANDBY, KILL_WORKER, STOP_LEADER,
-    STOP_WORKER, FLUSH_REDIS, KILL_REDIS, KILL_POSTGRES, TERMINATE_BACKENDS, CLOCK,
-    POISON, UNPROJECTABLE,
+    STOP_WORKER, FLUSH_REDIS, KILL_REDIS, FREEZE_REDIS, KILL_POSTGRES, FREEZE_POSTGRES,
+    TERMINATE_BACKENDS, CLOCK, POISON, UNPROJECTABLE,
 )  # fmt: skip
 REDIS, POSTGRESQL = "redis", "postgresql"
 HOLD_TIMEOUT = 30.0  # how long a fault waits for its role or store to be free
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,9 @@ def _planned(rng: random.Random, kind: str, at: float) -> Planned:
         STOP_WORKER: rng.uniform(1.5, 2.5) * LEASE_TTL,
         KILL_REDIS: rng.uniform(1.0, 4.0),
         KILL_POSTGRES: rng.uniform(1.0, 4.0),
+        # A server that hangs without closing its connections, past every ttl.
+        FREEZE_REDIS: rng.uniform(3.0, 8.0),
+        FREEZE_POSTGRES: rng.uniform(3.0, 8.0),
         CLOCK: rng.uniform(8.0, 15.0),
     }
     hold = holds.get(kind, rng.uniform(0.5, 3.0))
@@ -149,7 +156,9 @@ class Injector:
             STOP_WORKER: lambda p: self._stop(self.deployment.slots[p.worker], p),
             FLUSH_REDIS: self._flush_redis,
             KILL_REDIS: self._kill_redis,
+            FREEZE_REDIS: self._freeze_redis,
             KILL_POSTGRES: self._kill_postgres,
+            FREEZE_POSTGRES: self._freeze_postgres,
             TERMINATE_BACKENDS: self._terminate_backends,
             CLOCK: self._offset_clock,
             POISON: self._poison,
@@ -241,6 +250,28 @@ class Injector:
             time.sleep(planned.hold)
             server.start()
             return Fault(planned.kind, REDIS, start, _now())
+
+    def _freeze_redis(self, planned: Planned) -> Fault:
+        """SIGSTOP of the server for the hold: its connections stay open, unanswered."""
+        server = self.deployment.redis
+        return self._frozen(REDIS, planned, server.freeze, lambda _: server.thaw())
+
+    def _freeze_postgres(self, planned: Planned) -> Fault:
+        """SIGSTOP of every process of the cluster for the hold, as ``_freeze_redis``."""
+        cluster = self.deployment.postgres
+        return self._frozen(POSTGRESQL, planned, cluster.freeze, cluster.thaw)
+
+    def _frozen(
+        self, store: str, planned: Planned, freeze: Callable[[], T], thaw: Callable[[T], None]
+    ) -> Fault:
+        with self._stores[store]:
+            start = _now()
+            frozen = freeze()
+            try:
+                time.sleep(planned.hold)
+            finally:
+                thaw(frozen)
+            return Fault(planned.kind, store, start, _now())
 
     def _kill_postgres(self, planned: Planned) -> Fault | None:
         with self._stores[POSTGRESQL]:

@@ -35,10 +35,10 @@ def write_report(result: RunResult) -> Path:
 def test_a_short_fault_run_keeps_every_promise(tmp_path: Path) -> None:
     """If the api, the projector, two schedulers and three workers run a mixed workload
     on a private Redis and PostgreSQL while each kind of fault is injected (kill -9 of
-    each role, SIGSTOP of the leader and of a worker past their ttl, Redis FLUSHALL and
-    kill -9, PostgreSQL kill -9, terminated connections, a worker clock off, a poison
-    run, an unprojectable event), then after quiescence nothing is lost, the checker
-    finds no violation, and no role exited by itself."""
+    each role, SIGSTOP of the leader and of a worker past their ttl, Redis FLUSHALL,
+    kill -9 and SIGSTOP, PostgreSQL kill -9 and SIGSTOP, terminated connections, a
+    worker clock off, a poison run, an unprojectable event), then after quiescence
+    nothing is lost, the checker finds no violation, and no role exited by itself."""
     seed = int(os.environ.get(SEED_VARIABLE) or new_seed())
     replay = f"seed {seed} (replay with {SEED_VARIABLE}={seed})"
     print(f"chaos {replay}")  # noqa: T201 (the seed shows with -rP and -s)
