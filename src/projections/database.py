@@ -25,7 +25,7 @@ import msgspec
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from jobledger.projections.pg_wait import bounded_connection, connect_timeout
+from jobledger.persistence.pg_wait import BoundedPool, bounded_connection, connect_timeout
 
 STREAM_BATCH = 10_000
 
@@ -163,7 +163,7 @@ class PostgresDatabase:
         # not after a pause that grew through the whole outage. ``check_after``: a call
         # waiting this long asks whether the server still answers (ADR 79).
         self._conninfo = conninfo
-        self._pool = ConnectionPool(
+        self._pool = BoundedPool(
             conninfo,
             connection_class=bounded_connection(check_after),
             kwargs={"connect_timeout": connect_timeout(check_after)},

@@ -16,7 +16,6 @@ from psycopg.conninfo import conninfo_to_dict
 from jobledger.domain.definitions import Limits
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database, PostgresDatabase, SqliteDatabase
-from jobledger.projections.pg_wait import bounded_connection, connect_timeout
 from jobledger.runtime.errors import (
     SettingsError,
     StoreNotMigratedError,
@@ -55,7 +54,9 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
     params = libpq_params(settings.database_url)
     return {
         **common,
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        # eventsourcing's, with calls that find a frozen server out (ADR 79).
+        "PERSISTENCE_MODULE": "jobledger.persistence.pg_wait:BoundedPostgresFactory",
+        "POSTGRES_CHECK_AFTER": str(settings.database_timeout_ms / 1000),
         "POSTGRES_DBNAME": params["dbname"],
         "POSTGRES_HOST": params["host"],
         "POSTGRES_PORT": params["port"],
@@ -66,8 +67,9 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         # paths (the writer's, a worker's lease reads, the projector's followers): held,
         # they must never leave the other callers without one, whatever the size.
         "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size + HELD_CONNECTIONS),
-        # Despite its name, how long a call waits for one of the pool's connections.
-        "POSTGRES_CONNECT_TIMEOUT": "5",
+        # Despite its name, how long a call waits for one of the pool's connections:
+        # no longer than a frozen server takes to be found out (ADR 79).
+        "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(2 * settings.database_timeout_ms / 1000))),
         "POSTGRES_LOCK_TIMEOUT": "10",
         # One empty query at checkout: after a server restart every pooled connection
         # is dead, and without it each would fail a call (a save's ten retries can all
@@ -140,25 +142,9 @@ def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Led
     try:
         if not settings.uses_postgres:
             settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        ledger = Ledger(env, limits)
+        return Ledger(env, limits)
     except (OperationalError, OSError, psycopg.OperationalError) as error:
         raise _unavailable(settings, error) from None
-    if settings.uses_postgres:
-        _bound_calls(ledger, settings)
-    return ledger
-
-
-def _bound_calls(ledger: Ledger, settings: Settings) -> None:
-    """The event store's pool makes connections whose calls fail once the server stops
-    answering, and that give up connecting as soon (ADR 79). eventsourcing takes no
-    connection class nor connect timeout of its own; its pool opens on first use, so
-    each of its connections is made this way."""
-    datastore = getattr(ledger.recorder, "datastore", None)
-    if datastore is None:
-        return
-    check_after = settings.database_timeout_ms / 1000
-    datastore.pool.connection_class = bounded_connection(check_after)
-    datastore.pool.kwargs["connect_timeout"] = connect_timeout(check_after)
 
 
 def events_table(settings: Settings) -> str:

@@ -7,6 +7,7 @@ cluster, which the test freezes for a few seconds and lets go on.
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from http import HTTPStatus
@@ -20,6 +21,9 @@ from tests.private_stores import PrivateCluster, PrivateRedis
 from tests.roles import Deployment, Role, admin_client, launch, total, wait_for, wait_until_serving
 
 from jobledger.projections.database import PostgresDatabase
+from jobledger.runtime.outages import dependency_of
+from jobledger.runtime.settings import load_settings
+from jobledger.runtime.store import migrate, open_ledger
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -35,6 +39,8 @@ FROZEN_SECONDS = 6.0
 # A call waits at most 1 s, and a PostgreSQL call 1 s more while the server is asked
 # whether it answers at all: on a busy machine, give each some room.
 FOUND_OUT_SECONDS = 3.0
+# The event store tries a call ten times, a fifth of a second apart.
+WRITE_SECONDS = 8.0
 
 
 @contextlib.contextmanager
@@ -168,8 +174,8 @@ def test_a_frozen_postgresql_is_an_outage_within_seconds(
 ) -> None:
     """If every process of PostgreSQL stops answering (SIGSTOP) for 6 s, then within 3 s
     a read of the API answers 503 with Retry-After and the projector logs
-    dependency.down once, and after SIGCONT every role that said so says
-    dependency.up."""
+    dependency.down once, within 8 s a write answers 503 with Retry-After, and after
+    SIGCONT every role that said so says dependency.up."""
     cluster = PrivateCluster()
     try:
         cluster.create()
@@ -189,7 +195,14 @@ def test_a_frozen_postgresql_is_an_outage_within_seconds(
             with frozen_for(FROZEN_SECONDS, freeze) as frozen_at:
                 answer = timed_get(client, "/api/v1/jobs")
                 said_within(deployment.roles["projector"], "postgresql", frozen_at)
+                started = time.monotonic()
+                post = client.post("/api/v1/executions", json={"handler": "test.echo"})
+                posted = time.monotonic() - started
             check_unavailable(answer)
+            # A write goes through the event store, which tries a call ten times.
+            assert post.status_code == HTTPStatus.SERVICE_UNAVAILABLE, post.text
+            assert post.headers["Retry-After"].isdigit()
+            assert posted < WRITE_SECONDS, posted
             check_said_once_and_back(deployment, "postgresql", "projector")
             assert client.get("/api/v1/jobs").status_code == HTTPStatus.OK
     finally:
@@ -211,3 +224,43 @@ def test_a_statement_slower_than_the_bound_goes_on_while_the_server_answers(
             assert cursor.fetchone() == (8,)
     finally:
         database.close()
+
+
+def test_a_call_of_the_event_store_on_a_frozen_postgresql_fails_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """If PostgreSQL stops answering (SIGSTOP), then a read of the event store, which
+    eventsourcing tries ten times, fails as an outage within 8 s instead of hanging,
+    and the same ledger reads again once the server goes on."""
+    cluster = PrivateCluster()
+    try:
+        cluster.create()
+        settings = load_settings({}, database_url=cluster.url, data_dir=str(tmp_path))
+        migrate(settings, progress=lambda _: None)
+        ledger = open_ledger(settings)
+        try:
+            found: list[BaseException | int | None] = []
+
+            def read() -> None:
+                try:
+                    found.append(ledger.recorder.max_notification_id())
+                except Exception as error:  # noqa: BLE001 (the finding is what it raised)
+                    found.append(error)
+
+            frozen = cluster.freeze()
+            try:
+                reader = threading.Thread(target=read, daemon=True)
+                reader.start()
+                reader.join(WRITE_SECONDS)
+                ended = not reader.is_alive()
+            finally:
+                cluster.thaw(frozen)
+            reader.join(30)
+            assert ended, f"the read still waited after {WRITE_SECONDS} s"
+            assert isinstance(found[0], Exception), found
+            assert dependency_of(found[0]) == "postgresql", found
+            wait_for(lambda: ledger.recorder.max_notification_id() is None, "reads again")
+        finally:
+            ledger.close()
+    finally:
+        cluster.remove()
