@@ -195,23 +195,33 @@ class Reader:
         self.environ = environ
         self.shell = Shell(folder, environ)
         self.programs: list[Program] = []
+        # (the block's line, its first line, seconds it took): what a reader waits for
+        self.timings: list[tuple[int, str, float]] = []
 
     def follow(self, document: list[Block], *, timeout: float) -> None:
         for index, block in enumerate(document):
-            after = document[index + 1] if index + 1 < len(document) else None
-            printed = after if after is not None and after.language == "" else None
-            if block.language == "sh" and block.terminal == 1:
-                output = self.shell.run(block, timeout)
-                if printed is not None:
-                    check_output(printed, output, block)
-            elif block.language == "sh":
-                program = Program(block, self.folder, self.environ)
-                self.programs.append(program)
-                if printed is None:
-                    pytest.fail(f"the block at line {block.line} shows no output to wait for")
-                program.wait_for(printed, timeout)
-            elif block.file is not None:
-                self._file(block)
+            started = time.monotonic()
+            self._do(document, index, timeout)
+            if block.language == "sh":
+                first = block.text.splitlines()[0] if block.text else ""
+                self.timings.append((block.line, first, time.monotonic() - started))
+
+    def _do(self, document: list[Block], index: int, timeout: float) -> None:
+        block = document[index]
+        after = document[index + 1] if index + 1 < len(document) else None
+        printed = after if after is not None and after.language == "" else None
+        if block.language == "sh" and block.terminal == 1:
+            output = self.shell.run(block, timeout)
+            if printed is not None:
+                check_output(printed, output, block)
+        elif block.language == "sh":
+            program = Program(block, self.folder, self.environ)
+            self.programs.append(program)
+            if printed is None:
+                pytest.fail(f"the block at line {block.line} shows no output to wait for")
+            program.wait_for(printed, timeout)
+        elif block.file is not None:
+            self._file(block)
 
     def _file(self, block: Block) -> None:
         """A file the text shows: the folder's own must be the same; a new one is written."""
