@@ -210,11 +210,14 @@ def _validation(_: Request[Any, Any, Any], error: ValidationException) -> Respon
         )
     message = str(first.get("message") or error.detail)
     # Litestar names the whole body "data" or "body": that names no field a user wrote.
-    field = first.get("key") if first.get("key") not in _BODY_ARGUMENTS else None
+    whole_body = first.get("key") in _BODY_ARGUMENTS
+    field = None if whole_body else first.get("key")
     fix = SCHEMA_FIX
     if unknown := _UNKNOWN_FIELD.search(message):
         field = f"{field}.{unknown[1]}" if field else unknown[1]
         fix = "remove that field; the fields each request takes are listed at /schema"
+    elif whole_body:
+        field = "body"  # the body as a whole is of the wrong kind (null, an array, ...)
     if field:
         message = f"{field}: {message}"
     return error_response(HTTP_400_BAD_REQUEST, message, field=field, fix=fix)

@@ -121,3 +121,22 @@ def test_a_misspelt_filter_is_refused(module_api: "Api") -> None:
     response = module_api.client(Role.VIEWER).get("/api/v1/executions", params={"stauts": "failed"})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["field"] == "stauts"
+
+
+@pytest.mark.parametrize(
+    "route", ["/api/v1/executions", "/api/v1/executions:batch", "/api/v1/jobs"]
+)
+@pytest.mark.parametrize("body", [b"null", b"[]", b"0", b'"x"'])
+def test_a_body_that_is_no_object_is_refused_naming_the_body(
+    module_api: "Api", route: str, body: bytes
+) -> None:
+    """If a request's body is JSON but not an object (null, an array, a number, a
+    string), then the 400 names the body as its field, as every refused input names
+    one, and nothing is written."""
+    head = module_api.container.head()
+    response = module_api.client(Role.OPERATOR).post(
+        route, content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error"].get("field") == "body", response.text
+    assert module_api.container.head() == head
