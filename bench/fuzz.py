@@ -4,8 +4,10 @@ Creates a throwaway PostgreSQL database and starts a private redis-server on a f
 loopback port (persistence off), serves the API over them from this process (uvicorn
 on a free port, with the projector) and runs the campaign of
 ``tests/integration/api/fuzz_campaign.py``: Schemathesis stateful runs as a viewer, an
-operator and an admin, hypothesis definitions at the codec's edges as an operator, then
-the followers' check. The time is shared evenly between the four parts; each repeats
+operator and an admin, hypothesis definitions at the codec's edges as an operator,
+ad-hoc runs at the edges (one, unique, batch, outbox rows through the relay), bursts
+against small budgets of a second app, then the followers' check. The time is shared
+evenly between the six parts; each repeats
 rounds until its share is used. Stops the server and drops the database at the end,
 also on an error or Ctrl-C.
 
@@ -46,7 +48,7 @@ if TYPE_CHECKING:
     from tests.integration.api.fuzz_checks import Tally
 
 # Per round: as many as the test suite runs once.
-ROUND = Budget(scenarios=40, steps=15, definitions=300)
+ROUND = Budget(scenarios=40, steps=15, definitions=300, runs=100, bursts=1)
 SHOWN_VIOLATIONS = 20
 COLUMNS = (
     ("part", "{:<12}"),
@@ -99,6 +101,8 @@ def campaign(args: argparse.Namespace) -> Outcome:
         scenarios=ROUND.scenarios,
         steps=ROUND.steps,
         definitions=ROUND.definitions,
+        runs=ROUND.runs,
+        bursts=ROUND.bursts,
         seconds=args.minutes * 60,
     )
     with (
@@ -112,8 +116,9 @@ def campaign(args: argparse.Namespace) -> Outcome:
             support.log(f"API up at {api.url}; {args.minutes:g} minutes of fuzzing")
             target = campaign_target(api.container, api.url, api.tokens)
             try:
+                payloads = usual_payloads(JsonValues)
                 return run_campaign(
-                    api.container, target, usual_payloads(JsonValues), budget, support.log
+                    api.container, target, payloads, budget, LiveServer, progress=support.log
                 )
             finally:
                 target.probe.close()

@@ -7,6 +7,11 @@ invariants every answer keeps.
 - ``definitions``, as an operator: hypothesis sends job definitions, ad-hoc runs, job
   changes, previews and list queries at the codec's edges (``fuzz_inputs``); what is
   accepted must read back as sent.
+- ``runs``, as an operator and through the outbox: hypothesis sends ad-hoc runs at the
+  edges one at a time, in batches and as outbox rows the relay takes (``fuzz_runs``);
+  what is accepted must read back as sent, what is refused must name its field.
+- ``budgets``, against a second app whose budgets are small: bursts of reads and of
+  run-creating requests; every 429 says when to come back (``fuzz_budgets``).
 - ``followers``, at the end: the projections reach the head of the log within a bound,
   ``/ready`` answers 200, no event is quarantined and the queue verifies.
 
@@ -25,9 +30,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 from hypothesis import strategies as st
+from tests.integration.api.fuzz_budgets import run_budgets
 from tests.integration.api.fuzz_checks import Probe, Tally, Target, route_needs
 from tests.integration.api.fuzz_definitions import Session, run_definitions
 from tests.integration.api.fuzz_inputs import QUEUES
+from tests.integration.api.fuzz_runs import run_runs
 from tests.integration.api.fuzz_stateful import run_stateful
 
 from jobledger.api.app import create_app
@@ -39,7 +46,7 @@ from jobledger.runtime.accounts import Role
 from jobledger.runtime.bootstrap import Container
 
 if TYPE_CHECKING:
-    from tests.conftest import JsonValues
+    from tests.conftest import JsonValues, LiveServer
 
 SEEDED: Final = 40  # dead letters and running executions put in the log first
 POLL: Final = 0.1
@@ -52,6 +59,8 @@ class Budget:
     scenarios: int  # stateful scenarios per role and round
     steps: int  # steps per scenario, at most
     definitions: int  # definition inputs per round
+    runs: int  # runs (one, batch, outbox) per round
+    bursts: int  # rounds of bursts against the small budgets, at least
     seconds: float = 0.0  # the whole campaign's time; 0: one round of each part
     catch_up_seconds: float = 60.0  # how long the projections may take at the end
 
@@ -110,12 +119,15 @@ def run_campaign(
     target: Target,
     payloads: st.SearchStrategy[dict[str, Any]],
     budget: Budget,
+    live_server: type["LiveServer"],
+    *,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Outcome:
-    """Seed the log, run every part, then check the followers."""
+    """Seed the log, run every part, then check the followers; ``live_server`` serves
+    the budgets part's own app."""
     seed(container, datetime.now(tz=UTC))
     tallies = [caught_up(target, budget.catch_up_seconds, "seeded")]
-    clock = _Clock(budget.seconds, parts=len(Role) + 1)
+    clock = _Clock(budget.seconds, parts=len(Role) + 3)
     for role in Role:
         progress(f"stateful as {role}")
         tallies.append(
@@ -128,6 +140,10 @@ def run_campaign(
         target, Role.OPERATOR, payloads, examples=budget.definitions, until=clock.next()
     )
     tallies.append(definitions)
+    progress("runs as operator and through the outbox")
+    tallies += run_runs(container, target, payloads, examples=budget.runs, until=clock.next())
+    progress("budgets")
+    tallies += run_budgets(container, target, live_server, bursts=budget.bursts, until=clock.next())
     progress("followers")
     followers = caught_up(target, budget.catch_up_seconds, "campaign")
     read_back(session, definitions)

@@ -6,11 +6,12 @@ written as raw JSON text, so that what JSON cannot carry (NaN, 1e400, an integer
 import json
 import math
 import urllib.parse
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from typing import Any, Final, NamedTuple
 
 from hypothesis import strategies as st
 
+from jobledger.domain.instants import EARLIEST, LATEST
 from jobledger.domain.json_values import MAX_INT, MIN_INT
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
@@ -501,3 +502,116 @@ def read(sent: bytes) -> Any:
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
+
+
+# ---- ad-hoc runs: one, a batch, an outbox row --------------------------------------
+
+RANGE_OFFSETS: Final = ("-14:00", "+14:00", "Z")
+# Local times near and past both ends of the range of instants (``domain.instants``):
+# written with an offset of 14 hours either way, each may fall on either side of it.
+RANGE_ENDS: Final = (
+    (datetime(1, 1, 1), datetime(1, 1, 3, 14)),  # noqa: DTZ001 (zones are added as text)
+    (datetime(9999, 11, 30, 10), datetime(9999, 12, 31, 23, 59, 59, 999999)),  # noqa: DTZ001
+)
+# A step either side of each end, and each end itself.
+RANGE_STEPS: Final = (
+    timedelta(0),
+    timedelta(microseconds=1),
+    -timedelta(microseconds=1),
+    timedelta(hours=14),
+    -timedelta(hours=14),
+)
+UNKNOWN_HANDLERS: Final = ("no.such.handler", "test.echo ", "test.echo\x00", "x" * 201)
+UNKNOWN_QUEUES: Final = ("no-such-queue", "Default", "q" * 65, "", "a b", "q\x00")
+
+
+def range_edges() -> st.SearchStrategy[str]:
+    """Instants at, near and past both ends of the range, at -14:00, +14:00 or Z."""
+    local = st.sampled_from(RANGE_ENDS).flatmap(lambda ends: st.datetimes(*ends))
+    exact = st.builds(
+        _at_offset,
+        st.sampled_from((EARLIEST, LATEST)),
+        st.sampled_from(RANGE_STEPS),
+        st.sampled_from((-14, 14, 0)),
+    )
+    return st.one_of(instants(local, RANGE_OFFSETS), exact)
+
+
+def _at_offset(end: datetime, step: timedelta, hours: int) -> str:
+    """``end + step`` written as the local time of an offset of ``hours``."""
+    zone = timezone(timedelta(hours=hours))
+    try:
+        return (end + step).astimezone(zone).isoformat()
+    except OverflowError:  # the local time is past the calendar: write it from UTC
+        return (end + step).isoformat()
+
+
+def run_times(now: datetime) -> Field:
+    """``run_at`` within the coming year; at the edge, near the range's ends or no time."""
+    usual = st.datetimes(now.replace(tzinfo=None), (now + timedelta(days=365)).replace(tzinfo=None))
+    edges = st.one_of(range_edges(), range_edges(), st.sampled_from(BAD_INSTANTS), st.just(0))
+    return Field(instants(usual, USUAL_OFFSETS), edges)
+
+
+def expiries(now: datetime) -> st.SearchStrategy[dict[str, Any]]:
+    """``run_at`` with an ``expires_at`` before or after it (a day either way), or an
+    ``expires_at`` alone, near now or at the range's edges."""
+    run_at = st.datetimes(now.replace(tzinfo=None), (now + timedelta(days=30)).replace(tzinfo=None))
+    shift = st.timedeltas(-timedelta(days=1), timedelta(days=1))
+    pairs = st.builds(
+        lambda at, by, offset: {
+            "run_at": at.isoformat() + offset,
+            "expires_at": (at + by).isoformat() + offset,
+        },
+        run_at,
+        shift,
+        st.sampled_from(USUAL_OFFSETS),
+    )
+    alone = st.fixed_dictionaries({"expires_at": range_edges() | instants(run_at, OFFSETS)})
+    return pairs | alone
+
+
+def big_payloads(limit: int) -> st.SearchStrategy[Any]:
+    """Payloads just under, at and past ``limit`` bytes as JSON, and past the body limit."""
+    sizes = (limit - 64, limit - 13, limit - 12, limit + 1, 2 * limit, 1_100_000)
+    return st.sampled_from(sizes).map(lambda size: {"blob": "x" * max(size - 12, 0)})
+
+
+def runs(payload: Field, now: datetime, payload_limit: int) -> Field:
+    """An ad-hoc run: usual values, or one field (its time, delay, priority, timeout,
+    payload, handler, queue, expiry) at its edge."""
+    payloads_field = Field(payload.usual, payload.edge | big_payloads(payload_limit))
+    fields = _spec_fields(payloads_field) | {
+        "run_at": run_times(now),
+        "delay_seconds": seconds(86_400),
+    }
+    fields["queue"] = Field(fields["queue"].usual, st.sampled_from(UNKNOWN_QUEUES))
+    handler = Field(st.just("test.echo"), st.sampled_from(HANDLERS + UNKNOWN_HANDLERS))
+    one = body({"handler": handler}, fields)
+    timed = st.builds(_timed, one.usual, expiries(now))
+    return Field(one.usual, st.one_of(one.edge, timed))
+
+
+def _timed(values: dict[str, Any], times: dict[str, Any]) -> dict[str, Any]:
+    """``values`` started and expiring at ``times`` (without a delay, which ``run_at``
+    would contradict)."""
+    return {name: value for name, value in values.items() if name != "delay_seconds"} | times
+
+
+def uniques() -> st.SearchStrategy[dict[str, Any]]:
+    """A run's ``unique`` option: usual keys, or one field at its edge."""
+    keys = texts(st.sampled_from(("k1", "k2", "{payload.n}", "order-{payload.id}")), 200)
+    states = Field(
+        st.lists(st.sampled_from(["pending", "running", "completed"]), min_size=1, unique=True),
+        st.sampled_from([[], ["done"], "pending", None]),
+    )
+    return either(
+        body(
+            {"key": keys},
+            {
+                "period_seconds": seconds(86_400),
+                "states": states,
+                "on_conflict": choices(("return_existing", "replace", "debounce")),
+            },
+        )
+    )

@@ -15,12 +15,12 @@ from tests.integration.api.fuzz_campaign import (
 from jobledger.runtime.accounts import Role
 
 if TYPE_CHECKING:
-    from tests.conftest import JsonValues
+    from tests.conftest import JsonValues, LiveServer
     from tests.integration.api.conftest import Api
 
-# About half a minute on two loaded cores, most of it the stateful part's scenarios
+# About 40 s on two loaded cores, most of it the stateful scenarios and the runs
 # (``python -m bench.fuzz`` tries many more of each).
-BUDGET = Budget(scenarios=10, steps=15, definitions=100)
+BUDGET = Budget(scenarios=10, steps=15, definitions=100, runs=24, bursts=1)
 # Violations counted but not failed on here, each with a test of its own below.
 KNOWN: frozenset[str] = frozenset()
 
@@ -28,7 +28,10 @@ KNOWN: frozenset[str] = frozenset()
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_campaign_finds_no_violation(
-    api: "Api", json_values: type["JsonValues"], capsys: pytest.CaptureFixture[str]
+    api: "Api",
+    json_values: type["JsonValues"],
+    live_server: type["LiveServer"],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """If requests are generated from the OpenAPI links as a viewer, an operator and an
     admin, and definitions at the codec's edges are posted, then none gets a 5xx or
@@ -37,7 +40,8 @@ def test_the_campaign_finds_no_violation(
     the projections catch up, /ready answers 200 and nothing is quarantined."""
     target = campaign_target(api.container, api.url, api.tokens)
     try:
-        outcome = run_campaign(api.container, target, usual_payloads(json_values), BUDGET)
+        payloads = usual_payloads(json_values)
+        outcome = run_campaign(api.container, target, payloads, BUDGET, live_server)
     finally:
         target.probe.close()
     with capsys.disabled():
@@ -47,6 +51,10 @@ def test_the_campaign_finds_no_violation(
         assert stateful.cases >= BUDGET.scenarios, stateful
         assert stateful.links, f"{role} followed no link"
     assert outcome.tally("definitions", str(Role.OPERATOR)).cases >= BUDGET.definitions
+    assert outcome.tally("runs", str(Role.OPERATOR)).cases >= BUDGET.runs
+    assert outcome.tally("runs", "outbox").cases, "no outbox row was tried"
+    refused = outcome.tally("budgets", str(Role.OPERATOR)).statuses[429]
+    assert refused, "the small budgets refused no run-creating request"
     assert outcome.count(besides=KNOWN) == 0, "\n".join(outcome.violations(besides=KNOWN))
 
 
