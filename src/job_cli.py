@@ -150,7 +150,7 @@ def add_parsers(
 def run(args: argparse.Namespace, say: Say = print) -> int:
     """One job or run command: 0 when done, 2 when the input or the API refused it,
     1 when an awaited run failed."""
-    name = "run" if args.command == "run" else f"job {args.job_command}"
+    name = _name(args)
     try:
         with Client(args.url, args.token) as client:
             if args.command == "run":
@@ -170,6 +170,17 @@ def run(args: argparse.Namespace, say: Say = print) -> int:
     return EXIT_REFUSED
 
 
+def _warn(args: argparse.Namespace, warnings: list[str]) -> None:
+    """What the API warned of (a queue no worker serves), on stderr: before a --wait
+    that would otherwise wait without a word."""
+    for warning in warnings:
+        print(f"jobledger {_name(args)}: warning: {warning}", file=sys.stderr)
+
+
+def _name(args: argparse.Namespace) -> str:
+    return "run" if args.command == "run" else f"job {args.job_command}"
+
+
 def _job_action(args: argparse.Namespace, client: Client, say: Say) -> int:
     action: str = args.job_command
     if action == "list":
@@ -184,6 +195,7 @@ def _job_action(args: argparse.Namespace, client: Client, say: Say) -> int:
     job_id = job_reference(args.job)
     if action == "trigger":
         ref = client.trigger_job(job_id, idempotency_key=args.key)
+        _warn(args, ref.warnings)
         if args.output == "json":
             say(_json(ref))
         else:
@@ -213,6 +225,7 @@ def _run_handler(args: argparse.Namespace, client: Client, say: Say) -> int:
         priority=args.priority,
         idempotency_key=args.key,
     )
+    _warn(args, ref.warnings)
     if not args.wait:
         say(_json(ref) if args.output == "json" else f"run {ref.id} ({ref.status})")
         return 0

@@ -10,9 +10,11 @@ from litestar.params import HeaderParameter, QueryParameter
 
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL
+from jobledger.domain.execution import Execution
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import ExecutionRef
 from jobledger.services.pages import Order, paged
+from jobledger.services.queues import Queues
 from jobledger.services.unique_runs import Duplicate, RunOutcome, Started
 
 T = TypeVar("T")
@@ -86,11 +88,20 @@ def aware(name: str, value: datetime | None) -> datetime | None:
     return value
 
 
-def outcome_response(outcome: RunOutcome) -> Response[ExecutionRef]:
-    """202 with a run a request started; 200 with the run that holds its unique key."""
+def started_response(execution: Execution, queues: Queues, at: datetime) -> Response[ExecutionRef]:
+    """202 with the run a request started, warning if no worker serves its queue."""
+    return outcome_response(Started(execution), queues, at)
+
+
+def outcome_response(outcome: RunOutcome, queues: Queues, at: datetime) -> Response[ExecutionRef]:
+    """202 with a run a request started; 200 with the run that holds its unique key;
+    either warns if no worker serves the run's queue."""
+    execution = outcome.execution
+    warnings = queues.warnings([execution.spec.queue], at=at)
+    ref = ExecutionRef(execution.id, str(execution.status), warnings=warnings)
     match outcome:
-        case Started(execution=execution):
-            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
-        case Duplicate(execution=execution):
-            ref = ExecutionRef(execution.id, str(execution.status), duplicate=True)
+        case Started():
+            return Response(ref, status_code=202)
+        case Duplicate():
+            ref.duplicate = True
             return Response(ref, status_code=200)

@@ -25,6 +25,7 @@ from jobledger.api.common import (
     events_page,
     key_or_new,
     outcome_response,
+    started_response,
 )
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import (
@@ -43,6 +44,7 @@ from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import BatchRun, Executions
 from jobledger.services.history import EventOut
+from jobledger.services.queues import Queues
 from jobledger.services.views import ExecutionDetail, Page, Views
 from jobledger.services.waits import MAX_WAIT_SECONDS, ExecutionWaits
 
@@ -80,21 +82,25 @@ class ExecutionController(Controller):
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
         run_budget: NamedDependency[RunBudget],
+        queues: NamedDependency[Queues],
     ) -> Response[ExecutionRef]:
         """Run a handler outside any job, now or later (``run_at``, ``delay_seconds``);
         the same Idempotency-Key returns the first run instead of starting another. With
         ``unique``, a run another run's key holds answers 200 with that run and
-        ``duplicate: true`` (after replacing or debouncing it, if asked)."""
+        ``duplicate: true`` (after replacing or debouncing it, if asked). ``warnings``
+        says if no live worker leases from the run's queue (the run waits for one)."""
         key = key_or_new(idempotency_key)
         now = clock()
         spec, ready_at = to_run_spec(data), to_ready_at(data, now)
         run_budget.take(1)
         if data.unique is None:
             execution = executions.run(spec, key=key, at=now, by=actor, ready_at=ready_at)
-            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
+            return started_response(execution, queues, now)
         unique = to_unique(data.unique)
         return outcome_response(
-            executions.run_unique(spec, unique, key=key, at=now, by=actor, ready_at=ready_at)
+            executions.run_unique(spec, unique, key=key, at=now, by=actor, ready_at=ready_at),
+            queues,
+            now,
         )
 
     @get("/", opt=VIEWER, sync_to_thread=True)
@@ -257,11 +263,13 @@ def run_batch(
     actor: NamedDependency[Actor],
     clock: NamedDependency[Clock],
     run_budget: NamedDependency[RunBudget],
+    queues: NamedDependency[Queues],
 ) -> RunBatchOut:
     """Run up to 1,000 handlers outside any job in one transaction: all of them, or
     none if one is refused (the error names it as ``runs[i]``). A run's key is its own
     ``key``, or the batch's Idempotency-Key and its index, so the batch sent again
-    returns the runs it made instead of starting more."""
+    returns the runs it made instead of starting more. ``warnings`` names each queue of
+    the batch no live worker leases from."""
     base = key_or_new(idempotency_key)
     now = clock()
     for index, run in enumerate(data.runs):
@@ -279,7 +287,8 @@ def run_batch(
     run_budget.take(len(runs))
     outcome = executions.run_many(runs, by=actor)
     refs = outcome.executions
-    return RunBatchOut(outcome.created, len(refs) - outcome.created, refs)
+    warnings = queues.warnings([run.spec.queue for run in runs], at=now)
+    return RunBatchOut(outcome.created, len(refs) - outcome.created, refs, warnings)
 
 
 def _batch_ready_at(body: RunIn, index: int, now: datetime) -> datetime:

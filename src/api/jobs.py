@@ -21,6 +21,7 @@ from jobledger.api.common import (
     key_or_new,
     linked,
     outcome_response,
+    started_response,
 )
 from jobledger.api.errors import ApiError
 from jobledger.api.schedules import preview_fires
@@ -55,6 +56,7 @@ from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.history import EventOut
 from jobledger.services.jobs import Jobs
 from jobledger.services.pages import Order
+from jobledger.services.queues import Queues
 from jobledger.services.views import Page, Views
 
 AsOf = Annotated[
@@ -197,17 +199,20 @@ class JobController(Controller):
         actor: NamedDependency[Actor],
         clock: NamedDependency[Clock],
         run_budget: NamedDependency[RunBudget],
+        queues: NamedDependency[Queues],
         data: JSONBody[TriggerIn | None] = None,
     ) -> Response[ExecutionRef]:
         """Run the job now; the same Idempotency-Key returns the first run. With
-        ``unique``, a run holding the key answers 200 with ``duplicate: true``."""
+        ``unique``, a run holding the key answers 200 with ``duplicate: true``.
+        ``warnings`` says if no live worker leases from the job's queue."""
         key = key_or_new(idempotency_key)
         run_budget.take(1)
+        now = clock()
         if data is None or data.unique is None:
-            execution = jobs.trigger(job_id, key=key, at=clock(), by=actor)
-            return Response(ExecutionRef(execution.id, str(execution.status)), status_code=202)
-        outcome = jobs.trigger_unique(job_id, to_unique(data.unique), key=key, at=clock(), by=actor)
-        return outcome_response(outcome)
+            execution = jobs.trigger(job_id, key=key, at=now, by=actor)
+            return started_response(execution, queues, now)
+        outcome = jobs.trigger_unique(job_id, to_unique(data.unique), key=key, at=now, by=actor)
+        return outcome_response(outcome, queues, now)
 
     @get("/{job_id:uuid}/executions", opt=VIEWER, sync_to_thread=True)
     def job_executions(

@@ -261,7 +261,7 @@ class AsyncClient:
         options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, limits=limits)
         refs: list[ExecutionRef] = []
         for call in calls.enqueue_batches(handler, payloads, options, idempotency_key):
-            refs += (await self.send(call)).executions
+            refs += calls.batch_refs(await self.send(call))
         return refs
 
     async def get_execution(

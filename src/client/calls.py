@@ -466,6 +466,14 @@ def enqueue_batches(
         yield _post(BATCH_PATH, RunBatchOut, RunBatchIn(runs=runs), key=f"{base}/{number}")
 
 
+def batch_refs(batch: RunBatchOut) -> list[ExecutionRef]:
+    """A batch's runs, each carrying the batch's warnings (all its runs share a queue
+    in ``enqueue_many``), so a list of runs still says that no worker serves it."""
+    for ref in batch.executions:
+        ref.warnings = ref.warnings or batch.warnings
+    return batch.executions
+
+
 def get_execution(execution_id: RunId, wait: float | None) -> Call[ExecutionDetail]:
     call: Call[ExecutionDetail] = _get(
         f"/api/v1/executions/{id_of(execution_id)}", ExecutionDetail, wait=wait

@@ -256,7 +256,7 @@ class Client:
         options = RunOptions(queue, priority, run_at, delay, timeout_seconds, retry, limits=limits)
         refs: list[ExecutionRef] = []
         for call in calls.enqueue_batches(handler, payloads, options, idempotency_key):
-            refs += (self.send(call)).executions
+            refs += calls.batch_refs(self.send(call))
         return refs
 
     def get_execution(self, execution_id: RunId, *, wait: float | None = None) -> ExecutionDetail:

@@ -65,7 +65,8 @@ The scheduler's leader election keeps two keys in a slot of their own:
 in the event store, which does not lose it).
 
 Workers report themselves in ``jl:{workers}:info`` (hash: worker id -> JSON) and
-``jl:{workers}:seen`` (zset: worker id by last heartbeat).
+``jl:{workers}:seen`` (zset: worker id by last heartbeat), and the queues they serve in
+``jl:{workers}:queues`` (zset: queue name by the last heartbeat of a worker serving it).
 
 Circuit breakers keep their state under ``jl:{breaker}:<handler>`` (pybreaker adds
 ``:state``, ``:fail_counter``, ``:success_counter`` and ``:opened_at``).
@@ -219,6 +220,12 @@ class Keys:
     def workers_seen(self) -> str:
         """Live workers by last heartbeat (ms), to drop the ones that stopped beating."""
         return f"{self.prefix}:{{workers}}:seen"
+
+    @property
+    def queues_served(self) -> str:
+        """Queues by the last heartbeat of a worker serving them (seconds), kept after
+        the workers left, so a queue nobody serves says since when."""
+        return f"{self.prefix}:{{workers}}:queues"
 
     def progress(self, execution_id: UUID) -> str:
         """The latest progress a running execution reported (JSON), for live views;

@@ -9,8 +9,8 @@ memory in the embedded mode), not in the log.
 
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import datetime, timedelta
-from typing import Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, cast
 from uuid import UUID
 
 import msgspec
@@ -23,6 +23,7 @@ from jobledger.schemas.rows import ProgressRow
 
 log = structlog.get_logger(__name__)
 _SHOWN_ERROR_CHARS = 200
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
 
 class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +38,7 @@ class Presence(Protocol):
     def report(self, info: WorkerInfo) -> None: ...
     def leave(self, worker_id: str) -> None: ...
     def live(self, *, now: datetime, stale_after: timedelta) -> list[WorkerInfo]: ...
+    def last_served(self) -> dict[str, datetime]: ...
     def show_progress(self, execution_id: UUID, progress: ProgressRow, ttl: timedelta) -> None: ...
     def progress_of(self, execution_id: UUID, *, now: datetime) -> ProgressRow | None: ...
 
@@ -45,6 +47,7 @@ class MemoryPresence:
     def __init__(self) -> None:
         self._workers: dict[str, WorkerInfo] = {}
         self._progress: dict[UUID, tuple[ProgressRow, datetime]] = {}
+        self._served: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
     def show_progress(self, execution_id: UUID, progress: ProgressRow, ttl: timedelta) -> None:
@@ -63,6 +66,12 @@ class MemoryPresence:
     def report(self, info: WorkerInfo) -> None:
         with self._lock:
             self._workers[info.worker_id] = info
+            for queue in info.queues:
+                self._served[queue] = max(info.last_heartbeat, self._served.get(queue, _EPOCH))
+
+    def last_served(self) -> dict[str, datetime]:
+        with self._lock:
+            return dict(self._served)
 
     def leave(self, worker_id: str) -> None:
         with self._lock:
@@ -103,8 +112,19 @@ class RedisPresence:
     def report(self, info: WorkerInfo) -> None:
         pipe = self._client.pipeline(transaction=True)
         pipe.hset(self._keys.workers, info.worker_id, self._encoder.encode(info))
-        pipe.zadd(self._keys.workers_seen, {info.worker_id: info.last_heartbeat.timestamp()})
+        beat = info.last_heartbeat.timestamp()
+        pipe.zadd(self._keys.workers_seen, {info.worker_id: beat})
+        if info.queues:
+            # GT: a worker whose clock lags never moves a queue's last service back.
+            pipe.zadd(self._keys.queues_served, dict.fromkeys(info.queues, beat), gt=True)
         pipe.execute()
+
+    def last_served(self) -> dict[str, datetime]:
+        served = cast(
+            "list[tuple[bytes | str, float]]",
+            self._client.zrange(self._keys.queues_served, 0, -1, withscores=True),
+        )
+        return {_text(queue): datetime.fromtimestamp(at, UTC) for queue, at in served}
 
     def leave(self, worker_id: str) -> None:
         pipe = self._client.pipeline(transaction=True)

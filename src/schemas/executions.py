@@ -48,6 +48,8 @@ class ExecutionRef(msgspec.Struct):
     status: str
     # True when another run held the request's unique key: this is that run.
     duplicate: bool = False
+    # What the caller should know, e.g. that no worker serves the run's queue.
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 # The most runs one batch may carry: one transaction, a request body of a few MB.
@@ -74,6 +76,8 @@ class RunBatchOut(msgspec.Struct):
     created: int
     existing: int
     executions: list[ExecutionRef]
+    # One per queue of the batch that no worker serves (see ExecutionRef.warnings).
+    warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class BulkRequeueIn(Strict):

@@ -10,8 +10,9 @@ from jobledger.schemas.fields import Strict, Text
 
 
 class QueueOut(msgspec.Struct, kw_only=True):
-    """A queue: its entries by state, and whether an operator paused it (who, since
-    when, why). A paused queue leases nothing; its running work finishes."""
+    """A queue: its entries by state, whether an operator paused it (who, since when,
+    why) and how many live workers serve it (with none, since when). A paused queue
+    leases nothing; its running work finishes; a queue no worker serves waits."""
 
     name: str
     ready: int
@@ -22,6 +23,10 @@ class QueueOut(msgspec.Struct, kw_only=True):
     paused_by: str | None = None
     paused_since: datetime | None = None
     pause_reason: str | None = None
+    # Live workers that lease from the queue; with none, the time one last did (None:
+    # no worker served it as far as the workers' reports go back).
+    workers: int = 0
+    unserved_since: datetime | None = None
 
 
 class QueueList(msgspec.Struct):

@@ -9,6 +9,7 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
 from jobledger.services.archives import Archives
+from jobledger.services.attendance import Attendance, stale_after
 from jobledger.services.caps import QueueRoom
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
@@ -76,7 +77,13 @@ class Services:
                 else None
             ),
             workflows=Workflows(container.ledger, handlers),
-            queues=Queues(container.ledger, container.queue, container.checkpoint, room=room),
+            queues=Queues(
+                container.ledger,
+                container.queue,
+                container.checkpoint,
+                Attendance(container.presence, stale_after(settings)),
+                room=room,
+            ),
             archives=archives,
             limits=Limits(container.ledger, container.queue, most=settings.max_named_limits),
         )

@@ -7,7 +7,7 @@ executions' own cancel command, and records ``QueueDrained`` with them in one sa
 """
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TypeVar
 from uuid import UUID
@@ -24,6 +24,7 @@ from jobledger.projections.queue import QueueBackend
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.queues import DrainReport, QueueList, QueueOut, QueueStateOut
 from jobledger.services.actors import Actor
+from jobledger.services.attendance import NEVER, Attendance, Service
 from jobledger.services.caps import NO_CAP, QueueRoom
 from jobledger.services.errors import ProjectionBehindError
 from jobledger.services.pages import Order, paged
@@ -49,6 +50,7 @@ class Queues:
         ledger: Ledger,
         backend: QueueBackend,
         checkpoint: Checkpoint,
+        attendance: Attendance,
         *,
         catch_up_seconds: float = CATCH_UP_SECONDS,
         room: QueueRoom = NO_CAP,
@@ -59,23 +61,29 @@ class Queues:
         self.catch_up_seconds = catch_up_seconds
         # A pause of a queue nobody used yet creates it: within the cap.
         self.room = room
+        # Which queues live workers serve, for the rows and the runs' warnings.
+        self.attendance = attendance
 
     def overview(self, *, at: datetime, by: Actor) -> list[QueueOut]:
         """Every queue the backend knows, by name: depths as projected at ``at``, and
         the pause as the log has it (what the backend enforces a moment later)."""
         by.require(Role.VIEWER)
-        return [self._row(name, at) for name in sorted(self.backend.queues())]
+        services = self.attendance.services(at=at)
+        return [self._row(name, at, services) for name in sorted(self.backend.queues())]
 
     def page(self, *, at: datetime, by: Actor, limit: int, cursor: str | None) -> QueueList:
         """A page of ``overview``: ``limit`` queues after the cursor's, by name."""
         by.require(Role.VIEWER)
         names, following = paged(self.backend.queues(), _BY_NAME, limit=limit, cursor=cursor)
-        return QueueList(queues=[self._row(name, at) for name in names], next_cursor=following)
+        services = self.attendance.services(at=at)
+        rows = [self._row(name, at, services) for name in names]
+        return QueueList(queues=rows, next_cursor=following)
 
-    def _row(self, name: str, at: datetime) -> QueueOut:
+    def _row(self, name: str, at: datetime, services: dict[str, Service]) -> QueueOut:
         depths = self.backend.depths(name, now=at)
         queue = self.ledger.queue(name)
         paused = queue if queue is not None and queue.paused else None
+        service = services.get(name, NEVER)
         return QueueOut(
             name=name,
             ready=depths.ready,
@@ -86,7 +94,13 @@ class Queues:
             paused_by=paused.paused_by if paused else None,
             paused_since=paused.paused_since if paused else None,
             pause_reason=paused.pause_reason if paused else None,
+            workers=service.workers,
+            unserved_since=service.unserved_since,
         )
+
+    def warnings(self, queues: Iterable[str], *, at: datetime) -> list[str]:
+        """What a caller sending runs to ``queues`` should know: which no worker serves."""
+        return self.attendance.warnings(queues, at=at)
 
     def pause(self, name: str, *, reason: str, at: datetime, by: Actor) -> QueueStateOut:
         """Stop leasing from the queue; pausing a paused queue changes nothing."""

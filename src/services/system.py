@@ -18,6 +18,7 @@ from jobledger.runtime.bootstrap import Container
 from jobledger.runtime.presence import WorkerInfo
 from jobledger.schemas.rows import ProgressRow
 from jobledger.schemas.system import Check, Readiness
+from jobledger.services.attendance import stale_after
 from jobledger.services.history import EventOut, EventPage, event_out
 from jobledger.services.views import MinuteStats, Views
 
@@ -28,8 +29,6 @@ __all__ = ["Check", "QueueDepths", "Readiness", "System", "SystemView", "WorkerI
 
 log = structlog.get_logger(__name__)
 
-# A worker that missed this many heartbeats is no longer listed as live.
-_STALE_AFTER_BEATS = 3
 _AUDIT_SCAN_LIMIT = 50_000
 # The system page lists at most this many quarantined events (the CLI lists all).
 _QUARANTINE_SHOWN = 100
@@ -123,9 +122,7 @@ class System:
     def live_workers(self, *, at: datetime) -> list[WorkerInfo]:
         """Live workers: queues, slots, running executions, last heartbeat."""
         container = self._container
-        beat = container.settings.worker_lease_ttl_seconds / 3
-        stale = timedelta(seconds=beat * _STALE_AFTER_BEATS)
-        return container.presence.live(now=at, stale_after=stale)
+        return container.presence.live(now=at, stale_after=stale_after(container.settings))
 
     def live_progress(
         self, execution_ids: Sequence[UUID], *, at: datetime

@@ -72,6 +72,8 @@ def test_an_operator_pauses_and_resumes_and_a_viewer_sees_it(api: "Api") -> None
         "paused_by": None,
         "paused_since": None,
         "pause_reason": None,
+        "workers": 0,  # no worker runs beside this API
+        "unserved_since": None,
     }
 
 

@@ -1,0 +1,90 @@
+"""Whether workers serve a queue: a run sent to a queue no live worker leases from is
+still accepted (a worker may start later), but the answer says it will wait, and the
+queue list and the system page show the queue as unserved, and since when.
+
+A queue is served while a worker that lists it reports itself (presence); the time a
+worker last reported serving a queue is kept after it left, so an unserved queue says
+since when. An idle served queue has no leases yet is served, so this goes by what
+workers report, not by leases (ADR 82).
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import structlog
+
+from jobledger.runtime.presence import Presence
+from jobledger.runtime.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+# A worker that missed this many heartbeats (a third of its lease ttl apart) is gone.
+STALE_AFTER_BEATS = 3
+
+
+def stale_after(settings: Settings) -> timedelta:
+    """How long a worker's last report keeps it listed: three heartbeats."""
+    return timedelta(seconds=settings.worker_lease_ttl_seconds / 3 * STALE_AFTER_BEATS)
+
+
+@dataclass(frozen=True)
+class Service:
+    """How a queue is served at a moment: by how many live workers, and if by none,
+    when one last served it (None: none did, as far as presence remembers)."""
+
+    workers: int
+    last_served: datetime | None
+
+    @property
+    def served(self) -> bool:
+        return self.workers > 0
+
+    @property
+    def unserved_since(self) -> datetime | None:
+        return None if self.served else self.last_served
+
+
+# A queue no worker has reported serving (as far as presence remembers).
+NEVER = Service(0, None)
+
+
+@dataclass(frozen=True)
+class Attendance:
+    """Which queues live workers serve, from the workers' own reports."""
+
+    presence: Presence
+    stale_after: timedelta
+
+    def services(self, *, at: datetime) -> dict[str, Service]:
+        """Each queue any worker ever reported serving (as far as presence keeps it),
+        with its live workers now; a queue never served is absent."""
+        live = self.presence.live(now=at, stale_after=self.stale_after)
+        counts: dict[str, int] = {}
+        for worker in live:
+            for queue in worker.queues:
+                counts[queue] = counts.get(queue, 0) + 1
+        last = self.presence.last_served()
+        return {
+            queue: Service(counts.get(queue, 0), last.get(queue))
+            for queue in sorted({*counts, *last})
+        }
+
+    def warnings(self, queues: Iterable[str], *, at: datetime) -> list[str]:
+        """One warning per queue of ``queues`` no live worker serves, naming the fix."""
+        services = self.services(at=at)
+        unserved = sorted({q for q in queues if not services.get(q, NEVER).served})
+        for queue in unserved:
+            log.info("queue.unserved_run", queue=queue)
+        return [self._warning(queue, services.get(queue)) for queue in unserved]
+
+    def _warning(self, queue: str, service: Service | None) -> str:
+        seconds = f"{self.stale_after.total_seconds():g}"
+        last = (service or NEVER).last_served
+        since = f" (last served {last.isoformat(timespec='seconds')})" if last else ""
+        return (
+            f"no worker has leased from queue '{queue}' within {seconds} seconds{since}: "
+            f"the run waits until one does; start a worker with "
+            f"JOBLEDGER_WORKER_QUEUES={queue} (or add '{queue}' to a worker's "
+            f"JOBLEDGER_WORKER_QUEUES)"
+        )
