@@ -1,6 +1,10 @@
 """``jobledger apply``: the jobs code declares (``@jobledger.periodic`` in a module, or a
 TOML file), planned against a running jobledger and applied through its API
-(``POST /api/v1/jobs:apply``) as one set. The events record the token's user."""
+(``POST /api/v1/jobs:apply``) as one set. The events record the token's user.
+
+The set has a scope (``--scope``, else the module's name or the file's path): its jobs
+record it, and ``--prune`` deletes only managed jobs of that scope, so two modules
+applied with ``--prune`` keep each other's jobs (ADR 82)."""
 
 import argparse
 import json
@@ -26,7 +30,14 @@ def add_parser(commands: "argparse._SubParsersAction[Any]") -> None:
     source.add_argument("--file", type=Path, help="a TOML file of [[jobs]] to apply")
     apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     apply.add_argument(
-        "--prune", action="store_true", help="delete the managed jobs no longer declared"
+        "--prune",
+        action="store_true",
+        help="delete the managed jobs of the scope that are no longer declared",
+    )
+    apply.add_argument(
+        "--scope",
+        help="the set the jobs belong to, which --prune keeps to "
+        "(default: the --module's name, or the --file's path as given)",
     )
     apply.add_argument("--url", help="the API (default $JOBLEDGER_URL, else 127.0.0.1:8000)")
     apply.add_argument("--token", help="an API token (default $JOBLEDGER_TOKEN)")
@@ -37,7 +48,9 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
     try:
         jobs = _declared(args)
         with Client(args.url, args.token) as client:
-            outcome = client.apply(jobs, prune=args.prune, dry_run=args.dry_run)
+            outcome = client.apply(
+                jobs, prune=args.prune, dry_run=args.dry_run, scope=scope_of(args)
+            )
             target = client.connection.target.url
     except DeclarationError as error:
         print(f"jobledger apply: {error}", file=sys.stderr)
@@ -49,6 +62,13 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
     for line in plan_lines(outcome, target=target, dry_run=args.dry_run):
         say(line)
     return 0
+
+
+def scope_of(args: argparse.Namespace) -> str:
+    """The scope of the set: ``--scope``, else the module's name or the file's path."""
+    if args.scope:
+        return str(args.scope)
+    return str(args.module) if args.module else Path(args.file).as_posix()
 
 
 def _declared(args: argparse.Namespace) -> list[ManagedJobIn]:

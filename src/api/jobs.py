@@ -343,11 +343,17 @@ def apply_jobs(
     actor: NamedDependency[Actor],
     clock: NamedDependency[Clock],
 ) -> ApplyOut:
-    """Apply the whole set of jobs code declares, atomically: create, update or (with
-    ``prune``) delete managed jobs until the log holds exactly the set; ``dry_run``
-    only answers the plan. A set the log holds already writes nothing."""
+    """Apply the whole set of jobs code declares in ``scope``, atomically: create,
+    update or (with ``prune``) delete managed jobs of that scope until the log holds
+    exactly the set; ``dry_run`` only answers the plan. A set the log holds already
+    writes nothing."""
     return declared_jobs.apply(
-        data.jobs, at=clock(), by=actor, prune=data.prune, dry_run=data.dry_run
+        data.jobs,
+        at=clock(),
+        by=actor,
+        prune=data.prune,
+        dry_run=data.dry_run,
+        scope=data.scope,
     )
 
 

@@ -122,6 +122,7 @@ def job_out(job: Job, *, as_of: datetime | None = None) -> JobOut:
         as_of=as_of,
         source=job.source,
         key=job.key if job.managed else None,
+        scope=job.scope if job.managed else None,
     )
 
 

@@ -176,10 +176,16 @@ class AsyncClient:
         return await self.send(calls.preview_schedule(schedule, count, after))
 
     async def apply(
-        self, jobs: list[ManagedJobIn], *, prune: bool = False, dry_run: bool = False
+        self,
+        jobs: list[ManagedJobIn],
+        *,
+        prune: bool = False,
+        dry_run: bool = False,
+        scope: str | None = None,
     ) -> ApplyOut:
-        """Apply the whole set of jobs code declares, atomically; the plan it followed."""
-        return await self.send(calls.apply(jobs, prune, dry_run))
+        """Apply the whole set of jobs code declares in ``scope``, atomically; the plan
+        it followed. ``prune`` deletes only the managed jobs of that scope."""
+        return await self.send(calls.apply(jobs, prune, dry_run, scope))
 
     async def handlers(self) -> list[HandlerOut]:
         """The handlers the workers run, with the payload schema each declares."""

@@ -272,8 +272,14 @@ def preview_schedule(schedule: ScheduleIn, count: int, after: datetime | None) -
     return _post("/api/v1/schedules/preview", PreviewOut, body)
 
 
-def apply(jobs: list[ManagedJobIn], prune: bool, dry_run: bool) -> Call[ApplyOut]:  # noqa: FBT001 (internal)
-    return _post("/api/v1/jobs:apply", ApplyOut, ApplyIn(jobs=jobs, prune=prune, dry_run=dry_run))
+def apply(
+    jobs: list[ManagedJobIn],
+    prune: bool,  # noqa: FBT001 (internal)
+    dry_run: bool,  # noqa: FBT001 (internal)
+    scope: str | None = None,
+) -> Call[ApplyOut]:
+    body = ApplyIn(jobs=jobs, prune=prune, dry_run=dry_run, scope=scope)
+    return _post("/api/v1/jobs:apply", ApplyOut, body)
 
 
 def handlers(limit: int = PAGE_MAX, cursor: str | None = None) -> Call[Linked]:

@@ -171,10 +171,16 @@ class Client:
         return self.send(calls.preview_schedule(schedule, count, after))
 
     def apply(
-        self, jobs: list[ManagedJobIn], *, prune: bool = False, dry_run: bool = False
+        self,
+        jobs: list[ManagedJobIn],
+        *,
+        prune: bool = False,
+        dry_run: bool = False,
+        scope: str | None = None,
     ) -> ApplyOut:
-        """Apply the whole set of jobs code declares, atomically; the plan it followed."""
-        return self.send(calls.apply(jobs, prune, dry_run))
+        """Apply the whole set of jobs code declares in ``scope``, atomically; the plan
+        it followed. ``prune`` deletes only the managed jobs of that scope."""
+        return self.send(calls.apply(jobs, prune, dry_run, scope))
 
     def handlers(self) -> list[HandlerOut]:
         """The handlers the workers run, with the payload schema each declares."""

@@ -60,6 +60,12 @@ def job_id_for_key(key: str) -> uuid.UUID:
     return uuid.uuid5(JOB_NAMESPACE, key)
 
 
+def check_scope(scope: str | None) -> None:
+    """A scope names a set of declared jobs: text of a key's length, or None."""
+    if scope is not None:
+        check_text(scope, "scope", max_chars=MAX_KEY_CHARS)
+
+
 def managed_job_id(key: str, incarnation: int = 0) -> uuid.UUID:
     """The id of the job code declares as ``key``. A managed job that was deleted keeps
     its history; declaring the key again creates the next incarnation."""
@@ -94,6 +100,7 @@ class JobState(msgspec.Struct, kw_only=True):
     backfill_running: datetime | None = None
     skipped_through: dict[str, datetime] = msgspec.field(default_factory=dict)
     resumed_at: datetime | None = None
+    scope: str | None = None
 
     def attributes(self) -> dict[str, Any]:
         return {f.encode_name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
@@ -134,6 +141,8 @@ class Job(Aggregate):
         source: str = API
         # How ``by`` came ("session", "token:<name>", "cli"); None before it existed.
         via: str | None = None
+        # The set of declared jobs a managed job belongs to (ADR 82); None: no scope.
+        scope: str | None = None
 
     class Updated(Aggregate.Event):
         TOPIC = "jobledger:JobUpdated"
@@ -143,6 +152,8 @@ class Job(Aggregate):
         source: str = API
         override: bool = False
         via: str | None = None
+        # A change by code moves the job into this scope (None: no scope).
+        scope: str | None = None
 
     class Paused(Aggregate.Event):
         TOPIC = "jobledger:JobPaused"
@@ -220,11 +231,13 @@ class Job(Aggregate):
         by: str,
         source: str = API,
         via: str | None = None,
+        scope: str | None = None,
     ) -> None:
         del by, via
         self.definition = definition
         self.key = key
         self.source = source
+        self.scope = scope
         self.next_fire_at = next_fire_at
         self.paused = False
         self.deleted = False
@@ -256,7 +269,7 @@ class Job(Aggregate):
     ) -> "Job":
         job_id = job_id_for_key(key) if key else None
         created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
-        return cls(key=key, source=API, via=via, **created)
+        return cls(key=key, source=API, via=via, scope=None, **created)
 
     @classmethod
     def declare(
@@ -269,14 +282,18 @@ class Job(Aggregate):
         by: str,
         limits: Limits = DEFAULT_LIMITS,
         via: str | None = None,
+        scope: str | None = None,
     ) -> "Job":
-        """A job that code declares as ``key`` (``jobledger apply``)."""
+        """A job that code declares as ``key`` (``jobledger apply``) in ``scope``."""
         check_text(key, "key", max_chars=MAX_KEY_CHARS)
+        check_scope(scope)
         job_id = managed_job_id(key, incarnation)
         created = cls._created(definition, at=at, by=by, limits=limits, job_id=job_id)
         # The id is the key's, not one create_id() derives: eventsourcing's _create
         # takes it beside the created event's fields.
-        return cls._create(cls.Scheduled, id=job_id, key=key, source=CODE, via=via, **created)
+        return cls._create(
+            cls.Scheduled, id=job_id, key=key, source=CODE, via=via, scope=scope, **created
+        )
 
     @staticmethod
     def _created(
@@ -312,10 +329,13 @@ class Job(Aggregate):
         source: str = API,
         override: bool = False,
         via: str | None = None,
+        scope: str | None = None,
     ) -> None:
         """Change the definition. A job code manages changes by code (``source`` "code"),
-        or by hand with ``override``, which the event records."""
+        or by hand with ``override``, which the event records. A change by code puts
+        the job in ``scope``; a change by hand keeps its scope."""
         self._check_not_deleted("update")
+        check_scope(scope)
         self._check_may_change("update", source=source, override=override)
         check_actor(by)
         definition.check(limits, job_id=self.id)
@@ -331,6 +351,7 @@ class Job(Aggregate):
             source=source,
             override=override and self.managed and source != CODE,
             via=via,
+            scope=scope if source == CODE else self.scope,
         )
 
     def pause(self, *, by: str, reason: str = "", via: str | None = None) -> None:
@@ -662,10 +683,13 @@ class Job(Aggregate):
         source: str = API,
         override: bool = False,
         via: str | None = None,
+        scope: str | None = None,
     ) -> None:
-        del by, source, override, via
+        del by, override, via
         self.definition = definition
         self.next_fire_at = next_fire_at
+        if source == CODE:
+            self.scope = scope
 
     @event(Paused)
     def _paused(

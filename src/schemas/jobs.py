@@ -179,6 +179,8 @@ class JobOut(msgspec.Struct, kw_only=True):
     # "code" for a job that `jobledger apply` manages (by ``key``), else "api".
     source: str = "api"
     key: str | None = None
+    # The scope `jobledger apply` declared a managed job in (None: none, or not managed).
+    scope: str | None = None
 
 
 # ---- jobs declared in code, applied as a set ---------------------------------------
@@ -194,6 +196,16 @@ Key = Annotated[
 ]
 
 
+Scope = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=200,
+        description="the set of declared jobs, e.g. a module or a file: shop.jobs",
+    ),
+]
+
+
 class ManagedJobIn(JobIn, kw_only=True):
     """A job that code declares: a definition, and the stable key it is applied by."""
 
@@ -201,12 +213,15 @@ class ManagedJobIn(JobIn, kw_only=True):
 
 
 class ApplyIn(Strict):
-    """The whole set of jobs code declares. ``prune`` deletes the managed jobs the set
-    no longer has; ``dry_run`` only plans."""
+    """The whole set of jobs code declares in ``scope``. ``prune`` deletes the managed
+    jobs of that scope the set no longer has; ``dry_run`` only plans."""
 
     jobs: Annotated[list[ManagedJobIn], msgspec.Meta(max_length=10_000)]
     prune: bool = False
     dry_run: bool = False
+    # The set's scope (a module, a file, a team): its jobs record it, and ``prune``
+    # deletes only managed jobs of this scope. None: the jobs of no scope (ADR 82).
+    scope: Scope | None = None
 
 
 class FieldChange(msgspec.Struct):

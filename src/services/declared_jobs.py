@@ -5,7 +5,10 @@ Each declared job has a stable key; its id derives from the key (and the incarna
 declaring a key again after its job was deleted creates a new job, the old one keeps
 its history). Applying a set plans every job first (create, update with the fields that
 differ, unchanged, and with ``prune`` delete for managed jobs the set no longer has),
-then saves every changed job in one save: the whole set is applied, or nothing is. A
+then saves every changed job in one save: the whole set is applied, or nothing is.
+Every set has a scope (``jobledger apply``: the module or file; over the API: ``scope``,
+or none): its jobs record it, and ``prune`` deletes only managed jobs of the set's
+scope, so sets of several modules never prune each other (ADR 82). A
 set equal to what the log holds changes nothing and writes no event. The events record
 who applied (``by``) and ``source: "code"``.
 
@@ -24,7 +27,7 @@ import msgspec
 
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.errors import InvalidDefinitionError
-from jobledger.domain.job import CODE, Job, managed_job_id
+from jobledger.domain.job import CODE, Job, check_scope, managed_job_id
 from jobledger.persistence.ledger import Ledger
 from jobledger.runtime.accounts import Role
 from jobledger.schemas.jobs import ApplyOut, FieldChange, ManagedJobIn, PlannedChange
@@ -62,14 +65,17 @@ class DeclaredJobs:
         by: Actor,
         prune: bool = False,
         dry_run: bool = False,
+        scope: str | None = None,
     ) -> ApplyOut:
-        """Plan the set against the log and, unless ``dry_run``, apply it in one save
-        (with the dependency graph: planned again if another edit changed it first)."""
+        """Plan the set of ``scope`` against the log and, unless ``dry_run``, apply it
+        in one save (with the dependency graph: planned again if another edit changed
+        it first)."""
         by.require(Role.OPERATOR)
+        check_scope(scope)
         steps: list[_Step] = []
 
         def planned() -> list[Job]:
-            steps[:] = self._planned(declared, at=at, by=by, prune=prune)
+            steps[:] = self._planned(declared, _Apply(at, by, scope), prune=prune)
             return [step.job for step in steps if step.job is not None]
 
         if dry_run:
@@ -80,18 +86,16 @@ class DeclaredJobs:
         return ApplyOut(plan=[step.change for step in steps], applied=changed and not dry_run)
 
     def _planned(
-        self, declared: Sequence[ManagedJobIn], *, at: datetime, by: Actor, prune: bool
+        self, declared: Sequence[ManagedJobIn], apply: "_Apply", *, prune: bool
     ) -> list[_Step]:
         live = {
             body.key: live_managed(self.ledger, body.key, field=f"{_key(body.key)}.key")
             for body in declared
         }
         definitions = self._checked(declared, live)
-        steps = [
-            self._plan(key, definition, live[key], at=at, by=by) for key, definition in definitions
-        ]
+        steps = [self._plan(key, definition, live[key], apply) for key, definition in definitions]
         if prune:
-            steps += self._prune(set(live), by=by)
+            steps += self._prune(set(live), apply)
         return steps
 
     # ---- checking the set ----------------------------------------------------------------
@@ -141,35 +145,46 @@ class DeclaredJobs:
         key: str,
         definition: JobDefinition,
         live: tuple[Job | None, int],
-        *,
-        at: datetime,
-        by: Actor,
+        apply: "_Apply",
     ) -> _Step:
         job, incarnation = live
+        by, scope = apply.by, apply.scope
         if job is None:
             created = Job.declare(
                 definition,
                 key=key,
                 incarnation=incarnation,
-                at=at,
+                at=apply.at,
                 by=by.name,
                 via=by.via,
                 limits=self.ledger.limits,
+                scope=scope,
             )
             return _Step(_change(key, "create", created), created)
+        _check_owner(key, job, scope)
         changes = diff(_shown(job.definition), _shown(definition))
+        if job.scope != scope:  # a job of no scope joins the set that declares it
+            changes.append(FieldChange("scope", job.scope, scope))
         if not changes:
             return _Step(_change(key, "unchanged", job), None)
         job.update(
-            definition, at=at, by=by.name, via=by.via, limits=self.ledger.limits, source=CODE
+            definition,
+            at=apply.at,
+            by=by.name,
+            via=by.via,
+            limits=self.ledger.limits,
+            source=CODE,
+            scope=scope,
         )
         return _Step(_change(key, "update", job, changes), job)
 
-    def _prune(self, declared: set[str], *, by: Actor) -> list[_Step]:
-        """A delete for every live managed job whose key the set no longer has."""
+    def _prune(self, declared: set[str], apply: "_Apply") -> list[_Step]:
+        """A delete for every live managed job of the set's scope whose key the set no
+        longer has; another scope's jobs are that scope's to prune."""
         steps = []
+        by = apply.by
         for job in self._managed():
-            if job.key not in declared:
+            if job.scope == apply.scope and job.key not in declared:
                 job.delete(by=by.name, via=by.via, source=CODE)
                 steps.append(_Step(_change(job.key or "", "delete", job), job))
         return sorted(steps, key=lambda step: step.change.key)
@@ -189,6 +204,26 @@ class DeclaredJobs:
 
 
 Action = Literal["create", "update", "unchanged", "delete"]
+
+
+@dataclass(frozen=True)
+class _Apply:
+    """One apply: when, by whom, and the scope of its set."""
+
+    at: datetime
+    by: Actor
+    scope: str | None
+
+
+def _check_owner(key: str, job: Job, scope: str | None) -> None:
+    """Refuse a key another scope declares: two sets would take the job from each
+    other at every apply. A job of no scope (applied before scopes) is taken."""
+    if job.scope is not None and job.scope != scope:
+        raise InvalidRequestError(
+            f"{_key(key)}: the key belongs to the jobs of scope {job.scope!r}",
+            field=f"{_key(key)}.key",
+            fix=f"give the job another key, or apply it with the scope {job.scope!r}",
+        )
 
 
 def _key(key: str) -> str:

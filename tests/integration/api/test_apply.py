@@ -2,6 +2,8 @@
 prints, a second apply that writes nothing, pruning, the guard on hand edits of
 managed jobs, and a set applied whole or not at all."""
 
+import importlib
+import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -83,9 +85,10 @@ def test_apply_plans_creates_updates_prunes_and_writes_nothing_twice(
     served: "Api", apply: Applier, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If the jobs of a module are applied (first as a dry run), applied again, then
-    applied in their next version with --prune, then the plan says create, unchanged,
-    update (with the changed field), create and delete in turn; the dry run and the
-    second apply write no event; the events say who applied and that code did."""
+    applied in their next version (in the module's scope) with --prune, then the plan
+    says create, unchanged, update (with the changed field), create and delete in
+    turn; the dry run and the second apply write no event; the events say who applied
+    and that code did."""
     monthly = managed_job_id("billing.monthly")
     head = served.container.head()
     status, dry, _ = apply("--module", CODE_JOBS, "--dry-run")
@@ -104,7 +107,8 @@ def test_apply_plans_creates_updates_prunes_and_writes_nothing_twice(
         served.wait_for(lambda: client.list_jobs(source="code").total == 2)
         created = client.job_history(monthly)[0]
         assert (created.data["by"], created.data["source"]) == ("operator", "code")
-    status, lines, _ = apply("--module", _module(NEXT_VERSION, tmp_path, monkeypatch), "--prune")
+    next_version = _module(NEXT_VERSION, tmp_path, monkeypatch)
+    status, lines, _ = apply("--module", next_version, "--scope", CODE_JOBS, "--prune")
     assert status == 0
     plan = [line.split()[:3] for line in lines if line.startswith("  ")]
     assert plan == [
@@ -118,6 +122,68 @@ def test_apply_plans_creates_updates_prunes_and_writes_nothing_twice(
     with Client(served.url, served.tokens[Role.VIEWER]) as client:
         assert client.get_job(managed_job_id("reports.half_hourly")).status == "deleted"
         assert client.get_job(monthly).definition.schedule.cron == "0 7 1 * *"  # type: ignore[union-attr]
+
+
+def _periodic_module(*keys: str) -> str:
+    return "import jobledger\n" + "".join(
+        f"""
+@jobledger.periodic("0 6 * * *", key="{key}")
+@jobledger.handler("{handler}")
+def job_{n}(payload: dict) -> None:
+    pass
+"""
+        for n, (key, handler) in enumerate(zip(keys, ("tests.block", "tests.answer"), strict=False))
+    )
+
+
+def test_two_modules_applied_with_prune_keep_each_others_jobs(
+    served: "Api", apply: Applier, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If two modules are each applied with --prune, then neither plans to delete the
+    other's jobs, and each job shows its module as its scope; if a job is removed
+    from its module, then the module's next apply with --prune deletes that job only;
+    a key another module declares is refused, naming that module's scope."""
+    a1, a2, b1 = (f"scoped.{name}.{uuid.uuid4().hex[:6]}" for name in ("a1", "a2", "b1"))
+    first = _module(_periodic_module(a1, a2), tmp_path, monkeypatch)
+    second = _module(_periodic_module(b1), tmp_path, monkeypatch)
+    status, _, err = apply("--module", first, "--prune")
+    assert status == 0, err
+    status, lines, err = apply("--module", second, "--prune")
+    assert status == 0, err
+    assert [line.split()[:3] for line in lines if line.startswith("  ")] == [["+", "create", b1]]
+    with Client(served.url, served.tokens[Role.VIEWER]) as client:
+        scopes = {key: client.get_job(managed_job_id(key)).scope for key in (a1, a2, b1)}
+        assert scopes == {a1: first, a2: first, b1: second}
+    (tmp_path / f"{first}.py").write_text(_periodic_module(a1))
+    importlib.invalidate_caches()
+    sys.modules.pop(first, None)
+    status, lines, err = apply("--module", first, "--prune")
+    assert status == 0, err
+    assert [line.split()[:3] for line in lines if line.startswith("  ")] == [
+        ["=", "unchanged", a1],
+        ["-", "delete", a2],
+    ]
+    with Client(served.url, served.tokens[Role.VIEWER]) as client:
+        assert client.get_job(managed_job_id(a2)).status == "deleted"
+        assert client.get_job(managed_job_id(b1)).status != "deleted"
+    status, _, err = apply("--module", second, "--scope", "elsewhere")
+    assert status == 2
+    assert f"belongs to the jobs of scope '{second}'" in err
+
+
+def test_a_job_applied_before_scopes_joins_the_set_that_declares_it(served: "Api") -> None:
+    """If a managed job has no scope (applied over the API without one, as every job
+    was before scopes), then a scoped set that declares it takes it into its scope,
+    shown as a change of ``scope``; a scoped prune leaves the unscoped jobs."""
+    kept, taken = (f"unscoped.{n}.{uuid.uuid4().hex[:6]}" for n in ("kept", "taken"))
+    with Client(served.url, served.tokens[Role.OPERATOR]) as client:
+        client.apply([_declared(kept, cron="0 6 * * *"), _declared(taken, cron="0 6 * * *")])
+        assert client.get_job(managed_job_id(taken)).scope is None
+        [step] = [s for s in client.apply([_declared(taken, cron="0 6 * * *")], scope="team",
+                                          prune=True).plan if s.key in (kept, taken)]  # fmt: skip
+        assert (step.action, [c.field for c in step.changes]) == ("update", ["scope"])
+        assert client.get_job(managed_job_id(taken)).scope == "team"
+        assert client.get_job(managed_job_id(kept)).status != "deleted"
 
 
 def test_a_managed_job_changes_by_hand_only_with_the_override(served: "Api") -> None:
