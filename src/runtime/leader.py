@@ -15,6 +15,7 @@ the log (deterministic execution ids and the Job's expected version): see ADR 9.
 """
 
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -110,13 +111,17 @@ class LocalLeadership:
     def __init__(self, epochs: EpochSource | None = None) -> None:
         self._take: Callable[[], int] = epochs.next_epoch if epochs else lambda: 1
         self._epoch: int | None = None
+        # The scheduler's tick and its releases loop read the epoch from two threads at
+        # start: without the lock both took one (two leader.elected, epochs 1 and 2).
+        self._taking = threading.Lock()
 
     @property
     def epoch(self) -> int:
-        if self._epoch is None:
-            self._epoch = self._take()
-            log.info("leader.elected", scheduler_id="embedded", leader_epoch=self._epoch)
-        return self._epoch
+        with self._taking:
+            if self._epoch is None:
+                self._epoch = self._take()
+                log.info("leader.elected", scheduler_id="embedded", leader_epoch=self._epoch)
+            return self._epoch
 
     def tick(self) -> None:
         _ = self.epoch  # taken before the first fire, so the log line comes first

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 20.0
 URL_LINE = re.compile(r"dashboard at (http://\S+)/ui")
 COMPLETED = "/api/v1/executions?status=completed&limit=200"
+EPOCH = re.compile(r"leader_epoch=(\d+)")
 LOGIN_LINE = re.compile(r"log in as '([^']+)' with the password '([^']+)'")
 
 
@@ -150,12 +151,14 @@ def test_dev_runs_everything_and_keeps_it_across_a_restart(
     tmp_path: Path, jobledger_cli: "JobledgerCli"
 ) -> None:
     """If `jobledger dev` starts in a fresh folder, then it prints a dashboard URL and a
-    login that work, lists the demo jobs, runs a triggered one to completion and stops
-    cleanly on SIGINT; and if it starts again, then every job and the completed
-    execution are still there, with no demo job added twice."""
+    login that work, lists the demo jobs, runs a triggered one to completion, logs one
+    leader election (epoch 1) and stops cleanly on SIGINT; and if it starts again,
+    then every job and the completed execution are still there, with no demo job added
+    twice, under the next epoch."""
     data_dir = tmp_path / "data"
     environ = jobledger_cli.environment()
     ids, execution = run_first_start(data_dir, tmp_path / "first", environ)
+    assert elections(tmp_path / "first") == ["1"]
     with dev_process(data_dir, tmp_path / "second", environ) as dev:
         url, username, password = dev.wait_for_login()
         with signed_in(url, username, password) as client:
@@ -166,6 +169,17 @@ def test_dev_runs_everything_and_keeps_it_across_a_restart(
     assert code == 0, stderr
     assert "Traceback" not in stderr
     assert "created" not in (tmp_path / "second" / "stdout.txt").read_text()
+    assert elections(tmp_path / "second") == ["2"]
+
+
+def elections(logs: Path) -> list[str]:
+    """The epochs of the ``leader.elected`` lines a dev process logged, in order."""
+    lines = (logs / "stderr.txt").read_text().splitlines()
+    return [
+        found.group(1)
+        for line in lines
+        if "leader.elected" in line and (found := EPOCH.search(line)) is not None
+    ]
 
 
 def test_seed_twice_on_postgres_creates_the_demo_jobs_once(
