@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
 
 SIGN_INS = 40
+# Before sign-ins waited without a thread, /auth/me took 3.2 to 21 s under this burst.
+# The bound leaves room for a machine whose two cores are busy hashing the burst.
+BOUND = 1.5
 # The default argon2id cost: each check takes a real fraction of a second.
 REAL_PASSWORDS = {
     "password_time_cost": "3",
@@ -36,14 +39,17 @@ def _sign_in(url: str, n: int) -> int:
     return response.status_code
 
 
+# Serial: 40 argon2 checks of 64 MiB each load both cores; beside other tests the
+# latency measured is the machine's, not the API's.
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.timeout(120)
 def test_a_burst_of_failed_sign_ins_leaves_auth_me_fast(
     api_with: Callable[..., contextlib.AbstractContextManager["Api"]],
 ) -> None:
     """If 40 failed sign-ins arrive at once, each inside the per-account and
     per-address limits, then a valid token's GET /api/v1/auth/me keeps answering within
-    500 ms (p99) while they are checked, and every sign-in answers 401 or 429."""
+    1.5 s (p99) while they are checked, and every sign-in answers 401 or 429."""
     settings = {"trusted_proxies": "127.0.0.1", **REAL_PASSWORDS}
     with api_with(**settings) as api:
         viewer = api.client(Role.VIEWER)
@@ -61,4 +67,4 @@ def test_a_burst_of_failed_sign_ins_leaves_auth_me_fast(
     assert set(statuses) <= {401, 429}, statuses
     assert 401 in statuses
     p99 = statistics.quantiles(latencies, n=100)[98]
-    assert p99 < 0.5, f"auth/me p99 {p99:.3f} s over {len(latencies)} requests"
+    assert p99 < BOUND, f"auth/me p99 {p99:.3f} s over {len(latencies)} requests"
