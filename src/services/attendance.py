@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from jobledger.runtime.outages import OUTAGE_ERRORS
 from jobledger.runtime.presence import Presence
 from jobledger.runtime.settings import Settings
 
@@ -71,8 +72,14 @@ class Attendance:
         }
 
     def warnings(self, queues: Iterable[str], *, at: datetime) -> list[str]:
-        """One warning per queue of ``queues`` no live worker serves, naming the fix."""
-        services = self.services(at=at)
+        """One warning per queue of ``queues`` no live worker serves, naming the fix;
+        none while the workers' reports cannot be read: a run goes into the log whether
+        or not Redis answers, and a warning must not turn that into a refusal."""
+        try:
+            services = self.services(at=at)
+        except OUTAGE_ERRORS as error:
+            log.info("queue.attendance_unknown", error=type(error).__name__)
+            return []
         unserved = sorted({q for q in queues if not services.get(q, NEVER).served})
         for queue in unserved:
             log.info("queue.unserved_run", queue=queue)

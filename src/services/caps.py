@@ -9,8 +9,13 @@ take the last free place: a cap bounds growth, it is not a quota to the unit.
 
 from collections.abc import Callable, Collection
 
+import structlog
+
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.runtime.outages import OUTAGE_ERRORS
 from jobledger.runtime.settings import PREFIX
+
+log = structlog.get_logger(__name__)
 
 NO_LIMIT = 2**63  # a use case built without the settings (tests, tools) counts nothing
 MAX_QUEUES_SETTING = f"{PREFIX}MAX_QUEUES"
@@ -44,7 +49,13 @@ class QueueRoom:
     def check(self, queue: str, field: str = "queue") -> None:
         if queue in self._seen:
             return
-        self._seen = frozenset(self._known())
+        try:
+            self._seen = frozenset(self._known())
+        except OUTAGE_ERRORS as error:
+            # The projection is out of reach (Redis down): a run still goes into the
+            # log, as every run does then; a cap bounds growth, it is no reason to refuse.
+            log.info("queue.cap_unchecked", queue=queue, error=type(error).__name__)
+            return
         check_room(
             queue,
             self._seen,

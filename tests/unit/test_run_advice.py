@@ -1,0 +1,62 @@
+"""What a run's way in checks beside the run (which workers serve its queue, the cap on
+queues): advice and bounds that never stand in the way of the log while Redis is down."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+
+from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.runtime.presence import MemoryPresence
+from jobledger.services.attendance import Attendance
+from jobledger.services.caps import QueueRoom
+
+AT = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("error", [redis.ConnectionError, redis.TimeoutError])
+def test_no_warning_while_the_workers_reports_cannot_be_read(
+    error: type[Exception], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the workers' reports cannot be read (Redis refuses or times out), then a run
+    to any queue gets no warning rather than an error, and the log says why once."""
+    presence = MemoryPresence()
+
+    def refuse(**_: object) -> list[object]:
+        raise error("down")
+
+    monkeypatch.setattr(presence, "live", refuse)
+    attendance = Attendance(presence, stale_after=timedelta(seconds=30))
+    with capture_logs() as logs:
+        assert attendance.warnings(["default", "reports"], at=AT) == []
+    assert [entry["event"] for entry in logs] == ["queue.attendance_unknown"]
+
+
+def test_a_queue_no_worker_serves_is_named_once() -> None:
+    """If no worker ever reported a queue, then runs to it get one warning naming it and
+    the setting that makes a worker serve it."""
+    attendance = Attendance(MemoryPresence(), stale_after=timedelta(seconds=30))
+    (warning,) = attendance.warnings(["reports", "reports"], at=AT)
+    assert "reports" in warning
+    assert "JOBLEDGER_WORKER_QUEUES" in warning
+
+
+def test_the_queue_cap_lets_a_run_through_while_the_queues_cannot_be_read() -> None:
+    """If the queues the projection holds cannot be read (Redis down), then a run to a
+    queue not seen before is let through (the log takes it, as every run then), and the
+    cap applies again once they can be read."""
+    reachable = False
+
+    def known() -> frozenset[str]:
+        if not reachable:
+            raise redis.ConnectionError("Connection refused")
+        return frozenset({"default"})
+
+    room = QueueRoom(known, most=1)
+    with capture_logs() as logs:
+        room.check("reports")
+    assert [entry["event"] for entry in logs] == ["queue.cap_unchecked"]
+    reachable = True
+    with pytest.raises(InvalidDefinitionError, match="cap of 1"):
+        room.check("reports")
