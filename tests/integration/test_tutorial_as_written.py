@@ -22,7 +22,9 @@ DATABASE = "jobledger_shop"  # the tutorial's createdb
 PORTS = (8000, 8001)  # the API's and the shop's, as the text has them
 FIRST_RUN_TIMEOUT = 90.0  # the minute job fires within a minute of the apply
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.serial]
+# Beside the other tests: most of its time is the wait for the minute job's first fire,
+# and no other test listens on the tutorial's ports (theirs come from the free range).
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 
 def fresh_checkout(folder: Path) -> Path:
