@@ -15,20 +15,10 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.doc_blocks import blocks, terminals
-from tests.integration.test_tutorial_as_written import (
-    FIRST_RUN_TIMEOUT,
-    TUTORIAL,
-    check_ports_free,
-    drop_database,
-    first_scheduled_run,
-    fresh_checkout,
-    reader_environment,
-)
+from tests.integration.test_tutorial_as_written import follow_tutorial
 
 from bench import _support as support
 
@@ -44,19 +34,9 @@ class Step:
 
 def follow_once() -> tuple[list[Step], float]:
     """The tutorial's steps and their times, and the seconds to the first scheduled run."""
-    check_ports_free()
-    drop_database()
     with tempfile.TemporaryDirectory(prefix="jobledger-tutorial-") as folder:
-        checkout = fresh_checkout(Path(folder) / "jobledger")
-        started = time.monotonic()
-        try:
-            with terminals(checkout, reader_environment()) as reader:
-                reader.follow(blocks(TUTORIAL.read_text()), timeout=300)
-                done = first_scheduled_run(time.monotonic() + FIRST_RUN_TIMEOUT)
-        finally:
-            drop_database()
-    steps = [Step(line, text[:60], seconds) for line, text, seconds in reader.timings]
-    return steps, done - started
+        timings, first = follow_tutorial(Path(folder))
+    return [Step(line, text[:60], seconds) for line, text, seconds in timings], first
 
 
 def main() -> None:
