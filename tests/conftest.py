@@ -70,7 +70,8 @@ def _drop(admin: psycopg.Connection[tuple[object, ...]], name: str) -> None:
     admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def _url_for(database: str) -> str:
+def database_url(database: str) -> str:
+    """The URL of ``database`` on the test server, as the admin connects."""
     base, _, _ = ADMIN_URL.rpartition("/")
     return f"{base}/{database}"
 
@@ -87,7 +88,7 @@ def postgres_template() -> Iterator[str]:
     with admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         try:
-            migrate(load_settings({}, database_url=_url_for(name)), progress=lambda _: None)
+            migrate(load_settings({}, database_url=database_url(name)), progress=lambda _: None)
             yield name
         finally:
             _drop(admin, name)
@@ -103,7 +104,7 @@ def _database_copy(template: str) -> Iterator[str]:
             )
         )
         try:
-            yield _url_for(name)
+            yield database_url(name)
         finally:
             _drop(admin, name)
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from psycopg import sql
-from tests.conftest import ADMIN_URL
+from tests.conftest import ADMIN_URL, database_url
 
 from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.settings import load_settings
@@ -79,14 +79,9 @@ def users_of(database: str) -> set[str]:
 
 
 def event_tables_in(database: str) -> bool:
-    with psycopg.connect(_in(database), autocommit=True) as connection:
+    with psycopg.connect(database_url(database), autocommit=True) as connection:
         row = connection.execute("SELECT to_regclass('jobledger_events')").fetchone()
     return row is not None and row[0] is not None
-
-
-def _in(database: str) -> str:
-    base, _, _ = ADMIN_URL.rpartition("/")
-    return f"{base}/{database}"
 
 
 def test_every_connection_of_a_bare_url_is_the_environments_user(

@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from psycopg import sql
-from tests.conftest import ADMIN_URL
+from tests.conftest import ADMIN_URL, database_url
 from tests.doc_blocks import blocks, terminals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +71,11 @@ def check_ports_free() -> None:
 
 def first_scheduled_run(deadline: float) -> float:
     """When the first run of the minute job completed (monotonic), waiting for it."""
-    base, _, _ = ADMIN_URL.rpartition("/")
     query = (
         "SELECT count(*) FROM jobledger_rm_executions "
         "WHERE handler = 'shop.release_carts' AND trigger = 'schedule' AND status = 'completed'"
     )
-    with psycopg.connect(f"{base}/{DATABASE}", autocommit=True) as connection:
+    with psycopg.connect(database_url(DATABASE), autocommit=True) as connection:
         while time.monotonic() < deadline:
             row = connection.execute(query).fetchone()
             if row is not None and row[0] > 0:
