@@ -412,7 +412,7 @@ def machine_cpu_seconds() -> float:
 
 def fingerprint(url: str) -> dict[str, str]:
     """Per read-model table: its row count and a hash of all its rows, in any order."""
-    from jobledger.projections.read_model_tables import TABLES  # noqa: PLC0415 (the scripts that hash tables only)
+    from jobledger.projections.read_models.tables import TABLES  # noqa: PLC0415 (the scripts that hash tables only)
 
     found = {}
     with psycopg.connect(url) as conn:

@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING
 import httpx
 
 from bench import _support as support
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.schedules import CronSchedule
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.services.actors import operator_of_store
 from jobledger.services.jobs import Jobs
 

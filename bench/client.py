@@ -34,9 +34,9 @@ import httpx
 
 from bench import _support as support
 from bench.api import Api, api_env, sign_in
+from jobledger.adapters.store import migrate
 from jobledger.client import AsyncClient, Client, NotVisibleYetError
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     import argparse

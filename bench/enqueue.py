@@ -26,10 +26,10 @@ from eventsourcing.utils import get_topic
 
 from bench import _support as support
 from bench.api import Api, api_env, sign_in
+from jobledger.adapters.store import migrate
 from jobledger.client import Client
 from jobledger.domain.execution import Execution
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     import argparse

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import _support as support
+from jobledger.adapters.store import migrate, open_ledger
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate, open_ledger
-from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.infra.settings import load_settings
+from jobledger.infra.writer import GroupCommitWriter
 
 if TYPE_CHECKING:
     import argparse

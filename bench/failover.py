@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Self
 import redis
 
 from bench import _support as support
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.store import migrate, open_ledger
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import OneShotSchedule
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate, open_ledger
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.services.actors import operator_of_store
 from jobledger.services.jobs import Jobs
 

@@ -40,22 +40,22 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from bench import _support as support
+
+# The benchmark must run the production fold and cursor, not a copy of them.
+from jobledger.adapters.postgres.database import _QmarkCursor
+from jobledger.adapters.store import migrate, open_ledger, persistence_env, projection_database
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import CronSchedule
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.collector import collector_paused
-
-# The benchmark must run the production fold and cursor, not a copy of them.
-from jobledger.projections.database import _QmarkCursor
-from jobledger.projections.log import LogReader, read_rows
+from jobledger.projections.log.reader import LogReader, read_rows
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
-from jobledger.projections.read_model_tables import TABLES, read_fold, write_fold
-from jobledger.projections.read_models import POSITION, REPLAY_PAGE, TOPICS, ReadModels
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate, open_ledger, persistence_env, projection_database
+from jobledger.projections.read_models.follower import POSITION, REPLAY_PAGE, TOPICS, ReadModels
+from jobledger.projections.read_models.tables import TABLES, read_fold, write_fold
 
 if TYPE_CHECKING:
     import argparse

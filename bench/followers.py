@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Protocol
 import psycopg
 
 from bench import _support as support
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.projections.queue_projection import verify_queue
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.projection import verify_queue
 
 if TYPE_CHECKING:
     import argparse
@@ -202,7 +203,7 @@ def one_round(url: str, redis_url: str, runs: int, prefix: str) -> dict[str, Sam
 
 def check(container: Container) -> None:
     """The queue equals the log's open runs, and every run left it."""
-    differences = verify_queue(container.reader(), container.queue)
+    differences = verify_queue(container.reader(), container.queue, scratch=MemoryQueue())
     if differences:
         raise SystemExit(f"the queue differs from the log: {differences[:3]}")
     depths = container.queue.depths("default", now=datetime.now(UTC))

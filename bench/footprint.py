@@ -49,14 +49,14 @@ from psycopg import sql
 
 from bench import _rounds as rounds
 from bench import _support as support
+from jobledger.adapters.store import events_table
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import OneShotSchedule
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import events_table
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

@@ -36,9 +36,9 @@ from tests.integration.api.fuzz_campaign import (
 )
 
 from bench import _support as support
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.adapters.store import migrate
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     import argparse

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 import redis
 
 from bench import _support as support
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import (
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.projections.queue.backend import (
     EntryLimits,
     Lease,
     QueueChange,
@@ -45,12 +46,11 @@ from jobledger.projections.queue import (
     QueueMeta,
     QueueState,
 )
-from jobledger.projections.redis_queue import RedisQueue
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from jobledger.projections.queue import QueueBackend
+    from jobledger.projections.queue.backend import QueueBackend
 
 Q = "bench"
 TTL = timedelta(minutes=5)

@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING
 import httpx
 
 from bench import _support as support
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition, Limits
 from jobledger.domain.job import Job
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import CronSchedule
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     import argparse

@@ -61,22 +61,21 @@ from psycopg import sql
 
 from bench import _support as support
 from bench.pages import ADMIN, api_process, sign_in
+from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
 from jobledger.domain.policies import RetryPolicy
+from jobledger.domain.roles import Role
 from jobledger.domain.schedules import CronSchedule
-from jobledger.projections.queue_projection import CheckpointProjection, QueueProjection
-from jobledger.projections.redis_queue import RedisQueue
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.leader import LocalLeadership
+from jobledger.infra.leadership import LocalLeadership
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.projection import CheckpointProjection, QueueProjection
 from jobledger.runtime.lifecycle import settle_heap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
 from jobledger.services.actors import Actor
-from jobledger.services.archives import Archives
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -483,7 +482,7 @@ def _tick_row(label: str, times: list[float], note: str) -> Row:
 def archive_row(container: Container) -> Row:
     """Archive the closed runs of the older half of the spread: exported, verified and
     removed from the log."""
-    archives = Archives.build(container)
+    archives = container.archives()
     before = datetime.now(UTC) - SPREAD / 2
     by = Actor("bench", Role.ADMIN)
     progress = support.Progress("archive", 0)

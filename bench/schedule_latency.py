@@ -41,22 +41,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench import _support as support
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import OneShotSchedule
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate
 
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
     from jobledger.persistence.ledger import Ledger
-    from jobledger.projections.queue import QueueBackend
+    from jobledger.projections.queue.backend import QueueBackend
     from jobledger.runtime.scheduler import Scheduler, TickReport
 
 QUEUE = "default"

@@ -62,12 +62,12 @@ from bench import _pg_peers as pg_peers
 from bench import _rounds as rounds
 from bench import _support as support
 from bench._rounds import CpuRow, Groups, Outcome, Processes, Row, Sizes
+from jobledger.adapters.store import events_table, migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import events_table, migrate
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     import argparse

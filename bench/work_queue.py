@@ -35,13 +35,16 @@ import redis
 from psycopg import sql
 
 from bench import _support as support
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.projections.checkpoint import CHECKPOINT, stored_row
-from jobledger.projections.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import (
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.backend import (
     QueueChange,
     QueueItem,
     QueueMeta,
@@ -49,14 +52,11 @@ from jobledger.projections.queue import (
     WorkSpec,
     encode_spec,
 )
-from jobledger.projections.queue_fold import EXECUTION_TOPICS
-from jobledger.projections.queue_projection import QueueProjection
-from jobledger.projections.redis_queue import RedisQueue
+from jobledger.projections.queue.checkpoint import CHECKPOINT, stored_row
+from jobledger.projections.queue.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
+from jobledger.projections.queue.fold import EXECUTION_TOPICS
+from jobledger.projections.queue.projection import QueueProjection
 from jobledger.projections.times import from_ms, to_ms
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
 
 if TYPE_CHECKING:
     import argparse
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from jobledger.persistence.ledger import Ledger
-    from jobledger.projections.queue import QueueBackend
+    from jobledger.projections.queue.backend import QueueBackend
 
 QUEUES = ("default", "reports")
 LEASE_QUEUE = "default"

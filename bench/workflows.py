@@ -40,17 +40,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import _support as support
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
+from jobledger.domain.roles import Role
 from jobledger.domain.schedules import CronSchedule, ManualSchedule
 from jobledger.domain.workflow import StepSpec, Workflow, WorkflowStatus
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate
 from jobledger.services.actors import Actor
 from jobledger.services.jobs import Jobs
 from jobledger.services.workflows import Workflows

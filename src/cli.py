@@ -18,6 +18,16 @@ import redis
 import structlog
 
 from jobledger import apply_cli, job_cli, token_cli
+from jobledger.bootstrap import (
+    Container,
+    PartOptions,
+    bootstrap,
+    build_services,
+    migrate,
+    preflight,
+    role_parts,
+    run_dev,
+)
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
 from jobledger.domain.instants import check_instant
@@ -27,22 +37,15 @@ from jobledger.domain.schedules import (
     upcoming_fires,
     validate_schedule,
 )
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.errors import RuntimeLayerError, SettingsError
+from jobledger.infra.errors import RuntimeLayerError, SettingsError
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.progress import ProgressBar
+from jobledger.infra.settings import PREFIX, Settings, load_settings, mask_url
+from jobledger.runtime.dev import DevOptions
 from jobledger.runtime.lifecycle import (
-    MetricsServer,
-    Part,
-    WorkerRunner,
     run_parts,
     stop_on_signals,
 )
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.outages import OutageProbe
-from jobledger.runtime.progress import ProgressBar
-from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import PREFIX, Settings, load_settings, mask_url
-from jobledger.runtime.store import check_migrated, migrate
-from jobledger.runtime.worker import Worker
 from jobledger.schemas.limits import LimitValuesIn
 from jobledger.services.actors import Actor, operator_of_store
 from jobledger.services.admin import QuarantinedEvent, RetryReport, event_type
@@ -50,7 +53,6 @@ from jobledger.services.application import Services
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter
 from jobledger.services.demo import seed_demo_jobs
 from jobledger.services.errors import ServiceError
-from jobledger.services.outbox import relay_part
 
 log = structlog.get_logger(__name__)
 
@@ -288,7 +290,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         _refuse_embedded_queue(args.queue_command)
     with bootstrap(settings, role=command) as container:
         if command in _ROLES:
-            _preflight(container)
+            preflight(container)
         return _run_with(args, container)
 
 
@@ -336,31 +338,14 @@ def _operator() -> str:
 _ROLES = frozenset({"api", "scheduler", "worker", "projector", "seed"})
 
 
-def _preflight(container: Container) -> None:
-    """Fail now, in one line, on what would otherwise fail later: a store that misses a
-    migration, an unreachable Redis, a handler module that does not import."""
-    check_migrated(container.settings)
-    container.ping()
-    container.handlers()
-    # From here on a store that goes away is an outage to ride out, not a reason to exit.
-    container.health.expect(*container.dependencies())
-
-
 def _run_with(args: argparse.Namespace, container: Container) -> int:
     """The commands that need the wired objects of a running jobledger."""
     runners: dict[str, Callable[[], int]] = {
         "status": lambda: _print_json(_services(container).system.describe()),
-        "projector": lambda: _run_role(container, container.projector()),
+        "projector": lambda: _run_role(container, "projector"),
         "api": lambda: _run_api(container, with_projector=args.with_projector),
-        "scheduler": lambda: _run_role(
-            container,
-            SchedulerService(container.scheduler(), health=container.health),
-            *_outbox_relay(container),
-            with_projector=args.with_projector,
-        ),
-        "worker": lambda: _run_role(
-            container, WorkerRunner(_worker(container)), with_projector=args.with_projector
-        ),
+        "scheduler": lambda: _run_role(container, "scheduler", args.with_projector),
+        "worker": lambda: _run_role(container, "worker", args.with_projector),
         "dlq": lambda: _dead_letters(args, container),
         "queue": lambda: _queue(args, container),
         "limit": lambda: _limit(args, container),
@@ -380,27 +365,9 @@ def _run_with(args: argparse.Namespace, container: Container) -> int:
     return runners[args.command]()
 
 
-def _worker(container: Container) -> Worker:
-    # Building the use cases gives the worker's system.archive handler its use case.
-    _services(container)
-    return container.worker()
-
-
-def _outbox_relay(container: Container) -> list[Part]:
-    """The scheduler also relays runs enqueued in applications' transactions."""
-    relay = relay_part(container, _services(container).outbox)
-    return [relay] if relay is not None else []
-
-
 def _run_dev(args: argparse.Namespace, settings: Settings) -> int:
-    # The web stack is imported only by the commands that serve it: it would add about
-    # 10 MB and a second of start-up to every scheduler, worker and projector.
-    from jobledger.api.devserver import DevOptions, run_dev  # noqa: PLC0415
-
     migrate(settings)
-    with bootstrap(settings, role="dev") as container:
-        _preflight(container)
-        return run_dev(container, _say, DevOptions(demo=not args.no_demo))
+    return run_dev(settings, _say, DevOptions(demo=not args.no_demo))
 
 
 def _say(line: str) -> None:
@@ -424,7 +391,7 @@ def _seed(container: Container) -> int:
 
 def _services(container: Container) -> Services:
     """The use cases, for the commands that call them (the roles below need none)."""
-    return Services.build(container)
+    return build_services(container)
 
 
 def _dead_letters(args: argparse.Namespace, container: Container) -> int:
@@ -650,36 +617,26 @@ def _print_retry(report: RetryReport) -> int:
     return 1 if report.failed or report.waiting or report.missing else 0
 
 
-def _run_role(container: Container, *parts: Part, with_projector: bool = False) -> int:
-    """Run a role's ``parts`` until SIGINT or SIGTERM: after this process's metrics
-    server (if a port is set) and the projector (if asked for); stopped in reverse."""
-    settings = container.settings
-    before: list[Part] = []
-    if settings.metrics_port:
-        before.append(
-            MetricsServer(container.metrics, settings.metrics_port, settings.metrics_host)
-        )
-    if with_projector:
-        before.append(container.projector())
+def _run_role(container: Container, role: str, with_projector: bool = False) -> int:  # noqa: FBT001, FBT002 (the flag as parsed)
+    """Run ``role``'s parts (``runtime.roles``) until SIGINT or SIGTERM; stopped in
+    reverse. Building the use cases gives the worker's system.archive handler its use
+    case, and the scheduler its outbox relay."""
+    parts = role_parts(
+        container, role, PartOptions(_services(container)), with_projector=with_projector
+    )
     with stop_on_signals() as stop:
-        return run_parts([*before, *parts], stop)
+        return run_parts(parts, stop)
 
 
 def _run_api(container: Container, *, with_projector: bool) -> int:
-    from jobledger.api.server import ApiServer  # noqa: PLC0415 (as in _run_dev)
-
     services = _services(container)
     password = services.accounts.ensure_admin(container.settings, at=utc_now())
     if password is not None:
         name = container.settings.admin_username
         print(f"jobledger: created the admin {name!r} with the dev password {password!r}")
-    # Requests report outages as they meet them; the probe sees them end.
-    probe = OutageProbe(container.health, dict(container.probes().values()))
-    server = ApiServer(container, services)
-    # No metrics port of its own: the API serves its metrics at /metrics.
+    parts = role_parts(container, "api", PartOptions(services), with_projector=with_projector)
     with stop_on_signals() as stop:
-        parts: list[Part] = [container.projector()] if with_projector else []
-        return run_parts([*parts, probe, server], stop)
+        return run_parts(parts, stop)
 
 
 def _preview(args: argparse.Namespace) -> int:

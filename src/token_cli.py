@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from jobledger.domain.clock import utc_now
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.errors import ServiceError

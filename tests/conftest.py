@@ -23,12 +23,12 @@ from litestar import Litestar
 from psycopg import sql
 from tests.ports import free_port
 
+from jobledger.adapters.store import migrate, open_ledger
 from jobledger.api.server import server_config
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.queue import WorkSpec
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate, open_ledger
+from jobledger.projections.queue.backend import WorkSpec
 from jobledger.services.actors import Actor
 
 ADMIN_URL = os.environ.get(

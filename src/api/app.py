@@ -31,12 +31,11 @@ from jobledger.api.security import (
     no_sniffing,
     role_guard,
 )
-from jobledger.api.state import ApiState
+from jobledger.api.state import ApiPorts, ApiState
 from jobledger.api.strictness import strict_request
 from jobledger.api.system import SystemController, health, metrics, ready
 from jobledger.api.workflows import WorkflowController
 from jobledger.domain.clock import Clock, utc_now
-from jobledger.runtime.bootstrap import Container
 from jobledger.services.application import Services
 
 ROUTES: list[ControllerRouterHandler] = [
@@ -62,18 +61,15 @@ ROUTES: list[ControllerRouterHandler] = [
 ]
 
 
-def create_app(
-    container: Container, *, now: Clock = utc_now, services: Services | None = None
-) -> Litestar:
-    """The app over ``container`` (and its use cases, built from it unless given);
-    ``now`` is the clock every route reads."""
-    services = services or Services.build(container)
-    state = ApiState(container=container, services=services, now=now)
-    state.gate = Gate(container.budgets(), Limits.from_settings(container.settings), state)
+def create_app(ports: ApiPorts, services: Services, *, now: Clock = utc_now) -> Litestar:
+    """The app over ``services`` and its process's ``ports``; ``now`` is the clock every
+    route reads."""
+    state = ApiState(ports=ports, services=services, now=now)
+    state.gate = Gate(ports.budgets, Limits.from_settings(ports.settings), state)
     auth = DefineMiddleware(
         AuthMiddleware, exclude_from_auth_key=PUBLIC, exclude=[f"^{SCHEMA_PATH}"]
     )
-    counting = DefineMiddleware(MetricsMiddleware, metrics=container.metrics)
+    counting = DefineMiddleware(MetricsMiddleware, metrics=ports.metrics)
     app = Litestar(
         route_handlers=ROUTES,
         dependencies=dependencies(services, now),
@@ -88,7 +84,7 @@ def create_app(
             render_plugins=[JsonRenderPlugin(path=["/openapi.json", "/"])],
         ),
         before_send=[no_sniffing],
-        request_max_body_size=container.settings.api_max_body_bytes,
+        request_max_body_size=ports.settings.api_max_body_bytes,
         state=State({"api": state}),
         template_config=pages.template_config(),
         logging_config=None,

@@ -28,11 +28,11 @@ from jobledger.api.security import (
 )
 from jobledger.api.state import ApiState
 from jobledger.domain.clock import Clock
-from jobledger.runtime.accounts import (
+from jobledger.domain.roles import Role
+from jobledger.services.account_store import (
     ApiToken,
     InvalidCredentialsError,
     LoginThrottledError,
-    Role,
     SessionTicket,
     User,
 )
@@ -84,7 +84,7 @@ class UserPatch(Strict):
 
 def _cookie(request: Request[Any, Any, Any], value: str, max_age: int) -> Cookie:
     state = api_state(request)
-    mode = state.container.settings.secure_cookies
+    mode = state.ports.settings.secure_cookies
     secure = mode == "always" or (
         mode == "auto" and served_over_https(request, state.trusted_proxies)
     )
@@ -112,7 +112,7 @@ def _sign_in(
         user, ticket = accounts.login(data.username, data.password, address=address, at=now)
     except (InvalidCredentialsError, LoginThrottledError) as error:
         reason = "throttled" if isinstance(error, LoginThrottledError) else "credentials"
-        state.container.metrics.login_failures.labels(reason=reason).inc()
+        state.ports.metrics.login_failures.labels(reason=reason).inc()
         raise
     if old:
         accounts.logout(old)  # rotate: never keep a session id across a sign-in

@@ -27,10 +27,10 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobledger.api.errors import error_response
 from jobledger.api.security import SESSION_COOKIE, api_state, client_address
-from jobledger.runtime import credentials
-from jobledger.runtime.budgets import US_PER_MS, Allowance, Ask, Budgets, Verdict
-from jobledger.runtime.outages import OUTAGE_ERRORS
-from jobledger.runtime.settings import Settings
+from jobledger.infra import credentials
+from jobledger.infra.budgets import US_PER_MS, Allowance, Ask, Budgets, Verdict
+from jobledger.infra.outages import OUTAGE_ERRORS
+from jobledger.infra.settings import Settings
 from jobledger.schemas.system import ErrorBody
 
 log = structlog.get_logger(__name__)
@@ -130,7 +130,7 @@ class Gate:
         try:
             return fn()
         except OUTAGE_ERRORS as error:
-            health = self._state.container.health
+            health = self._state.ports.health
             health.report(error, health.clock())
             return fallback
 

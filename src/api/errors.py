@@ -40,9 +40,9 @@ from jobledger.domain.errors import (
     UndecodableEventError,
 )
 from jobledger.domain.json_values import MAX_DEPTH
-from jobledger.runtime import accounts
-from jobledger.runtime.outages import OUTAGE_ERRORS, dependency_of
+from jobledger.infra.outages import OUTAGE_ERRORS, dependency_of
 from jobledger.schemas.system import ErrorBody, ErrorDetail
+from jobledger.services import account_store as accounts
 from jobledger.services.errors import (
     AlreadyRunningError,
     InvalidRequestError,
@@ -309,7 +309,7 @@ def unavailable(request: Request[Any, Any, Any], error: Exception) -> Response[E
     if dependency is None:
         return _unexpected(request, error)
     state: ApiState = request.app.state["api"]
-    health = state.container.health
+    health = state.ports.health
     health.report(error, health.clock())
     seconds = health.retry_after()
     return error_response(

@@ -6,8 +6,8 @@ from litestar.enums import ScopeType
 from litestar.middleware import MiddlewareProtocol
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.outages import dependency_of
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.outages import dependency_of
 
 # Requests the router matched no route for never reach route middleware; this label is
 # for the rest that carry no template.

@@ -24,8 +24,9 @@ from litestar.types import Message, Scope
 
 from jobledger.api.errors import ApiError
 from jobledger.api.state import ApiState
-from jobledger.runtime.accounts import Principal, Role
-from jobledger.runtime.settings import IPNetwork
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import IPNetwork
+from jobledger.services.account_store import Principal
 
 SESSION_COOKIE = "jl_session"
 CSRF_HEADER = "X-CSRF-Token"

@@ -12,8 +12,8 @@ import uvicorn
 from litestar.types import ASGIApp as ASGIApplication
 
 from jobledger.api.app import create_app
-from jobledger.runtime.bootstrap import Container
-from jobledger.runtime.errors import RuntimeLayerError
+from jobledger.api.state import ApiPorts
+from jobledger.infra.errors import RuntimeLayerError
 from jobledger.services.application import Services
 
 log = structlog.get_logger(__name__)
@@ -45,14 +45,14 @@ class ApiServer:
 
     def __init__(
         self,
-        container: Container,
+        ports: ApiPorts,
         services: Services,
         *,
         listener: socket.socket | None = None,
         started: Callable[[], None] | None = None,
     ) -> None:
-        settings = container.settings
-        app = create_app(container, services=services)
+        settings = ports.settings
+        app = create_app(ports, services)
         config = server_config(app, host=settings.api_host, port=settings.api_port)
         self._server = uvicorn.Server(config)
         self._url = f"http://{settings.api_host}:{settings.api_port}"

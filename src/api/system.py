@@ -63,7 +63,7 @@ def ready(system: NamedDependency[System]) -> Response[Readiness]:
 
 @get("/metrics", opt=OPEN, sync_to_thread=True, tags=["system"], include_in_schema=False)
 def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
-    registry = api_state(request).container.metrics.registry
+    registry = api_state(request).ports.metrics.registry
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 

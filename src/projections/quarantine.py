@@ -31,10 +31,10 @@ from eventsourcing import persistence
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.json_values import error_line
+from jobledger.infra.outages import CLUSTER_OUTAGE_ERRORS
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.errors import ContendedError, ProjectionError, QueueLostError
-from jobledger.projections.log import LogRow, RowPage
-from jobledger.projections.redis_client import CLUSTER_OUTAGE_ERRORS
+from jobledger.projections.log.reader import LogRow, RowPage
 from jobledger.projections.times import from_ms, to_ms
 
 log = structlog.get_logger(__name__)
@@ -609,3 +609,25 @@ def _retry_one(
             ) from error
         return describe(error)
     return None
+
+
+def isolation_of(
+    follower: str,
+    quarantine: Quarantine,
+    *,
+    persist: bool = True,
+    counted: Callable[[str], None] | None = None,
+) -> Isolation:
+    """How ``follower`` isolates events: recorded (unless not ``persist``), and counted.
+    The job-schedule index holds no stream: each job event sets the job's next fire
+    whole, so the events after a quarantined one keep the index right. Nor do the
+    releases: each run's end releases what it releases on its own."""
+    isolation = Isolation(
+        follower,
+        quarantine,
+        persist=persist,
+        hold=follower not in {JOB_SCHEDULE_FOLLOWER, RELEASES_FOLLOWER},
+    )
+    if counted is not None:
+        isolation.counted = counted
+    return isolation

@@ -22,9 +22,9 @@ from jobledger.domain.clock import Clock
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution
 from jobledger.domain.progress import Progress, ProgressPolicy
-from jobledger.projections.queue import Lease
-from jobledger.runtime.presence import Presence
-from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.infra.presence import Presence
+from jobledger.infra.writer import GroupCommitWriter
+from jobledger.projections.queue.backend import Lease
 from jobledger.schemas.rows import ProgressRow
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import structlog
 
-from jobledger.runtime.metrics import Metrics
+from jobledger.infra.metrics import Metrics
 from jobledger.runtime.worker import Worker
 
 log = structlog.get_logger(__name__)

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 
 import structlog
 
+from jobledger.infra.background import Background
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.outages import POSTGRESQL, REDIS, DependencyHealth
+from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.background import Background
-from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Cursor, Database
-from jobledger.projections.log import Follower, LogReader, PostgresListener, Wakeup
+from jobledger.projections.log.reader import Follower, LogReader, PostgresListener, Wakeup
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
@@ -22,13 +24,11 @@ from jobledger.projections.quarantine import (
     Isolation,
     Quarantine,
 )
-from jobledger.projections.queue import QueueBackend
-from jobledger.projections.queue_projection import CheckpointProjection, QueueProjection
-from jobledger.projections.read_models import ReadModels
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.outages import POSTGRESQL, REDIS, DependencyHealth
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import projection_database
+from jobledger.projections.queue.backend import QueueBackend
+from jobledger.projections.queue.checkpoint import Checkpoint
+from jobledger.projections.queue.gauges import observe_queue
+from jobledger.projections.queue.projection import CheckpointProjection, QueueProjection
+from jobledger.projections.read_models.follower import ReadModels
 
 log = structlog.get_logger(__name__)
 
@@ -47,15 +47,15 @@ class _OpenedOnUse:
     transaction, so a projector built only for its queue projection opens nothing, and
     closed when the projector stops."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, open_database: Callable[[], Database]) -> None:
+        self._open = open_database
         self._database: Database | None = None
         self._lock = threading.Lock()
 
     def _opened(self) -> Database:
         with self._lock:
             if self._database is None:
-                self._database = projection_database(self._settings)
+                self._database = self._open()
             return self._database
 
     @contextlib.contextmanager
@@ -117,7 +117,7 @@ class _Gauges(Background):
         # The projection counts in a plain int (projections know no Prometheus).
         metrics.rebuilds.inc(rebuilds - self._rebuilds)
         self._rebuilds = rebuilds
-        metrics.observe_queue(self._backend, now=datetime.now(tz=UTC), head=head)
+        observe_queue(metrics, self._backend, now=datetime.now(tz=UTC), head=head)
         for name, count in self._quarantine.counts().items():
             metrics.quarantined_events.labels(follower=name).set(count)
 
@@ -219,6 +219,7 @@ def build_projector(
     checkpoint: Checkpoint,
     store_id: str,
     *,
+    open_database: Callable[[], Database],
     metrics: Metrics | None = None,
     health: DependencyHealth | None = None,
 ) -> Projector:
@@ -226,7 +227,7 @@ def build_projector(
     poll = settings.projection_poll_ms / 1000
     # The queue follower reads at once (it decides when work starts); the others may wait.
     batch = settings.projection_batch_ms / 1000
-    database = _OpenedOnUse(settings)
+    database = _OpenedOnUse(open_database)
     quarantine = Quarantine(database)
     counted = metrics.count_quarantined if metrics is not None else None
 

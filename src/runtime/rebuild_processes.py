@@ -2,7 +2,7 @@
 
 Python folds one event at a time on one core; a rebuild of a long log spreads the
 executions' streams over processes (``projections.read_model_parts``). Each is a new
-interpreter running ``jobledger.runtime.rebuild_part``, not a fork: the caller may be
+interpreter running ``jobledger.rebuild_part``, not a fork: the caller may be
 an API process with threads and open connections. Each builds its own objects from the
 settings, folds its share into the new tables and sends back what the merge needs;
 while they run, they say how far they are. A share that fails (or dies) fails the
@@ -22,10 +22,9 @@ from typing import IO, Any
 import psycopg
 import structlog
 
-from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, describe, is_outage
-from jobledger.projections.read_model_parts import Part, PartResult, fold_part
-from jobledger.runtime.errors import RebuildPartError
-from jobledger.runtime.settings import Settings
+from jobledger.infra.errors import RebuildPartError
+from jobledger.infra.settings import Settings
+from jobledger.projections.read_models.parts import Part, PartResult
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +75,7 @@ class RunningProcesses:
         # A module run on its own, not multiprocessing: a spawned child imports the
         # caller's main module again, which a script without a main guard cannot take.
         process = subprocess.Popen(
-            [sys.executable, "-m", "jobledger.runtime.rebuild_part"],
+            [sys.executable, "-m", "jobledger.rebuild_part"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -143,28 +142,3 @@ def answer(out: IO[bytes], message: tuple[Any, ...]) -> None:
     data = pickle.dumps(message)
     out.write(_HEADER.pack(len(data)) + data)
     out.flush()
-
-
-def run_part(task: bytes, out: IO[bytes]) -> None:
-    """A share's process: fold it and answer (what it folded, or why it failed)."""
-    # Imported here: the composition root imports this module.
-    from jobledger.runtime.bootstrap import bootstrap  # noqa: PLC0415
-    from jobledger.runtime.logging import configure_logging  # noqa: PLC0415
-
-    settings, part, page_size = pickle.loads(task)  # noqa: S301 (sent by the rebuild)
-    configure_logging(settings)
-    try:
-        with bootstrap(settings, role="rebuild") as container:
-            isolation = container.isolation(READ_MODELS_FOLLOWER, persist=part.persist)
-            result = fold_part(
-                container.ledger,
-                container.database,
-                isolation,
-                part,
-                page_size=page_size,
-                reached=lambda position: answer(out, ("reached", part.index, position)),
-            )
-        answer(out, ("done", part.index, result))
-    except BaseException as error:  # noqa: BLE001 (every failure goes to the rebuild)
-        log.warning("read_models.rebuild_part_failed", part=part.index, error=describe(error))
-        answer(out, ("failed", part.index, describe(error), is_outage(error)))

@@ -4,8 +4,10 @@ missed. What a drain does is the use case's (``services/outbox.py``)."""
 
 from collections.abc import Callable
 
-from jobledger.projections.log import Follower, PostgresListener, StepHealth, Wakeup
+from jobledger.domain.clock import utc_now
+from jobledger.projections.log.reader import Follower, PostgresListener, StepHealth, Wakeup
 from jobledger.schemas.outbox import OUTBOX_CHANNEL
+from jobledger.services.outbox import BATCH, Outbox
 
 
 class OutboxRelay:
@@ -35,3 +37,18 @@ class OutboxRelay:
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._follower.wait(timeout)
+
+
+def relay_part(
+    outbox: Outbox | None, conninfo: str | None, health: StepHealth
+) -> OutboxRelay | None:
+    """The relay for a role that runs it (the scheduler, `jobledger dev`) on the
+    PostgreSQL at ``conninfo``; none without one, which the outbox needs."""
+    if outbox is None or conninfo is None:
+        return None
+
+    def drain() -> bool:
+        # A full batch: more may be waiting, so the relay runs again at once.
+        return outbox.relay(at=utc_now()).taken >= BATCH
+
+    return OutboxRelay(conninfo, drain, health=health)

@@ -38,10 +38,12 @@ from jobledger.domain.execution import Execution, ExecutionStatus, Trigger, occu
 from jobledger.domain.job import Job, MissReason
 from jobledger.domain.schedules import MissedFires
 from jobledger.domain.workflow import Workflow, step_status_of
+from jobledger.infra.leadership import Leadership
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.errors import ContendedError
-from jobledger.projections.log import (
+from jobledger.projections.log.positions import Position
+from jobledger.projections.log.reader import (
     Follower,
     LogReader,
     LogRow,
@@ -49,10 +51,8 @@ from jobledger.projections.log import (
     StepHealth,
     Wakeup,
 )
-from jobledger.projections.positions import Position
+from jobledger.projections.log.streams import load_many
 from jobledger.projections.quarantine import RELEASES_FOLLOWER, Isolation
-from jobledger.projections.streams import load_many
-from jobledger.runtime.leader import Leadership
 
 log = structlog.get_logger(__name__)
 

@@ -30,19 +30,20 @@ from jobledger.domain.firing import (
 )
 from jobledger.domain.job import Job
 from jobledger.domain.policies import OverlapPolicy
+from jobledger.infra.background import Background
+from jobledger.infra.leadership import Leadership
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.background import Background
-from jobledger.projections.checkpoint import Checkpoint
-from jobledger.projections.job_index import JobIndex
-from jobledger.projections.queue import QueueBackend, QueueChange, QueueState
-from jobledger.projections.queue_projection import previous_item
-from jobledger.projections.streams import load_many
+from jobledger.projections.log.streams import load_many
+from jobledger.projections.queue.backend import QueueBackend, QueueChange, QueueState
+from jobledger.projections.queue.checkpoint import Checkpoint
+from jobledger.projections.queue.gauges import observe_queue
+from jobledger.projections.queue.projection import previous_item
+from jobledger.projections.read_models.job_index import JobIndex
 from jobledger.runtime.job_cache import JobCache
-from jobledger.runtime.leader import Leadership
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
 from jobledger.runtime.releases import ReleaseLoop
-from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
 
@@ -298,7 +299,7 @@ class Scheduler:
         self._changes_counted = changes
         if leading and self.queue is not None:
             head = self.ledger.recorder.max_notification_id() or 0
-            self.metrics.observe_queue(self.queue, now=now, head=head)
+            observe_queue(self.metrics, self.queue, now=now, head=head)
 
     # ---- recovery -------------------------------------------------------------------
 

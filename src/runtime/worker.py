@@ -37,18 +37,20 @@ from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.ids import random_uuid
 from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
+from jobledger.infra.background import Background
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
+from jobledger.infra.presence import Presence, WorkerInfo
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.background import Background
-from jobledger.projections.queue import Lease, QueueBackend, Throttle, decode_spec
-from jobledger.projections.streams import load_many
+from jobledger.projections.log.streams import load_many
+from jobledger.projections.queue.backend import Lease, QueueBackend, Throttle, decode_spec
 from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
 from jobledger.runtime.handlers.registry import HandlerRegistry, missing_handler_error
 from jobledger.runtime.loop_bridge import FutureBridge
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.runtime.outcomes import (
     Cancelled,
     Completed,
@@ -61,8 +63,6 @@ from jobledger.runtime.outcomes import (
     Snoozed,
     decided,
 )
-from jobledger.runtime.presence import Presence, WorkerInfo
-from jobledger.runtime.writer import GroupCommitWriter
 
 log = structlog.get_logger(__name__)
 _handler_log = structlog.get_logger("jobledger.handler")

@@ -5,16 +5,16 @@ from uuid import UUID
 
 import structlog
 
-from jobledger.runtime.accounts import (
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import Settings
+from jobledger.services.account_store import (
     Accounts,
     ApiToken,
     Principal,
-    Role,
     SessionTicket,
     TokenNotFoundError,
     User,
 )
-from jobledger.runtime.settings import Settings
 from jobledger.services.actors import Actor
 
 log = structlog.get_logger(__name__)

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from typing import Self
 from uuid import UUID
 
-from jobledger.runtime.accounts import Principal, Role
+from jobledger.domain.roles import Role
+from jobledger.services.account_store import Principal
 from jobledger.services.errors import NotPermittedError
 
 # How a caller came (``Actor.via``). A token's is ``token:`` and its name, so that no

@@ -10,6 +10,7 @@ files, read them back and verify them, then remove the events and record
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +22,8 @@ import structlog
 from eventsourcing.persistence import StoredEvent
 
 from jobledger.domain.archive import ArchiveRecord, History, Retention, history_id
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import Settings
 from jobledger.persistence.archive_files import (
     ArchivedEvent,
     ArchiveFileError,
@@ -41,17 +44,13 @@ from jobledger.persistence.archive_files import (
 )
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import decode_or_placeholder
-from jobledger.projections.archive_store import (
+from jobledger.projections.log.archive_store import (
     ArchiveStore,
     ArchiveStoreError,
     ClosedStream,
     Mark,
     Removal,
 )
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import archive_lock
 from jobledger.services.actors import Actor
 from jobledger.services.errors import AlreadyRunningError, ServiceError
 from jobledger.services.history import EventOut, event_out
@@ -138,22 +137,14 @@ class Archives:
         store: ArchiveStore,
         settings: Settings,
         queue_position: Callable[[], int | None],
+        lock: Callable[[], AbstractContextManager[bool]],
     ) -> None:
         self._ledger = ledger
         self._store = store
         self._settings = settings
         self._queue_position = queue_position
-
-    @classmethod
-    def build(cls, container: Container) -> "Archives":
-        def queue_position() -> int | None:
-            # The queue of another process (`jobledger dev`'s, in memory) is not known
-            # here: its projector applies pages before the checkpoint that is known.
-            meta = container.queue.read_meta()
-            return None if meta is None else meta.position
-
-        store = ArchiveStore(container.ledger, container.database)
-        return cls(container.ledger, store, container.settings, queue_position)
+        # Held by one archive run at a time (True), or by another already (False).
+        self._lock = lock
 
     def retention(
         self, before: datetime | None = None, *, forced_because: str | None = None
@@ -184,7 +175,7 @@ class Archives:
         by.require(Role.ADMIN)
         retention = self.retention(before, forced_because=forced_because)
         run = _Run(retention, at, by, self._settings.archive_path)
-        with archive_lock(self._settings) as locked:
+        with self._lock() as locked:
             if not locked:
                 raise AlreadyRunningError(
                     "another archive run holds the lock", fix="wait for it to finish"
@@ -306,7 +297,7 @@ class Archives:
         into the log at their old positions, each archive verified first and recorded as
         ``HistoryRestored``. The read models show them again after a rebuild."""
         by.require(Role.ADMIN)
-        with archive_lock(self._settings) as locked:
+        with self._lock() as locked:
             if not locked:
                 raise AlreadyRunningError(
                     "an archive run holds the lock", fix="wait for it to finish"

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from jobledger.runtime.outages import OUTAGE_ERRORS
-from jobledger.runtime.presence import Presence
-from jobledger.runtime.settings import Settings
+from jobledger.infra.outages import OUTAGE_ERRORS
+from jobledger.infra.presence import Presence
+from jobledger.infra.settings import Settings
 
 log = structlog.get_logger(__name__)
 

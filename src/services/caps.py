@@ -12,8 +12,8 @@ from collections.abc import Callable, Collection
 import structlog
 
 from jobledger.domain.errors import InvalidDefinitionError
-from jobledger.runtime.outages import OUTAGE_ERRORS
-from jobledger.runtime.settings import PREFIX
+from jobledger.infra.outages import OUTAGE_ERRORS
+from jobledger.infra.settings import PREFIX
 
 log = structlog.get_logger(__name__)
 

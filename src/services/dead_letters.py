@@ -16,10 +16,10 @@ import msgspec
 from jobledger.domain.errors import ConflictError, DomainError
 from jobledger.domain.execution import Execution
 from jobledger.domain.json_values import check_reason
+from jobledger.domain.roles import Role
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.schemas.executions import BulkReport
 from jobledger.services.actors import Actor
 from jobledger.services.errors import NotDeadLetteredError

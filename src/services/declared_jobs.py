@@ -28,8 +28,8 @@ import msgspec
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.job import CODE, Job, check_scope, managed_job_id
+from jobledger.domain.roles import Role
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.accounts import Role
 from jobledger.schemas.jobs import ApplyOut, FieldChange, ManagedJobIn, PlannedChange
 from jobledger.services.actors import Actor
 from jobledger.services.bodies import from_definition, to_definition

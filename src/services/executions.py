@@ -9,10 +9,10 @@ from uuid import UUID
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import ConflictError, InvalidDefinitionError, NotFoundError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.domain.roles import Role
 from jobledger.domain.unique import UniqueSpec
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.streams import load_many
-from jobledger.runtime.accounts import Role
+from jobledger.projections.log.streams import load_many
 from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
 from jobledger.services.actors import Actor
 from jobledger.services.errors import KeyReusedError

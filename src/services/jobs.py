@@ -5,7 +5,8 @@ for it."""
 import random
 import re
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -30,12 +31,11 @@ from jobledger.domain.errors import (
 from jobledger.domain.execution import Execution, occurrence_execution_id, trigger_execution_id
 from jobledger.domain.job import Job, job_id_for_key
 from jobledger.domain.policies import BackfillOverlap
+from jobledger.domain.roles import Role
 from jobledger.domain.schedules import ManualSchedule, Schedule, validate_schedule
 from jobledger.domain.unique import UniqueSpec
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.streams import load_many
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.handlers.registry import HandlerInfo, unknown_handler_fix
+from jobledger.projections.log.streams import load_many
 from jobledger.schemas.handlers import HandlerOut
 from jobledger.schemas.jobs import BackfillReport
 from jobledger.services.actors import Actor
@@ -44,6 +44,20 @@ from jobledger.services.dependency_links import DependencyLinks
 from jobledger.services.history import EventOut, history
 from jobledger.services.job_keys import job_by_reference
 from jobledger.services.unique_runs import NewRun, RunOutcome, run_once
+
+
+@dataclass(frozen=True)
+class HandlerInfo:
+    """What a handler says about itself: a line on what it does, and the payload it
+    declares (a msgspec Struct the API checks payloads against; None takes any)."""
+
+    description: str = ""
+    payload_type: type[msgspec.Struct] | None = None
+
+
+def _known_ones(name: str, known: Iterable[str]) -> str:
+    del name  # the fix is the same for any unknown name
+    return f"use one of: {', '.join(sorted(known))}"
 
 
 class HandlerNames:
@@ -59,10 +73,12 @@ class HandlerNames:
         info: Mapping[str, HandlerInfo] | None = None,
         *,
         queues: QueueRoom = NO_CAP,
+        unknown_fix: Callable[[str, Iterable[str]], str] = _known_ones,
     ) -> None:
         self.names = None if names is None else frozenset(names)
         self.info = dict(info or {})
         self.queues = queues
+        self._unknown_fix = unknown_fix  # how to fix a definition naming another handler
 
     def listed(self) -> list[str]:
         """The names, sorted (none when any is allowed)."""
@@ -81,7 +97,7 @@ class HandlerNames:
             raise InvalidDefinitionError(
                 "handler",
                 f"{handler!r} is not a registered handler",
-                unknown_handler_fix(handler, self.names),
+                self._unknown_fix(handler, self.names),
             )
         kind = self.info.get(handler, HandlerInfo()).payload_type
         if kind is not None and payload is not None:

@@ -12,9 +12,9 @@ import structlog
 
 from jobledger.domain.errors import AlreadyExistsError, ConflictError, NotFoundError
 from jobledger.domain.limits import Limit, LimitValues, limit_id
+from jobledger.domain.roles import Role
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.queue import QueueBackend
-from jobledger.runtime.accounts import Role
+from jobledger.projections.queue.backend import QueueBackend
 from jobledger.schemas.limits import KeyUse, LimitList, LimitOut, LimitStateOut, LimitValuesIn
 from jobledger.services.actors import Actor
 from jobledger.services.caps import (

@@ -18,17 +18,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import structlog
 
-from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import ConflictError, DomainError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.json_values import error_line
+from jobledger.domain.roles import Role
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
-from jobledger.runtime.outages import POSTGRESQL
-from jobledger.runtime.relay import OutboxRelay
-from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.schemas.executions import RunIn
 from jobledger.schemas.outbox import OUTBOX_TABLE
 from jobledger.services.actors import OUTBOX as OUTBOX_VIA
@@ -159,21 +155,6 @@ def _refusal(error: Exception) -> str:
     if isinstance(error, (msgspec.MsgspecError, DomainError)):
         return str(error)
     return error_line(error, max_chars=MAX_REFUSAL_CHARS)
-
-
-def relay_part(container: Container, outbox: "Outbox | None") -> OutboxRelay | None:
-    """The relay for a role that runs it (the scheduler, `jobledger dev`); none without
-    PostgreSQL, which the outbox needs."""
-    if outbox is None or not container.settings.uses_postgres:
-        return None
-
-    def drain() -> bool:
-        # A full batch: more may be waiting, so the relay runs again at once.
-        return outbox.relay(at=utc_now()).taken >= BATCH
-
-    return OutboxRelay(
-        container.settings.database_url, drain, health=container.health.watch(POSTGRESQL)
-    )
 
 
 def _settle(cursor: Cursor, rows: list[_Row], refused: dict[int, str]) -> None:

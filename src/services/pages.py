@@ -1,12 +1,12 @@
 """Pages of the lists the use cases build in memory (queues, named limits, tokens,
 users, quarantine, workers, an aggregate's events), by the cursors the read models'
-lists use (``projections/pages.py``)."""
+lists use (``projections/read_models/pages.py``)."""
 
 import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-from jobledger.projections.pages import CursorError, Order, page_of
+from jobledger.projections.read_models.pages import CursorError, Order, page_of
 from jobledger.services.errors import InvalidCursorError
 
 __all__ = ["Order", "cursor_checked", "paged"]

@@ -18,10 +18,10 @@ from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.json_values import check_reason
 from jobledger.domain.queue import Queue, check_reason_given, queue_id
+from jobledger.domain.roles import Role
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.checkpoint import Checkpoint
-from jobledger.projections.queue import QueueBackend
-from jobledger.runtime.accounts import Role
+from jobledger.projections.queue.backend import QueueBackend
+from jobledger.projections.queue.checkpoint import Checkpoint
 from jobledger.schemas.queues import DrainReport, QueueList, QueueOut, QueueStateOut
 from jobledger.services.actors import Actor
 from jobledger.services.attendance import NEVER, Attendance, Service

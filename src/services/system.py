@@ -2,28 +2,30 @@
 leader, the breakers, and pages of the whole log (the audit)."""
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import msgspec
 import structlog
 from eventsourcing.persistence import StoredEvent
 
+from jobledger.infra.outages import DependencyHealth
+from jobledger.infra.presence import Presence, WorkerInfo
+from jobledger.infra.settings import Settings
+from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import decode_or_placeholder
-from jobledger.projections.log import LogRow
-from jobledger.projections.queue import Depths
-from jobledger.runtime.bootstrap import Container
-from jobledger.runtime.presence import WorkerInfo
+from jobledger.projections.log.reader import LogReader, LogRow
+from jobledger.projections.quarantine import Quarantine
+from jobledger.projections.queue.backend import Depths, QueueBackend
+from jobledger.projections.read_models.follower import ReadModels
 from jobledger.schemas.rows import ProgressRow
 from jobledger.schemas.system import Check, Readiness
 from jobledger.services.attendance import stale_after
 from jobledger.services.history import EventOut, EventPage, event_out
 from jobledger.services.views import MinuteStats, Views
-
-if TYPE_CHECKING:
-    from jobledger.runtime.breakers import Breakers
 
 __all__ = ["Check", "QueueDepths", "Readiness", "System", "SystemView", "WorkerInfo"]
 
@@ -56,13 +58,43 @@ class SystemView(msgspec.Struct, kw_only=True):
     quarantined_events: list[Any] = msgspec.field(default_factory=list)
 
 
+class BreakerStates(Protocol):
+    """The handlers' circuit breakers, as the workers share them."""
+
+    def get(self, handler: str) -> object: ...
+    def states(self) -> dict[str, str]: ...
+
+
+# A check's name -> (the dependency it stands for, a quick probe that raises while it
+# cannot be reached and answers what it found).
+Probes = dict[str, tuple[str, Callable[[], object]]]
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the system's view reads, handed over by the composition root."""
+
+    ledger: Ledger
+    queue: QueueBackend
+    presence: Presence
+    quarantine: Quarantine
+    health: DependencyHealth
+    settings: Settings
+    probes: Callable[[], Probes]
+    read_models: Callable[[], ReadModels]
+    # (the leading scheduler's token or None, the leader epoch)
+    leader: Callable[[], tuple[str | None, int]]
+    breakers: Callable[[], BreakerStates]
+    reader: Callable[[], LogReader]  # of every topic
+
+
 class System:
-    def __init__(self, container: Container, views: Views, handler_names: frozenset[str]) -> None:
-        self._container = container
+    def __init__(self, sources: Sources, views: Views, handler_names: frozenset[str]) -> None:
+        self._sources = sources
         self._views = views
         self._handler_names = handler_names
         self._lock = threading.Lock()
-        self._breakers: Breakers | None = None
+        self._breakers: BreakerStates | None = None
 
     # ---- readiness ------------------------------------------------------------------
 
@@ -78,7 +110,7 @@ class System:
 
     def _quarantined_count(self) -> int:
         try:
-            return self._container.quarantine().count()
+            return self._sources.quarantine.count()
         except Exception as error:  # noqa: BLE001 (the store check reports an unreachable store)
             log.warning("api.quarantine_unreadable", error=str(error))
             return 0
@@ -87,8 +119,8 @@ class System:
         """The store and the queue backend, each probed; an outage goes to the tracker."""
         checks: dict[str, Check] = {}
         unreachable: list[str] = []
-        health = self._container.health
-        for name, (dependency, probe) in self._container.probes().items():
+        health = self._sources.health
+        for name, (dependency, probe) in self._sources.probes().items():
             try:
                 checks[name] = Check(ok=True, detail=str(probe()))
             except Exception as error:  # noqa: BLE001 (any failure means "not ready")
@@ -101,7 +133,7 @@ class System:
         return checks, unreachable
 
     def _lag_checks(self) -> dict[str, Check]:
-        limit = self._container.settings.ready_max_lag
+        limit = self._sources.settings.ready_max_lag
         return {
             f"{name}_lag": Check(ok=lag <= limit, detail=f"{lag} events behind")
             for name, lag in self.lags().items()
@@ -109,40 +141,40 @@ class System:
 
     def lags(self) -> dict[str, int]:
         """How many events of the log the queue and the read models have not applied."""
-        container = self._container
-        head = container.head()
-        meta = container.queue.read_meta()
+        sources = self._sources
+        head = self.head()
+        meta = sources.queue.read_meta()
         return {
             "queue": max(head - (meta.position if meta else 0), 0),
-            "read_models": container.read_models().lag(),
+            "read_models": sources.read_models().lag(),
         }
 
     # ---- the overview -----------------------------------------------------------------
 
     def live_workers(self, *, at: datetime) -> list[WorkerInfo]:
         """Live workers: queues, slots, running executions, last heartbeat."""
-        container = self._container
-        return container.presence.live(now=at, stale_after=stale_after(container.settings))
+        sources = self._sources
+        return sources.presence.live(now=at, stale_after=stale_after(sources.settings))
 
     def live_progress(
         self, execution_ids: Sequence[UUID], *, at: datetime
     ) -> dict[UUID, ProgressRow]:
         """The live progress of each of these running executions that reported some."""
-        presence = self._container.presence
+        presence = self._sources.presence
         shown = {run: presence.progress_of(run, now=at) for run in execution_ids}
         return {run: progress for run, progress in shown.items() if progress is not None}
 
     def view(self, *, at: datetime) -> SystemView:
-        container = self._container
+        sources = self._sources
         workers = self.live_workers(at=at)
-        leader, epoch = container.leader_status()
-        quarantined = container.quarantine().events()
+        leader, epoch = sources.leader()
+        quarantined = sources.quarantine.events()
         return SystemView(
             now=at,
             counts=self._views.status_counts(),
             queues=[
-                QueueDepths(q, container.queue.depths(q, now=at))
-                for q in sorted(container.queue.queues())
+                QueueDepths(q, sources.queue.depths(q, now=at))
+                for q in sorted(sources.queue.queues())
             ],
             workers=len(workers),
             slots_in_use=sum(len(w.running) for w in workers),
@@ -160,7 +192,7 @@ class System:
         use, so ask about each handler once; the instances then stay."""
         with self._lock:
             if self._breakers is None:
-                self._breakers = self._container.breakers()
+                self._breakers = self._sources.breakers()
                 for name in self._handler_names:
                     self._breakers.get(name)
             breakers = self._breakers
@@ -168,10 +200,11 @@ class System:
 
     def describe(self) -> dict[str, Any]:
         """The store and the position of its log."""
-        return self._container.ledger.describe()
+        return self._sources.ledger.describe()
 
     def head(self) -> int:
-        return self._container.head()
+        """The position of the newest event in the log (0 when it is empty)."""
+        return self._sources.ledger.recorder.max_notification_id() or 0
 
     # ---- the audit ------------------------------------------------------------------
 
@@ -186,7 +219,7 @@ class System:
     ) -> EventPage:
         """The whole log in order from ``after``, a page at a time; follow ``next_after``."""
         # Every topic: operators' job changes as well as the executions' lifecycles.
-        reader = self._container.reader(topics=())
+        reader = self._sources.reader()
         head = reader.head()
         items: list[EventOut] = []
         position = after
@@ -209,7 +242,7 @@ class System:
         stored = StoredEvent(
             originator_id=originator_id, originator_version=version, topic=topic, state=state
         )
-        return decode_or_placeholder(self._container.ledger.mapper, stored, position)
+        return decode_or_placeholder(self._sources.ledger.mapper, stored, position)
 
 
 class _Wanted:

@@ -9,10 +9,11 @@ import msgspec
 
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.execution import ExecutionStatus
+from jobledger.infra.presence import Presence
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import read_queries
 from jobledger.projections.database import Database
-from jobledger.projections.read_queries import (
+from jobledger.projections.read_models import queries as read_queries
+from jobledger.projections.read_models.queries import (
     JOB_STATUSES,
     AttemptRow,
     ExecutionRow,
@@ -20,7 +21,6 @@ from jobledger.projections.read_queries import (
     MinuteStats,
     Page,
 )
-from jobledger.runtime.presence import Presence
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.bodies import from_definition
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError

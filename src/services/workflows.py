@@ -11,10 +11,10 @@ from uuid import UUID
 from jobledger.domain.errors import ConflictError, InvalidDefinitionError
 from jobledger.domain.execution import Execution
 from jobledger.domain.policies import OnFailure
+from jobledger.domain.roles import Role
 from jobledger.domain.workflow import StepSpec, Workflow, workflow_id_for_key
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.streams import load_many
-from jobledger.runtime.accounts import Role
+from jobledger.projections.log.streams import load_many
 from jobledger.services.actors import Actor
 from jobledger.services.errors import KeyReusedError
 from jobledger.services.history import EventOut, history

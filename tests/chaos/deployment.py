@@ -25,9 +25,9 @@ from tests.ports import free_port
 from tests.private_stores import PrivateCluster, PrivateRedis
 from tests.roles import ADMIN_PASSWORD, Role, total, wait_for
 
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import Settings, load_settings
+from jobledger.adapters.redis.keys import Keys
+from jobledger.bootstrap import Container, bootstrap
+from jobledger.infra.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = ("worker1", "worker2", "worker3")

@@ -32,7 +32,7 @@ from tests.chaos.deployment import (
 from tests.chaos.history import Fault
 from tests.integration.raw_events import write_undecodable
 
-from jobledger.runtime.store import open_ledger
+from jobledger.adapters.store import open_ledger
 
 # The kinds, as the report names them.
 KILL_API = "kill -9 api"

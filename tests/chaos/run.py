@@ -30,8 +30,8 @@ from tests.chaos.faults import Injector, Watch, plan_faults
 from tests.chaos.history import History, Views, read_effects, read_log
 from tests.chaos.workload import Api, Workload
 
-from jobledger.projections import read_model_tables
-from jobledger.projections.queue import QueueState
+from jobledger.projections.queue.backend import QueueState
+from jobledger.projections.read_models import tables as read_model_tables
 
 SEED_VARIABLE = "JOBLEDGER_CHAOS_SEED"
 READ_MODEL_TABLES = (

@@ -14,10 +14,10 @@ import os
 import signal
 from datetime import UTC, datetime, timedelta
 
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.logging import configure_logging
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import check_migrated
+from jobledger.adapters.store import check_migrated
+from jobledger.bootstrap import Container, bootstrap
+from jobledger.infra.logging import configure_logging
+from jobledger.infra.settings import load_settings
 
 OFFSET = "CHAOS_CLOCK_OFFSET_SECONDS"
 

@@ -20,13 +20,13 @@ from tests.chaos import folds
 from tests.chaos.checker import Verdict, check
 from tests.chaos.history import Accepted, Effect, Event, Fault, History, Views, read_log
 
+from jobledger.adapters.store import migrate, open_ledger
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate, open_ledger
+from jobledger.infra.settings import load_settings
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

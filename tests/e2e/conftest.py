@@ -25,11 +25,10 @@ import pytest
 from playwright.sync_api import Browser, Error, Page, Playwright, expect, sync_playwright
 from tests.conftest import CHEAP_PASSWORDS, missing_service
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.bootstrap import Container, bootstrap, web_app
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import load_settings
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
-from jobledger.runtime.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -113,7 +112,7 @@ def stack(
         scheduler.start()
         worker, log = _start_worker(container)
         try:
-            with live_server(create_app(container)) as server:
+            with live_server(web_app(container)) as server:
                 yield Stack(server.url, container)
         finally:
             _stop(worker)

@@ -25,12 +25,12 @@ from tests.conftest import CHEAP_PASSWORDS, actor
 from tests.integration.executions import LogReads, adhoc_spec
 from tests.redis_cluster import PrivateRedisCluster
 
+from jobledger.adapters.store import open_ledger
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.bootstrap import Container, bootstrap
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import open_ledger
 from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
 from jobledger.services.executions import BatchRun, Executions
 

@@ -4,10 +4,10 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from jobledger.bootstrap import Container
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.policies import RetryPolicy
-from jobledger.runtime.bootstrap import Container
 
 
 def adhoc_spec(

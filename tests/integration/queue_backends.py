@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger.projections.queue import QueueMeta
+from jobledger.projections.queue.backend import QueueMeta
 
 AT = datetime(2026, 3, 29, 1, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)

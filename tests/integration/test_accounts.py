@@ -11,8 +11,12 @@ from typing import Literal
 import argon2
 import pytest
 
+from jobledger.adapters.store import projection_database
+from jobledger.bootstrap import bootstrap
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import Settings
 from jobledger.projections.database import Database
-from jobledger.runtime.accounts import (
+from jobledger.services.account_store import (
     AccountExistsError,
     AccountNotFoundError,
     Accounts,
@@ -22,15 +26,11 @@ from jobledger.runtime.accounts import (
     InvalidTokenSpecError,
     LastAdminError,
     LoginThrottledError,
-    Role,
     RoleTooHighError,
     TokenNotFoundError,
     User,
     WeakAdminPasswordError,
 )
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import projection_database
 
 T0 = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 PASSWORD = "correct horse battery"

@@ -20,15 +20,17 @@ import pytest
 from tests.conftest import actor
 from tests.integration.raw_events import write_undecodable
 
+from jobledger.adapters.store import archive_lock
+from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.clock import utc_now
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import InvalidTransitionError, NotFoundError
 from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
 from jobledger.domain.policies import MisfirePolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.archive_files import events_digest, read_events, verified
-from jobledger.projections.archive_store import ArchiveStore, ClosedStream
-from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.projections.log.archive_store import ArchiveStore, ClosedStream
 from jobledger.runtime.handlers.base import (
     Handler,
     HandlerContext,
@@ -36,8 +38,6 @@ from jobledger.runtime.handlers.base import (
     PayloadRefusedError,
 )
 from jobledger.runtime.projector import Projector
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import archive_lock
 from jobledger.services.application import Services
 from jobledger.services.archives import ArchiveNotVerifiedError, ArchiveUnreadableError
 from jobledger.services.errors import AlreadyRunningError
@@ -132,7 +132,7 @@ class Runs:
 
 @pytest.fixture
 def services(container: Container) -> Services:
-    return Services.build(container)
+    return build_services(container)
 
 
 @pytest.fixture
@@ -265,13 +265,13 @@ def test_followers_rebuilds_and_verify_stay_right(
     services.archives.archive(at=utc_now(), by=actor(), before=utc_now(), forced_because=TIDY)
     runs.make(completed=1, cancelled=0, pending=1, leased=0, dead=0)
     catch_up(projector)
-    assert container.verify_queue()[0] == []
+    assert services.admin.verify_queue(by=actor())[0] == []
     followed = read_model_ids(container)
     container.read_models().rebuild()
     assert read_model_ids(container) == followed
     assert set(followed) == {str(i) for i in runs.open + runs.closed[6:]}
     projector.queue.rebuild(full=True)
-    assert container.verify_queue()[0] == []
+    assert services.admin.verify_queue(by=actor())[0] == []
 
 
 def test_an_interrupted_removal_leaves_the_log_and_is_redone(

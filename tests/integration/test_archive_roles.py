@@ -22,13 +22,13 @@ import pytest
 from tests.private_stores import PrivateCluster
 from tests.roles import Deployment, admin_client, launch, wait_for, wait_until_serving
 
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.clock import utc_now
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.archive_files import data_path, read_events, verified
-from jobledger.projections.archive_store import CLOSING_TOPICS
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import Settings, load_settings
+from jobledger.projections.log.archive_store import CLOSING_TOPICS
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

@@ -8,16 +8,18 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.adapters.redis.breakers import shared_storage
+from jobledger.adapters.redis.keys import Keys
+from jobledger.bootstrap import bootstrap
+from jobledger.infra.breakers import BreakerSettings
+from jobledger.infra.outages import DependencyHealth
+from jobledger.infra.settings import load_settings
+from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import (
     CircuitOpenError,
     HandlerCancelledError,
     PayloadRefusedError,
 )
-from jobledger.runtime.outages import DependencyHealth
-from jobledger.runtime.settings import load_settings
 
 
 async def failing() -> None:
@@ -46,7 +48,10 @@ def test_a_breaker_opened_by_one_worker_is_open_for_all(redis_server: str) -> No
     client = redis.Redis.from_url(redis_server)
     keys = Keys(f"b{uuid.uuid4().hex[:8]}")
     settings = BreakerSettings(fail_max=2, reset_timeout=60)
-    first, second = Breakers(client, keys, settings), Breakers(client, keys, settings)
+    first, second = (
+        Breakers(shared_storage(client, keys), settings),
+        Breakers(shared_storage(client, keys), settings),
+    )
     try:
         assert [call(first, "http.webhook") for _ in range(2)] == ["failed", "failed"]
         assert call(second, "http.webhook") == "deferred"
@@ -64,7 +69,8 @@ def test_an_open_breaker_lets_a_probe_through_after_the_timeout(
     breaker."""
     client = redis.Redis.from_url(redis_server)
     breakers = Breakers(
-        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1, reset_timeout=2)
+        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")),
+        BreakerSettings(fail_max=1, reset_timeout=2),
     )
 
     async def probe() -> str:
@@ -88,7 +94,8 @@ def test_stopping_on_request_is_not_a_failure(redis_server: str) -> None:
     closed: cancellation says nothing about the dependency."""
     client = redis.Redis.from_url(redis_server)
     breakers = Breakers(
-        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1, reset_timeout=60)
+        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")),
+        BreakerSettings(fail_max=1, reset_timeout=60),
     )
 
     async def cancelled() -> None:
@@ -120,7 +127,9 @@ def test_refused_payloads_never_open_a_breaker(redis_server: str) -> None:
     """If a handler refuses its executions' own input (PayloadRefusedError) more than
     fail_max times in a row, then its breaker stays closed and the next call runs."""
     client = redis.Redis.from_url(redis_server)
-    breakers = Breakers(client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=2))
+    breakers = Breakers(
+        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")), BreakerSettings(fail_max=2)
+    )
 
     async def bad_payload() -> None:
         await asyncio.sleep(0)
@@ -153,7 +162,9 @@ def test_an_unreachable_redis_neither_fails_nor_counts_a_run(
     client = redis.Redis.from_url(f"redis://127.0.0.1:{closed_port()}/0", socket_timeout=1)
     health = DependencyHealth("worker")
     breakers = Breakers(
-        client, Keys(f"b{uuid.uuid4().hex[:8]}"), BreakerSettings(fail_max=1), health=health
+        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")),
+        BreakerSettings(fail_max=1),
+        health=health,
     )
 
     async def succeeding() -> str:

@@ -6,9 +6,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobledger.projections.redis_client import connect
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.budgets import Allowance, Ask, Budgets, MemoryBudgets, RedisBudgets
+from jobledger.adapters.memory.budgets import MemoryBudgets
+from jobledger.adapters.redis.budgets import RedisBudgets
+from jobledger.adapters.redis.client import connect
+from jobledger.adapters.redis.keys import Keys
+from jobledger.infra.budgets import Allowance, Ask, Budgets
 
 SECOND = 1_000_000
 T0 = 1_800_000_000 * SECOND  # microseconds since the epoch

@@ -15,7 +15,7 @@ from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence import bulk
 from jobledger.persistence.bulk import BULK_MIN_EVENTS
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.log import LogReader
+from jobledger.projections.log.reader import LogReader
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

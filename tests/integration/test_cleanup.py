@@ -9,19 +9,19 @@ from typing import Any
 import pytest
 from eventsourcing.domain import CanCreateTimestamp
 
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.store import projection_database
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.projections.read_models import ReadModels
-from jobledger.projections.read_queries import list_attempts, list_executions, status_counts
+from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
+from jobledger.projections.read_models.follower import ReadModels
+from jobledger.projections.read_models.queries import list_attempts, list_executions, status_counts
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import projection_database
 
 NOW = datetime.now(tz=UTC)
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from tests.conftest import actor
 
+from jobledger.adapters.store import open_ledger
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import FireTrigger, Job
 from jobledger.domain.schedules import CronSchedule
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import open_ledger
+from jobledger.infra.settings import load_settings
 from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from tests.integration.api.conftest import serve_api, worker_for
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from subprocess import CompletedProcess

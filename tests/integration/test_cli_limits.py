@@ -3,9 +3,9 @@
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.limits import limit_id
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 from tests.conftest import actor
 
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.queue import Queue, queue_id
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.infra.settings import load_settings
 from jobledger.services.executions import Executions
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
 
-    from jobledger.runtime.settings import Settings
+    from jobledger.infra.settings import Settings
 
 
 def test_pause_drain_and_resume_from_the_command_line(

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.bootstrap import bootstrap
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from tests.conftest import actor
 
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.projections.queue import QueueState
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.backend import QueueState
 from jobledger.services.application import Services
 from jobledger.services.dead_letters import DeadLetterFilter
 
@@ -54,7 +54,7 @@ def project(container: Container) -> Services:
     projection = container.projector().queue
     while projection.step():
         pass
-    services = Services.build(container)
+    services = build_services(container)
     services.admin.catch_up_read_models()
     return services
 

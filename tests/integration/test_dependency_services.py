@@ -14,6 +14,8 @@ from eventsourcing.persistence import StoredEvent
 from tests.conftest import actor
 from tests.integration.test_scheduler import ForcedLeadership
 
+from jobledger.adapters.store import open_ledger
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import InvalidDefinitionError, InvalidTransitionError, NotFoundError
@@ -21,10 +23,8 @@ from jobledger.domain.execution import Execution, occurrence_execution_id
 from jobledger.domain.job import FireTrigger, Job
 from jobledger.domain.policies import BackfillOverlap
 from jobledger.domain.schedules import CronSchedule, ManualSchedule
+from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import open_ledger
 from jobledger.services.jobs import Jobs
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

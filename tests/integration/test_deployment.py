@@ -41,7 +41,7 @@ from tests.roles import (
 )
 
 from jobledger.cli import build_parser
-from jobledger.runtime.metrics import Metrics
+from jobledger.infra.metrics import Metrics
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

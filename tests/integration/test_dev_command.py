@@ -15,9 +15,9 @@ import httpx
 import pytest
 from tests.ports import free_port
 
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.job import job_id_for_key
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.infra.settings import load_settings
 from jobledger.services.demo import KEY_PREFIX, demo_job_ids
 
 if TYPE_CHECKING:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue_projection import verify_queue
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.projection import verify_queue
 
 NOW = datetime.now(tz=UTC)
 
@@ -67,7 +67,7 @@ def test_the_memory_queue_survives_a_restart_through_the_log(tmp_path: Path) -> 
             wait_until(lambda: projector.queue.position > 0)
             wait_until(lambda: len(open_ids(second)) == 40)
             assert open_ids(second) == {e.id for e in executions[10:]}
-            assert verify_queue(second.reader(), second.queue) == []
+            assert verify_queue(second.reader(), second.queue, scratch=MemoryQueue()) == []
             assert projector.listener is None  # SQLite: followers poll
         finally:
             projector.stop()

@@ -11,6 +11,7 @@ from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.utils import get_topic
 from tests.conftest import actor
 
+from jobledger.adapters.store import open_ledger
 from jobledger.domain.backfill import plan_backfill, window_occurrences
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency, DependencyGraph
@@ -33,9 +34,8 @@ from jobledger.domain.progress import Progress
 from jobledger.domain.schedules import CronSchedule, ManualSchedule, MissedFires
 from jobledger.domain.topics import event_topics
 from jobledger.domain.workflow import StepSpec, StepStatus, Workflow
+from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.settings import Settings
-from jobledger.runtime.store import open_ledger
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 

@@ -19,12 +19,12 @@ import pytest
 import redis
 from tests.conftest import actor
 
+from jobledger.adapters.redis.keys import Keys
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import OneShotSchedule
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.infra.settings import load_settings
 from jobledger.services.jobs import Jobs
 
 TTL_MS = 1000

@@ -14,15 +14,15 @@ import pytest
 from psycopg_pool import ConnectionPool
 from tests.integration.pool_stats import pool_requests
 
+from jobledger.adapters.postgres.database import PostgresDatabase
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections import database as database_module
-from jobledger.projections.database import PostgresDatabase
-from jobledger.projections.log import EXECUTION_EVENTS, LogReader, LogRow
-from jobledger.projections.positions import Position
+from jobledger.projections.log.positions import Position
+from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader, LogRow
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
-from jobledger.projections.read_models import ReadModels
+from jobledger.projections.read_models.follower import ReadModels
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

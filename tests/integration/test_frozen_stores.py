@@ -20,10 +20,10 @@ from tests.integration.test_outages import logged, shared_settings
 from tests.private_stores import PrivateCluster, PrivateRedis
 from tests.roles import Deployment, Role, admin_client, launch, total, wait_for, wait_until_serving
 
-from jobledger.projections.database import PostgresDatabase
-from jobledger.runtime.outages import dependency_of
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate, open_ledger
+from jobledger.adapters.postgres.database import PostgresDatabase
+from jobledger.adapters.store import migrate, open_ledger
+from jobledger.infra.outages import dependency_of
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

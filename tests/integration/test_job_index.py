@@ -6,11 +6,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tests.conftest import actor
 
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.schedules import CronSchedule
-from jobledger.projections.job_index import JobIndex
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import Settings
+from jobledger.infra.settings import Settings
+from jobledger.projections.read_models.job_index import JobIndex
 from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

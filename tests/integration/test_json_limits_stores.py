@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobledger.domain.json_values import MAX_INT, MIN_INT, json_problem
-from jobledger.projections.queue import decode_spec, encode_spec
+from jobledger.projections.queue.backend import decode_spec, encode_spec
 
 if TYPE_CHECKING:
     from tests.conftest import JsonValues

@@ -12,16 +12,18 @@ import redis
 import structlog
 from tests.conftest import actor
 
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership
+from jobledger.adapters.sql.epochs import StoredEpochs
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.errors import StoreNotMigratedError
-from jobledger.runtime.leader import LeaderTiming, LocalLeadership, RedisLeadership, StoredEpochs
+from jobledger.infra.errors import StoreNotMigratedError
+from jobledger.infra.leadership import LocalLeadership
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate
 from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

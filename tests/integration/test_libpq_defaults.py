@@ -11,9 +11,9 @@ import pytest
 from psycopg import sql
 from tests.conftest import ADMIN_URL, database_url
 
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import libpq_params, migrate
+from jobledger.adapters.store import libpq_params, migrate
+from jobledger.bootstrap import bootstrap
+from jobledger.infra.settings import load_settings
 
 pytestmark = [pytest.mark.postgres]
 

@@ -8,12 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tests.conftest import actor
 
+from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.limits import ConcurrencyLimit, Limit, RunLimits, limit_id
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.infra.settings import load_settings
 from jobledger.schemas.limits import LimitValuesIn
-from jobledger.services.application import Services
 
 Q = "mail"
 TTL = timedelta(seconds=30)
@@ -59,7 +58,7 @@ def test_a_deleted_limit_stops_holding_runs_and_a_new_one_holds_again(
     then the waiting runs lease (their key has no value of its own), the log records
     the deletion with who asked, and the limit is gone from the list; defining the name
     again holds new runs to its new value."""
-    services = Services.build(container)
+    services = build_services(container)
     now = datetime.now(UTC)
     services.limits.define("smtp", LimitValuesIn(concurrency=1), at=now, by=actor())
     spec = ExecutionSpec(
@@ -103,7 +102,7 @@ def test_a_deleted_limit_stops_holding_runs_and_a_new_one_holds_again(
 def test_deleting_an_unknown_or_deleted_limit_is_not_found(container: Container) -> None:
     """If a limit nobody defined, or one deleted already, is deleted, then NotFoundError
     says so and nothing is written."""
-    services = Services.build(container)
+    services = build_services(container)
     now = datetime.now(UTC)
     services.limits.define("pdf", LimitValuesIn(concurrency=2), at=now, by=actor())
     services.limits.delete("pdf", at=now, by=actor())

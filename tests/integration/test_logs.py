@@ -144,8 +144,8 @@ def test_dev_mode_logs_are_readable_lines(jobledger_cli: "JobledgerCli") -> None
     text, not JSON; in production mode the same line is JSON."""
     code = (
         "import structlog, sys;"
-        "from jobledger.runtime.settings import load_settings;"
-        "from jobledger.runtime.logging import configure_logging;"
+        "from jobledger.infra.settings import load_settings;"
+        "from jobledger.infra.logging import configure_logging;"
         "configure_logging(load_settings({}, mode=sys.argv[1]));"
         "structlog.get_logger().info('probe.logged', job_id='j1')"
     )

@@ -12,9 +12,9 @@ from tests.roles import Samples, parse, total
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.writer import GroupCommitWriter
 
 # Role processes on the shared PostgreSQL: one such module at a time (its connections).
 pytestmark = pytest.mark.xdist_group("roles")

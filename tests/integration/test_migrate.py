@@ -9,9 +9,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from jobledger.runtime.errors import StoreNotMigratedError, StoreUnavailableError
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import events_table, migrate, migration_files, open_ledger
+from jobledger.adapters.store import events_table, migrate, migration_files, open_ledger
+from jobledger.infra.errors import StoreNotMigratedError, StoreUnavailableError
+from jobledger.infra.settings import Settings, load_settings
 
 
 def _migrate_quietly(url: str) -> list[str]:

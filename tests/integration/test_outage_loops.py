@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 from structlog.testing import capture_logs
 
-from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.bootstrap import Container, bootstrap
+from jobledger.infra.settings import load_settings
 from jobledger.runtime.scheduler import SchedulerService
-from jobledger.runtime.settings import load_settings
 
 
 @pytest.fixture

@@ -32,9 +32,9 @@ from tests.roles import (
     wait_until_serving,
 )
 
+from jobledger.adapters.store import open_ledger
 from jobledger.domain.execution import ExecutionStatus, trigger_execution_id
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import open_ledger
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

@@ -9,8 +9,10 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.presence import MemoryPresence, Presence, RedisPresence, WorkerInfo
+from jobledger.adapters.memory.presence import MemoryPresence
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.redis.presence import RedisPresence
+from jobledger.infra.presence import Presence, WorkerInfo
 from jobledger.schemas.rows import ProgressRow
 from jobledger.services.attendance import Attendance
 

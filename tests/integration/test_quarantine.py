@@ -15,23 +15,23 @@ from tests.integration.api.test_quarantine import enqueue as enqueue_payload
 from tests.integration.raw_events import write_undecodable
 from tests.integration.test_queue_projection import NOW, wait_until
 
-from jobledger.api.app import create_app
+from jobledger.bootstrap import Container, bootstrap, build_services, web_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import read_queries as rq
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     JOB_SCHEDULE_FOLLOWER,
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
 )
-from jobledger.projections.read_models import ReadModels
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.projections.read_models import queries as rq
+from jobledger.projections.read_models.follower import ReadModels
 from jobledger.runtime.rebuild_processes import ProcessParts
-from jobledger.runtime.settings import Settings, load_settings
+from jobledger.services.actors import Actor
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli, LiveServer
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 def container(store_settings: Settings) -> Iterator[Container]:
     with bootstrap(store_settings) as built:
         yield built
+
+
+ADMIN = Actor("root", Role.ADMIN)
 
 
 def enqueue(ledger: Ledger, n: int) -> uuid.UUID:
@@ -102,7 +105,7 @@ def test_undecodable_events_are_isolated_by_every_follower_and_rebuild(
     assert "2 event(s) quarantined in read-models" in models.isolation.summary()
     assert models.lag() == 0
 
-    retried = container.retry_quarantined(None)
+    retried = build_services(container).admin.retry_quarantined(None, by=ADMIN)
     assert len(retried.failed) == len(rows_of(container))
     assert all("Cannot decode stored event" in error for _event, error in retried.failed)
     counts = {e.follower: e.attempts for e in container.quarantine().events()}
@@ -197,7 +200,7 @@ def test_the_admin_api_retries_in_the_embedded_mode(
             assert refused.returncode == 2
             assert "/api/v1/admin/quarantine/retry" in refused.stderr
             fault.on = False
-            with live_server(create_app(container)) as server:
+            with live_server(web_app(container)) as server:
                 client = httpx.Client(
                     base_url=server.url, headers={"Authorization": f"Bearer {token}"}
                 )
@@ -239,6 +242,6 @@ def test_a_queue_rebuilt_from_the_checkpoint_inherits_its_quarantine(
     finally:
         projector.close()
     fault.on = False
-    report = container.retry_quarantined(None)
+    report = build_services(container).admin.retry_quarantined(None, by=ADMIN)
     assert len(report.applied) == 2
     assert open_ids(container) == {poisoned, after}

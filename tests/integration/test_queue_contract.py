@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 from tests.integration.queue_backends import AT, META, REDIS_BACKENDS, TTL, Clock, Q
 
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.redis.client import RedisClient
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.redis.queue import APPLY_CHUNK, RedisQueue
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import (
+from jobledger.projections.queue.backend import (
     Depths,
     Lease,
     QueueBackend,
@@ -27,11 +30,8 @@ from jobledger.projections.queue import (
     QueuePause,
     QueueState,
 )
-from jobledger.projections.queue_entries import encode_entry
-from jobledger.projections.queue_fold import restored
-from jobledger.projections.redis_client import RedisClient
-from jobledger.projections.redis_keys import Keys
-from jobledger.projections.redis_queue import APPLY_CHUNK, RedisQueue
+from jobledger.projections.queue.entries import encode_entry
+from jobledger.projections.queue.fold import restored
 
 
 @pytest.fixture

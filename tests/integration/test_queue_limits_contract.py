@@ -9,8 +9,9 @@ import msgspec
 import pytest
 from tests.integration.queue_backends import AT, META, REDIS_BACKENDS, TTL, Clock, Q
 
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import (
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.projections.queue.backend import (
     REBUILD_GRACE_MS,
     Depths,
     EntryLimits,
@@ -22,7 +23,6 @@ from jobledger.projections.queue import (
     QueueItem,
     QueueState,
 )
-from jobledger.projections.redis_queue import RedisQueue
 
 
 @pytest.fixture
@@ -320,7 +320,7 @@ def test_a_reload_restores_held_slots_and_holds_its_limits_full_a_while(
 
 def test_a_paused_queue_leases_nothing_and_sets_nothing_aside(backend: QueueBackend) -> None:
     """If a queue is paused, then a round neither leases nor reports a limited entry."""
-    from jobledger.projections.queue import QueuePause  # noqa: PLC0415 (only here)
+    from jobledger.projections.queue.backend import QueuePause  # noqa: PLC0415 (only here)
 
     add(backend, entry(concurrency("k", 1)), entry(concurrency("k", 1)))
     backend.apply_pauses([QueuePause(queue=Q, version=2, paused=True)], epoch=META.epoch)

@@ -12,14 +12,15 @@ import redis
 from structlog.testing import capture_logs
 from tests.conftest import actor
 
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.redis.keys import Keys
+from jobledger.bootstrap import build_services
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.queue import Queue, queue_id
-from jobledger.projections.queue_projection import verify_queue
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
+from jobledger.projections.queue.projection import verify_queue
 from jobledger.services.actors import Actor
-from jobledger.services.application import Services
 from jobledger.services.errors import NotPermittedError
 from jobledger.services.executions import Executions
 
@@ -92,7 +93,7 @@ def test_a_paused_queue_leases_nothing_under_load_while_another_flows(
     complete, and from the moment the pause was projected until the resume the log holds
     an ExecutionLeased for each of the other queue's runs and none for the paused
     queue's; after the resume they lease and complete."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     harness.start_worker(worker_queues=f"{HELD},{FREE}", worker_slots="4")
     running = run_in(harness, HELD, "test.delay", seconds=1.5)
     harness.wait_for_all([running], ExecutionStatus.RUNNING, 30)
@@ -121,7 +122,7 @@ def test_a_drain_cancels_exactly_what_its_dry_run_listed(harness: "Harness") -> 
     """If a paused queue holds a running run, ready runs and a delayed run, then the dry
     run lists the pending ones (not the running one), the drain cancels exactly those
     and records QueueDrained with them, and the running one completes."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     harness.start_worker(worker_queues=HELD, worker_slots="1")
     running = run_in(harness, HELD, "test.delay", seconds=1.5)
     harness.wait_for_all([running], ExecutionStatus.RUNNING, 30)
@@ -154,7 +155,7 @@ def test_a_drain_cancels_exactly_what_its_dry_run_listed(harness: "Harness") -> 
 def test_a_viewer_cannot_steer_a_queue(harness: "Harness") -> None:
     """If a viewer asks to pause, resume or drain, then it is refused and the log has not
     moved; the viewer may still list the queues."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     viewer = Actor("vic", Role.VIEWER)
     head = harness.container.head()
     with pytest.raises(NotPermittedError, match="operator"):
@@ -171,7 +172,7 @@ def test_a_pause_survives_a_flushall_and_is_still_enforced(harness: "Harness") -
     """If Redis loses everything while a queue is paused, then the projection rebuilds
     the pause from the log (through the checkpoint) with the queue, verify finds no
     difference, and a worker still leases nothing from it while the other queue runs."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     services.queues.pause(HELD, reason="maintenance", at=now(), by=OPERATOR)
     waiting = run_in(harness, HELD)
     harness.wait_for(lambda: projected_pause(harness, HELD), 10)
@@ -179,7 +180,10 @@ def test_a_pause_survives_a_flushall_and_is_still_enforced(harness: "Harness") -
     with harness_redis(harness) as client:
         client.flushall()
     harness.wait_for(lambda: projected_pause(harness, HELD) and queue_caught_up(harness), 15)
-    assert verify_queue(harness.container.reader(), harness.container.queue) == []
+    assert (
+        verify_queue(harness.container.reader(), harness.container.queue, scratch=MemoryQueue())
+        == []
+    )
     harness.start_worker(worker_queues=f"{HELD},{FREE}")
     free = [run_in(harness, FREE) for _ in range(5)]
     harness.wait_for_all(free, ExecutionStatus.COMPLETED, 30)
@@ -196,25 +200,28 @@ def test_a_pause_survives_a_flushall_and_is_still_enforced(harness: "Harness") -
 def test_verify_reports_a_pause_flag_that_differs_from_the_log(harness: "Harness") -> None:
     """If the paused flag in Redis is changed behind the log's back, then verify names
     the queue, and a rebuild restores the flag the log says."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     services.queues.pause(HELD, reason="maintenance", at=now(), by=OPERATOR)
     harness.wait_for(lambda: projected_pause(harness, HELD) and queue_caught_up(harness), 10)
     container = harness.container
     paused_key = Keys(container.settings.redis_prefix).queue(HELD).paused
     with harness_redis(harness) as client:
         client.hset(paused_key, "paused", "0")
-        differences = verify_queue(container.reader(), container.queue)
+        differences = verify_queue(container.reader(), container.queue, scratch=MemoryQueue())
         assert differences == [f"{HELD}: paused is no, the log says yes (by ada: maintenance)"]
         services.admin.rebuild_queue(full=True, by=Actor("root", Role.ADMIN), via="test")
         # The rebuild runs in the background: the queue is empty until it ends.
-        harness.wait_for(lambda: verify_queue(container.reader(), container.queue) == [], 30)
+        harness.wait_for(
+            lambda: verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == [],
+            30,
+        )
         assert client.hget(paused_key, "paused") == b"1"
 
 
 def test_each_change_is_logged_under_a_stable_name(harness: "Harness") -> None:
     """If a queue is paused, paused again, resumed and drained, then each step logs its
     stable event with the queue, who acted and whether anything changed."""
-    services = Services.build(harness.container)
+    services = build_services(harness.container)
     with capture_logs() as logs:
         services.queues.pause(HELD, reason="outage", at=now(), by=OPERATOR)
         services.queues.pause(HELD, reason="outage", at=now(), by=OPERATOR)

@@ -13,15 +13,16 @@ import pytest
 import redis
 import structlog
 
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
+from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import queue_projection
-from jobledger.projections.queue import QueueMeta, QueueState
-from jobledger.projections.queue_projection import verify_queue
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
+from jobledger.projections.queue import projection as queue_projection
+from jobledger.projections.queue.backend import QueueMeta, QueueState
+from jobledger.projections.queue.projection import verify_queue
 
 NOW = datetime.now(tz=UTC)
 
@@ -123,7 +124,7 @@ def test_flushall_while_running_is_repaired_by_itself(container: Container) -> N
         recovered_in = wait_until(caught_up(container), timeout=30)
         assert recovered_in < 10
         assert projector.queue.rebuilds >= 2  # the first build, and the repair
-        assert verify_queue(container.reader(), container.queue) == []
+        assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
         states = open_ids(container)
         assert not by_state["done"] & states.keys()
         for kind in ("ready", "delayed", "leased", "dead"):
@@ -261,7 +262,7 @@ def test_the_quiet_step_after_a_page_leaves_the_meta_alone_for_a_while(
     assert "queue.lost" in [e["event"] for e in logs]
     while follower.step():
         pass
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
@@ -294,7 +295,7 @@ def test_a_follower_waits_for_another_process_rebuild_then_follows_it(
     assert follower.rebuilds == 1  # its own first build only
     assert follower.epoch not in {first_epoch, "loading"}
     assert follower.position >= report.position
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_projector_started_during_another_process_load_waits_for_it(
@@ -325,7 +326,7 @@ def test_a_projector_started_during_another_process_load_waits_for_it(
     assert starter.rebuilds == 0
     assert starter.position >= report.position
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_rebuild_that_failed_half_way_is_not_awaited_by_its_own_process(
@@ -355,7 +356,7 @@ def test_a_rebuild_that_failed_half_way_is_not_awaited_by_its_own_process(
             pass
     assert "queue.rebuild_awaited" not in [e["event"] for e in logs]
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def _reset_stopped_half_way(container: Container, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -405,7 +406,7 @@ def test_a_reset_stopped_half_way_is_built_anew(
         e for e in logs if e.get("loading")
     ).items()
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_follower_waits_while_a_load_moves_and_not_once_it_stops(
@@ -440,7 +441,7 @@ def test_a_follower_waits_while_a_load_moves_and_not_once_it_stops(
     assert follower.epoch == "loading"
     assert "queue.lost" not in [e["event"] for e in logs]
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 @pytest.mark.parametrize("beats", [True, False], ids=["beating", "silent"])
@@ -489,7 +490,7 @@ def test_a_load_that_pauses_longer_than_the_silence_is_waited_for_while_it_beats
     else:
         assert any(steps)  # it followed the half-loaded queue from 0 meanwhile
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
@@ -513,7 +514,7 @@ def test_a_rebuild_before_the_checkpoint_folded_anything_reads_the_log(
     assert "queue.rebuild_followed" in events
     assert "queue.rebuild_awaited" not in events
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_rebuild_of_an_empty_log_is_followed_once_events_come(
@@ -538,7 +539,7 @@ def test_a_rebuild_of_an_empty_log_is_followed_once_events_come(
     assert "queue.rebuild_awaited" not in events
     assert follower.epoch not in {first_epoch, None}
     assert by_state["ready"] <= open_ids(container).keys()
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> None:
@@ -562,7 +563,7 @@ def test_a_queue_ahead_of_a_restored_log_is_rebuilt(container: Container) -> Non
     assert restarted.rebuilds == 1
     assert not {e.id for e in lost} & set(open_ids(container))
     assert {e.id for e in kept} & set(open_ids(container))
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["checkpoint", "log"])
@@ -589,7 +590,7 @@ def test_a_rebuild_restores_leases_for_one_more_ttl(container: Container, full: 
     later = rebuilt_at + 2 * ttl
     assert container.queue.extend("default", execution.id, lease_id, deadline=later)
     assert container.queue.expired("default", now=rebuilt_at + ttl + second, limit=9) == []
-    assert verify_queue(container.reader(), container.queue) == []
+    assert verify_queue(container.reader(), container.queue, scratch=MemoryQueue()) == []
 
 
 def test_each_follower_is_built_with_its_window(

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import actor
 
+from jobledger.adapters.store import migrate, open_ledger, projection_database
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import PERMANENT_FAILURE, Execution, Trigger, expiry_reason
@@ -33,16 +34,18 @@ from jobledger.domain.schedules import (
     OneShotSchedule,
     Schedule,
 )
+from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import read_model_replay
-from jobledger.projections import read_queries as rq
-from jobledger.projections.checkpoint import Checkpoint
 from jobledger.projections.database import Database
-from jobledger.projections.log import part_of
-from jobledger.projections.queue import QueuePause
-from jobledger.projections.read_model_parts import Part
-from jobledger.projections.read_model_rebuild import MARK, ShadowRebuild
-from jobledger.projections.read_model_tables import (
+from jobledger.projections.log.reader import part_of
+from jobledger.projections.queue.backend import QueuePause
+from jobledger.projections.queue.checkpoint import Checkpoint
+from jobledger.projections.read_models import queries as rq
+from jobledger.projections.read_models import replay as read_model_replay
+from jobledger.projections.read_models.follower import POSITION, ReadModels
+from jobledger.projections.read_models.parts import Part
+from jobledger.projections.read_models.rebuild import MARK, ShadowRebuild
+from jobledger.projections.read_models.tables import (
     ATTEMPTS,
     EXECUTIONS,
     HISTOGRAMS,
@@ -50,10 +53,7 @@ from jobledger.projections.read_model_tables import (
     MINUTE_STATS,
     STATUS_COUNTS,
 )
-from jobledger.projections.read_models import POSITION, ReadModels
 from jobledger.runtime.rebuild_processes import ProcessParts, RunningProcesses
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import migrate, open_ledger, projection_database
 from jobledger.schemas.jobs import CronIn
 from jobledger.services.bodies import from_definition
 from jobledger.services.executions import Executions

@@ -31,16 +31,20 @@ from tests.integration.test_outages import (
 from tests.redis_cluster import PrivateRedisCluster
 from tests.roles import wait_for
 
-from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.projections.redis_client import connect
-from jobledger.projections.redis_keys import Keys
-from jobledger.projections.redis_queue import RedisQueue
-from jobledger.runtime.bootstrap import bootstrap
-from jobledger.runtime.breakers import Breakers, BreakerSettings
-from jobledger.runtime.leader import Leadership, RedisLeadership, current_leader
-from jobledger.runtime.presence import RedisPresence, WorkerInfo
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import open_ledger
+from jobledger.adapters.redis.breakers import shared_storage
+from jobledger.adapters.redis.client import connect
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.redis.leadership import RedisLeadership, current_leader
+from jobledger.adapters.redis.presence import RedisPresence
+from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.store import open_ledger
+from jobledger.bootstrap import bootstrap
+from jobledger.infra.breakers import BreakerSettings
+from jobledger.infra.leadership import Leadership
+from jobledger.infra.presence import WorkerInfo
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
+from jobledger.runtime.breakers import Breakers
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -121,8 +125,8 @@ def test_breakers_share_their_state_through_the_cluster(cluster_client: RedisClu
     keys = Keys(f"b{uuid.uuid4().hex[:8]}")
     settings = BreakerSettings(fail_max=1, reset_timeout=60, success_threshold=1, refresh=0)
     first, second = (
-        Breakers(cluster_client, keys, settings),
-        Breakers(cluster_client, keys, settings),
+        Breakers(shared_storage(cluster_client, keys), settings),
+        Breakers(shared_storage(cluster_client, keys), settings),
     )
     with pytest.raises(RuntimeError), first.guard("test.echo"):
         raise RuntimeError("down")

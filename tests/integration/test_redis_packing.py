@@ -3,7 +3,7 @@
 import pytest
 import redis
 
-from jobledger.projections.redis_client import RedisClient, _HiredisPacker, connect
+from jobledger.adapters.redis.client import RedisClient, _HiredisPacker, connect
 
 
 def packer_of(client: RedisClient) -> object:

@@ -18,6 +18,7 @@ from tests.conftest import actor
 from tests.integration.conftest import Harness, harness_settings
 from tests.integration.test_scheduler import ForcedLeadership
 
+from jobledger.bootstrap import bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import NotFoundError
@@ -26,7 +27,6 @@ from jobledger.domain.job import FireTrigger, Job, MissReason
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import CronSchedule, ManualSchedule
 from jobledger.domain.workflow import StepSpec, StepStatus, WorkflowStatus
-from jobledger.runtime.bootstrap import bootstrap
 from jobledger.runtime.releases import Releaser
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.services.jobs import Jobs

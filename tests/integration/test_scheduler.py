@@ -14,17 +14,18 @@ import pytest
 import redis
 from tests.conftest import actor
 
+from jobledger.adapters.redis.keys import Keys
+from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership
+from jobledger.adapters.sql.epochs import StoredEpochs
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
 from jobledger.domain.job import Job, MissReason
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy, RetryPolicy
 from jobledger.domain.schedules import CronSchedule, OneShotSchedule
-from jobledger.projections.queue import QueueState
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.leader import LeaderTiming, RedisLeadership, StoredEpochs
+from jobledger.infra.settings import load_settings
+from jobledger.projections.queue.backend import QueueState
 from jobledger.runtime.scheduler import SCHEDULER_ACTOR, Scheduler, SchedulerConfig
-from jobledger.runtime.settings import load_settings
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 

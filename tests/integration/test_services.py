@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 import pytest
 from tests.integration.test_dead_letters import dead
 
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
+from jobledger.domain.roles import Role
 from jobledger.domain.schedules import CronSchedule
 from jobledger.domain.topics import event_topics
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.infra.settings import load_settings
 from jobledger.services.actors import Actor
 from jobledger.services.application import Services
 from jobledger.services.dead_letters import DeadLetterFilter
@@ -36,7 +36,7 @@ from jobledger.services.errors import (
 from jobledger.services.jobs import Jobs
 
 if TYPE_CHECKING:
-    from jobledger.runtime.settings import Settings
+    from jobledger.infra.settings import Settings
 
 AT = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 ALICE = Actor("alice", Role.OPERATOR)
@@ -58,7 +58,7 @@ def container(tmp_path: Path) -> Iterator[Container]:
 
 @pytest.fixture
 def services(container: Container) -> Services:
-    return Services.build(container)
+    return build_services(container)
 
 
 def test_a_caller_without_the_role_is_refused_before_anything_is_written(

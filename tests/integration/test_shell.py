@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobledger.runtime.errors import SettingsError
+from jobledger.infra.errors import SettingsError
 from jobledger.runtime.handlers.base import HandlerContext, HandlerError
 from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
 

@@ -14,15 +14,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import actor
 
+from jobledger.adapters.store import open_ledger
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy
 from jobledger.domain.schedules import CronSchedule, MissedFires
+from jobledger.infra.errors import StoreNotMigratedError
+from jobledger.infra.settings import Settings, load_settings
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.errors import StoreNotMigratedError
-from jobledger.runtime.settings import Settings, load_settings
-from jobledger.runtime.store import open_ledger
-from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.services.jobs import Jobs
 
 AT = datetime(2026, 3, 1, tzinfo=UTC)
@@ -194,8 +194,8 @@ def test_a_process_that_never_took_a_snapshot_loads_a_snapshotted_job(
     script = tmp_path / "load.py"
     script.write_text(
         "import sys, uuid\n"
-        "from jobledger.runtime.settings import load_settings\n"
-        "from jobledger.runtime.store import open_ledger\n"
+        "from jobledger.infra.settings import load_settings\n"
+        "from jobledger.adapters.store import open_ledger\n"
         "settings = load_settings({}, database_url=sys.argv[1], data_dir=sys.argv[2],"
         " aggregate_cache_size='0')\n"
         "with open_ledger(settings) as ledger:\n"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from jobledger.domain.execution import Execution
-from jobledger.projections.queue import Lease
+from jobledger.projections.queue.backend import Lease
 
 if TYPE_CHECKING:
     from tests.integration.conftest import Harness

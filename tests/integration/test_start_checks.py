@@ -10,9 +10,9 @@ import psycopg
 import pytest
 from tests.ports import free_port
 
-from jobledger.runtime.errors import StoreNotMigratedError
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import check_migrated, migrate, missing_migrations
+from jobledger.adapters.store import check_migrated, migrate, missing_migrations
+from jobledger.infra.errors import StoreNotMigratedError
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli

@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tests.integration.pool_stats import pool_requests
 
+from jobledger.adapters.store import HELD_CONNECTIONS, open_ledger
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
+from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.streams import load_many
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import HELD_CONNECTIONS, open_ledger
+from jobledger.projections.log.streams import load_many
 
 AT = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from jobledger.domain.errors import UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.persistence.ledger import Ledger, stream_positions
 from jobledger.persistence.undecodable import UndecodableEvent
-from jobledger.projections.log import read_rows
+from jobledger.projections.log.reader import read_rows
 
 
 def test_a_history_holds_a_placeholder_at_the_events_position(ledger: Ledger) -> None:

@@ -10,21 +10,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus
+from jobledger.domain.roles import Role
 from jobledger.domain.unique import OnConflict, UniqueSpec
-from jobledger.projections.queue import decode_spec
-from jobledger.projections.queue_projection import QueueProjection
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.store import migrate
+from jobledger.projections.queue.backend import decode_spec
+from jobledger.projections.queue.projection import QueueProjection
 from jobledger.services.actors import Actor
 from jobledger.services.executions import Executions
 from jobledger.services.unique_runs import Duplicate, RunOutcome, Started
 
 if TYPE_CHECKING:
-    from jobledger.runtime.settings import Settings
+    from jobledger.infra.settings import Settings
 
 AT = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)
 ALICE = Actor("alice", Role.OPERATOR)

@@ -25,13 +25,16 @@ from tests.conftest import actor
 from tests.integration import code_jobs
 from tests.integration.executions import LogReads, adhoc_spec
 
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import BY_HANDLER, PERMANENT_FAILURE, Execution, ExecutionStatus
-from jobledger.projections.queue import QueueState
-from jobledger.projections.queue_projection import QueueProjection
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.breakers import Breakers, BreakerSettings
+from jobledger.infra.breakers import BreakerSettings
+from jobledger.infra.settings import load_settings
+from jobledger.infra.writer import GroupCommitWriter
+from jobledger.projections.queue.backend import QueueState
+from jobledger.projections.queue.projection import QueueProjection
+from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import (
     Discard,
     Handler,
@@ -44,10 +47,7 @@ from jobledger.runtime.handlers.builtin import BUILTIN
 from jobledger.runtime.handlers.code import code_handler
 from jobledger.runtime.handlers.registry import HandlerRegistry
 from jobledger.runtime.outcomes import MAX_ERROR_LENGTH
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
 from jobledger.runtime.worker import Worker, WorkerConfig
-from jobledger.runtime.writer import GroupCommitWriter
 from jobledger.services.executions import Executions
 
 POLL = 0.005  # the worker's idle poll, and the test's
@@ -412,7 +412,7 @@ def test_an_open_breaker_defers_runs_without_spending_attempts(embedded: InProce
     async def scenario() -> None:
         failing = [embedded.run("test.fail", retries=0) for _ in range(4)]
         echoes = [embedded.run("test.echo", n=i) for i in range(5)]
-        breakers = Breakers(None, Keys("t"), BreakerSettings(fail_max=2, reset_timeout=600))
+        breakers = Breakers(settings=BreakerSettings(fail_max=2, reset_timeout=600))
         worker = embedded.worker(breakers=breakers, slots=1)
         defer = worker.config.defer_when_open
 

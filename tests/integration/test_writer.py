@@ -12,9 +12,9 @@ from tests.integration.pool_stats import pool_requests
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import ConflictError
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.infra.errors import WriterClosedError
+from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
-from jobledger.runtime.errors import WriterClosedError
-from jobledger.runtime.writer import GroupCommitWriter
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -10,18 +10,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.runtime import credentials
-from jobledger.runtime.accounts import (
+from jobledger.domain.roles import Role
+from jobledger.infra import credentials
+from jobledger.infra.common_passwords import common_password_base, common_passwords
+from jobledger.infra.settings import load_settings
+from jobledger.services.account_store import (
     AccountSettings,
     InvalidPasswordError,
     InvalidUsernameError,
     LoginThrottledError,
-    Role,
     validate_password,
     validate_username,
 )
-from jobledger.runtime.common_passwords import common_password_base, common_passwords
-from jobledger.runtime.settings import load_settings
 
 CHEAP = argon2.PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 

@@ -4,8 +4,9 @@ speaks for several budgets, and what a client address counts as."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.runtime.budgets import Allowance, Ask, MemoryBudgets, Verdict, spend, tightest
-from jobledger.runtime.credentials import address_bucket
+from jobledger.adapters.memory.budgets import MemoryBudgets
+from jobledger.infra.budgets import Allowance, Ask, Verdict, spend, tightest
+from jobledger.infra.credentials import address_bucket
 
 SECOND = 1_000_000
 

@@ -16,7 +16,7 @@ from jobledger.domain.job import Job
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import CronSchedule
 from jobledger.persistence.codec import EventView, MsgspecMapper
-from jobledger.projections.read_model_tables import FOLD_VIEWS
+from jobledger.projections.read_models.tables import FOLD_VIEWS
 
 AT = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.runtime.errors import SettingsError
-from jobledger.runtime.settings import PREFIX, Settings, load_settings
+from jobledger.infra.errors import SettingsError
+from jobledger.infra.settings import PREFIX, Settings, load_settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 ROW = re.compile(r"^\| `(JOBLEDGER_[A-Z0-9_]+)` \|", re.MULTILINE)

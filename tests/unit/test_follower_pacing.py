@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from jobledger.projections.log import Follower, Wakeup
+from jobledger.projections.log.reader import Follower, Wakeup
 
 # Scheduling on a busy machine can delay a thread by tens of milliseconds: the bounds
 # below leave that much room on the side a delay moves them.

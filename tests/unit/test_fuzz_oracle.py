@@ -11,7 +11,7 @@ from tests.integration.api.fuzz_definitions import Mismatch, difference, same
 from tests.integration.api.fuzz_inputs import Raw, encode, read
 from tests.integration.api.fuzz_stateful import classify
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 JOB_ID = "6f8eae77-6a81-4c5c-80f1-de88618cbe42"
 REFUSED = b'{"error": {"status": 409, "code": "conflict", "message": "no"}}'

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.runtime.errors import SettingsError
+from jobledger.infra.errors import SettingsError
+from jobledger.infra.settings import load_settings
 from jobledger.runtime.handlers import registry
 from jobledger.runtime.handlers.registry import ENTRY_POINT_GROUP, load_registry
-from jobledger.runtime.settings import load_settings
 
 
 def test_a_dotted_path_adds_a_handler() -> None:

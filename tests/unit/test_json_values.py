@@ -26,7 +26,7 @@ from jobledger.domain.json_values import (
 )
 from jobledger.domain.policies import RetryPolicy
 from jobledger.persistence.codec import MsgspecMapper
-from jobledger.projections.queue import decode_spec, encode_spec
+from jobledger.projections.queue.backend import decode_spec, encode_spec
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -6,8 +6,8 @@ import time
 import pytest
 import redis
 
-from jobledger.projections import queue_projection
-from jobledger.projections.queue_projection import _LoadBeat
+from jobledger.projections.queue import projection as queue_projection
+from jobledger.projections.queue.projection import _LoadBeat
 
 
 class _FlakyStore:

@@ -5,7 +5,7 @@ import threading
 
 from structlog.testing import capture_logs
 
-from jobledger.runtime.leader import LocalLeadership
+from jobledger.infra.leadership import LocalLeadership
 
 # How long the first taker waits for a second one to join it inside the store's call.
 OVERLAP_SECONDS = 0.5

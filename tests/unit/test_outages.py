@@ -18,9 +18,8 @@ from prometheus_client import CollectorRegistry, Gauge
 from psycopg import errors as pg_errors
 from structlog.testing import capture_logs
 
-from jobledger.projections.log import Follower, Wakeup
-from jobledger.runtime.metrics import Metrics
-from jobledger.runtime.outages import (
+from jobledger.infra.metrics import Metrics
+from jobledger.infra.outages import (
     POSTGRESQL,
     REDIS,
     Backoff,
@@ -28,7 +27,8 @@ from jobledger.runtime.outages import (
     OutageProbe,
     dependency_of,
 )
-from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.infra.writer import GroupCommitWriter
+from jobledger.projections.log.reader import Follower, Wakeup
 
 if TYPE_CHECKING:
     from jobledger.persistence.ledger import Ledger

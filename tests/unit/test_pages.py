@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.projections.pages import CursorError, Order, encode_cursor, page_of
+from jobledger.projections.read_models.pages import CursorError, Order, encode_cursor, page_of
 
 NAMES = Order[str]("names", lambda name: (name,))
 NUMBERED = Order[tuple[int, str]]("numbered", lambda row: row, width=2)

@@ -4,7 +4,7 @@ import io
 
 import structlog
 
-from jobledger.runtime.progress import ProgressBar, end_progress_line
+from jobledger.infra.progress import ProgressBar, end_progress_line
 
 
 def test_a_log_line_during_a_progress_bar_starts_a_line_of_its_own() -> None:

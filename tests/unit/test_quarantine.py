@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.log import LogRow, RowPage
+from jobledger.projections.log.reader import LogRow, RowPage
 from jobledger.projections.quarantine import (
     HELD,
     Isolation,

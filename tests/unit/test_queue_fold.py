@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from jobledger.adapters.memory.queue import MemoryQueue
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution, Trigger
@@ -16,8 +17,7 @@ from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.progress import Progress
 from jobledger.domain.queue import Queue
 from jobledger.persistence.codec import MsgspecMapper
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import (
+from jobledger.projections.queue.backend import (
     NamedLimit,
     QueueItem,
     QueueMeta,
@@ -25,7 +25,7 @@ from jobledger.projections.queue import (
     QueueState,
     decode_spec,
 )
-from jobledger.projections.queue_fold import (
+from jobledger.projections.queue.fold import (
     QUEUE_VIEWS,
     PreviousLoader,
     QueueFold,

@@ -3,9 +3,16 @@
 import uuid
 from datetime import UTC, datetime
 
-from jobledger.projections.memory_queue import MemoryQueue
-from jobledger.projections.queue import QueueChange, QueueItem, QueueMeta, QueuePause, QueueState
-from jobledger.runtime.metrics import Metrics
+from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.infra.metrics import Metrics
+from jobledger.projections.queue.backend import (
+    QueueChange,
+    QueueItem,
+    QueueMeta,
+    QueuePause,
+    QueueState,
+)
+from jobledger.projections.queue.gauges import observe_queue
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -28,11 +35,11 @@ def test_the_paused_gauge_follows_the_pause_record() -> None:
     queue.apply_pauses([QueuePause(queue="held", version=2, paused=True, by="ada")], epoch="e")
     metrics = Metrics()
     value = metrics.registry.get_sample_value
-    metrics.observe_queue(queue, now=AT, head=0)
+    observe_queue(metrics, queue, now=AT, head=0)
     assert value("jobledger_queue_paused", {"queue": "held"}) == 1
     assert value("jobledger_queue_paused", {"queue": "free"}) == 0
     queue.apply_pauses([QueuePause(queue="held", version=3, paused=False)], epoch="e")
-    metrics.observe_queue(queue, now=AT, head=0)
+    observe_queue(metrics, queue, now=AT, head=0)
     assert value("jobledger_queue_paused", {"queue": "held"}) == 0
 
 

@@ -7,7 +7,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.projections.redis_client import _HiredisPacker
+from jobledger.adapters.redis.client import _HiredisPacker
 
 # A client's encoder and redis-py's own packer, as a connection builds it (neither
 # connects to a server).

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from jobledger.domain.archive import ArchiveRecord, History, Retention
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.infra.errors import SettingsError
+from jobledger.infra.settings import load_settings
 from jobledger.persistence.codec import MsgspecMapper
-from jobledger.runtime.errors import SettingsError
-from jobledger.runtime.settings import load_settings
 
 AT = datetime(2026, 12, 1, tzinfo=UTC)
 

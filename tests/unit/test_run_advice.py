@@ -7,8 +7,8 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
+from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.domain.errors import InvalidDefinitionError
-from jobledger.runtime.presence import MemoryPresence
 from jobledger.services.attendance import Attendance
 from jobledger.services.caps import QueueRoom
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.runtime.errors import SettingsError
-from jobledger.runtime.settings import Settings, load_settings, mask_url
-from jobledger.runtime.store import persistence_env
+from jobledger.adapters.store import persistence_env
+from jobledger.infra.errors import SettingsError
+from jobledger.infra.settings import Settings, load_settings, mask_url
 
 
 def test_defaults_select_the_embedded_sqlite_store() -> None:
@@ -120,7 +120,7 @@ def test_secrets_never_reach_the_log(capsys: pytest.CaptureFixture[str]) -> None
     """If a log line carries a password or token field, then its value is masked."""
     import structlog  # noqa: PLC0415 (configured per test)
 
-    from jobledger.runtime.logging import configure_logging  # noqa: PLC0415
+    from jobledger.infra.logging import configure_logging  # noqa: PLC0415
 
     configure_logging(load_settings({}, log_format="json"))
     try:
@@ -226,7 +226,7 @@ def test_logs_are_json_in_production_unless_told(
 ) -> None:
     """If the format is left at auto, then production writes JSON and dev readable
     lines; an explicit format wins over the mode."""
-    from jobledger.runtime.logging import uses_json  # noqa: PLC0415 (beside its test)
+    from jobledger.infra.logging import uses_json  # noqa: PLC0415 (beside its test)
 
     settings = load_settings({"JOBLEDGER_MODE": mode, "JOBLEDGER_LOG_FORMAT": log_format})
     assert uses_json(settings) is json_lines
@@ -257,7 +257,7 @@ def test_log_values_lose_their_credentials(text: str, shown: str) -> None:
     """If a logged value holds a password in a URL (its user part or its query), in a
     libpq key=value conninfo or an Authorization credential, then only that part is
     replaced by ***."""
-    from jobledger.runtime.logging import redact_text  # noqa: PLC0415 (beside its test)
+    from jobledger.infra.logging import redact_text  # noqa: PLC0415 (beside its test)
 
     assert redact_text(text) == shown
 
@@ -313,7 +313,7 @@ def test_masking_finds_passwords_with_special_characters(text: str, shown: str) 
 def test_nested_values_and_exceptions_are_redacted() -> None:
     """If a log field is a mapping, a list or an exception, then secrets inside it are
     masked too: by key at any depth, and by their text."""
-    from jobledger.runtime.logging import redact  # noqa: PLC0415 (beside its test)
+    from jobledger.infra.logging import redact  # noqa: PLC0415 (beside its test)
 
     value = {
         "headers": {"Authorization": "Bearer abcdefghijkl", "Accept": "*/*"},

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pytest
 from eventsourcing.domain import Aggregate
 
-from jobledger.runtime.writer import GroupCommitWriter
+from jobledger.infra.writer import GroupCommitWriter
 
 if TYPE_CHECKING:
     from jobledger.persistence.ledger import Ledger

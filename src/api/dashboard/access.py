@@ -18,7 +18,7 @@ from litestar.types import ExceptionHandlersMap
 from jobledger.api.errors import error_response, unavailable
 from jobledger.api.security import SESSION_COOKIE
 from jobledger.domain.errors import NotFoundError, UndecodableEventError
-from jobledger.runtime.outages import OUTAGE_ERRORS
+from jobledger.infra.outages import OUTAGE_ERRORS
 
 DASHBOARD = "/ui"
 LOGIN = f"{DASHBOARD}/login"

@@ -45,8 +45,8 @@ from jobledger.domain.clock import Clock
 from jobledger.domain.errors import DomainError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
+from jobledger.domain.roles import Role
 from jobledger.domain.schedules import ManualSchedule, Schedule
-from jobledger.runtime.accounts import Role
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobledger.projections.database import Database
-from jobledger.projections.queue import QueueBackend
-from jobledger.projections.read_model_tables import prune_finished
+from jobledger.projections.queue.backend import QueueBackend
+from jobledger.projections.read_models.tables import prune_finished
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 
 NAME = "system.cleanup"

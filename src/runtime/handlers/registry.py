@@ -7,16 +7,13 @@ import json
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-import msgspec
-
 from jobledger.declarations import HandlerDeclaration, declared_in
+from jobledger.infra.errors import SettingsError
 from jobledger.projections.database import Database
-from jobledger.projections.queue import QueueBackend
-from jobledger.runtime.errors import SettingsError
+from jobledger.projections.queue.backend import QueueBackend
 from jobledger.runtime.handlers.archive import NAME as ARCHIVE
 from jobledger.runtime.handlers.archive import ArchiveRun, make_archive_handler
 from jobledger.runtime.handlers.base import Handler
@@ -28,18 +25,10 @@ from jobledger.runtime.handlers.shell import NAME as SHELL
 from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
 from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
 from jobledger.runtime.handlers.webhook import WebhookSettings, make_webhook_handler
+from jobledger.services.jobs import HandlerInfo
 
 ENTRY_POINT_GROUP = "jobledger.handlers"
 TEST_HANDLERS_SETTING = "JOBLEDGER_TEST_HANDLERS"
-
-
-@dataclass(frozen=True)
-class HandlerInfo:
-    """What a handler says about itself: a line on what it does, and the payload it
-    declares (a msgspec Struct the API checks payloads against; None takes any)."""
-
-    description: str = ""
-    payload_type: type[msgspec.Struct] | None = None
 
 
 class HandlerRegistry:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from jobledger.runtime.errors import SettingsError
+from jobledger.infra.errors import SettingsError
 from jobledger.runtime.handlers.base import (
     Handler,
     HandlerContext,

@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 
+from jobledger.infra.settings import mask_url
 from jobledger.runtime.handlers.base import (
     Handler,
     HandlerContext,
     HandlerError,
     PayloadRefusedError,
 )
-from jobledger.runtime.settings import mask_url
 
 NAME = "http.webhook"
 ALLOW_SETTING = "JOBLEDGER_WEBHOOK_ALLOW"

@@ -15,11 +15,10 @@ import httpx
 import pytest
 from tests.conftest import CHEAP_PASSWORDS
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
+from jobledger.bootstrap import Container, bootstrap, web_app
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import load_settings
 from jobledger.runtime.lifecycle import WorkerRunner
-from jobledger.runtime.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -93,7 +92,7 @@ def serve_api(
         projector = container.projector()
         projector.start()
         try:
-            with live_server(create_app(container)) as server:
+            with live_server(web_app(container)) as server:
                 api = Api(server.url, container, tokens)
                 yield api
                 for client in api.clients:

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx
 from tests.integration.api.fuzz_checks import Answer, Tally, Target, check_answer
 
-from jobledger.api.app import create_app
+from jobledger.adapters.memory.budgets import MemoryBudgets
+from jobledger.adapters.redis.budgets import RedisBudgets
+from jobledger.adapters.redis.client import connect as connect_redis
+from jobledger.adapters.redis.keys import Keys
 from jobledger.api.budgets import Gate, Limits
-from jobledger.projections.redis_client import connect as connect_redis
-from jobledger.projections.redis_keys import Keys
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
-from jobledger.runtime.budgets import Allowance, Budgets, MemoryBudgets, RedisBudgets
+from jobledger.bootstrap import Container, web_app
+from jobledger.domain.roles import Role
+from jobledger.infra.budgets import Allowance, Budgets
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -50,7 +51,7 @@ READS: Final = ("/api/v1/executions", "/api/v1/jobs", "/api/v1/queues", "/api/v1
 def budgeted(container: Container, live_server: type["LiveServer"]) -> Iterator[str]:
     """A second app over ``container`` with ``LIMITS``, its budgets under a prefix of
     their own; its URL."""
-    app = create_app(container)
+    app = web_app(container)
     state = app.state["api"]
     url = container.settings.redis_url
     client = connect_redis(url) if url else None

@@ -37,13 +37,12 @@ from tests.integration.api.fuzz_inputs import QUEUES
 from tests.integration.api.fuzz_runs import run_runs
 from tests.integration.api.fuzz_stateful import run_stateful
 
-from jobledger.api.app import create_app
+from jobledger.bootstrap import Container, web_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.json_values import MAX_INT, MIN_INT
 from jobledger.domain.policies import RetryPolicy
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.conftest import JsonValues, LiveServer
@@ -110,7 +109,7 @@ def campaign_target(container: Container, url: str, tokens: dict[Role, str]) -> 
     accounts = container.accounts()
     own = {str(user.id) for user in accounts.list_users()}
     own |= {str(token.id) for token in accounts.list_tokens(None)}
-    needs = route_needs(create_app(container))
+    needs = route_needs(web_app(container))
     return Target(url, tokens, Probe(container), needs, frozenset(own))
 
 

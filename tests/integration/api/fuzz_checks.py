@@ -20,8 +20,8 @@ import psycopg
 from litestar import Litestar
 from schemathesis.engine.errors import is_inconsistent_replay
 
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
+from jobledger.bootstrap import Container
+from jobledger.domain.roles import Role
 
 # The accounts tables as digests, without the columns every use of a credential touches
 # (last_used_at, last_seen_at: a read, by design), and the sign-in throttle's bookings

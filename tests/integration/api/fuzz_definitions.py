@@ -24,7 +24,7 @@ from tests.integration.api.fuzz_checks import (
     settings,
 )
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 ROUTES: Final = {
     "job": ("POST", "/api/v1/jobs"),

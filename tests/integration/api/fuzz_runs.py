@@ -34,13 +34,13 @@ from tests.integration.api.fuzz_checks import (
 )
 from tests.integration.api.fuzz_definitions import same
 
+from jobledger.bootstrap import Container, build_services
 from jobledger.domain.ids import trigger_execution_id
 from jobledger.domain.instants import EARLIEST, LATEST, RANGE_TEXT
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
+from jobledger.domain.roles import Role
+from jobledger.infra.outages import POSTGRESQL
+from jobledger.runtime.relay import relay_part
 from jobledger.schemas.outbox import OUTBOX_CHANNEL, OUTBOX_INSERT, OUTBOX_TABLE
-from jobledger.services.application import Services
-from jobledger.services.outbox import relay_part
 
 RUN: Final = ("POST", "/api/v1/executions")
 BATCH: Final = ("POST", "/api/v1/executions:batch")
@@ -275,7 +275,11 @@ def drawn(
 @contextmanager
 def relaying(container: Container) -> Iterator[None]:
     """The outbox relay of a scheduler, running while the block runs."""
-    relay = relay_part(container, Services.build(container).outbox)
+    relay = relay_part(
+        build_services(container).outbox,
+        container.settings.database_url if container.settings.uses_postgres else None,
+        container.health.watch(POSTGRESQL),
+    )
     if relay is None:
         yield
         return

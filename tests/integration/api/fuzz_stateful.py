@@ -30,7 +30,7 @@ from tests.integration.api.fuzz_checks import (
     settings,
 )
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.services.waits import MAX_WAIT_SECONDS
 
 # Schemathesis would flag every refusal of a schema-valid body (a cron that never fires,

@@ -12,7 +12,7 @@ import structlog
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.policies import RetryPolicy
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 PASSWORD = "correct horse battery staple"
 

@@ -9,8 +9,8 @@ import httpx
 import msgspec
 import pytest
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
+from jobledger.bootstrap import web_app
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
@@ -266,7 +266,7 @@ def test_a_body_field_named_like_a_dependency_is_the_clients_mistake(
     field, not a server error, and the log is unchanged."""
     client = module_api.client(Role.ADMIN)
     document = client.get("/schema/openapi.json").json()
-    names = set(create_app(module_api.container).dependencies)
+    names = set(web_app(module_api.container).dependencies)
     cases = body_fields_named_like_dependencies(document, names)
     assert {("POST", "/api/v1/executions", "limits"), ("POST", "/api/v1/jobs", "limits")} <= {
         *cases

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -17,7 +17,7 @@ from jobledger import apply_cli
 from jobledger.cli import build_parser
 from jobledger.client import Client, ConflictError, NotFoundError, ValidationError
 from jobledger.domain.job import managed_job_id
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.schemas.jobs import CronIn, DependencyIn, JobIn, ManagedJobIn
 
 if TYPE_CHECKING:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import bootstrap
+from jobledger.bootstrap import bootstrap, web_app
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -54,7 +53,7 @@ def test_a_credential_past_its_budget_gets_429_with_retry_after_and_ratelimit(
 def _second_app(api: "Api", live_server: type["LiveServer"]) -> Iterator[str]:
     """Another API process's app: its own container on the same settings (database,
     Redis and prefix)."""
-    with bootstrap(api.container.settings) as container, live_server(create_app(container)) as s:
+    with bootstrap(api.container.settings) as container, live_server(web_app(container)) as s:
         yield s.url
 
 

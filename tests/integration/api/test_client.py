@@ -33,7 +33,7 @@ from jobledger.client import (
 )
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 from tests.integration.api.conftest import serve_api
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer

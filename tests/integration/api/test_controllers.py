@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container, bootstrap
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.adapters.store import migrate
+from jobledger.bootstrap import Container, bootstrap, web_app
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import load_settings
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 JOB = {
@@ -66,7 +65,7 @@ def app(tmp_path: Path) -> Iterator[App]:
             _, tokens[role] = accounts.create_token(
                 user.id, f"{role} token", role, expires_at=None, now=T0
             )
-        with TestClient(create_app(container, now=clock)) as client:
+        with TestClient(web_app(container, now=clock)) as client:
             yield App(client, container, clock, tokens)
 
 

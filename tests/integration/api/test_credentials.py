@@ -11,8 +11,8 @@ import httpx
 import pytest
 from tests.integration.api.conftest import PASSWORD, Api
 
-from jobledger.runtime import credentials
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
+from jobledger.infra import credentials
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

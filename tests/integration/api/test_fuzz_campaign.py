@@ -12,7 +12,7 @@ from tests.integration.api.fuzz_campaign import (
     usual_payloads,
 )
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.conftest import JsonValues, LiveServer

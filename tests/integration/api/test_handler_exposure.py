@@ -6,7 +6,7 @@ from contextlib import AbstractContextManager
 import pytest
 from tests.integration.api.conftest import Api
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -12,12 +12,12 @@ import psycopg
 import pytest
 
 from jobledger import apply_cli
+from jobledger.bootstrap import build_services
 from jobledger.cli import build_parser
 from jobledger.client import Client, ValidationError, enqueue_in_transaction
 from jobledger.domain.instants import EARLIEST, LATEST
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.schemas.outbox import OUTBOX_INSERT
-from jobledger.services.application import Services
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -89,7 +89,7 @@ def test_an_outbox_row_outside_the_range_is_refused(
     """If an outbox row (written by other means than the client) has a run_at outside
     the range, then the relay keeps the row refused with an error naming run_at, and
     no run is written."""
-    outbox = Services.build(module_api.container).outbox
+    outbox = build_services(module_api.container).outbox
     assert outbox is not None
     keys = [f"far-{uuid.uuid4().hex[:8]}" for _ in OUTSIDE]
     with psycopg.connect(module_postgres_url) as conn, conn.transaction():

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tests.integration.api.conftest import serve_api
 
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.schemas.jobs import CronIn, IntervalIn, JobIn, OnceIn, RetryIn
 
 if TYPE_CHECKING:

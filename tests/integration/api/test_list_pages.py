@@ -11,8 +11,8 @@ import pytest
 
 from jobledger.client import Client
 from jobledger.client import calls as client_calls
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.presence import WorkerInfo
+from jobledger.domain.roles import Role
+from jobledger.infra.presence import WorkerInfo
 
 if TYPE_CHECKING:
     import httpx

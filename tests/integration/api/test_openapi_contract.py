@@ -10,7 +10,7 @@ from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.result import Ok
 
 from jobledger.api.openapi_links import STEPS
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -13,14 +13,16 @@ import pytest
 from structlog.testing import capture_logs
 from tests.integration.api.conftest import serve_api, worker_for
 
+from jobledger.bootstrap import build_services
 from jobledger.client import Client, enqueue_in_transaction
 from jobledger.domain.errors import NotFoundError
 from jobledger.domain.execution import Execution, trigger_execution_id
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
+from jobledger.infra.outages import POSTGRESQL
+from jobledger.runtime.relay import relay_part
 from jobledger.schemas.executions import UniqueIn
 from jobledger.schemas.outbox import OUTBOX_INSERT
-from jobledger.services.application import Services
-from jobledger.services.outbox import Outbox, relay_part
+from jobledger.services.outbox import Outbox
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -46,7 +48,7 @@ def served(
 
 @pytest.fixture
 def outbox(served: "Api") -> Outbox:
-    made = Services.build(served.container).outbox
+    made = build_services(served.container).outbox
     assert made is not None
     return made
 
@@ -90,7 +92,7 @@ def test_a_committed_enqueue_runs_once(
     """If the application commits an enqueue, then the running relay (woken by the
     commit) turns it into a run that completes with its result; the same key committed
     again, as after a relay that died before deleting its row, is not a second run."""
-    relay = relay_part(served.container, outbox)
+    relay = relay_part(outbox, module_postgres_url, served.container.health.watch(POSTGRESQL))
     assert relay is not None
     relay.start()
     key = f"order-{uuid.uuid4().hex[:8]}"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.integration.api.conftest import worker_for
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

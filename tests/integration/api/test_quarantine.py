@@ -13,19 +13,21 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from tests.integration.test_queue_projection import run_cli
 
+from jobledger.bootstrap import Container
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
+from jobledger.domain.roles import Role
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import queue, queue_fold, read_model_tables
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
     QuarantinedEvent,
 )
-from jobledger.projections.queue import WorkSpec
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.bootstrap import Container
+from jobledger.projections.queue import backend as queue
+from jobledger.projections.queue import fold as queue_fold
+from jobledger.projections.queue.backend import WorkSpec
+from jobledger.projections.read_models import tables as read_model_tables
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -8,7 +8,7 @@ import pytest
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import ExecutionStatus
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.services.actors import Actor
 from jobledger.services.executions import Executions
 

@@ -5,7 +5,7 @@ import re
 import pytest
 from tests.integration.api.conftest import Api
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from jobledger.api.app import create_app
-from jobledger.runtime.accounts import Role
+from jobledger.bootstrap import web_app
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
@@ -102,7 +102,7 @@ _LAST = {("POST", "/api/v1/admin/queue/rebuild")}
 
 
 def app_routes(api: "Api") -> set[tuple[str, str]]:
-    app = create_app(api.container)
+    app = web_app(api.container)
     found = set()
     for route in app.routes:
         if route.path.startswith("/schema"):

@@ -5,7 +5,7 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from tests.integration.api.conftest import PASSWORD, Api
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -12,7 +12,7 @@ from tests.integration.raw_events import write_undecodable
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

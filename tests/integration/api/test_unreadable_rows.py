@@ -10,7 +10,7 @@ import psycopg
 from tests.integration.api.conftest import PASSWORD
 
 from jobledger.domain.instants import EARLIEST_MS, LATEST_MS
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from tests.integration.api.conftest import Api, serve_api, worker_for
 
+from jobledger.adapters.store import migrate
 from jobledger.client import Client
-from jobledger.runtime.accounts import Role
-from jobledger.runtime.settings import load_settings
-from jobledger.runtime.store import migrate
+from jobledger.domain.roles import Role
+from jobledger.infra.settings import load_settings
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli, LiveServer

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from tests.integration.api.conftest import serve_api
 
+from jobledger.bootstrap import build_services
 from jobledger.domain.execution import Execution, trigger_execution_id
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 from jobledger.schemas.outbox import OUTBOX_INSERT
-from jobledger.services.application import Services
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
@@ -192,7 +192,7 @@ def test_a_run_the_outbox_relays_says_it_came_by_the_outbox(
 ) -> None:
     """If an application writes a run into the outbox, then the relay's
     ExecutionEnqueued records ``outbox`` as who and how, and so does its row."""
-    outbox = Services.build(served.container).outbox
+    outbox = build_services(served.container).outbox
     assert outbox is not None
     key = f"who-{uuid.uuid4().hex[:6]}"
     with psycopg.connect(module_postgres_url) as conn, conn.transaction():

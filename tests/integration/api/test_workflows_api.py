@@ -3,7 +3,7 @@
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobledger.runtime.accounts import Role
+from jobledger.domain.roles import Role
 
 if TYPE_CHECKING:
     from tests.integration.api.conftest import Api

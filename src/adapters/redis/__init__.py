@@ -1,0 +1,1 @@
+"""Redis: the queue, its keys and Lua scripts, presence, leadership, breakers, budgets."""

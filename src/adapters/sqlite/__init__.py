@@ -1,0 +1,1 @@
+"""SQLite: the embedded mode's event store and projection tables."""

@@ -1,0 +1,387 @@
+"""The log's side of an archive (ADR 45): which closed executions may leave the log,
+their events as stored, and their removal in one transaction with its record.
+
+Only events at or below the low-water mark (the lowest position of every follower)
+are removed: every follower has applied them, and none reads them again unless it
+replays from 0, when their absence is what the archive made true.
+"""
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import structlog
+from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.utils import TopicError
+
+from jobledger.persistence.archive_files import ArchivedEvent, events_digest
+from jobledger.persistence.ledger import Ledger
+from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.log.reader import LogReader, LogRow, RowPage
+from jobledger.projections.read_models.tables import forget_executions
+from jobledger.projections.times import to_ms
+
+log = structlog.get_logger(__name__)
+
+# An execution's stream begins with one of these (at version 1).
+FIRST_TOPICS = ("jobledger:ExecutionEnqueued", "jobledger:ExecutionSkipped")
+# No command may follow these: a stream that ends with one is closed for good.
+CLOSING_TOPICS = frozenset(
+    {
+        "jobledger:ExecutionCompleted",
+        "jobledger:ExecutionCancelled",
+        "jobledger:ExecutionDiscarded",
+        "jobledger:ExecutionExpired",
+        "jobledger:ExecutionSkipped",
+    }
+)
+_IDS = 500  # ids per IN (...) list
+_UNDECODABLE = (MapperDeserialisationError, TopicError, ValueError)
+
+
+class ArchiveStoreError(Exception):
+    """The log changed under the archive: nothing was removed."""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The low-water mark: the lowest position of any follower, and whose it is."""
+
+    position: int
+    follower: str
+
+
+@dataclass(frozen=True)
+class ClosedStream:
+    """A closed execution's whole stream, as stored."""
+
+    execution_id: UUID
+    queue: str
+    closed_at: datetime
+    events: list[ArchivedEvent]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One verified archive's executions, to leave the log with their record."""
+
+    name: str
+    location: str
+    streams: Sequence[ClosedStream]
+    events_sha256: str
+    record: StoredEvent  # the HistoryArchived event
+    sha256: str
+    manifest_sha256: str
+    archived_at: datetime
+
+
+class ArchiveStore:
+    """Reads and removes closed executions' streams in the event store's database."""
+
+    def __init__(self, ledger: Ledger, database: Database) -> None:
+        self._ledger = ledger
+        self._database = database
+        self._reader = LogReader(ledger, topics=FIRST_TOPICS)
+        self._tables = _Tables(ledger)
+
+    def low_water_mark(self, queue_position: int | None) -> Mark:
+        """The lowest follower position; ``queue_position``: the queue's, if known."""
+        with self._database.transaction(snapshot=True) as cursor:
+            mark = _lowest_position(cursor)
+        if queue_position is not None and queue_position < mark.position:
+            return Mark(queue_position, "queue-projection")
+        return mark
+
+    def first_events(self, after: int, stop: int, limit: int) -> RowPage:
+        """The first events of executions after ``after`` up to ``stop``."""
+        return self._reader.rows(after, stop=stop, limit=limit)
+
+    def created_at(self, row: LogRow) -> datetime | None:
+        """When the execution of its first event ``row`` was created; None if that event
+        no longer decodes (it is quarantined: its stream stays in the log)."""
+        try:
+            created: datetime = self._reader.event(row).timestamp
+        except _UNDECODABLE:
+            return None
+        return created
+
+    def closed(self, rows: Sequence[LogRow], mark: int) -> list[ClosedStream]:
+        """The executions of ``rows`` (their first events) that closed at or below
+        ``mark``, each with every event of its stream."""
+        ids = [UUID(str(row[1])) if not isinstance(row[1], UUID) else row[1] for row in rows]
+        with self._database.transaction(snapshot=True) as cursor:
+            still_open = _open_ids(cursor, ids)
+            shut = [i for i in ids if i not in still_open]
+            streams = _streams(cursor, self._tables, shut)
+        found = [self._closed(i, streams.get(i, []), mark) for i in shut]
+        return [stream for stream in found if stream is not None]
+
+    def _closed(
+        self, execution_id: UUID, events: list[ArchivedEvent], mark: int
+    ) -> ClosedStream | None:
+        """The stream, if it is whole, closed, and closed at or below ``mark``."""
+        if not events or events[-1].topic not in CLOSING_TOPICS or events[-1].position > mark:
+            return None
+        if [e.originator_version for e in events] != list(range(1, len(events) + 1)):
+            return None  # a stream whose events are not all there (yet): leave it
+        try:
+            first = self._reader.event(_row(events[0]))
+            closed_at: datetime = self._reader.event(_row(events[-1])).timestamp
+        except _UNDECODABLE:
+            return None
+        return ClosedStream(execution_id, str(first.spec.queue), closed_at, events)
+
+    def remove(self, removal: Removal) -> None:
+        """Record ``removal.record`` and remove the streams, their snapshots and
+        read-model rows, in one transaction; ArchiveStoreError (and nothing changed) if
+        the rows removed are not exactly the archived ones, or a follower fell below."""
+        last = max(e.position for s in removal.streams for e in s.events)
+        with self._database.transaction() as cursor:
+            self._tables.lock(cursor)
+            mark = _lowest_position(cursor)
+            if mark.position < last:
+                msg = f"the {mark.follower} follower moved back to {mark.position}, below {last}"
+                raise ArchiveStoreError(msg)
+            self._tables.insert(cursor, removal.record)
+            removed = self._tables.delete_streams(cursor, [s.execution_id for s in removal.streams])
+            if events_digest(removed) != removal.events_sha256:
+                msg = f"the log's events are not those archived in {removal.name}"
+                raise ArchiveStoreError(msg)
+            _forget(cursor, removal)
+
+    def restore(self, name: str, events: Sequence[ArchivedEvent], record: StoredEvent) -> None:
+        """Put ``events`` back at their positions, record ``record`` (HistoryRestored)
+        and forget the archive's executions in the index, in one transaction. The followers are past
+        those positions: their rows come back with a rebuild."""
+        try:
+            with self._database.transaction() as cursor:
+                self._tables.lock(cursor)
+                self._tables.insert(cursor, record)
+                self._tables.insert_at(cursor, events)
+                # The archive's row stays: its files are no orphans (HistoryRestored says
+                # its events are back).
+                cursor.execute(_FORGET_ARCHIVED, (name,))
+        except (psycopg.IntegrityError, sqlite3.IntegrityError) as error:
+            msg = f"{name}: a stream of it is in the log again ({error.__class__.__name__})"
+            raise ArchiveStoreError(msg) from None
+
+    def archive_of(self, execution_id: UUID) -> tuple[str, str] | None:
+        """(name, folder) of the archive holding ``execution_id``, if it was archived."""
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(_ARCHIVE_OF, (str(execution_id),))
+            row = cursor.fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def archived_ids(self, execution_ids: Sequence[UUID]) -> set[UUID]:
+        """Those of ``execution_ids`` that were archived."""
+        found: set[UUID] = set()
+        with self._database.transaction(snapshot=True) as cursor:
+            for chunk in chunked([str(i) for i in execution_ids], _IDS):
+                cursor.execute_in(_ARCHIVED_IDS, chunk)
+                found.update(UUID(str(row[0])) for row in cursor.fetchmany(len(chunk)))
+        return found
+
+    def recorded(self) -> set[str]:
+        """The names of every archive whose removal committed."""
+        with self._database.transaction(snapshot=True) as cursor:
+            return {str(row[0]) for batch in cursor.stream(_NAMES) for row in batch}
+
+
+def _forget(cursor: Cursor, removal: Removal) -> None:
+    ids = [str(s.execution_id) for s in removal.streams]
+    forget_executions(cursor, ids)
+    first = min(e.position for s in removal.streams for e in s.events)
+    last = max(e.position for s in removal.streams for e in s.events)
+    count = sum(len(s.events) for s in removal.streams)
+    cursor.execute(
+        _INSERT_ARCHIVE,
+        (
+            removal.name,
+            removal.location,
+            first,
+            last,
+            len(ids),
+            count,
+            removal.sha256,
+            removal.manifest_sha256,
+            to_ms(removal.archived_at),
+        ),
+    )
+    cursor.executemany(_INSERT_ARCHIVED, [(i, removal.name) for i in ids])
+
+
+def _lowest_position(cursor: Cursor) -> Mark:
+    cursor.execute(_LOWEST)
+    row = cursor.fetchone()
+    return Mark(0, "(none yet)") if row is None else Mark(int(row[1]), str(row[0]))
+
+
+def _open_ids(cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
+    found: set[UUID] = set()
+    for chunk in chunked([str(i) for i in ids], _IDS):
+        cursor.execute_in(_OPEN, chunk)
+        found.update(UUID(str(row[0])) for row in cursor.fetchmany(len(chunk)))
+    return found
+
+
+def _streams(cursor: Cursor, tables: "_Tables", ids: Sequence[UUID]) -> dict[UUID, list[Any]]:
+    streams: dict[UUID, list[ArchivedEvent]] = {}
+    for chunk in chunked(list(ids), _IDS):
+        cursor.execute(tables.select_streams(len(chunk)), tables.id_params(chunk))
+        for row in _fetched(cursor):
+            event = _archived(row)
+            streams.setdefault(event.originator_id, []).append(event)
+    for events in streams.values():
+        events.sort(key=lambda e: e.originator_version)
+    return streams
+
+
+def _fetched(cursor: Cursor) -> Iterator[Any]:
+    while rows := cursor.fetchmany(10_000):
+        yield from rows
+
+
+def _archived(row: Sequence[Any]) -> ArchivedEvent:
+    position, originator_id, version, topic, state = row
+    uuid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
+    return ArchivedEvent(int(position), uuid, int(version), str(topic), bytes(state))
+
+
+def _row(event: ArchivedEvent) -> LogRow:
+    return (
+        event.position,
+        event.originator_id,
+        event.originator_version,
+        event.topic,
+        event.state,
+    )
+
+
+class _Tables:
+    """The recorder's tables, named and addressed as its backend does."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        recorder = ledger.recorder
+        snapshots = ledger.snapshots
+        snapshot_table = getattr(getattr(snapshots, "recorder", None), "events_table_name", None)
+        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
+        if isinstance(recorder, PostgresApplicationRecorder):
+            schema = recorder.datastore.schema
+            self.events = f'"{schema}"."{recorder.events_table_name}"'
+            self.snapshots = f'"{schema}"."{snapshot_table}"' if snapshot_table else None
+            self.channel: str | None = recorder.channel_name
+            self.position = "notification_id"
+        else:
+            self.events = f'"{recorder.events_table_name}"'  # type: ignore[attr-defined] # the SQLite recorder's own name
+            self.snapshots = f'"{snapshot_table}"' if snapshot_table else None
+            self.channel = None
+            self.position = "rowid"
+
+    def ids(self, ids: Iterable[UUID]) -> list[Any]:
+        """As the backend stores originator ids: a uuid, or its hex on SQLite."""
+        return list(ids) if self.postgres else [i.hex for i in ids]
+
+    def select_streams(self, count: int) -> str:
+        return (
+            f"SELECT {self.position}, originator_id, originator_version, topic, state "  # noqa: S608 (the recorder's own names)
+            f"FROM {self.events} WHERE {self.among(count)}"
+        )
+
+    def among(self, count: int) -> str:
+        """``originator_id`` is one of ``count`` ids (one array on PostgreSQL: a list
+        of placeholders costs psycopg more to parse than the server to run)."""
+        if self.postgres:
+            return "originator_id = ANY(?)"
+        return f"originator_id IN ({', '.join('?' * count)})"
+
+    def id_params(self, ids: Sequence[UUID]) -> list[Any]:
+        """The parameters of ``among``."""
+        return [list(ids)] if self.postgres else [i.hex for i in ids]
+
+    def lock(self, cursor: Cursor) -> None:
+        """Take the position rows, then the events table as every save does (on
+        SQLite, the transaction's write lock already holds both)."""
+        cursor.execute(_LOCK_POSITIONS)
+        if self.postgres:
+            cursor.execute("SET LOCAL lock_timeout = '10s'")
+            cursor.execute(f"LOCK TABLE {self.events} IN EXCLUSIVE MODE")
+
+    def insert(self, cursor: Cursor, stored: StoredEvent) -> None:
+        """Record ``stored`` first: on SQLite the newest row then stays, so the rowids
+        of removed rows are never handed out again."""
+        originator_id = UUID(str(stored.originator_id))
+        values = [
+            *self.ids([originator_id]),
+            stored.originator_version,
+            stored.topic,
+            stored.state,
+        ]
+        cursor.execute(
+            f"INSERT INTO {self.events} (originator_id, originator_version, topic, state) "  # noqa: S608 (the recorder's own names)
+            "VALUES (?, ?, ?, ?)",
+            values,
+        )
+        if self.channel is not None:
+            cursor.execute(f'NOTIFY "{self.channel}"')
+
+    def insert_at(self, cursor: Cursor, events: Sequence[ArchivedEvent]) -> None:
+        """Insert ``events`` at their own positions (ids below the head are free: the
+        archive took them out)."""
+        cursor.executemany(
+            f"INSERT INTO {self.events} ({self.position}, originator_id, originator_version, "  # noqa: S608 (the recorder's own names)
+            "topic, state) VALUES (?, ?, ?, ?, ?)",
+            [
+                (e.position, *self.ids([e.originator_id]), e.originator_version, e.topic, e.state)
+                for e in events
+            ],
+        )
+
+    def delete_streams(self, cursor: Cursor, ids: Sequence[UUID]) -> list[ArchivedEvent]:
+        """Delete the streams and their snapshots; returns the events deleted, in order."""
+        removed: list[ArchivedEvent] = []
+        for chunk in chunked(list(ids), _IDS):
+            cursor.execute(
+                f"DELETE FROM {self.events} WHERE {self.among(len(chunk))} "  # noqa: S608 (the recorder's own names)
+                f"RETURNING {self.position}, originator_id, originator_version, topic, state",
+                self.id_params(chunk),
+            )
+            removed += [_archived(row) for row in _fetched(cursor)]
+            if self.snapshots is not None:
+                cursor.execute(
+                    f"DELETE FROM {self.snapshots} WHERE {self.among(len(chunk))}",  # noqa: S608 (the recorder's own names)
+                    self.id_params(chunk),
+                )
+        return sorted(removed, key=lambda e: e.position)
+
+
+_LOWEST = "SELECT name, position FROM jobledger_positions ORDER BY position, name LIMIT 1"
+# A no-op write on every row: a follower's page, or a rebuild's reset, waits for it.
+_LOCK_POSITIONS = "UPDATE jobledger_positions SET position = position"
+_OPEN = "SELECT execution_id FROM jobledger_open_executions WHERE execution_id IN"
+_ARCHIVED_IDS = "SELECT execution_id FROM jobledger_archived_executions WHERE execution_id IN"
+_ARCHIVE_OF = (
+    "SELECT a.name, a.location FROM jobledger_archived_executions e "
+    "JOIN jobledger_archives a ON a.name = e.archive WHERE e.execution_id = ?"
+)
+_NAMES = "SELECT name FROM jobledger_archives"
+_FORGET_ARCHIVED = "DELETE FROM jobledger_archived_executions WHERE archive = ?"
+_INSERT_ARCHIVE = (
+    "INSERT INTO jobledger_archives (name, location, first_position, last_position, "
+    "executions, events, sha256, manifest_sha256, archived_at_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_ARCHIVED = "INSERT INTO jobledger_archived_executions (execution_id, archive) VALUES (?, ?)"
+
+__all__ = [
+    "CLOSING_TOPICS",
+    "ArchiveStore",
+    "ArchiveStoreError",
+    "ClosedStream",
+    "Mark",
+    "Removal",
+]

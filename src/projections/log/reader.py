@@ -1,0 +1,550 @@
+"""Following the notification log: pages in order, woken by LISTEN, held up by polling.
+
+PostgreSQL wakes followers through LISTEN/NOTIFY (eventsourcing's recorder sends a
+NOTIFY with every insert). A notification can be lost, and the LISTEN connection can
+drop, so a follower also polls: a lost wake-up only delays, it never stalls. SQLite has
+no notifications; followers there only poll.
+"""
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeAlias
+from uuid import UUID
+
+import psycopg
+import structlog
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    InterfaceError,
+    Mapper,
+    OperationalError,
+)
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.utils import retry
+from psycopg.rows import tuple_row
+from psycopg.sql import SQL, Identifier, Literal
+
+from jobledger.domain.execution import Execution
+from jobledger.domain.limits import Limit
+from jobledger.domain.queue import Queue
+from jobledger.domain.topics import event_topics
+from jobledger.infra.background import Background
+from jobledger.persistence.codec import EventView, MsgspecMapper, row_decoder
+from jobledger.persistence.held import HeldConnection
+from jobledger.persistence.ledger import Ledger
+
+log = structlog.get_logger(__name__)
+
+EXECUTION_EVENTS = event_topics(Execution)
+# What the queue and its checkpoint follow: the executions, the queues' pauses and the
+# named limits.
+QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue) + event_topics(Limit)))
+
+
+# How long ``LogReader.release`` waits for a read under way on its kept connection.
+_RELEASE_WAIT = 5.0
+
+# (notification id, originator id, originator version, topic, state): one stored event
+# as a plain row. A page of these costs a fraction of a page of ``Notification``s.
+LogRow: TypeAlias = tuple[int, UUID | str, int, str, bytes]
+
+
+class RowPage:
+    __slots__ = ("position", "rows", "stamp")
+
+    def __init__(self, rows: Sequence[LogRow], position: int, stamp: int | None = None) -> None:
+        self.rows = rows
+        self.position = position
+        # The quarantine's stamp in the snapshot the page was read in (PostgreSQL's live
+        # pages only): a follower reads the quarantine again only when it moved.
+        self.stamp = stamp
+
+    def full(self, page_size: int) -> bool:
+        """Whether the page holds as many events as were asked for: if not, it reached
+        the head of the log, and more can only come later."""
+        return len(self.rows) >= page_size
+
+
+def read_rows(
+    recorder: ApplicationRecorder,
+    after: int,
+    *,
+    limit: int,
+    topics: Sequence[str] = (),
+    stop: int | None = None,
+    part: tuple[int, int] | None = None,
+    text_ids: bool = False,
+    held: HeldConnection | None = None,
+) -> RowPage:
+    """The next events after ``after`` (of ``topics`` only, if given), as rows; with
+    ``part`` (index, count), only the events of the streams in that share of them, from
+    the next ``limit * count`` positions (PostgreSQL only: see ``PART_OF``). With
+    ``text_ids``, PostgreSQL gives a page read up to ``stop`` its stream ids as text.
+    A live page (no ``stop`` nor ``part``) is read on ``held``'s connection if given.
+
+    With a topic filter the position still moves past the other events: up to the last
+    notification id that existed when the read began, if the page was not full. Ids
+    commit in order (the recorder locks the table), so nothing below that id can still
+    appear.
+    """
+    postgres = isinstance(recorder, PostgresApplicationRecorder)
+    if part is not None and not postgres:
+        msg = "reading a share of the streams needs PostgreSQL"
+        raise ValueError(msg)
+    if postgres and stop is None and part is None:
+        now_head, stamp, found = _select_head_and_rows(recorder, after, limit, list(topics), held)
+        return _page(now_head, found, limit, stamp)
+    head = recorder.max_notification_id() or 0
+    if stop is not None:
+        head = min(head, stop)
+    if part is not None:
+        # A window of positions, not a LIMIT: the planner cannot know how rare a share's
+        # events are, and would scan the whole table for each page.
+        limit *= part[1]
+        head = min(head, after + limit)
+    if head <= after:
+        return RowPage((), after)
+    rows: Sequence[LogRow]
+    if postgres:
+        rows = _select_rows(
+            recorder, after, head, limit, list(topics), part=part, text_ids=text_ids
+        )
+    else:
+        notifications = recorder.select_notifications(
+            start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
+        )
+        rows = [
+            (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notifications
+        ]
+    return _page(head, rows, limit)
+
+
+def _page(head: int, rows: Sequence[LogRow], limit: int, stamp: int | None = None) -> RowPage:
+    if len(rows) < limit:
+        return RowPage(rows, head, stamp)
+    return RowPage(rows, rows[-1][0], stamp)
+
+
+class LogReader:
+    """Events of the ledger's log, a page at a time: those the queue folds (execution
+    and queue events) unless told other ``topics`` (``()``: every event)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        page_size: int = 2000,
+        *,
+        topics: Sequence[str] = QUEUE_EVENTS,
+        part: tuple[int, int] | None = None,
+        text_ids: bool = False,
+        views: Sequence[EventView] = (),
+    ) -> None:
+        self.ledger = ledger
+        self.page_size = page_size
+        self.topics = tuple(topics)
+        self.part = part
+        self.text_ids = text_ids and isinstance(ledger.mapper, MsgspecMapper)
+        self.views = tuple(views)
+        # A connection kept for live pages while a follower runs (``hold``); one read
+        # at a time on it, whichever thread asks.
+        self._held: HeldConnection | None = None
+        self._held_lock = threading.Lock()
+        self._decode = self._decoder(ledger.mapper)
+
+    def _decoder(self, mapper: Mapper[UUID]) -> Callable[[UUID | str, int, str, bytes], Any]:
+        """How this reader decodes a row: through its ``views``, if any (a fold that
+        reads a few fields of its most frequent events); keeping the id as text, if
+        ``text_ids``."""
+        if not isinstance(mapper, MsgspecMapper):
+            return row_decoder(mapper)
+        if not self.views:
+            return mapper.decode_keyed if self.text_ids else mapper.decode_event
+        viewed = mapper.viewed(self.views)
+        if self.text_ids:
+            return viewed
+
+        def decode(originator_id: UUID | str, version: int, topic: str, state: bytes) -> Any:  # noqa: ANN401 (any domain event)
+            if not isinstance(originator_id, UUID):
+                originator_id = UUID(originator_id)
+            return viewed(originator_id, version, topic, state)
+
+        return decode
+
+    def head(self) -> int:
+        return self.ledger.recorder.max_notification_id() or 0
+
+    def hold(self) -> None:
+        """Read live pages on a connection of the event store's pool kept for this
+        reader (PostgreSQL), until ``release``: a follower reads page after page, and
+        each checkout of the pool checks the connection with a query of its own."""
+        with self._held_lock:
+            if self._held is None:
+                self._held = self.ledger.held_connection()
+
+    def release(self) -> None:
+        """Give the kept connection back to the pool (later pages take one each). A
+        read still under way on it (a follower that outlived its stop, in an outage)
+        is waited for a few seconds at most: the pool's close ends it anyway."""
+        locked = self._held_lock.acquire(timeout=_RELEASE_WAIT)
+        try:
+            held, self._held = self._held, None
+            if held is not None:
+                held.close()
+        finally:
+            if locked:
+                self._held_lock.release()
+
+    def of_topics(self, topics: Sequence[str]) -> "LogReader":
+        """A reader of the same log, pages as large, of ``topics`` only."""
+        return LogReader(
+            self.ledger, self.page_size, topics=topics, text_ids=self.text_ids, views=self.views
+        )
+
+    def with_text_ids(self) -> "LogReader":
+        """The same reader, whose events carry their stream's id as text where
+        PostgreSQL gives it so (a page read up to a stop): for a fold keyed on the text,
+        which would otherwise format a ``UUID`` for every event. Such an event is for
+        that fold only."""
+        return LogReader(
+            self.ledger,
+            self.page_size,
+            topics=self.topics,
+            part=self.part,
+            text_ids=True,
+            views=self.views,
+        )
+
+    def page(self, after: int, stop: int | None = None) -> tuple[list[Any], int]:
+        page = self.rows(after, stop)
+        return list(self.events(page.rows)), page.position
+
+    def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
+        """The next page of events as stored rows (``events`` decodes them)."""
+        recorder = self.ledger.recorder
+        limit = limit or self.page_size
+        # A live page goes on the kept connection, if any; one read at a time on it.
+        live = self._held is not None and stop is None
+        with self._held_lock if live else contextlib.nullcontext():
+            return read_rows(
+                recorder,
+                after,
+                limit=limit,
+                topics=self.topics,
+                stop=stop,
+                part=self.part,
+                text_ids=self.text_ids,
+                held=self._held if live else None,
+            )
+
+    def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
+        """The domain events of ``rows``, one at a time (a replay never holds a page)."""
+        decode = self._decode
+        for _id, originator_id, version, topic, state in rows:
+            yield decode(originator_id, version, topic, state)
+
+    def event(self, row: LogRow) -> Any:  # noqa: ANN401 (any domain event)
+        _id, originator_id, version, topic, state = row
+        return self._decode(originator_id, version, topic, state)
+
+    @property
+    def decode(self) -> Callable[[UUID | str, int, str, bytes], Any]:
+        """How this reader reads one row's event from its columns (originator id,
+        version, topic, state): for a loop over many rows, a call less than ``event``."""
+        return self._decode
+
+    def row_at(self, position: int) -> LogRow | None:
+        """The stored event at ``position`` (any topic), or None."""
+        recorder = self.ledger.recorder
+        page = read_rows(recorder, position - 1, limit=1, stop=position)
+        return next((row for row in page.rows if row[0] == position), None)
+
+
+_ROWS = (
+    "SELECT notification_id, {}, originator_version, topic, state FROM {}.{} "
+    "WHERE notification_id > %s AND notification_id <= %s{} ORDER BY notification_id LIMIT %s"
+)
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+def _select_rows(
+    recorder: PostgresApplicationRecorder,
+    after: int,
+    head: int,
+    limit: int,
+    topics: list[str],
+    *,
+    part: tuple[int, int] | None = None,
+    text_ids: bool = False,
+) -> list[LogRow]:
+    """What the recorder's ``select_notifications`` selects, as binary tuples: no dict
+    per row, no text to parse, no ``Notification`` objects."""
+    datastore = recorder.datastore
+    statement = _rows_statement(
+        datastore.schema,
+        recorder.events_table_name,
+        tuple(topics),
+        parted=bool(part),
+        text_ids=text_ids,
+    )
+    params: list[Any] = [after, head, *(part or ())[::-1], limit]
+    return _fetch(recorder, statement, params)
+
+
+def _fetch(
+    recorder: PostgresApplicationRecorder,
+    statement: bytes,
+    params: list[Any],
+    held: HeldConnection | None = None,
+) -> list[Any]:
+    """The rows of a prepared ``statement``, as binary tuples, on ``held``'s connection
+    or a pooled one."""
+    connection = recorder.datastore.get_connection() if held is None else held.connection()
+    with (
+        connection as conn,
+        conn.cursor(row_factory=tuple_row, binary=True) as cursor,
+    ):
+        cursor.execute(statement, params, prepare=True)
+        return cursor.fetchall()
+
+
+_HEAD_AND_ROWS = (
+    "SELECT h.head, h.stamp, e.notification_id, e.originator_id, e.originator_version, "
+    "e.topic, e.state FROM (SELECT max(notification_id) AS head, "
+    "(SELECT stamp FROM jobledger_quarantine_stamp) AS stamp FROM {0}.{1}) h "
+    "LEFT JOIN LATERAL (SELECT notification_id, originator_id, originator_version, topic, "
+    "state FROM {0}.{1} WHERE notification_id > %s AND notification_id <= h.head{2} "
+    "ORDER BY notification_id LIMIT %s) e ON true"
+)
+
+
+@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+def _select_head_and_rows(
+    recorder: PostgresApplicationRecorder,
+    after: int,
+    limit: int,
+    topics: list[str],
+    held: HeldConnection | None = None,
+) -> tuple[int, int | None, list[LogRow]]:
+    """The log's head, the quarantine's stamp and the page after ``after`` up to the
+    head, in one statement: a follower reads a page on every wake-up, and a query for
+    the head first, or for what its quarantine holds, was a round trip (and a
+    connection's checkout) of its own each time. One statement also sees one snapshot,
+    so the head and the stamp are those the page was read under."""
+    datastore = recorder.datastore
+    statement = _head_and_rows_statement(
+        datastore.schema, recorder.events_table_name, tuple(topics)
+    )
+    params: list[Any] = [after, limit]
+    found = _fetch(recorder, statement, params, held)
+    if not found:
+        return 0, None, []  # unreachable: the aggregate always gives one row
+    head, stamp = found[0][0], found[0][1]
+    if head is None:
+        return 0, stamp, []  # an empty log
+    if found[0][2] is None:
+        return int(head), stamp, []  # nothing after ``after``: the join's one empty row
+    return int(head), stamp, [row[2:] for row in found]
+
+
+@functools.cache
+def _head_and_rows_statement(schema: str, table: str, topics: tuple[str, ...]) -> bytes:
+    statement = SQL(_HEAD_AND_ROWS).format(
+        Identifier(schema), Identifier(table), SQL(_topic_filter(topics))
+    )
+    # As bytes, once: composed again for every page, it cost a tenth of a follower's time.
+    return statement.as_bytes(None)
+
+
+def _topic_filter(topics: tuple[str, ...]) -> str:
+    """The condition on ``topics`` ('' for every event), with the list written into the
+    statement: as a parameter, psycopg dumped the same list for every page, about a
+    twentieth of the queue follower's time in a drain (ADR 65). A ``%`` is doubled, so
+    that it is not taken for a placeholder."""
+    if not topics:
+        return ""
+    listed = Literal(list(topics)).as_string(None).replace("%", "%%")
+    return f" AND topic = ANY({listed}::text[])"
+
+
+# A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.
+PART_OF = " AND get_byte(uuid_send(originator_id), 15) %% %s = %s"
+
+
+def part_of(stream: UUID, count: int) -> int:
+    """The share ``stream`` is in, as ``PART_OF`` selects it."""
+    return stream.bytes[15] % count
+
+
+@functools.cache
+def _rows_statement(
+    schema: str,
+    table: str,
+    topics: tuple[str, ...],
+    *,
+    parted: bool = False,
+    text_ids: bool = False,
+) -> bytes:
+    topic_filter = _topic_filter(topics) + (PART_OF if parted else "")
+    # PostgreSQL formats a UUID as text in a fraction of what ``UUID.__str__`` costs.
+    stream = "originator_id::text" if text_ids else "originator_id"
+    statement = SQL(_ROWS).format(
+        SQL(stream), Identifier(schema), Identifier(table), SQL(topic_filter)
+    )
+    return statement.as_bytes(None)
+
+
+class StepHealth(Protocol):
+    """Where a follower or the listener reports its tries: the process's dependency
+    tracker, which says an outage once and paces the tries while it lasts."""
+
+    def failed(self, error: BaseException) -> float | None:
+        """The pause before the next try if ``error`` means a store is unreachable;
+        None for any other error (the caller logs that one itself)."""
+        ...
+
+    def succeeded(self) -> None: ...
+
+
+class Wakeup:
+    """A flag set by LISTEN notifications (or anyone) that a follower waits on."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        woke = self._event.wait(timeout)
+        self._event.clear()
+        return woke
+
+
+class PostgresListener(Background):
+    """A thread that LISTENs on the log's channel and wakes followers; it reconnects."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        channel: str,
+        wakeups: Sequence[Wakeup],
+        *,
+        reconnect_delay: float = 0.5,
+        health: StepHealth | None = None,
+    ) -> None:
+        self._conninfo = conninfo
+        self._health = health
+        self._channel = channel
+        self._wakeups = tuple(wakeups)
+        self._reconnect_delay = reconnect_delay
+        self.connections = 0  # how often it (re)connected: tests and metrics read it
+        self.backend_pid: int | None = None
+        super().__init__("listen")
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            pause = self._reconnect_delay
+            try:
+                self._listen()
+            except psycopg.Error as error:
+                outage = None if self._health is None else self._health.failed(error)
+                if outage is None:
+                    log.warning("log.listen_lost", channel=self._channel, error=str(error))
+                pause = max(pause, outage or 0.0)
+            # Whatever was missed while disconnected, the poll or this wake-up catches.
+            self._wake()
+            self._stopping.wait(pause)
+
+    def _listen(self) -> None:
+        with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
+            self.connections += 1
+            if self._health is not None:
+                self._health.succeeded()
+            self.backend_pid = conn.info.backend_pid
+            log.info("log.listening", channel=self._channel, pid=self.backend_pid)
+            self._wake()
+            while not self._stopping.is_set():
+                for _ in conn.notifies(timeout=0.5, stop_after=1):
+                    self._wake()
+
+    def _wake(self) -> None:
+        for wakeup in self._wakeups:
+            wakeup.set()
+
+
+class Follower(Background):
+    """Runs ``step`` whenever the log may have moved: on a wake-up or every poll interval.
+
+    ``step`` returns True if it did work (so the follower runs it again at once). An
+    exception in ``step`` is logged and retried after a back-off: the follower is its
+    own supervisor, and nothing but ``stop`` ends it. Steps isolate an event they
+    cannot apply themselves (``quarantine``), so what reaches this loop is an outage.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        step: Callable[[], bool],
+        wakeup: Wakeup,
+        *,
+        poll_interval: float = 0.5,
+        max_backoff: float = 5.0,
+        coalesce: float = 0.0,
+        spacing: float = 0.0,
+        health: StepHealth | None = None,
+    ) -> None:
+        self.name = name
+        self._step = step
+        self._wakeup = wakeup
+        self._poll_interval = poll_interval
+        # After a wake-up, let more events arrive before reading: under load a page of
+        # many events costs about what a page of one does (a query and a transaction).
+        self._coalesce = coalesce
+        # After a step that did work, the next one starts no sooner than this after it
+        # began: under a steady stream of events each page gathers a few milliseconds'
+        # worth instead of the one or two that came during the last step, while the
+        # first event after a quiet spell is still read at once.
+        self._spacing = spacing
+        self._max_backoff = max_backoff
+        self._health = health
+        self.failures = 0
+        super().__init__(name)
+
+    def _wake(self) -> None:
+        self._wakeup.set()
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            try:
+                busy = self._step()
+            except Exception as error:
+                self.failures += 1
+                # An unreachable store is the tracker's to report, once per outage.
+                pause = None if self._health is None else self._health.failed(error)
+                if pause is None:
+                    log.exception("follower.step_failed", follower=self.name, error=str(error))
+                    pause, backoff = backoff, min(backoff * 2, self._max_backoff)
+                self._stopping.wait(pause)
+                continue
+            if self._health is not None:
+                self._health.succeeded()
+            backoff = 0.1
+            if busy:
+                self._pace(began)
+            elif self._wakeup.wait(self._poll_interval) and self._coalesce:
+                self._stopping.wait(self._coalesce)
+
+    def _pace(self, began: float) -> None:
+        rest = began + self._spacing - time.monotonic()
+        if rest > 0:
+            self._stopping.wait(rest)
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
