@@ -1,15 +1,16 @@
 """jobledger on a Redis Cluster: three masters on loopback, no replicas.
 
-The queue contract suite runs on the cluster too (``test_queue_contract``); this module
-checks what only a cluster shows: queues spread over the masters, the leader, the
-breakers and the worker list through the cluster client, and the production roles
-riding out the loss of a master (its slots come back empty).
+The queue contract suite runs on the cluster too (``test_queue_contract``), and so do
+the suites of the other ports Redis serves (``ports/``: presence, budgets, breakers,
+leadership); this module checks what only a cluster shows: queues spread over the
+masters, the leader elected through the cluster client from the settings, and the
+production roles riding out the loss of a master (its slots come back empty).
 """
 
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,13 +36,11 @@ from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.client import connect
 from jobledger.adapters.redis.keys import Keys
 from jobledger.adapters.redis.leadership import RedisLeadership, current_leader
-from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.store import open_ledger
 from jobledger.bootstrap import bootstrap
 from jobledger.infra.breakers import BreakerSettings
 from jobledger.infra.leadership import Leadership
-from jobledger.infra.presence import WorkerInfo
 from jobledger.infra.settings import load_settings
 from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
 from jobledger.runtime.breakers import Breakers
@@ -131,22 +130,6 @@ def test_breakers_share_their_state_through_the_cluster(cluster_client: RedisClu
     with pytest.raises(RuntimeError), first.guard("test.echo"):
         raise RuntimeError("down")
     assert second.get("test.echo").current_state == pybreaker.STATE_OPEN
-
-
-def test_workers_are_listed_through_the_cluster(cluster_client: RedisCluster) -> None:
-    """If workers report themselves on a cluster, then the live ones are listed, and
-    the ones that stopped beating long ago are dropped."""
-    presence = RedisPresence(cluster_client, Keys(f"w{uuid.uuid4().hex[:8]}"))
-    for worker_id, beat in (("old", AT - timedelta(minutes=5)), ("new", AT)):
-        presence.report(
-            WorkerInfo(
-                worker_id=worker_id, queues=("default",), slots=2, running=(), last_heartbeat=beat
-            )
-        )
-    live = presence.live(now=AT, stale_after=timedelta(seconds=30))
-    assert [worker.worker_id for worker in live] == ["new"]
-    presence.leave("new")
-    assert presence.live(now=AT, stale_after=timedelta(seconds=30)) == []
 
 
 def leads(leadership: Leadership) -> bool:
