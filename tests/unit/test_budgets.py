@@ -1,11 +1,11 @@
 """The budgets' rules, without a store: the GCRA's spends and refusals, which verdict
-speaks for several budgets, and what a client address counts as."""
+speaks for several budgets, and what a client address counts as. What every store of
+budgets answers alike is the port's suite (``integration/ports/test_budgets.py``)."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.adapters.memory.budgets import MemoryBudgets
-from jobledger.infra.budgets import Allowance, Ask, Verdict, spend, tightest
+from jobledger.infra.budgets import Allowance, Verdict, spend, tightest
 from jobledger.infra.credentials import address_bucket
 
 SECOND = 1_000_000
@@ -39,33 +39,6 @@ def test_what_a_budget_admits_never_exceeds_its_limit_plus_its_refill(
         refill = (now - first) * limit // allowance.window_us
         assert admitted <= limit + refill + 1
         assert 0 <= verdict.remaining <= limit - cost
-
-
-def test_a_full_budget_answers_its_limit_what_is_left_and_when_it_is_whole() -> None:
-    """If 3 requests of a 3-per-second budget are spent at once, then what is left counts
-    down to 0, the fourth is refused for a third of a second, and the budget is whole a
-    second after the first."""
-    budgets = MemoryBudgets()
-    ask = [Ask("req:c:x", Allowance(3, SECOND))]
-    verdicts = [budgets.take(ask, 1, now_us=SECOND) for _ in range(4)]
-    assert [v.remaining for v in verdicts[:3]] == [2, 1, 0]
-    interval = SECOND // 3  # whole microseconds: a budget is at most a few off
-    assert verdicts[2].reset_us == 3 * interval
-    assert not verdicts[3].allowed
-    assert verdicts[3].retry_after_us == 4 * interval - SECOND
-    assert budgets.take(ask, 1, now_us=SECOND + verdicts[3].retry_after_us).allowed
-
-
-def test_several_budgets_are_spent_all_or_none() -> None:
-    """If an address's budget is spent and a credential's is not, then a request of both
-    is refused naming the address (index 0) and leaves the credential's budget whole."""
-    budgets = MemoryBudgets()
-    address = Ask("req:a:1", Allowance(1, SECOND))
-    credential = Ask("req:c:x", Allowance(5, SECOND))
-    assert budgets.take([address], 1, now_us=SECOND).allowed
-    refused = budgets.take([address, credential], 1, now_us=SECOND)
-    assert (refused.allowed, refused.refused) == (False, 0)
-    assert budgets.take([credential], 1, now_us=SECOND).remaining == 4
 
 
 def test_the_tightest_verdict_speaks_for_several() -> None:
