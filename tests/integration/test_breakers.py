@@ -1,4 +1,6 @@
-"""Circuit breakers per handler, shared through Redis by every worker."""
+"""Circuit breakers per handler: the embedded process's one set, and Redis out of
+reach. What every breaker storage does alike is the port's suite
+(``ports/test_breakers.py``)."""
 
 import asyncio
 import socket
@@ -15,11 +17,7 @@ from jobledger.infra.breakers import BreakerSettings
 from jobledger.infra.outages import DependencyHealth
 from jobledger.infra.settings import load_settings
 from jobledger.runtime.breakers import Breakers
-from jobledger.runtime.handlers.base import (
-    CircuitOpenError,
-    HandlerCancelledError,
-    PayloadRefusedError,
-)
+from jobledger.runtime.handlers.base import CircuitOpenError
 
 
 async def failing() -> None:
@@ -41,76 +39,6 @@ def call(breakers: Breakers, handler: str) -> str:
     return asyncio.run(attempt())
 
 
-def test_a_breaker_opened_by_one_worker_is_open_for_all(redis_server: str) -> None:
-    """If one worker's calls to a handler fail fail_max times in a row, then another
-    worker sharing the Redis sees the breaker open and defers, while other handlers'
-    breakers stay closed."""
-    client = redis.Redis.from_url(redis_server)
-    keys = Keys(f"b{uuid.uuid4().hex[:8]}")
-    settings = BreakerSettings(fail_max=2, reset_timeout=60)
-    first, second = (
-        Breakers(shared_storage(client, keys), settings),
-        Breakers(shared_storage(client, keys), settings),
-    )
-    try:
-        assert [call(first, "http.webhook") for _ in range(2)] == ["failed", "failed"]
-        assert call(second, "http.webhook") == "deferred"
-        assert second.states()["http.webhook"] == "open"
-        assert call(second, "shell.command") == "failed"  # its own breaker, still closed
-    finally:
-        client.close()
-
-
-@pytest.mark.parametrize("handler", ["test.fail"])
-def test_an_open_breaker_lets_a_probe_through_after_the_timeout(
-    redis_server: str, handler: str
-) -> None:
-    """If the reset timeout passes, then one probe goes through; its success closes the
-    breaker."""
-    client = redis.Redis.from_url(redis_server)
-    breakers = Breakers(
-        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")),
-        BreakerSettings(fail_max=1, reset_timeout=2),
-    )
-
-    async def probe() -> str:
-        # The shared state keeps the opening time in whole seconds: wait past the next one.
-        await asyncio.sleep(3.1)
-        with breakers.guard(handler):
-            await asyncio.sleep(0)
-        return "ok"
-
-    try:
-        assert call(breakers, handler) == "failed"
-        assert call(breakers, handler) == "deferred"
-        assert asyncio.run(probe()) == "ok"
-        assert breakers.states()[handler] == "closed"
-    finally:
-        client.close()
-
-
-def test_stopping_on_request_is_not_a_failure(redis_server: str) -> None:
-    """If handler runs are cancelled (shutdown, lost lease), then the breaker stays
-    closed: cancellation says nothing about the dependency."""
-    client = redis.Redis.from_url(redis_server)
-    breakers = Breakers(
-        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")),
-        BreakerSettings(fail_max=1, reset_timeout=60),
-    )
-
-    async def cancelled() -> None:
-        with breakers.guard("test.delay"):
-            raise HandlerCancelledError("cancelled while sleeping")
-
-    try:
-        for _ in range(3):
-            with pytest.raises(HandlerCancelledError):
-                asyncio.run(cancelled())
-        assert breakers.states()["test.delay"] == "closed"
-    finally:
-        client.close()
-
-
 def test_without_redis_the_whole_process_shares_one_set_of_breakers(sqlite_url: str) -> None:
     """If jobledger runs embedded (no Redis), then the breakers the worker trips are the
     ones the API's system view reads: the container hands out one instance."""
@@ -121,36 +49,6 @@ def test_without_redis_the_whole_process_shares_one_set_of_breakers(sqlite_url: 
         worker_side, api_side = container.breakers(), container.breakers()
         assert [call(worker_side, "test.fail") for _ in range(2)] == ["failed", "failed"]
         assert api_side.states()["test.fail"] == "open"
-
-
-def test_refused_payloads_never_open_a_breaker(redis_server: str) -> None:
-    """If a handler refuses its executions' own input (PayloadRefusedError) more than
-    fail_max times in a row, then its breaker stays closed and the next call runs."""
-    client = redis.Redis.from_url(redis_server)
-    breakers = Breakers(
-        shared_storage(client, Keys(f"b{uuid.uuid4().hex[:8]}")), BreakerSettings(fail_max=2)
-    )
-
-    async def bad_payload() -> None:
-        await asyncio.sleep(0)
-        raise PayloadRefusedError("http.webhook: 10.0.0.1 is a private address")
-
-    async def refuse() -> str:
-        try:
-            with breakers.guard("http.webhook"):
-                await bad_payload()
-        except CircuitOpenError:
-            return "deferred"
-        except PayloadRefusedError:
-            return "refused"
-        return "ran"
-
-    try:
-        assert [asyncio.run(refuse()) for _ in range(5)] == ["refused"] * 5
-        assert breakers.states()["http.webhook"] == "closed"
-        assert call(breakers, "http.webhook") == "failed"
-    finally:
-        client.close()
 
 
 def test_an_unreachable_redis_neither_fails_nor_counts_a_run(

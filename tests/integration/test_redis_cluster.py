@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pybreaker
 import pytest
 import redis
 from redis.cluster import RedisCluster
@@ -32,18 +31,15 @@ from tests.integration.test_outages import (
 from tests.redis_cluster import PrivateRedisCluster
 from tests.roles import wait_for
 
-from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.client import connect
 from jobledger.adapters.redis.keys import Keys
 from jobledger.adapters.redis.leadership import RedisLeadership, current_leader
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.store import open_ledger
 from jobledger.bootstrap import bootstrap
-from jobledger.infra.breakers import BreakerSettings
 from jobledger.infra.leadership import Leadership
 from jobledger.infra.settings import load_settings
 from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.runtime.breakers import Breakers
 
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
@@ -116,20 +112,6 @@ def test_queues_spread_over_the_masters(cluster_client: RedisCluster) -> None:
     assert len([port for port, count in strays.items() if count]) == 3, strays
     queue.reset(QueueMeta(store_id="s", epoch="e2", position=0))
     assert sum(masters_holding(cluster_client, "jlspread:{q:*").values()) == 0
-
-
-def test_breakers_share_their_state_through_the_cluster(cluster_client: RedisCluster) -> None:
-    """If a handler's breaker opens in one process's breakers, then another's, on the
-    same cluster, sees it open."""
-    keys = Keys(f"b{uuid.uuid4().hex[:8]}")
-    settings = BreakerSettings(fail_max=1, reset_timeout=60, success_threshold=1, refresh=0)
-    first, second = (
-        Breakers(shared_storage(cluster_client, keys), settings),
-        Breakers(shared_storage(cluster_client, keys), settings),
-    )
-    with pytest.raises(RuntimeError), first.guard("test.echo"):
-        raise RuntimeError("down")
-    assert second.get("test.echo").current_state == pybreaker.STATE_OPEN
 
 
 def leads(leadership: Leadership) -> bool:
