@@ -1,7 +1,7 @@
 """What a follower's page costs on PostgreSQL: the head and the quarantine's stamp read
-with the page, a pooled connection checked only after it idled, a page's writes
-pipelined, and a step that lets events gather after a page short of full. Each keeps
-what it replaced."""
+with the page, a pooled connection checked only after it idled, and a step that lets
+events gather after a page short of full. Each keeps what it replaced. (That a
+pipelined page commits whole is the ``Database`` port's suite, ``ports/test_database``.)"""
 
 import threading
 import uuid
@@ -126,31 +126,6 @@ def test_a_connection_the_server_dropped_while_idle_is_replaced(
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
     monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)  # it has idled
     assert backend_pid(database) != pid
-
-
-def insert_twice(database: PostgresDatabase, table: str) -> None:
-    with database.transaction(pipelined=True) as cursor:
-        cursor.execute(f"INSERT INTO {table} VALUES (3)")  # noqa: S608 (a test table)
-        cursor.execute(f"INSERT INTO {table} VALUES (1)")  # noqa: S608 (a test table)
-
-
-def test_a_pipelined_transaction_commits_all_or_nothing(database: PostgresDatabase) -> None:
-    """If a pipelined transaction's statements all succeed, then their writes commit
-    and a fetch in between sees the ones before it; if one fails, then the error is
-    raised and none of its writes is kept."""
-    name = f"t_{uuid.uuid4().hex[:8]}"
-    with database.transaction() as cursor:
-        cursor.execute(f"CREATE TABLE {name} (n integer PRIMARY KEY)")
-    with database.transaction(pipelined=True) as cursor:
-        cursor.execute(f"INSERT INTO {name} VALUES (1)")  # noqa: S608 (a test table)
-        cursor.execute(f"INSERT INTO {name} VALUES (2)")  # noqa: S608 (a test table)
-        cursor.execute(f"SELECT count(*) FROM {name}")  # noqa: S608 (a test table)
-        assert cursor.fetchone()[0] == 2
-    with pytest.raises(psycopg.errors.UniqueViolation):
-        insert_twice(database, name)
-    with database.transaction(snapshot=True) as cursor:
-        cursor.execute(f"SELECT n FROM {name} ORDER BY n")  # noqa: S608 (a test table)
-        assert [row[0] for row in cursor.fetchmany(10)] == [1, 2]
 
 
 def test_a_step_after_a_short_page_lets_events_gather(
