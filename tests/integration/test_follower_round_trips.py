@@ -14,11 +14,11 @@ import pytest
 from psycopg_pool import ConnectionPool
 from tests.integration.pool_stats import pool_requests
 
+from jobledger.adapters.postgres import database as database_module
 from jobledger.adapters.postgres.database import PostgresDatabase
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections import database as database_module
 from jobledger.projections.log.positions import Position
 from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader, LogRow
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
