@@ -40,7 +40,9 @@ class SqliteDatabase:
     @contextlib.contextmanager
     def transaction(self, *, snapshot: bool = False, pipelined: bool = False) -> Iterator[Cursor]:  # noqa: ARG002 (one statement at a time in-process anyway)
         conn = self._connection()
-        # IMMEDIATE for writers (no lock upgrade deadlock); a plain BEGIN reads a snapshot.
+        # IMMEDIATE for writers (no lock upgrade deadlock); a plain BEGIN reads a snapshot,
+        # read-only as the port promises (PostgreSQL refuses a write in one too).
+        conn.execute(f"PRAGMA query_only = {int(snapshot)}")
         conn.execute("BEGIN" if snapshot else "BEGIN IMMEDIATE")
         try:
             yield _SqliteCursor(conn.cursor())
@@ -49,10 +51,15 @@ class SqliteDatabase:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            if snapshot:
+                conn.execute("PRAGMA query_only = 0")
 
     def build_indexes(self, statements: Sequence[bytes], *, connections: int) -> None:  # noqa: ARG002 (one writer at a time here)
-        with self.transaction() as cursor:
-            for statement in statements:
+        # Each build in a transaction of its own, as the port says: a failed one leaves
+        # the builds before it, and none starts after it.
+        for statement in statements:
+            with self.transaction() as cursor:
                 cursor.execute(statement.decode())
 
     def close(self) -> None:

@@ -84,13 +84,6 @@ def store(module_store: Settings, module_database: Database) -> Store:
     return Store(module_database, module_store.uses_postgres)
 
 
-def differs_on_sqlite(store: Store, request: pytest.FixtureRequest, reason: str) -> None:
-    """Where the SQLite store does not keep a promise the port makes: the test fails
-    there (strictly: it must, until the store keeps it)."""
-    if not store.postgres:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
 def upsert_all(table: str) -> RowsStatement:
     """Insert rows; a row whose id exists replaces that row's other values."""
     updates = ", ".join(f"{c} = excluded.{c}" for c in COLUMNS[1:])
@@ -200,9 +193,8 @@ def test_a_snapshot_reads_no_write_committed_after_its_first_read(store: Store) 
     assert ids(store, table) == ["late"]
 
 
-def test_a_snapshot_is_read_only(store: Store, request: pytest.FixtureRequest) -> None:
+def test_a_snapshot_is_read_only(store: Store) -> None:
     """If a snapshot transaction writes, then the write fails and nothing is kept."""
-    differs_on_sqlite(store, request, "a plain BEGIN: a snapshot may write")
     table = store.table()
     with pytest.raises((psycopg.Error, sqlite3.Error)):
         insert_each(store, table, "written", snapshot=True)
@@ -403,12 +395,9 @@ def test_index_builds_stop_at_the_first_failure(store: Store) -> None:
     assert f"{table}_after" not in store.indexes(table)
 
 
-def test_index_builds_before_a_failure_are_kept(
-    store: Store, request: pytest.FixtureRequest
-) -> None:
+def test_index_builds_before_a_failure_are_kept(store: Store) -> None:
     """If one of several index builds fails, then the ones done before it are kept:
     each build is a transaction of its own."""
-    differs_on_sqlite(store, request, "SQLite builds every index in one transaction")
     table = store.table()
     with pytest.raises((psycopg.Error, sqlite3.Error), match="no_such_column"):
         store.database.build_indexes(
