@@ -86,7 +86,6 @@ from jobledger.runtime.releases import ReleaseLoop, Releaser, RetryLeadership
 from jobledger.runtime.roles import parts_of
 from jobledger.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerService
 from jobledger.runtime.worker import Worker, WorkerConfig
-from jobledger.services.account_store import Accounts, AccountSettings
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin, Followers
 from jobledger.services.application import Services
@@ -96,6 +95,7 @@ from jobledger.services.caps import QueueRoom
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
+from jobledger.services.identities import Accounts, AccountSettings
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.limits import Limits
 from jobledger.services.outbox import Outbox

@@ -29,15 +29,15 @@ from jobledger.api.security import (
 from jobledger.api.state import ApiState
 from jobledger.domain.clock import Clock
 from jobledger.domain.roles import Role
-from jobledger.services.account_store import (
+from jobledger.services.accounts import AccountService
+from jobledger.services.actors import Actor
+from jobledger.services.identities import (
     ApiToken,
     InvalidCredentialsError,
     LoginThrottledError,
     SessionTicket,
     User,
 )
-from jobledger.services.accounts import AccountService
-from jobledger.services.actors import Actor
 from jobledger.services.pages import Order
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=NO_NUL)]

@@ -42,7 +42,7 @@ from jobledger.domain.errors import (
 from jobledger.domain.json_values import MAX_DEPTH
 from jobledger.infra.outages import OUTAGE_ERRORS, dependency_of
 from jobledger.schemas.system import ErrorBody, ErrorDetail
-from jobledger.services import account_store as accounts
+from jobledger.services import identities as accounts
 from jobledger.services.errors import (
     AlreadyRunningError,
     InvalidRequestError,

@@ -26,7 +26,7 @@ from jobledger.api.errors import ApiError
 from jobledger.api.state import ApiState
 from jobledger.domain.roles import Role
 from jobledger.infra.settings import IPNetwork
-from jobledger.services.account_store import Principal
+from jobledger.services.identities import Principal
 
 SESSION_COOKIE = "jl_session"
 CSRF_HEADER = "X-CSRF-Token"

@@ -7,7 +7,8 @@ import structlog
 
 from jobledger.domain.roles import Role
 from jobledger.infra.settings import Settings
-from jobledger.services.account_store import (
+from jobledger.services.actors import Actor
+from jobledger.services.identities import (
     Accounts,
     ApiToken,
     Principal,
@@ -15,7 +16,6 @@ from jobledger.services.account_store import (
     TokenNotFoundError,
     User,
 )
-from jobledger.services.actors import Actor
 
 log = structlog.get_logger(__name__)
 

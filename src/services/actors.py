@@ -6,8 +6,8 @@ from typing import Self
 from uuid import UUID
 
 from jobledger.domain.roles import Role
-from jobledger.services.account_store import Principal
 from jobledger.services.errors import NotPermittedError
+from jobledger.services.identities import Principal
 
 # How a caller came (``Actor.via``). A token's is ``token:`` and its name, so that no
 # token's name reads as one of the others.

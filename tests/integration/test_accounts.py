@@ -16,7 +16,7 @@ from jobledger.bootstrap import bootstrap
 from jobledger.domain.roles import Role
 from jobledger.infra.settings import Settings
 from jobledger.projections.database import Database
-from jobledger.services.account_store import (
+from jobledger.services.identities import (
     AccountExistsError,
     AccountNotFoundError,
     Accounts,

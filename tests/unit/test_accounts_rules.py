@@ -14,7 +14,7 @@ from jobledger.domain.roles import Role
 from jobledger.infra import credentials
 from jobledger.infra.common_passwords import common_password_base, common_passwords
 from jobledger.infra.settings import load_settings
-from jobledger.services.account_store import (
+from jobledger.services.identities import (
     AccountSettings,
     InvalidPasswordError,
     InvalidUsernameError,
