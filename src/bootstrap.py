@@ -28,6 +28,7 @@ from jobledger.adapters.redis.keys import Keys
 from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership, current_leader
 from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.store import (
     archive_lock,
@@ -475,7 +476,9 @@ class Container:
 
     def accounts(self) -> Accounts:
         """Users, sessions and API tokens, in the event store's database."""
-        return Accounts(self.database, AccountSettings.from_settings(self.settings))
+        return Accounts(
+            SqlAccountStore(self.database), AccountSettings.from_settings(self.settings)
+        )
 
     def close(self) -> None:
         self.writer.close()

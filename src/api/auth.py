@@ -29,14 +29,13 @@ from jobledger.api.security import (
 from jobledger.api.state import ApiState
 from jobledger.domain.clock import Clock
 from jobledger.domain.roles import Role
+from jobledger.infra.accounts import ApiToken, User
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.identities import (
-    ApiToken,
     InvalidCredentialsError,
     LoginThrottledError,
     SessionTicket,
-    User,
 )
 from jobledger.services.pages import Order
 

@@ -6,15 +6,14 @@ from uuid import UUID
 import structlog
 
 from jobledger.domain.roles import Role
+from jobledger.infra.accounts import ApiToken, User
 from jobledger.infra.settings import Settings
 from jobledger.services.actors import Actor
 from jobledger.services.identities import (
     Accounts,
-    ApiToken,
     Principal,
     SessionTicket,
     TokenNotFoundError,
-    User,
 )
 
 log = structlog.get_logger(__name__)

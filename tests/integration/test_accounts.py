@@ -11,9 +11,11 @@ from typing import Literal
 import argon2
 import pytest
 
+from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.store import projection_database
 from jobledger.bootstrap import bootstrap
 from jobledger.domain.roles import Role
+from jobledger.infra.accounts import User
 from jobledger.infra.settings import Settings
 from jobledger.projections.database import Database
 from jobledger.services.identities import (
@@ -28,7 +30,6 @@ from jobledger.services.identities import (
     LoginThrottledError,
     RoleTooHighError,
     TokenNotFoundError,
-    User,
     WeakAdminPasswordError,
 )
 
@@ -73,7 +74,7 @@ def hasher() -> CountingHasher:
 
 @pytest.fixture
 def accounts(database: Database, hasher: CountingHasher) -> Accounts:
-    return Accounts(database, AccountSettings(), hasher=hasher)
+    return Accounts(SqlAccountStore(database), AccountSettings(), hasher=hasher)
 
 
 def make_user(accounts: Accounts, name: str = "alice", role: Role = Role.OPERATOR) -> User:
@@ -318,7 +319,7 @@ def test_an_unknown_name_is_checked_against_a_dummy_made_on_first_use(
     """If a process signs in an unknown name before the dummy hash was made, then the
     dummy is made then, and the name is refused."""
     hasher = CountingHasher()
-    accounts = Accounts(database, AccountSettings(), hasher=hasher)
+    accounts = Accounts(SqlAccountStore(database), AccountSettings(), hasher=hasher)
     with pytest.raises(InvalidCredentialsError):
         accounts.login("nobody", PASSWORD, address="192.0.2.1", now=T0)
     assert (hasher.hashed, hasher.verified) == (1, 1)
@@ -329,7 +330,7 @@ def test_concurrent_guesses_get_no_more_checks_than_the_limit(database: Database
     then at most 5 passwords are verified and the rest are throttled: each attempt is
     booked before its password is checked."""
     hasher = SlowCountingHasher()
-    accounts = Accounts(database, AccountSettings(), hasher=hasher)
+    accounts = Accounts(SqlAccountStore(database), AccountSettings(), hasher=hasher)
     make_user(accounts)
     hasher.verified = 0
     start = threading.Barrier(16)
@@ -367,7 +368,9 @@ def test_a_login_renews_a_hash_made_with_weaker_parameters(
     """If the hasher's parameters grew since the password was hashed, then a successful
     login stores a new hash with the new parameters, and the password still works."""
     make_user(accounts)
-    stronger = Accounts(database, AccountSettings(), hasher=CountingHasher(time_cost=2))
+    stronger = Accounts(
+        SqlAccountStore(database), AccountSettings(), hasher=CountingHasher(time_cost=2)
+    )
     stronger.login("alice", PASSWORD, address="192.0.2.1", now=T0)
     [(stored,)] = rows(database, "SELECT password_hash FROM jobledger_users")
     assert isinstance(stored, str)
