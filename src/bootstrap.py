@@ -19,6 +19,7 @@ from uuid import UUID
 from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.postgres.outbox import PostgresOutbox
 from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.budgets import RedisBudgets
 from jobledger.adapters.redis.client import RedisClient
@@ -574,7 +575,9 @@ def build_services(container: Container) -> Services:
         waits=ExecutionWaits(views),
         declared_jobs=DeclaredJobs(ledger, views, handlers),
         outbox=(
-            Outbox(container.database, ledger, writer, handlers) if settings.uses_postgres else None
+            Outbox(PostgresOutbox(container.database), ledger, writer, handlers)
+            if settings.uses_postgres
+            else None
         ),
         workflows=Workflows(ledger, handlers),
         queues=Queues(

@@ -11,9 +11,10 @@ row the server refuses keeps its error and is not tried again (ADR "transactiona
 enqueue").
 """
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import structlog
@@ -24,9 +25,8 @@ from jobledger.domain.json_values import error_line
 from jobledger.domain.roles import Role
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.database import Cursor, Database
 from jobledger.schemas.executions import RunIn
-from jobledger.schemas.outbox import OUTBOX_TABLE
+from jobledger.schemas.outbox import OutboxRow
 from jobledger.services.actors import OUTBOX as OUTBOX_VIA
 from jobledger.services.actors import Actor
 from jobledger.services.bodies import to_ready_at, to_run_spec
@@ -37,16 +37,23 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-OUTBOX = OUTBOX_TABLE
 # Who the relay's runs are by: the row carries no user (the application's own
 # transaction wrote it), so the relay names itself and how the run came.
 RELAY = Actor("outbox", Role.OPERATOR, via=OUTBOX_VIA)
 BATCH = 500
 MAX_REFUSAL_CHARS = 1000
-_SELECT = (
-    f"SELECT id, idempotency_key, run FROM {OUTBOX} WHERE refused IS NULL "  # noqa: S608 (constant names)
-    "ORDER BY id LIMIT ? FOR UPDATE SKIP LOCKED"
-)
+
+
+class OutboxStore(Protocol):
+    """The outbox table (PostgreSQL only: an application writes it in its own
+    transaction)."""
+
+    def take(self, limit: int, handle: Callable[[list[OutboxRow]], Mapping[int, str]]) -> None:
+        """Lock up to ``limit`` committed rows that were not refused, oldest first (rows
+        another relay holds are skipped), and hand them to ``handle``; then, in the same
+        transaction, delete those it did not refuse and keep each refused row with the
+        error ``handle`` returned for it, by row id. Nothing if there are no rows."""
+        ...
 
 
 @dataclass
@@ -61,20 +68,13 @@ class RelayReport:
         return self.enqueued + self.duplicates + self.refused
 
 
-@dataclass(frozen=True)
-class _Row:
-    id: int
-    key: str
-    run: str
-
-
 class Outbox:
     """Relays committed outbox rows into the log; see the module doc."""
 
     def __init__(
-        self, database: Database, ledger: Ledger, writer: GroupCommitWriter, handlers: HandlerNames
+        self, store: OutboxStore, ledger: Ledger, writer: GroupCommitWriter, handlers: HandlerNames
     ) -> None:
-        self.database = database
+        self.store = store
         self.ledger = ledger
         self.writer = writer
         self.handlers = handlers
@@ -82,19 +82,15 @@ class Outbox:
     def relay(self, *, at: datetime, limit: int = BATCH) -> RelayReport:
         """One pass: up to ``limit`` rows, enqueued and deleted (or refused) at once."""
         report = RelayReport()
-        with self.database.transaction() as cursor:
-            cursor.execute(_SELECT, (limit,))
-            rows = [_Row(int(r[0]), str(r[1]), str(r[2])) for r in cursor.fetchmany(limit)]
-            if not rows:
-                return report
-            refused = self._enqueue(rows, at=at, report=report)
-            _settle(cursor, rows, refused)
+        self.store.take(limit, lambda rows: self._enqueue(rows, at=at, report=report))
         return report
 
-    def _enqueue(self, rows: list[_Row], *, at: datetime, report: RelayReport) -> dict[int, str]:
+    def _enqueue(
+        self, rows: list[OutboxRow], *, at: datetime, report: RelayReport
+    ) -> dict[int, str]:
         """Submit a run per row; the error of each row refused, by row id."""
         refused: dict[int, str] = {}
-        submitted: list[tuple[_Row, Execution, Future[None]]] = []
+        submitted: list[tuple[OutboxRow, Execution, Future[None]]] = []
         for row in rows:
             try:
                 execution = self._execution(row, at)
@@ -120,7 +116,7 @@ class Outbox:
         report.refused = len(refused)
         return refused
 
-    def _execution(self, row: _Row, at: datetime) -> Execution:
+    def _execution(self, row: OutboxRow, at: datetime) -> Execution:
         body = msgspec.json.decode(row.run, type=RunIn)
         if body.unique is not None:
             raise InvalidDefinitionError(
@@ -155,12 +151,3 @@ def _refusal(error: Exception) -> str:
     if isinstance(error, (msgspec.MsgspecError, DomainError)):
         return str(error)
     return error_line(error, max_chars=MAX_REFUSAL_CHARS)
-
-
-def _settle(cursor: Cursor, rows: list[_Row], refused: dict[int, str]) -> None:
-    done = [(row.id,) for row in rows if row.id not in refused]
-    if done:
-        cursor.executemany(f"DELETE FROM {OUTBOX} WHERE id = ?", done)  # noqa: S608 (constant names)
-    if refused:
-        marked: list[tuple[Any, ...]] = [(error, row_id) for row_id, error in refused.items()]
-        cursor.executemany(f"UPDATE {OUTBOX} SET refused = ? WHERE id = ?", marked)  # noqa: S608 (constant names)
