@@ -31,6 +31,7 @@ from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.epochs import StoredEpochs
+from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.adapters.store import (
     archive_lock,
     check_migrated,
@@ -369,7 +370,7 @@ class Container:
 
     def quarantine(self) -> Quarantine:
         """The events followers could not apply (the API, the CLI and followers)."""
-        return Quarantine(self.database)
+        return Quarantine(SqlQuarantineTable(self.database))
 
     def isolation(self, follower: str, *, persist: bool = True) -> Isolation:
         """How ``follower`` isolates events here: recorded, and counted in metrics."""
@@ -459,6 +460,7 @@ class Container:
             self.checkpoint,
             self.store_id,
             open_database=functools.partial(projection_database, self.settings),
+            quarantine_table=SqlQuarantineTable,
             metrics=self.metrics,
             health=self.health,
         )

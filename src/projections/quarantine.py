@@ -20,7 +20,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol
 from uuid import UUID
 
 import msgspec
@@ -32,10 +32,8 @@ from eventsourcing import persistence
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.json_values import error_line
 from jobledger.infra.outages import CLUSTER_OUTAGE_ERRORS
-from jobledger.projections.database import Cursor, Database
 from jobledger.projections.errors import ContendedError, ProjectionError, QueueLostError
 from jobledger.projections.log.reader import LogRow, RowPage
-from jobledger.projections.times import from_ms, to_ms
 
 log = structlog.get_logger(__name__)
 
@@ -134,97 +132,84 @@ class QuarantinedEvent(msgspec.Struct, frozen=True, kw_only=True):
     dropped_reason: str | None = None
 
 
-_COLUMNS = (
-    "id, follower, position, originator_id, originator_version, topic, error, "
-    "first_seen_ms, last_seen_ms, attempts, dropped_at_ms, dropped_by, dropped_reason"
-)
-_SELECT = f"SELECT {_COLUMNS} FROM jobledger_quarantine"  # noqa: S608 (constant)
-_INHERIT = (
-    "INSERT INTO jobledger_quarantine (follower, position, originator_id, originator_version, "
-    "topic, error, first_seen_ms, last_seen_ms, attempts) SELECT ?, position, originator_id, "
-    "originator_version, topic, error, first_seen_ms, last_seen_ms, 1 FROM jobledger_quarantine "
-    "WHERE follower = ? AND position <= ? AND dropped_at_ms IS NULL "
-    "ON CONFLICT (follower, position) DO NOTHING"
-)
-_RECORD = (
-    "INSERT INTO jobledger_quarantine (follower, position, originator_id, originator_version, "
-    "topic, error, first_seen_ms, last_seen_ms, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1) "
-    "ON CONFLICT (follower, position) DO UPDATE SET error = excluded.error, "
-    "last_seen_ms = excluded.last_seen_ms, attempts = jobledger_quarantine.attempts + 1"
-)
+class QuarantineTable(Protocol):
+    """Where quarantined events are kept (``jobledger_quarantine``, migration 0006, on
+    the event store's database)."""
+
+    def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> int:
+        """Record ``row`` as quarantined in ``follower`` (seen again: with the new
+        error, one more attempt); how many attempts it has now."""
+        ...
+
+    def inherit(self, follower: str, source: str, *, up_to: int) -> None:
+        """Quarantine in ``follower``, each once, the waiting events ``source`` holds up
+        to position ``up_to``."""
+        ...
+
+    def held(self, follower: str) -> Held:
+        """The streams with a waiting event in ``follower``, each with the lowest
+        version of those."""
+        ...
+
+    def events(self, *, follower: str | None, dropped: bool) -> list[QuarantinedEvent]:
+        """The events (of ``follower``) waiting for a retry, or (``dropped``) given up
+        on, by position and follower."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Waiting events per follower that has any."""
+        ...
+
+    def remove(self, event_id: int) -> None: ...
+
+    def mark_dropped(self, event_ids: Sequence[int], *, by: str, reason: str, at: datetime) -> None:
+        """Record that ``by`` gave up on these events, and why."""
+        ...
+
+    def failed_again(self, event_id: int, error: str, *, at: datetime) -> None:
+        """Record one more attempt at the event, which failed with ``error``."""
+        ...
 
 
 class Quarantine:
-    """The ``jobledger_quarantine`` table (migration 0006), on the event store's
-    database: the projector writes it, the API and the CLI read and retry it."""
+    """The quarantined events: the projector records them, the API and the CLI read and
+    retry them."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, table: QuarantineTable) -> None:
+        self._table = table
 
     def record(self, follower: str, row: LogRow, error: str, *, at: datetime) -> bool:
         """Record (or see again) ``row`` as quarantined in ``follower``; True if it
         was not in the table before."""
-        position, originator_id, version, topic, _state = row
-        ms = to_ms(at)
-        values = (follower, position, str(originator_id), version, topic, error, ms, ms)
-        with self._database.transaction() as cursor:
-            cursor.execute(_RECORD, values)
-            cursor.execute(
-                "SELECT attempts FROM jobledger_quarantine WHERE follower = ? AND position = ?",
-                (follower, position),
-            )
-            found = cursor.fetchone()
-        return found is not None and int(found[0]) == 1
+        return self._table.record(follower, row, error, at=at) == 1
 
     def inherit(self, follower: str, source: str, *, up_to: int) -> None:
         """Quarantine in ``follower`` what ``source`` holds up to ``up_to``: a follower
         rebuilt from another's state (the queue from the checkpoint) lacks the same
         events, and a retry must apply them to it too."""
-        with self._database.transaction() as cursor:
-            cursor.execute(_INHERIT, (follower, source, up_to))
+        self._table.inherit(follower, source, up_to=up_to)
 
     def held(self, follower: str) -> Held:
         """The streams with a quarantined event in ``follower``, each with its first
         quarantined version."""
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(
-                "SELECT originator_id, min(originator_version) FROM jobledger_quarantine "
-                "WHERE follower = ? AND dropped_at_ms IS NULL GROUP BY originator_id",
-                (follower,),
-            )
-            rows = _fetch_all(cursor)
-        return {str(stream): int(version) for stream, version in rows}
+        return self._table.held(follower)
 
     def events(
         self, *, follower: str | None = None, dropped: bool = False
     ) -> list[QuarantinedEvent]:
         """Every quarantined event (of ``follower``) in log order: those waiting for a
         retry, or (``dropped``) those an operator gave up on."""
-        where = f"dropped_at_ms IS {'NOT ' if dropped else ''}NULL"
-        params: tuple[str, ...] = ()
-        if follower:
-            where, params = f"{where} AND follower = ?", (follower,)
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(f"{_SELECT} WHERE {where} ORDER BY position, follower", params)
-            found = _fetch_all(cursor)
-        return [_event(row) for row in found]
+        return self._table.events(follower=follower, dropped=dropped)
 
     def counts(self) -> dict[str, int]:
         """Quarantined events per follower (every follower named, zeros too)."""
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(
-                "SELECT follower, count(*) FROM jobledger_quarantine "
-                "WHERE dropped_at_ms IS NULL GROUP BY follower"
-            )
-            rows = _fetch_all(cursor)
-        return dict.fromkeys(FOLLOWERS, 0) | {str(f): int(n) for f, n in rows}
+        return dict.fromkeys(FOLLOWERS, 0) | self._table.counts()
 
     def count(self) -> int:
         return sum(self.counts().values())
 
     def remove(self, event_id: int) -> None:
-        with self._database.transaction() as cursor:
-            cursor.execute("DELETE FROM jobledger_quarantine WHERE id = ?", (event_id,))
+        self._table.remove(event_id)
 
     def drop(self, event_id: int, *, by: str, reason: str, at: datetime) -> list[QuarantinedEvent]:
         """Give up on a waiting event, and on the events of its stream after it in the
@@ -240,54 +225,11 @@ class Quarantine:
             if e.originator_id == first.originator_id
             and e.originator_version >= first.originator_version
         ]
-        with self._database.transaction() as cursor:
-            cursor.executemany(
-                "UPDATE jobledger_quarantine SET dropped_at_ms = ?, dropped_by = ?, "
-                "dropped_reason = ? WHERE id = ?",
-                [(to_ms(at), by, reason, e.id) for e in dropped],
-            )
+        self._table.mark_dropped([e.id for e in dropped], by=by, reason=reason, at=at)
         return dropped
 
     def failed_again(self, event_id: int, error: str, *, at: datetime) -> None:
-        with self._database.transaction() as cursor:
-            cursor.execute(
-                "UPDATE jobledger_quarantine SET error = ?, last_seen_ms = ?, "
-                "attempts = attempts + 1 WHERE id = ?",
-                (error, to_ms(at), event_id),
-            )
-
-
-def _fetch_all(cursor: Cursor) -> list[Any]:
-    rows: list[Any] = []
-    while batch := cursor.fetchmany(1000):
-        rows += batch
-    return rows
-
-
-def _event(row: Sequence[object]) -> QuarantinedEvent:
-    values = dict(zip(_COLUMNS.split(", "), row, strict=True))
-    return QuarantinedEvent(
-        id=int(str(values["id"])),
-        follower=str(values["follower"]),
-        position=int(str(values["position"])),
-        originator_id=str(values["originator_id"]),
-        originator_version=int(str(values["originator_version"])),
-        topic=str(values["topic"]),
-        error=str(values["error"]),
-        first_seen=from_ms(int(str(values["first_seen_ms"]))),
-        last_seen=from_ms(int(str(values["last_seen_ms"]))),
-        attempts=int(str(values["attempts"])),
-        dropped_at=_maybe(values["dropped_at_ms"], lambda v: from_ms(int(str(v)))),
-        dropped_by=_maybe(values["dropped_by"], str),
-        dropped_reason=_maybe(values["dropped_reason"], str),
-    )
-
-
-_V = TypeVar("_V")
-
-
-def _maybe(value: object, convert: Callable[[object], _V]) -> _V | None:
-    return None if value is None else convert(value)
+        self._table.failed_again(event_id, error, at=at)
 
 
 # Applies ``rows`` (possibly none) and moves the follower from ``start`` to

@@ -23,6 +23,7 @@ from jobledger.projections.quarantine import (
     ApplyOne,
     Isolation,
     Quarantine,
+    QuarantineTable,
 )
 from jobledger.projections.queue.backend import QueueBackend
 from jobledger.projections.queue.checkpoint import Checkpoint
@@ -220,6 +221,7 @@ def build_projector(
     store_id: str,
     *,
     open_database: Callable[[], Database],
+    quarantine_table: Callable[[Database], QuarantineTable],
     metrics: Metrics | None = None,
     health: DependencyHealth | None = None,
 ) -> Projector:
@@ -228,7 +230,7 @@ def build_projector(
     # The queue follower reads at once (it decides when work starts); the others may wait.
     batch = settings.projection_batch_ms / 1000
     database = _OpenedOnUse(open_database)
-    quarantine = Quarantine(database)
+    quarantine = Quarantine(quarantine_table(database))
     counted = metrics.count_quarantined if metrics is not None else None
 
     def isolation(follower: str) -> Isolation:

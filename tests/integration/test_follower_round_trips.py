@@ -16,6 +16,7 @@ from tests.integration.pool_stats import pool_requests
 
 from jobledger.adapters.postgres import database as database_module
 from jobledger.adapters.postgres.database import PostgresDatabase
+from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
@@ -208,7 +209,7 @@ def test_the_stamp_read_with_a_page_moves_with_every_change_of_the_quarantine(
     another one."""
     reader = LogReader(ledger, page_size=10)
     enqueue(ledger, 2)
-    quarantine = Quarantine(database)
+    quarantine = Quarantine(SqlQuarantineTable(database))
     stamps = [reader.rows(0).stamp, reader.rows(0).stamp]
     assert stamps[0] is not None
     assert stamps[0] == stamps[1]
@@ -242,8 +243,8 @@ def test_a_stream_isolated_by_another_process_is_held_at_the_next_page(
         applied.extend(r[0] for r in rows)
         return True
 
-    here = Isolation(READ_MODELS_FOLLOWER, Quarantine(database))
-    elsewhere = Isolation(READ_MODELS_FOLLOWER, Quarantine(database))
+    here = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
+    elsewhere = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
     first = reader.rows(0)
     assert here.apply(first, 0, apply_rows)  # the copy is read under the first stamp
     first_row: LogRow = first.rows[0]
