@@ -31,6 +31,7 @@ from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.epochs import StoredEpochs
+from jobledger.adapters.sql.job_schedule import SqlJobSchedule
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.adapters.store import (
     archive_lock,
@@ -200,7 +201,11 @@ class Container:
         return Scheduler(
             self.ledger,
             self.writer,
-            JobIndex(self.ledger, self.database, isolation=self.isolation(JOB_SCHEDULE_FOLLOWER)),
+            JobIndex(
+                self.ledger,
+                SqlJobSchedule(self.database),
+                isolation=self.isolation(JOB_SCHEDULE_FOLLOWER),
+            ),
             leadership,
             queue=self.queue,
             checkpoint=self.checkpoint,
@@ -405,7 +410,7 @@ class Container:
         process's queue backend, and how to read an event's row."""
         projector = self.projector()
         try:
-            index = JobIndex(self.ledger, self.database)
+            index = JobIndex(self.ledger, SqlJobSchedule(self.database))
             epoch = StoredEpochs(self.database).latest_epoch()
             releaser = self.releaser(RetryLeadership(epoch))
             appliers = {

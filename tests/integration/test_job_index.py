@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from tests.conftest import actor
 
+from jobledger.adapters.sql.job_schedule import SqlJobSchedule
 from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.schedules import CronSchedule
@@ -41,7 +42,7 @@ def test_a_page_with_many_events_of_a_job_keeps_the_newest(container: Container)
     )
     jobs.update(job.id, hourly, at=T0 + timedelta(minutes=3), by=actor())
     jobs.pause(paused.id, by=actor())
-    index = JobIndex(container.ledger, container.database)
+    index = JobIndex(container.ledger, SqlJobSchedule(container.database))
     assert index.catch_up() == 6
     assert index.due(T0 + timedelta(minutes=59), limit=10) == []
     assert index.due(T0 + timedelta(hours=1), limit=10) == [job.id]

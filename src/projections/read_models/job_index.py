@@ -1,37 +1,55 @@
 """The job schedule index: each job's next fire, folded from job events.
 
-A SQL table beside the event store, updated exactly once per event (rows and position
-in one transaction). The scheduler asks it which jobs are due; the Job aggregate stays
-the authority, so a lagging index can only cause a wasted look, never a wrong fire.
+A table beside the event store (``ScheduleTable``), updated exactly once per event
+(rows and position in one transaction). The scheduler asks it which jobs are due; the
+Job aggregate stays the authority, so a lagging index can only cause a wasted look,
+never a wrong fire.
 """
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 from uuid import UUID
 
 from jobledger.domain.job import Job
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.database import Database, upsert
-from jobledger.projections.log.positions import Position
 from jobledger.projections.log.reader import LogReader, LogRow
 from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
-from jobledger.projections.times import from_ms, to_ms
 
 POSITION = "job-schedule"
 JOB_TOPICS = event_topics(Job)
-_UPSERT = upsert(
-    "jobledger_job_schedule",
-    ("job_id", "next_fire_at_ms", "version"),
-    "ON CONFLICT (job_id) DO UPDATE SET next_fire_at_ms = excluded.next_fire_at_ms, "
-    "version = excluded.version WHERE excluded.version > jobledger_job_schedule.version",
-)
-_VERSION_ONLY = "UPDATE jobledger_job_schedule SET version = ? WHERE job_id = ? AND version < ?"
 
 
 # (start, rows, end) of a page of job events the index read: see ``catch_up``.
 PageObserver = Callable[[int, Sequence[LogRow], int], None]
+
+
+class NextFire(NamedTuple):
+    """A job's next fire (None: never) as of its event ``version``."""
+
+    job_id: UUID
+    at: datetime | None
+    version: int
+
+
+class ScheduleTable(Protocol):
+    """Each job's next fire, and the position of the log it was folded to."""
+
+    def position(self) -> int: ...
+
+    def commit(self, next_fires: Sequence[NextFire], position: int | None) -> None:
+        """Keep each job's next fire unless the table has it from a newer version, and
+        move the position (unless None), in one transaction. A job appears at most once."""
+        ...
+
+    def due(self, now: datetime, *, limit: int) -> list[UUID]:
+        """Up to ``limit`` jobs due at ``now``, the earliest first."""
+        ...
+
+    def next_due(self) -> datetime | None:
+        """The earliest next fire of all."""
+        ...
 
 
 def next_fire_of(domain_event: Any) -> tuple[bool, datetime | None]:  # noqa: ANN401 (any job event)
@@ -49,14 +67,13 @@ class JobIndex:
     def __init__(
         self,
         ledger: Ledger,
-        database: Database,
+        table: ScheduleTable,
         *,
         page_size: int = 2000,
         isolation: Isolation | None = None,
     ) -> None:
         self._reader = LogReader(ledger, page_size, topics=JOB_TOPICS)
-        self._database = database
-        self._position = Position(database, POSITION)
+        self._table = table
         self.isolation = isolation or Isolation(JOB_SCHEDULE_FOLLOWER)
 
     def catch_up(self, observe: PageObserver | None = None) -> int:
@@ -86,36 +103,23 @@ class JobIndex:
         self._commit([self._reader.event(row)], None)
 
     def due(self, now: datetime, *, limit: int) -> list[UUID]:
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(
-                "SELECT job_id FROM jobledger_job_schedule WHERE next_fire_at_ms <= ? "
-                "ORDER BY next_fire_at_ms LIMIT ?",
-                (to_ms(now), limit),
-            )
-            rows = cursor.fetchmany(limit)
-        return [UUID(row[0]) for row in rows]
+        return self._table.due(now, limit=limit)
 
     def next_due(self) -> datetime | None:
         """When the next job is due, as far as the index knows."""
-        with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute("SELECT min(next_fire_at_ms) FROM jobledger_job_schedule")
-            row = cursor.fetchone()
-        return None if row is None or row[0] is None else from_ms(int(row[0]))
+        return self._table.next_due()
 
     def position(self) -> int:
-        return self._position.get()
+        return self._table.position()
 
     def _commit(self, events: Iterable[Any], position: int | None) -> None:
         # One row per job, its last event's: one statement writes the whole page, and it
         # may change each row only once (the version guard keeps the newest anyway).
-        latest: dict[str, tuple[str, int | None, int]] = {}
+        latest: dict[str, NextFire] = {}
         for domain_event in events:
             sets, next_fire = next_fire_of(domain_event)
             if sets:
-                job_id = str(domain_event.originator_id)
-                next_ms = None if next_fire is None else to_ms(next_fire)
-                latest[job_id] = (job_id, next_ms, domain_event.originator_version)
-        with self._database.transaction() as cursor:
-            cursor.write_rows(_UPSERT, list(latest.values()))
-            if position is not None:
-                self._position.write(cursor, position)
+                job_id = domain_event.originator_id
+                fire = NextFire(job_id, next_fire, domain_event.originator_version)
+                latest[str(job_id)] = fire
+        self._table.commit(list(latest.values()), position)
