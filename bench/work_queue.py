@@ -37,6 +37,8 @@ from psycopg import sql
 from bench import _support as support
 from jobledger.adapters.memory.queue import MemoryQueue
 from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.sql.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
+from jobledger.adapters.sql.checkpoint import stored_row
 from jobledger.adapters.store import migrate
 from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
@@ -52,8 +54,7 @@ from jobledger.projections.queue.backend import (
     WorkSpec,
     encode_spec,
 )
-from jobledger.projections.queue.checkpoint import CHECKPOINT, stored_row
-from jobledger.projections.queue.checkpoint import COLUMNS as CHECKPOINT_COLUMNS
+from jobledger.projections.queue.checkpoint import CHECKPOINT
 from jobledger.projections.queue.fold import EXECUTION_TOPICS
 from jobledger.projections.queue.projection import QueueProjection
 from jobledger.projections.times import from_ms, to_ms
@@ -374,7 +375,7 @@ def measure_lag(container: Container, size: Sizes) -> Row:
 
 
 def checkpoint_rows(count: int) -> Iterator[tuple[object, ...]]:
-    """Rows as ``Checkpoint`` writes them (``stored_row``), over both queues and every
+    """Rows as ``SqlCheckpoint`` writes them (``stored_row``), over both queues and every
     priority."""
     now_ms = to_ms(datetime.now(UTC))
     specs = [work_spec(i) for i in range(16)]

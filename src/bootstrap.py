@@ -19,6 +19,7 @@ from uuid import UUID
 from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.postgres.checkpoint import PostgresCheckpoint
 from jobledger.adapters.postgres.outbox import PostgresOutbox
 from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.budgets import RedisBudgets
@@ -30,6 +31,7 @@ from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership, c
 from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.sql.accounts import SqlAccountStore
+from jobledger.adapters.sql.checkpoint import SqlCheckpoint
 from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.sql.job_schedule import SqlJobSchedule
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
@@ -66,7 +68,7 @@ from jobledger.projections.quarantine import (
     isolation_of,
 )
 from jobledger.projections.queue.backend import QueueBackend, QueueState
-from jobledger.projections.queue.checkpoint import Checkpoint
+from jobledger.projections.queue.checkpoint import Checkpoint, open_counts
 from jobledger.projections.queue.projection import QueueProjection
 from jobledger.projections.read_models.follower import REPLAY_PAGE, ReadModels
 from jobledger.projections.read_models.job_index import JobIndex
@@ -288,7 +290,7 @@ class Container:
 
     def open_runs(self, job_id: UUID) -> int:
         """A job's pending and running executions, as the checkpoint has them."""
-        counts = self.checkpoint.open_counts(job_id)
+        counts = open_counts(self.checkpoint, job_id)
         return counts.get(QueueState.PENDING, 0) + counts.get(QueueState.LEASED, 0)
 
     def head(self) -> int:
@@ -536,7 +538,9 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
         ledger=ledger,
         writer=writer,
         queue=queue,
-        checkpoint=Checkpoint(database),
+        checkpoint=(
+            PostgresCheckpoint(database) if settings.uses_postgres else SqlCheckpoint(database)
+        ),
         store_id=read_store_id(settings),
         metrics=metrics,
         database=database,

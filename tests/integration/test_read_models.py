@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.conftest import actor
 
+from jobledger.adapters.sql.checkpoint import SqlCheckpoint
 from jobledger.adapters.store import migrate, open_ledger, projection_database
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
@@ -39,7 +40,6 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.log.reader import part_of
 from jobledger.projections.queue.backend import QueuePause
-from jobledger.projections.queue.checkpoint import Checkpoint
 from jobledger.projections.read_models import queries as rq
 from jobledger.projections.read_models import replay as read_model_replay
 from jobledger.projections.read_models.follower import POSITION, ReadModels
@@ -535,7 +535,7 @@ def test_only_a_page_commits_without_waiting_for_the_disk(
 def test_a_page_with_several_records_of_one_queue_keeps_the_newest(database: Database) -> None:
     """If one checkpoint page pauses, pauses again and resumes a queue, then it commits
     (one statement upserts each queue once) and the newest record stands."""
-    checkpoint = Checkpoint(database)
+    checkpoint = SqlCheckpoint(database)
     records = [
         QueuePause(queue="held", version=1, paused=True, by="ada", reason="x", since=T0),
         QueuePause(queue="held", version=3, paused=False),
