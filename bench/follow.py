@@ -53,7 +53,7 @@ from jobledger.infra.logging import configure_logging
 from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.collector import collector_paused
-from jobledger.projections.log.reader import LogReader, read_rows
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
 from jobledger.projections.read_models.follower import POSITION, REPLAY_PAGE, TOPICS, ReadModels
 from jobledger.projections.read_models.tables import TABLES, read_fold, write_fold
@@ -278,7 +278,7 @@ def read_ours(ledger: Ledger, page: int, *, decode: bool) -> Measured:
     begun = time.perf_counter()
     position = count = 0
     while True:
-        found = read_rows(ledger.recorder, position, limit=page, topics=TOPICS)
+        found = ledger.log_store.read_rows(position, limit=page, topics=TOPICS)
         if found.position == position:
             break
         if decode:

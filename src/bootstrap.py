@@ -38,6 +38,7 @@ from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.adapters.store import (
     archive_lock,
     check_migrated,
+    event_tables,
     migrate,
     open_ledger,
     projection_database,
@@ -449,7 +450,8 @@ class Container:
             meta = self.queue.read_meta()
             return None if meta is None else meta.position
 
-        store = ArchiveStore(self.ledger, self.database)
+        tables = event_tables(self.settings, self.ledger)
+        store = ArchiveStore(self.ledger, self.database, tables)
         lock = functools.partial(archive_lock, self.settings)
         return Archives(self.ledger, store, self.settings, queue_position, lock)
 

@@ -14,7 +14,11 @@ from eventsourcing.persistence import OperationalError, ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
 from jobledger.adapters.postgres.database import PostgresDatabase
+from jobledger.adapters.postgres.event_tables import PostgresEventTables
+from jobledger.adapters.postgres.log_store import PostgresLogStore
 from jobledger.adapters.sqlite.database import SqliteDatabase
+from jobledger.adapters.sqlite.event_tables import SqliteEventTables
+from jobledger.adapters.sqlite.log_store import SqliteLogStore
 from jobledger.domain.definitions import Limits
 from jobledger.infra.errors import (
     SettingsError,
@@ -24,6 +28,7 @@ from jobledger.infra.errors import (
 from jobledger.infra.settings import PREFIX, Settings, mask_url
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
+from jobledger.projections.log.archive_store import EventTables
 
 # Any fixed number; every jobledger process agrees on it.
 _MIGRATE_LOCK_KEY = 0x6A6F626C
@@ -144,9 +149,15 @@ def _construct(settings: Settings, limits: Limits, *, create_table: bool) -> Led
     try:
         if not settings.uses_postgres:
             settings.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
-        return Ledger(env, limits)
+        store = PostgresLogStore if settings.uses_postgres else SqliteLogStore
+        return Ledger(env, limits, store)
     except (OperationalError, OSError, psycopg.OperationalError) as error:
         raise _unavailable(settings, error) from None
+
+
+def event_tables(settings: Settings, ledger: Ledger) -> EventTables:
+    """The event store's tables as an archive works on them."""
+    return PostgresEventTables(ledger) if settings.uses_postgres else SqliteEventTables(ledger)
 
 
 def events_table(settings: Settings) -> str:

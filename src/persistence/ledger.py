@@ -11,23 +11,19 @@ import contextlib
 import typing
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
+from itertools import groupby
 from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import Aggregate, DomainEventProtocol, MutableOrImmutableAggregate
 from eventsourcing.persistence import (
-    ApplicationRecorder,
     IntegrityError,
     Mapper,
     MapperDeserialisationError,
     StoredEvent,
 )
-from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
-from eventsourcing.sqlite import SQLiteApplicationRecorder
 from eventsourcing.utils import Environment, TopicError
-from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Identifier
 
 from jobledger.domain.archive import History
 from jobledger.domain.definitions import DEFAULT_LIMITS, Limits
@@ -39,10 +35,14 @@ from jobledger.domain.limits import Limit
 from jobledger.domain.queue import Queue, queue_id
 from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
-from jobledger.persistence.bulk import BULK_MIN_EVENTS, copy_events
 from jobledger.persistence.codec import MsgspecMapper
-from jobledger.persistence.held import HeldConnection
-from jobledger.persistence.job_loads import StoredRow, select_streams, streams
+from jobledger.persistence.log_store import (
+    Held,
+    LogStore,
+    LogStoreFactory,
+    RecorderLogStore,
+    StreamRow,
+)
 from jobledger.persistence.undecodable import UndecodableEvent, decode_or_placeholder, error_text
 
 A = TypeVar("A", bound=Aggregate)
@@ -61,9 +61,17 @@ class Ledger(Application[UUID]):
         Job: JOB_SNAPSHOT_INTERVAL
     }
 
-    def __init__(self, env: Mapping[str, str], limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        limits: Limits = DEFAULT_LIMITS,
+        log_store: LogStoreFactory = RecorderLogStore,
+    ) -> None:
         self.limits = limits
         super().__init__(env)
+        snapshots = None if self.snapshots is None else self.snapshots.recorder
+        # The backend's own paths, which the composition root names (ADR 87).
+        self.log_store: LogStore = log_store(self.recorder, snapshots)
 
     def construct_env(self, name: str, env: Mapping[str, str] | None = None) -> Environment:
         # Only the settings decide: never fall back to os.environ like the base class.
@@ -90,37 +98,34 @@ class Ledger(Application[UUID]):
             raise ConflictError("a concurrent change was saved first") from error
 
     def save_events(
-        self, events: Sequence[DomainEventProtocol[UUID]], held: HeldConnection | None = None
+        self, events: Sequence[DomainEventProtocol[UUID]], held: Held | None = None
     ) -> None:
         """Record ``events`` (already collected from their aggregates) in one transaction.
 
         ``save`` asks a runtime-checkable Protocol about every object it is given, which
         costs more than encoding the event; the group-commit writer hands over plain
         events by the hundred, so it comes here, with the connection it holds
-        (``held_connection``). Raises the store's IntegrityError on a version clash,
-        like ``save``.
+        (``held_connection``), and the store saves them its fastest way. Raises the
+        store's IntegrityError on a version clash, like ``save``.
         """
-        recorder = self.recorder
-        if len(events) >= BULK_MIN_EVENTS and isinstance(recorder, PostgresApplicationRecorder):
+        if events and self.log_store.appends:
             mapper = self.mapper
             store = (
                 mapper.to_stored_row
                 if isinstance(mapper, MsgspecMapper)
                 else mapper.to_stored_event
             )
-            copy_events(recorder, [store(e) for e in events], held)
+            self.log_store.append([store(e) for e in events], held)
             return
         processing_event: ProcessingEvent[UUID] = ProcessingEvent()
         processing_event.events.extend(events)
         self._notify(self._record(processing_event))
 
-    def held_connection(self) -> HeldConnection | None:
-        """A connection for one thread's saves to keep (``save_events``), on
-        PostgreSQL; None elsewhere (SQLite's recorder has one connection anyway)."""
-        recorder = self.recorder
-        if isinstance(recorder, PostgresApplicationRecorder):
-            return HeldConnection(recorder.datastore)
-        return None
+    def held_connection(self) -> Held | None:
+        """A connection for one thread's saves (``save_events``) and reads to keep,
+        where the store has a pool; None elsewhere (SQLite's recorder has one
+        connection anyway)."""
+        return self.log_store.hold()
 
     def snapshot_due(self, events: Sequence[DomainEventProtocol[UUID]]) -> int:
         """Snapshot each job whose saved ``events`` reached a multiple of the interval
@@ -143,23 +148,17 @@ class Ledger(Application[UUID]):
         """The current state of each of ``job_ids`` that names a job, loaded together:
         on PostgreSQL one round trip for all of them instead of two per job. An id of no
         job is left out; a job whose history no longer decodes raises as ``get_job``."""
-        recorder, snapshots = self.recorder, self.snapshots
-        if not (
-            isinstance(recorder, PostgresApplicationRecorder)
-            and snapshots is not None
-            and isinstance(snapshots.recorder, PostgresAggregateRecorder)
-        ):
+        rows = self.log_store.newest_and_after([*job_ids])
+        if rows is None:
             return self._get_each(job_ids)
-        if not job_ids:
-            return {}
         jobs: dict[UUID, Job] = {}
-        for job_id, stream in streams(select_streams(recorder, snapshots.recorder, [*job_ids])):
-            job = self._folded(job_id, stream)
+        for job_id, stream in groupby(rows, key=_originator):
+            job = self._folded(job_id, list(stream))
             if job is not None:
                 jobs[job_id] = job
         return jobs
 
-    def _folded(self, job_id: UUID, stream: Sequence[StoredRow]) -> Job | None:
+    def _folded(self, job_id: UUID, stream: Sequence[StreamRow]) -> Job | None:
         """The job from its newest snapshot (if any) and the events after it."""
         aggregate: Any = None
         try:
@@ -293,7 +292,7 @@ class Ledger(Application[UUID]):
 
     def positions(self, aggregate_id: UUID) -> dict[int, int]:
         """The log position of each event of one stream, by version."""
-        return stream_positions(self.recorder, aggregate_id)
+        return self.log_store.positions(aggregate_id)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -303,26 +302,5 @@ class Ledger(Application[UUID]):
         }
 
 
-def stream_positions(recorder: ApplicationRecorder, originator_id: UUID) -> dict[int, int]:
-    """The log position of each event of one stream, by version ({} for a store that
-    cannot say)."""
-    if isinstance(recorder, PostgresApplicationRecorder):
-        datastore = recorder.datastore
-        statement = SQL(_POSITIONS).format(
-            Identifier(datastore.schema), Identifier(recorder.events_table_name)
-        )
-        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
-            cursor.execute(statement, [originator_id])
-            return dict(cursor.fetchall())
-    if isinstance(recorder, SQLiteApplicationRecorder):
-        table = recorder.events_table_name  # the recorder's own name, not user input
-        with recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(
-                f"SELECT originator_version, rowid FROM {table} WHERE originator_id = ?",  # noqa: S608 (see above)
-                [originator_id.hex],
-            )
-            return {row[0]: row[1] for row in cursor.fetchall()}
-    return {}
-
-
-_POSITIONS = "SELECT originator_version, notification_id FROM {}.{} WHERE originator_id = %s"
+def _originator(row: StreamRow) -> UUID:
+    return row[0]

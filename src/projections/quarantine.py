@@ -32,8 +32,8 @@ from eventsourcing import persistence
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.json_values import error_line
 from jobledger.infra.outages import CLUSTER_OUTAGE_ERRORS
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.errors import ContendedError, ProjectionError, QueueLostError
-from jobledger.projections.log.reader import LogRow, RowPage
 
 log = structlog.get_logger(__name__)
 

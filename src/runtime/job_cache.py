@@ -28,7 +28,7 @@ from uuid import UUID
 import structlog
 
 from jobledger.domain.job import Job
-from jobledger.projections.log.reader import LogRow
+from jobledger.persistence.log_store import LogRow
 
 log = structlog.get_logger(__name__)
 

@@ -40,13 +40,13 @@ from jobledger.domain.schedules import MissedFires
 from jobledger.domain.workflow import Workflow, step_status_of
 from jobledger.infra.leadership import Leadership
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Database
 from jobledger.projections.errors import ContendedError
 from jobledger.projections.log.positions import Position
 from jobledger.projections.log.reader import (
     Follower,
     LogReader,
-    LogRow,
     PostgresListener,
     StepHealth,
     Wakeup,

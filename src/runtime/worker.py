@@ -42,8 +42,8 @@ from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.presence import Presence, WorkerInfo
 from jobledger.infra.writer import GroupCommitWriter
-from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import Held
 from jobledger.projections.log.streams import load_many
 from jobledger.projections.queue.backend import Lease, QueueBackend, Throttle, decode_spec
 from jobledger.runtime.attempt_progress import AttemptProgress
@@ -144,7 +144,7 @@ class Worker:
     _handler_threads: ThreadPoolExecutor | None = None
     # The connection the lease rounds read the leased executions on (PostgreSQL): kept,
     # so a round pays no pool checkout and no check query. Rounds run one at a time.
-    _reads: HeldConnection | None = None
+    _reads: Held | None = None
     # How the loop awaits the writer's saves of outcomes: one wake-up for a batch.
     _saves: FutureBridge | None = None
 

@@ -16,8 +16,9 @@ from jobledger.infra.outages import DependencyHealth
 from jobledger.infra.presence import Presence, WorkerInfo
 from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow
 from jobledger.persistence.undecodable import decode_or_placeholder
-from jobledger.projections.log.reader import LogReader, LogRow
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Quarantine
 from jobledger.projections.queue.backend import Depths, QueueBackend
 from jobledger.projections.read_models.follower import ReadModels

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import actor
 from tests.integration.raw_events import write_undecodable
 
-from jobledger.adapters.store import archive_lock
+from jobledger.adapters.store import archive_lock, event_tables
 from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.clock import utc_now
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
@@ -315,7 +315,8 @@ def test_a_changed_log_rolls_the_removal_back(
     """If the events removed are not those archived, then nothing is removed."""
     runs.make(completed=1, cancelled=0, pending=0, leased=0, dead=0)
     catch_up(projector)
-    store = ArchiveStore(container.ledger, container.database)
+    tables = event_tables(container.settings, container.ledger)
+    store = ArchiveStore(container.ledger, container.database, tables)
     original = ArchiveStore.closed
 
     def tampered(self: ArchiveStore, rows: Any, mark: int) -> list[ClosedStream]:

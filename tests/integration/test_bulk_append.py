@@ -10,14 +10,16 @@ import pytest
 from eventsourcing.persistence import DataError, IntegrityError
 from eventsourcing.postgres import PostgresApplicationRecorder
 
+from jobledger.adapters.postgres import bulk
+from jobledger.adapters.postgres.held import HeldConnection
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
-from jobledger.persistence import bulk
-from jobledger.persistence.bulk import BULK_MIN_EVENTS
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log.reader import LogReader
 
 AT = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+# A save of many events (every save goes through COPY; many is what the writer saves).
+LARGE = 200
 
 
 @pytest.fixture
@@ -39,7 +41,7 @@ def test_a_large_save_reads_back_equal_in_order(ledger: Ledger) -> None:
     """If a save is large enough to go through COPY, then every event reads back equal,
     with its types, in the order given; an aggregate's later events in the same save
     follow its first."""
-    executions = runs(BULK_MIN_EVENTS)
+    executions = runs(LARGE)
     for execution in executions[:5]:
         execution.lease(worker_id="w", lease_id=uuid.uuid4(), lease_expires_at=AT + timedelta(1))
     events = [e for x in executions for e in x.collect_events()]
@@ -62,7 +64,7 @@ def test_a_clash_in_a_large_save_writes_none_of_it(ledger: Ledger) -> None:
     again = Execution.enqueue(
         spec=first[0].spec, ready_at=AT, trigger=Trigger.ADHOC, trigger_key=first[0].trigger_key
     )
-    batch = [e for x in [*runs(BULK_MIN_EVENTS), again] for e in x.collect_events()]
+    batch = [e for x in [*runs(LARGE), again] for e in x.collect_events()]
     with pytest.raises(IntegrityError):
         ledger.save_events(batch)
     assert ledger.recorder.max_notification_id() == head
@@ -72,7 +74,7 @@ def test_a_large_save_notifies_the_followers(ledger: Ledger, postgres_url: str) 
     """If a large save commits, then a LISTEN on the log's channel hears of it."""
     with psycopg.connect(postgres_url, autocommit=True) as listener:
         listener.execute("LISTEN jobledger_events")
-        ledger.save_events([e for x in runs(BULK_MIN_EVENTS) for e in x.collect_events()])
+        ledger.save_events([e for x in runs(LARGE) for e in x.collect_events()])
         heard = list(listener.notifies(timeout=5, stop_after=1))
     assert [n.channel for n in heard] == ["jobledger_events"]
 
@@ -84,7 +86,7 @@ def test_a_large_save_waits_for_the_lock_that_orders_the_log(
     an insert takes), then a large save waits for it to end before it takes ids: so
     ids commit in the order they were taken, and a follower never reads past an id
     still to commit."""
-    events = [e for x in runs(BULK_MIN_EVENTS) for e in x.collect_events()]
+    events = [e for x in runs(LARGE) for e in x.collect_events()]
     saved = threading.Event()
     with psycopg.connect(postgres_url) as holder:
         holder.execute("LOCK TABLE jobledger_events IN ROW EXCLUSIVE MODE")
@@ -119,7 +121,7 @@ def test_a_held_connection_saves_again_after_a_clash(ledger: Ledger) -> None:
     """If a save on a held connection clashes, then the next save through it commits,
     on a connection with no transaction left open."""
     held = ledger.held_connection()
-    assert held is not None
+    assert isinstance(held, HeldConnection)
     first = runs(1)
     ledger.save_events([e for x in first for e in x.collect_events()], held)
     again = Execution.enqueue(
@@ -141,7 +143,7 @@ def test_a_save_leaves_the_sessions_settings_alone(ledger: Ledger) -> None:
     sets the recorder's for its own transaction) leaves the session's as it was and no
     transaction open."""
     held = ledger.held_connection()
-    assert held is not None
+    assert isinstance(held, HeldConnection)
     with held.connection() as conn:
         conn.execute("SET lock_timeout = '7s'")
     ledger.save_events([e for x in runs(2) for e in x.collect_events()], held)
@@ -161,7 +163,7 @@ def test_a_statement_before_the_copy_that_fails_saves_nothing(
     assert isinstance(recorder, PostgresApplicationRecorder)
     statement = bulk._statement(recorder)
     held = ledger.held_connection()
-    assert held is not None
+    assert isinstance(held, HeldConnection)
     monkeypatch.setitem(bulk._STATEMENTS, recorder, b"SELECT 1 / 0; " + statement)
     with pytest.raises(DataError):
         ledger.save_events([e for x in runs(2) for e in x.collect_events()], held)

@@ -7,7 +7,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -21,9 +21,12 @@ from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log.positions import Position
-from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader, LogRow
+from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
 from jobledger.projections.read_models.follower import ReadModels
+
+if TYPE_CHECKING:
+    from jobledger.persistence.log_store import LogRow
 
 AT = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

@@ -7,9 +7,8 @@ from tests.integration.raw_events import write_undecodable
 
 from jobledger.domain.errors import UndecodableEventError
 from jobledger.domain.execution import Execution
-from jobledger.persistence.ledger import Ledger, stream_positions
+from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent
-from jobledger.projections.log.reader import read_rows
 
 
 def test_a_history_holds_a_placeholder_at_the_events_position(ledger: Ledger) -> None:
@@ -26,9 +25,9 @@ def test_a_history_holds_a_placeholder_at_the_events_position(ledger: Ledger) ->
     assert second.type == "ExecutionLeased"
     assert "Object missing required field" in second.error
 
-    rows = read_rows(ledger.recorder, 0, limit=10).rows
+    rows = ledger.log_store.read_rows(0, limit=10).rows
     logged = {row[2]: row[0] for row in rows if str(row[1]) == str(execution_id)}
-    assert stream_positions(ledger.recorder, execution_id) == logged == {1: 1, 2: 2}
+    assert ledger.log_store.positions(execution_id) == logged == {1: 1, 2: 2}
 
     with pytest.raises(UndecodableEventError, match=r"its event v2 .*quarantine list") as raised:
         ledger.get_execution(execution_id)

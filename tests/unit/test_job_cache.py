@@ -7,7 +7,7 @@ from uuid import UUID, uuid4
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule
-from jobledger.projections.log.reader import LogRow
+from jobledger.persistence.log_store import LogRow
 from jobledger.runtime.job_cache import JobCache
 
 T0 = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 import redis
 
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.log.reader import LogRow, RowPage
 from jobledger.projections.quarantine import (
     HELD,
     Isolation,

@@ -5,8 +5,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Cursor, Database
-from jobledger.projections.log.reader import LogRow
 from jobledger.projections.quarantine import Held, QuarantinedEvent
 from jobledger.projections.times import from_ms, to_ms
 

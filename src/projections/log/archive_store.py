@@ -6,23 +6,21 @@ are removed: every follower has applied them, and none reads them again unless i
 replays from 0, when their absence is what the archive made true.
 """
 
-import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Protocol
 from uuid import UUID
 
-import psycopg
 import structlog
 from eventsourcing.persistence import MapperDeserialisationError, StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import TopicError
 
 from jobledger.persistence.archive_files import ArchivedEvent, events_digest
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.database import Cursor, Database, chunked
-from jobledger.projections.log.reader import LogReader, LogRow, RowPage
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.read_models.tables import forget_executions
 from jobledger.projections.times import to_ms
 
@@ -80,14 +78,39 @@ class Removal:
     archived_at: datetime
 
 
+class EventTables(Protocol):
+    """The event store's tables, in the projection database's transactions: each
+    backend names them, and addresses their ids and positions, its own way."""
+
+    @property
+    def clash_errors(self) -> tuple[type[Exception], ...]:
+        """What the driver raises for a row already there."""
+        ...
+
+    def lock(self, cursor: Cursor) -> None:
+        """Take the events table as every save does, where a transaction does not."""
+
+    def streams(self, cursor: Cursor, ids: Sequence[UUID]) -> dict[UUID, list[ArchivedEvent]]:
+        """Every event of the streams of ``ids`` that has one, each in version order."""
+
+    def insert(self, cursor: Cursor, stored: StoredEvent) -> None:
+        """Record ``stored`` as the next event of the log (and wake the followers)."""
+
+    def insert_at(self, cursor: Cursor, events: Sequence[ArchivedEvent]) -> None:
+        """Insert ``events`` at their own positions."""
+
+    def delete_streams(self, cursor: Cursor, ids: Sequence[UUID]) -> list[ArchivedEvent]:
+        """Delete the streams and their snapshots; returns the events deleted, in order."""
+
+
 class ArchiveStore:
     """Reads and removes closed executions' streams in the event store's database."""
 
-    def __init__(self, ledger: Ledger, database: Database) -> None:
+    def __init__(self, ledger: Ledger, database: Database, tables: EventTables) -> None:
         self._ledger = ledger
         self._database = database
         self._reader = LogReader(ledger, topics=FIRST_TOPICS)
-        self._tables = _Tables(ledger)
+        self._tables = tables
 
     def low_water_mark(self, queue_position: int | None) -> Mark:
         """The lowest follower position; ``queue_position``: the queue's, if known."""
@@ -117,7 +140,7 @@ class ArchiveStore:
         with self._database.transaction(snapshot=True) as cursor:
             still_open = _open_ids(cursor, ids)
             shut = [i for i in ids if i not in still_open]
-            streams = _streams(cursor, self._tables, shut)
+            streams = self._tables.streams(cursor, shut)
         found = [self._closed(i, streams.get(i, []), mark) for i in shut]
         return [stream for stream in found if stream is not None]
 
@@ -142,7 +165,7 @@ class ArchiveStore:
         the rows removed are not exactly the archived ones, or a follower fell below."""
         last = max(e.position for s in removal.streams for e in s.events)
         with self._database.transaction() as cursor:
-            self._tables.lock(cursor)
+            _lock(cursor, self._tables)
             mark = _lowest_position(cursor)
             if mark.position < last:
                 msg = f"the {mark.follower} follower moved back to {mark.position}, below {last}"
@@ -160,13 +183,13 @@ class ArchiveStore:
         those positions: their rows come back with a rebuild."""
         try:
             with self._database.transaction() as cursor:
-                self._tables.lock(cursor)
+                _lock(cursor, self._tables)
                 self._tables.insert(cursor, record)
                 self._tables.insert_at(cursor, events)
                 # The archive's row stays: its files are no orphans (HistoryRestored says
                 # its events are back).
                 cursor.execute(_FORGET_ARCHIVED, (name,))
-        except (psycopg.IntegrityError, sqlite3.IntegrityError) as error:
+        except self._tables.clash_errors as error:
             msg = f"{name}: a stream of it is in the log again ({error.__class__.__name__})"
             raise ArchiveStoreError(msg) from None
 
@@ -229,29 +252,6 @@ def _open_ids(cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
     return found
 
 
-def _streams(cursor: Cursor, tables: "_Tables", ids: Sequence[UUID]) -> dict[UUID, list[Any]]:
-    streams: dict[UUID, list[ArchivedEvent]] = {}
-    for chunk in chunked(list(ids), _IDS):
-        cursor.execute(tables.select_streams(len(chunk)), tables.id_params(chunk))
-        for row in _fetched(cursor):
-            event = _archived(row)
-            streams.setdefault(event.originator_id, []).append(event)
-    for events in streams.values():
-        events.sort(key=lambda e: e.originator_version)
-    return streams
-
-
-def _fetched(cursor: Cursor) -> Iterator[Any]:
-    while rows := cursor.fetchmany(10_000):
-        yield from rows
-
-
-def _archived(row: Sequence[Any]) -> ArchivedEvent:
-    position, originator_id, version, topic, state = row
-    uuid = originator_id if isinstance(originator_id, UUID) else UUID(str(originator_id))
-    return ArchivedEvent(int(position), uuid, int(version), str(topic), bytes(state))
-
-
 def _row(event: ArchivedEvent) -> LogRow:
     return (
         event.position,
@@ -262,101 +262,10 @@ def _row(event: ArchivedEvent) -> LogRow:
     )
 
 
-class _Tables:
-    """The recorder's tables, named and addressed as its backend does."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        recorder = ledger.recorder
-        snapshots = ledger.snapshots
-        snapshot_table = getattr(getattr(snapshots, "recorder", None), "events_table_name", None)
-        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
-        if isinstance(recorder, PostgresApplicationRecorder):
-            schema = recorder.datastore.schema
-            self.events = f'"{schema}"."{recorder.events_table_name}"'
-            self.snapshots = f'"{schema}"."{snapshot_table}"' if snapshot_table else None
-            self.channel: str | None = recorder.channel_name
-            self.position = "notification_id"
-        else:
-            self.events = f'"{recorder.events_table_name}"'  # type: ignore[attr-defined] # the SQLite recorder's own name
-            self.snapshots = f'"{snapshot_table}"' if snapshot_table else None
-            self.channel = None
-            self.position = "rowid"
-
-    def ids(self, ids: Iterable[UUID]) -> list[Any]:
-        """As the backend stores originator ids: a uuid, or its hex on SQLite."""
-        return list(ids) if self.postgres else [i.hex for i in ids]
-
-    def select_streams(self, count: int) -> str:
-        return (
-            f"SELECT {self.position}, originator_id, originator_version, topic, state "  # noqa: S608 (the recorder's own names)
-            f"FROM {self.events} WHERE {self.among(count)}"
-        )
-
-    def among(self, count: int) -> str:
-        """``originator_id`` is one of ``count`` ids (one array on PostgreSQL: a list
-        of placeholders costs psycopg more to parse than the server to run)."""
-        if self.postgres:
-            return "originator_id = ANY(?)"
-        return f"originator_id IN ({', '.join('?' * count)})"
-
-    def id_params(self, ids: Sequence[UUID]) -> list[Any]:
-        """The parameters of ``among``."""
-        return [list(ids)] if self.postgres else [i.hex for i in ids]
-
-    def lock(self, cursor: Cursor) -> None:
-        """Take the position rows, then the events table as every save does (on
-        SQLite, the transaction's write lock already holds both)."""
-        cursor.execute(_LOCK_POSITIONS)
-        if self.postgres:
-            cursor.execute("SET LOCAL lock_timeout = '10s'")
-            cursor.execute(f"LOCK TABLE {self.events} IN EXCLUSIVE MODE")
-
-    def insert(self, cursor: Cursor, stored: StoredEvent) -> None:
-        """Record ``stored`` first: on SQLite the newest row then stays, so the rowids
-        of removed rows are never handed out again."""
-        originator_id = UUID(str(stored.originator_id))
-        values = [
-            *self.ids([originator_id]),
-            stored.originator_version,
-            stored.topic,
-            stored.state,
-        ]
-        cursor.execute(
-            f"INSERT INTO {self.events} (originator_id, originator_version, topic, state) "  # noqa: S608 (the recorder's own names)
-            "VALUES (?, ?, ?, ?)",
-            values,
-        )
-        if self.channel is not None:
-            cursor.execute(f'NOTIFY "{self.channel}"')
-
-    def insert_at(self, cursor: Cursor, events: Sequence[ArchivedEvent]) -> None:
-        """Insert ``events`` at their own positions (ids below the head are free: the
-        archive took them out)."""
-        cursor.executemany(
-            f"INSERT INTO {self.events} ({self.position}, originator_id, originator_version, "  # noqa: S608 (the recorder's own names)
-            "topic, state) VALUES (?, ?, ?, ?, ?)",
-            [
-                (e.position, *self.ids([e.originator_id]), e.originator_version, e.topic, e.state)
-                for e in events
-            ],
-        )
-
-    def delete_streams(self, cursor: Cursor, ids: Sequence[UUID]) -> list[ArchivedEvent]:
-        """Delete the streams and their snapshots; returns the events deleted, in order."""
-        removed: list[ArchivedEvent] = []
-        for chunk in chunked(list(ids), _IDS):
-            cursor.execute(
-                f"DELETE FROM {self.events} WHERE {self.among(len(chunk))} "  # noqa: S608 (the recorder's own names)
-                f"RETURNING {self.position}, originator_id, originator_version, topic, state",
-                self.id_params(chunk),
-            )
-            removed += [_archived(row) for row in _fetched(cursor)]
-            if self.snapshots is not None:
-                cursor.execute(
-                    f"DELETE FROM {self.snapshots} WHERE {self.among(len(chunk))}",  # noqa: S608 (the recorder's own names)
-                    self.id_params(chunk),
-                )
-        return sorted(removed, key=lambda e: e.position)
+def _lock(cursor: Cursor, tables: EventTables) -> None:
+    """Take the position rows, then the events table as every save does."""
+    cursor.execute(_LOCK_POSITIONS)
+    tables.lock(cursor)
 
 
 _LOWEST = "SELECT name, position FROM jobledger_positions ORDER BY position, name LIMIT 1"
@@ -382,6 +291,7 @@ __all__ = [
     "ArchiveStore",
     "ArchiveStoreError",
     "ClosedStream",
+    "EventTables",
     "Mark",
     "Removal",
 ]

@@ -7,25 +7,15 @@ no notifications; followers there only poll.
 """
 
 import contextlib
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
 import structlog
-from eventsourcing.persistence import (
-    ApplicationRecorder,
-    InterfaceError,
-    Mapper,
-    OperationalError,
-)
-from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.utils import retry
-from psycopg.rows import tuple_row
-from psycopg.sql import SQL, Identifier, Literal
+from eventsourcing.persistence import Mapper
 
 from jobledger.domain.execution import Execution
 from jobledger.domain.limits import Limit
@@ -33,8 +23,8 @@ from jobledger.domain.queue import Queue
 from jobledger.domain.topics import event_topics
 from jobledger.infra.background import Background
 from jobledger.persistence.codec import EventView, MsgspecMapper, row_decoder
-from jobledger.persistence.held import HeldConnection
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import Held, LogRow, RowPage
 
 log = structlog.get_logger(__name__)
 
@@ -46,86 +36,6 @@ QUEUE_EVENTS = tuple(sorted(EXECUTION_EVENTS + event_topics(Queue) + event_topic
 
 # How long ``LogReader.release`` waits for a read under way on its kept connection.
 _RELEASE_WAIT = 5.0
-
-# (notification id, originator id, originator version, topic, state): one stored event
-# as a plain row. A page of these costs a fraction of a page of ``Notification``s.
-LogRow: TypeAlias = tuple[int, UUID | str, int, str, bytes]
-
-
-class RowPage:
-    __slots__ = ("position", "rows", "stamp")
-
-    def __init__(self, rows: Sequence[LogRow], position: int, stamp: int | None = None) -> None:
-        self.rows = rows
-        self.position = position
-        # The quarantine's stamp in the snapshot the page was read in (PostgreSQL's live
-        # pages only): a follower reads the quarantine again only when it moved.
-        self.stamp = stamp
-
-    def full(self, page_size: int) -> bool:
-        """Whether the page holds as many events as were asked for: if not, it reached
-        the head of the log, and more can only come later."""
-        return len(self.rows) >= page_size
-
-
-def read_rows(
-    recorder: ApplicationRecorder,
-    after: int,
-    *,
-    limit: int,
-    topics: Sequence[str] = (),
-    stop: int | None = None,
-    part: tuple[int, int] | None = None,
-    text_ids: bool = False,
-    held: HeldConnection | None = None,
-) -> RowPage:
-    """The next events after ``after`` (of ``topics`` only, if given), as rows; with
-    ``part`` (index, count), only the events of the streams in that share of them, from
-    the next ``limit * count`` positions (PostgreSQL only: see ``PART_OF``). With
-    ``text_ids``, PostgreSQL gives a page read up to ``stop`` its stream ids as text.
-    A live page (no ``stop`` nor ``part``) is read on ``held``'s connection if given.
-
-    With a topic filter the position still moves past the other events: up to the last
-    notification id that existed when the read began, if the page was not full. Ids
-    commit in order (the recorder locks the table), so nothing below that id can still
-    appear.
-    """
-    postgres = isinstance(recorder, PostgresApplicationRecorder)
-    if part is not None and not postgres:
-        msg = "reading a share of the streams needs PostgreSQL"
-        raise ValueError(msg)
-    if postgres and stop is None and part is None:
-        now_head, stamp, found = _select_head_and_rows(recorder, after, limit, list(topics), held)
-        return _page(now_head, found, limit, stamp)
-    head = recorder.max_notification_id() or 0
-    if stop is not None:
-        head = min(head, stop)
-    if part is not None:
-        # A window of positions, not a LIMIT: the planner cannot know how rare a share's
-        # events are, and would scan the whole table for each page.
-        limit *= part[1]
-        head = min(head, after + limit)
-    if head <= after:
-        return RowPage((), after)
-    rows: Sequence[LogRow]
-    if postgres:
-        rows = _select_rows(
-            recorder, after, head, limit, list(topics), part=part, text_ids=text_ids
-        )
-    else:
-        notifications = recorder.select_notifications(
-            start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
-        )
-        rows = [
-            (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notifications
-        ]
-    return _page(head, rows, limit)
-
-
-def _page(head: int, rows: Sequence[LogRow], limit: int, stamp: int | None = None) -> RowPage:
-    if len(rows) < limit:
-        return RowPage(rows, head, stamp)
-    return RowPage(rows, rows[-1][0], stamp)
 
 
 class LogReader:
@@ -150,7 +60,7 @@ class LogReader:
         self.views = tuple(views)
         # A connection kept for live pages while a follower runs (``hold``); one read
         # at a time on it, whichever thread asks.
-        self._held: HeldConnection | None = None
+        self._held: Held | None = None
         self._held_lock = threading.Lock()
         self._decode = self._decoder(ledger.mapper)
 
@@ -223,13 +133,11 @@ class LogReader:
 
     def rows(self, after: int, stop: int | None = None, limit: int | None = None) -> RowPage:
         """The next page of events as stored rows (``events`` decodes them)."""
-        recorder = self.ledger.recorder
         limit = limit or self.page_size
         # A live page goes on the kept connection, if any; one read at a time on it.
         live = self._held is not None and stop is None
         with self._held_lock if live else contextlib.nullcontext():
-            return read_rows(
-                recorder,
+            return self.ledger.log_store.read_rows(
                 after,
                 limit=limit,
                 topics=self.topics,
@@ -257,143 +165,14 @@ class LogReader:
 
     def row_at(self, position: int) -> LogRow | None:
         """The stored event at ``position`` (any topic), or None."""
-        recorder = self.ledger.recorder
-        page = read_rows(recorder, position - 1, limit=1, stop=position)
+        page = self.ledger.log_store.read_rows(position - 1, limit=1, stop=position)
         return next((row for row in page.rows if row[0] == position), None)
 
 
-_ROWS = (
-    "SELECT notification_id, {}, originator_version, topic, state FROM {}.{} "
-    "WHERE notification_id > %s AND notification_id <= %s{} ORDER BY notification_id LIMIT %s"
-)
-
-
-@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-def _select_rows(
-    recorder: PostgresApplicationRecorder,
-    after: int,
-    head: int,
-    limit: int,
-    topics: list[str],
-    *,
-    part: tuple[int, int] | None = None,
-    text_ids: bool = False,
-) -> list[LogRow]:
-    """What the recorder's ``select_notifications`` selects, as binary tuples: no dict
-    per row, no text to parse, no ``Notification`` objects."""
-    datastore = recorder.datastore
-    statement = _rows_statement(
-        datastore.schema,
-        recorder.events_table_name,
-        tuple(topics),
-        parted=bool(part),
-        text_ids=text_ids,
-    )
-    params: list[Any] = [after, head, *(part or ())[::-1], limit]
-    return _fetch(recorder, statement, params)
-
-
-def _fetch(
-    recorder: PostgresApplicationRecorder,
-    statement: bytes,
-    params: list[Any],
-    held: HeldConnection | None = None,
-) -> list[Any]:
-    """The rows of a prepared ``statement``, as binary tuples, on ``held``'s connection
-    or a pooled one."""
-    connection = recorder.datastore.get_connection() if held is None else held.connection()
-    with (
-        connection as conn,
-        conn.cursor(row_factory=tuple_row, binary=True) as cursor,
-    ):
-        cursor.execute(statement, params, prepare=True)
-        return cursor.fetchall()
-
-
-_HEAD_AND_ROWS = (
-    "SELECT h.head, h.stamp, e.notification_id, e.originator_id, e.originator_version, "
-    "e.topic, e.state FROM (SELECT max(notification_id) AS head, "
-    "(SELECT stamp FROM jobledger_quarantine_stamp) AS stamp FROM {0}.{1}) h "
-    "LEFT JOIN LATERAL (SELECT notification_id, originator_id, originator_version, topic, "
-    "state FROM {0}.{1} WHERE notification_id > %s AND notification_id <= h.head{2} "
-    "ORDER BY notification_id LIMIT %s) e ON true"
-)
-
-
-@retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
-def _select_head_and_rows(
-    recorder: PostgresApplicationRecorder,
-    after: int,
-    limit: int,
-    topics: list[str],
-    held: HeldConnection | None = None,
-) -> tuple[int, int | None, list[LogRow]]:
-    """The log's head, the quarantine's stamp and the page after ``after`` up to the
-    head, in one statement: a follower reads a page on every wake-up, and a query for
-    the head first, or for what its quarantine holds, was a round trip (and a
-    connection's checkout) of its own each time. One statement also sees one snapshot,
-    so the head and the stamp are those the page was read under."""
-    datastore = recorder.datastore
-    statement = _head_and_rows_statement(
-        datastore.schema, recorder.events_table_name, tuple(topics)
-    )
-    params: list[Any] = [after, limit]
-    found = _fetch(recorder, statement, params, held)
-    if not found:
-        return 0, None, []  # unreachable: the aggregate always gives one row
-    head, stamp = found[0][0], found[0][1]
-    if head is None:
-        return 0, stamp, []  # an empty log
-    if found[0][2] is None:
-        return int(head), stamp, []  # nothing after ``after``: the join's one empty row
-    return int(head), stamp, [row[2:] for row in found]
-
-
-@functools.cache
-def _head_and_rows_statement(schema: str, table: str, topics: tuple[str, ...]) -> bytes:
-    statement = SQL(_HEAD_AND_ROWS).format(
-        Identifier(schema), Identifier(table), SQL(_topic_filter(topics))
-    )
-    # As bytes, once: composed again for every page, it cost a tenth of a follower's time.
-    return statement.as_bytes(None)
-
-
-def _topic_filter(topics: tuple[str, ...]) -> str:
-    """The condition on ``topics`` ('' for every event), with the list written into the
-    statement: as a parameter, psycopg dumped the same list for every page, about a
-    twentieth of the queue follower's time in a drain (ADR 65). A ``%`` is doubled, so
-    that it is not taken for a placeholder."""
-    if not topics:
-        return ""
-    listed = Literal(list(topics)).as_string(None).replace("%", "%%")
-    return f" AND topic = ANY({listed}::text[])"
-
-
-# A stream's share: the last byte of its id (random in a UUID 4 or 7) modulo the count.
-PART_OF = " AND get_byte(uuid_send(originator_id), 15) %% %s = %s"
-
-
 def part_of(stream: UUID, count: int) -> int:
-    """The share ``stream`` is in, as ``PART_OF`` selects it."""
+    """The share ``stream`` is in, as a store selects it for ``part`` (PostgreSQL's
+    ``PART_OF``: the last byte of the id modulo the count)."""
     return stream.bytes[15] % count
-
-
-@functools.cache
-def _rows_statement(
-    schema: str,
-    table: str,
-    topics: tuple[str, ...],
-    *,
-    parted: bool = False,
-    text_ids: bool = False,
-) -> bytes:
-    topic_filter = _topic_filter(topics) + (PART_OF if parted else "")
-    # PostgreSQL formats a UUID as text in a fraction of what ``UUID.__str__`` costs.
-    stream = "originator_id::text" if text_ids else "originator_id"
-    statement = SQL(_ROWS).format(
-        SQL(stream), Identifier(schema), Identifier(table), SQL(topic_filter)
-    )
-    return statement.as_bytes(None)
 
 
 class StepHealth(Protocol):

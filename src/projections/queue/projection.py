@@ -22,9 +22,10 @@ import structlog
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.infra.background import Background
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.errors import QueueLostError
-from jobledger.projections.log.reader import LogReader, LogRow, RowPage
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,

@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Database
 from jobledger.projections.log.positions import Position
-from jobledger.projections.log.reader import LogReader, LogRow, RowPage
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import (
     READ_MODELS_FOLLOWER,
     Isolation,

@@ -14,7 +14,8 @@ from uuid import UUID
 from jobledger.domain.job import Job
 from jobledger.domain.topics import event_topics
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.log.reader import LogReader, LogRow
+from jobledger.persistence.log_store import LogRow
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
 
 POSITION = "job-schedule"

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Database
 from jobledger.projections.log.reader import EXECUTION_EVENTS as EXECUTION_TOPICS
-from jobledger.projections.log.reader import LogReader, LogRow
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Held, Isolation
 from jobledger.projections.read_models.replay import Folder, JobStubs, Replay
 from jobledger.projections.read_models.tables import EXECUTION_KIND, FOLD_VIEWS, Fold

@@ -16,9 +16,10 @@ from typing import Any
 
 import structlog
 
+from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Cursor, Database, Row, row_values
-from jobledger.projections.log.reader import LogReader, LogRow, RowPage
+from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Isolation
 from jobledger.projections.queue.prefetch import prefetched
 from jobledger.projections.read_models.tables import (

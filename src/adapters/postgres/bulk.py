@@ -32,12 +32,11 @@ from psycopg.generators import copy_end, copy_to, execute
 from psycopg.pq import ExecStatus
 from psycopg.sql import SQL, Identifier
 
+from jobledger.adapters.postgres.held import HeldConnection
 from jobledger.persistence.codec import StoredRow
-from jobledger.persistence.held import HeldConnection
 
-# From how many events a save takes COPY: every save. Even a save of one event costs
-# less this way than through the recorder's array of composites (ADR 42).
-BULK_MIN_EVENTS = 1
+# Every save takes COPY: even a save of one event costs less this way than through the
+# recorder's array of composites (ADR 42).
 _COPY = "COPY {}.{} (originator_id, originator_version, topic, state) FROM STDIN (FORMAT BINARY)"
 # Per recorder, its statements and its COPY as the bytes sent: composing them from SQL
 # objects for every save was about a tenth of the writer thread's time.

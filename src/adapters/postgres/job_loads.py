@@ -8,8 +8,7 @@ and every event after it, in stream order.
 """
 
 import functools
-from collections.abc import Iterator, Sequence
-from itertools import groupby
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -19,8 +18,7 @@ from eventsourcing.utils import retry
 from psycopg.rows import tuple_row
 from psycopg.sql import SQL, Composed, Identifier
 
-# (originator id, originator version, topic, state): a snapshot or an event, as stored.
-StoredRow = tuple[UUID, int, str, bytes]
+from jobledger.persistence.log_store import StreamRow
 
 # A snapshot's version is never one of the events read after it, so ordering by
 # (id, version) puts each stream's snapshot first and its events after it in order.
@@ -46,7 +44,7 @@ def select_streams(
     events: PostgresApplicationRecorder,
     snapshots: PostgresAggregateRecorder,
     ids: Sequence[UUID],
-) -> list[StoredRow]:
+) -> list[StreamRow]:
     """For each of ``ids``: its newest snapshot, if any, then the events after it; the
     streams ordered by id, each in version order."""
     datastore = events.datastore
@@ -57,16 +55,6 @@ def select_streams(
     ):
         cursor.execute(statement, {"ids": list(ids)}, prepare=True)
         return cursor.fetchall()
-
-
-def streams(rows: Sequence[StoredRow]) -> Iterator[tuple[UUID, list[StoredRow]]]:
-    """``rows`` (as ``select_streams`` orders them) grouped by stream."""
-    for originator_id, stream in groupby(rows, key=_originator):
-        yield originator_id, list(stream)
-
-
-def _originator(row: StoredRow) -> UUID:
-    return row[0]
 
 
 @functools.cache
