@@ -20,6 +20,7 @@ from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
 from jobledger.adapters.postgres.checkpoint import PostgresCheckpoint
+from jobledger.adapters.postgres.listener import PostgresListener
 from jobledger.adapters.postgres.outbox import PostgresOutbox
 from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.budgets import RedisBudgets
@@ -57,7 +58,7 @@ from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.log.archive_store import ArchiveStore
-from jobledger.projections.log.reader import LogReader
+from jobledger.projections.log.reader import Listen, LogReader
 from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
     READ_MODELS_FOLLOWER,
@@ -228,9 +229,17 @@ class Container:
         return ReleaseLoop(
             self.releaser(leadership),
             poll=poll,
-            conninfo=settings.database_url if settings.uses_postgres else None,
+            listen=self.listen(),
             health=self.health.watch(POSTGRESQL) if settings.uses_postgres else None,
         )
+
+    def listen(self) -> Listen | None:
+        """How a role listens on a channel of the store: PostgreSQL's LISTEN; None for
+        a store without channels (its followers poll)."""
+        settings = self.settings
+        if not settings.uses_postgres:
+            return None
+        return functools.partial(PostgresListener, settings.database_url)
 
     def worker(self, worker_id: str | None = None, *, now: Clock = utc_now) -> Worker:
         """A worker on this container's stores; ``now`` is its clock (its lease
@@ -470,6 +479,7 @@ class Container:
             self.store_id,
             open_database=functools.partial(projection_database, self.settings),
             quarantine_table=SqlQuarantineTable,
+            listen=self.listen(),
             metrics=self.metrics,
             health=self.health,
         )
@@ -652,9 +662,7 @@ def _build_part(container: Container, name: str, options: PartOptions) -> Part |
         roles.PROJECTOR: container.projector,
         roles.SCHEDULER: lambda: SchedulerService(container.scheduler(), health=container.health),
         roles.OUTBOX_RELAY: lambda: relay_part(
-            options.services.outbox,
-            settings.database_url if settings.uses_postgres else None,
-            container.health.watch(POSTGRESQL),
+            options.services.outbox, container.listen(), container.health.watch(POSTGRESQL)
         ),
         roles.WORKER: lambda: WorkerRunner(container.worker()),
         roles.OUTAGE_PROBE: lambda: OutageProbe(

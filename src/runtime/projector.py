@@ -15,7 +15,14 @@ from jobledger.infra.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
-from jobledger.projections.log.reader import Follower, LogReader, PostgresListener, Wakeup
+from jobledger.projections.log.reader import (
+    LOG_CHANNEL,
+    Follower,
+    Listen,
+    Listener,
+    LogReader,
+    Wakeup,
+)
 from jobledger.projections.quarantine import (
     CHECKPOINT_FOLLOWER,
     QUEUE_FOLLOWER,
@@ -148,7 +155,7 @@ class Projector:
     queue: QueueProjection
     checkpoint: CheckpointProjection
     followers: list[Follower]
-    listener: PostgresListener | None
+    listener: Listener | None
     wakeups: list[Wakeup] = field(default_factory=list)
     read_models: ReadModels | None = None
     database: Database | None = None  # closed on stop: the projector opened it
@@ -196,7 +203,9 @@ class Projector:
 
     def wait(self, timeout: float | None = None) -> bool:
         """True once any of its loops has ended (none does until it is stopped)."""
-        loops = [*self.followers, *([self.listener] if self.listener else [])]
+        loops: list[Listener | Follower] = [*self.followers]
+        if self.listener is not None:
+            loops.append(self.listener)
         return any(loop.wait(timeout) for loop in loops)
 
     def stop(self) -> None:
@@ -222,6 +231,7 @@ def build_projector(
     *,
     open_database: Callable[[], Database],
     quarantine_table: Callable[[Database], QuarantineTable],
+    listen: Listen | None = None,
     metrics: Metrics | None = None,
     health: DependencyHealth | None = None,
 ) -> Projector:
@@ -285,11 +295,7 @@ def build_projector(
             health=tables,
         ),
     ]
-    listener = None
-    if settings.uses_postgres:
-        listener = PostgresListener(
-            settings.database_url, "jobledger_events", wakeups, health=tables
-        )
+    listener = None if listen is None else listen(LOG_CHANNEL, wakeups, health=tables)
     gauges = None
     if metrics is not None:
         positions = _Positions(queue, checkpoint_projection, read_models)

@@ -45,9 +45,11 @@ from jobledger.projections.database import Database
 from jobledger.projections.errors import ContendedError
 from jobledger.projections.log.positions import Position
 from jobledger.projections.log.reader import (
+    LOG_CHANNEL,
     Follower,
+    Listen,
+    Listener,
     LogReader,
-    PostgresListener,
     StepHealth,
     Wakeup,
 )
@@ -406,8 +408,8 @@ def _mirror(batch: _Batch, missed: Job.FiresMissed) -> None:
 
 class ReleaseLoop:
     """The releases' follower in the scheduler process: polled every ``poll`` seconds
-    (all stores), and woken by the log's LISTEN channel (PostgreSQL) once it leads: a
-    standby holds no LISTEN connection for it."""
+    (all stores), and woken by the log's channel (``listen``, where the store has one)
+    once it leads: a standby holds no listening connection for it."""
 
     name = "releases"
 
@@ -416,7 +418,7 @@ class ReleaseLoop:
         releaser: Releaser,
         *,
         poll: float,
-        conninfo: str | None = None,
+        listen: Listen | None = None,
         health: StepHealth | None = None,
     ) -> None:
         self.releaser = releaser
@@ -424,15 +426,14 @@ class ReleaseLoop:
         self._follower = Follower(
             "releases", self._step, self._wakeup, poll_interval=poll, health=health
         )
-        self._conninfo = conninfo
+        self._listen = listen
         self._health = health
-        self._listener: PostgresListener | None = None
+        self._listener: Listener | None = None
 
     def _step(self) -> bool:
-        if self._listener is None and self._conninfo and self.releaser.leadership.is_leader():
-            self._listener = PostgresListener(
-                self._conninfo, "jobledger_events", [self._wakeup], health=self._health
-            )
+        listen = self._listen
+        if self._listener is None and listen and self.releaser.leadership.is_leader():
+            self._listener = listen(LOG_CHANNEL, [self._wakeup], health=self._health)
             self._listener.start()
         return self.releaser.step()
 

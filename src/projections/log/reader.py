@@ -1,9 +1,11 @@
-"""Following the notification log: pages in order, woken by LISTEN, held up by polling.
+"""Following the notification log: pages in order, woken by a listener, held up by
+polling.
 
-PostgreSQL wakes followers through LISTEN/NOTIFY (eventsourcing's recorder sends a
-NOTIFY with every insert). A notification can be lost, and the LISTEN connection can
-drop, so a follower also polls: a lost wake-up only delays, it never stalls. SQLite has
-no notifications; followers there only poll.
+A store with channels wakes followers when a save commits (PostgreSQL's LISTEN/NOTIFY:
+eventsourcing's recorder sends a NOTIFY with every insert; ``adapters.postgres.listener``).
+A notification can be lost, and the listening connection can drop, so a follower also
+polls: a lost wake-up only delays, it never stalls. SQLite has no notifications;
+followers there only poll.
 """
 
 import contextlib
@@ -13,7 +15,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 from uuid import UUID
 
-import psycopg
 import structlog
 from eventsourcing.persistence import Mapper
 
@@ -202,57 +203,30 @@ class Wakeup:
         return woke
 
 
-class PostgresListener(Background):
-    """A thread that LISTENs on the log's channel and wakes followers; it reconnects."""
+# The channel eventsourcing's recorder NOTIFYs with every save, on stores that have one.
+LOG_CHANNEL = "jobledger_events"
 
-    def __init__(
-        self,
-        conninfo: str,
-        channel: str,
-        wakeups: Sequence[Wakeup],
-        *,
-        reconnect_delay: float = 0.5,
-        health: StepHealth | None = None,
-    ) -> None:
-        self._conninfo = conninfo
-        self._health = health
-        self._channel = channel
-        self._wakeups = tuple(wakeups)
-        self._reconnect_delay = reconnect_delay
-        self.connections = 0  # how often it (re)connected: tests and metrics read it
-        self.backend_pid: int | None = None
-        super().__init__("listen")
 
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            pause = self._reconnect_delay
-            try:
-                self._listen()
-            except psycopg.Error as error:
-                outage = None if self._health is None else self._health.failed(error)
-                if outage is None:
-                    log.warning("log.listen_lost", channel=self._channel, error=str(error))
-                pause = max(pause, outage or 0.0)
-            # Whatever was missed while disconnected, the poll or this wake-up catches.
-            self._wake()
-            self._stopping.wait(pause)
+class Listener(Protocol):
+    """A thread that wakes followers when a store's channel says something committed."""
 
-    def _listen(self) -> None:
-        with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self._channel)))
-            self.connections += 1
-            if self._health is not None:
-                self._health.succeeded()
-            self.backend_pid = conn.info.backend_pid
-            log.info("log.listening", channel=self._channel, pid=self.backend_pid)
-            self._wake()
-            while not self._stopping.is_set():
-                for _ in conn.notifies(timeout=0.5, stop_after=1):
-                    self._wake()
+    # How often it (re)connected: tests and benchmarks read it.
+    connections: int
 
-    def _wake(self) -> None:
-        for wakeup in self._wakeups:
-            wakeup.set()
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Listen(Protocol):
+    """How a role listens on a channel of its store (a store that has channels names
+    one, in the composition root): a ``Listener`` that wakes ``wakeups``."""
+
+    def __call__(
+        self, channel: str, wakeups: Sequence[Wakeup], *, health: StepHealth | None = None
+    ) -> Listener: ...
 
 
 class Follower(Background):

@@ -277,7 +277,7 @@ def relaying(container: Container) -> Iterator[None]:
     """The outbox relay of a scheduler, running while the block runs."""
     relay = relay_part(
         build_services(container).outbox,
-        container.settings.database_url if container.settings.uses_postgres else None,
+        container.listen(),
         container.health.watch(POSTGRESQL),
     )
     if relay is None:

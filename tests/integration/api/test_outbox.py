@@ -92,7 +92,8 @@ def test_a_committed_enqueue_runs_once(
     """If the application commits an enqueue, then the running relay (woken by the
     commit) turns it into a run that completes with its result; the same key committed
     again, as after a relay that died before deleting its row, is not a second run."""
-    relay = relay_part(outbox, module_postgres_url, served.container.health.watch(POSTGRESQL))
+    container = served.container
+    relay = relay_part(outbox, container.listen(), container.health.watch(POSTGRESQL))
     assert relay is not None
     relay.start()
     key = f"order-{uuid.uuid4().hex[:8]}"
