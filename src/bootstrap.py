@@ -19,6 +19,7 @@ from uuid import UUID
 from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.memory.signal import MemoryWorkSignal
 from jobledger.adapters.postgres.checkpoint import PostgresCheckpoint
 from jobledger.adapters.postgres.listener import PostgresListener
 from jobledger.adapters.postgres.outbox import PostgresOutbox
@@ -31,6 +32,7 @@ from jobledger.adapters.redis.keys import Keys
 from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership, current_leader
 from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
+from jobledger.adapters.redis.signal import RedisWorkSignal
 from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
 from jobledger.adapters.sql.epochs import StoredEpochs
@@ -72,6 +74,7 @@ from jobledger.projections.quarantine import (
 from jobledger.projections.queue.backend import QueueBackend, QueueState
 from jobledger.projections.queue.checkpoint import Checkpoint, open_counts
 from jobledger.projections.queue.projection import QueueProjection
+from jobledger.projections.queue.signal import WorkSignal
 from jobledger.projections.read_models.follower import REPLAY_PAGE, ReadModels
 from jobledger.projections.read_models.job_index import JobIndex
 from jobledger.runtime import dev, roles
@@ -147,6 +150,8 @@ class Container:
     database: Database
     presence: Presence
     health: DependencyHealth
+    # Says when runs became ready, so idle workers lease at once.
+    signal: WorkSignal
     _redis: RedisClient | None = None
     _local_breakers: Breakers | None = None
     _handlers: HandlerRegistry | None = None
@@ -266,6 +271,7 @@ class Container:
             presence=self.presence,
             metrics=self.metrics,
             health=self.health,
+            signal=self.signal,
             now=now,
         )
 
@@ -480,6 +486,7 @@ class Container:
             open_database=functools.partial(projection_database, self.settings),
             quarantine_table=SqlQuarantineTable,
             listen=self.listen(),
+            signal=self.signal,
             metrics=self.metrics,
             health=self.health,
         )
@@ -539,11 +546,14 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
         else None
     )
     queue: QueueBackend
+    signal: WorkSignal
     if client is not None:
         queue = RedisQueue(client, prefix=settings.redis_prefix)
+        signal = RedisWorkSignal(client, Keys(settings.redis_prefix))
     else:
         # Embedded mode: the queue lives in this process and is rebuilt from the log.
         queue = MemoryQueue()
+        signal = MemoryWorkSignal()
     database = projection_database(settings)
     return Container(
         settings=settings,
@@ -562,6 +572,7 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
             else MemoryPresence()
         ),
         health=health,
+        signal=signal,
         _redis=client,
     )
 

@@ -36,6 +36,7 @@ from jobledger.projections.queue.backend import QueueBackend
 from jobledger.projections.queue.checkpoint import Checkpoint
 from jobledger.projections.queue.gauges import observe_queue
 from jobledger.projections.queue.projection import CheckpointProjection, QueueProjection
+from jobledger.projections.queue.signal import WorkSignal
 from jobledger.projections.read_models.follower import ReadModels
 
 log = structlog.get_logger(__name__)
@@ -232,6 +233,7 @@ def build_projector(
     open_database: Callable[[], Database],
     quarantine_table: Callable[[Database], QuarantineTable],
     listen: Listen | None = None,
+    signal: WorkSignal | None = None,
     metrics: Metrics | None = None,
     health: DependencyHealth | None = None,
 ) -> Projector:
@@ -257,6 +259,7 @@ def build_projector(
         page_size=page,
         quarantine=quarantine,
         counted=counted,
+        signal=signal,
     )
     checkpoint_projection = CheckpointProjection(
         ledger, checkpoint, page_size=page, isolation=isolation(CHECKPOINT_FOLLOWER)

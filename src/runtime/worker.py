@@ -46,6 +46,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import Held
 from jobledger.projections.log.streams import load_many
 from jobledger.projections.queue.backend import Lease, QueueBackend, Throttle, decode_spec
+from jobledger.projections.queue.signal import Listening, WorkSignal
 from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
@@ -126,9 +127,14 @@ class Worker:
     presence: Presence | None = None
     metrics: Metrics = field(default_factory=Metrics)
     health: DependencyHealth = field(default_factory=lambda: DependencyHealth("worker"))
+    # Rung when runs become ready on this worker's queues: an idle worker leases at once
+    # instead of at its next poll.
+    signal: WorkSignal | None = None
     # Set when a slot frees, so a full worker leases again at once instead of after a
     # poll interval (which would cap throughput at slots / idle_poll).
     _slot_freed: asyncio.Event = field(default_factory=asyncio.Event)
+    # Set by the signal's thread when runs became ready (``signal``).
+    _work_ready: asyncio.Event = field(default_factory=asyncio.Event)
     # Runs whose handler has returned and whose outcome is submitted but not yet saved:
     # their slots are free already, so the next lease round's save carries their
     # outcomes with the new leases (one commit), and no slot waits for the writer's
@@ -170,6 +176,7 @@ class Worker:
         self._saves = FutureBridge(asyncio.get_running_loop())
         heartbeat = _Heartbeat(self)
         heartbeat.start()
+        listening = self._listen(asyncio.get_running_loop())
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
         with contextlib.suppress(*OUTAGE_ERRORS):
             await asyncio.to_thread(self.report_presence)
@@ -177,6 +184,7 @@ class Worker:
         try:
             while not stop.is_set():
                 self._slot_freed.clear()
+                self._work_ready.clear()
                 try:
                     if await self._fill_slots():
                         continue
@@ -186,9 +194,11 @@ class Worker:
                 if self._busy() >= self.config.slots:
                     await _wait(stop, self.config.idle_poll, also=self._slot_freed)
                 else:
-                    await _wait(stop, self.config.idle_poll)
+                    await _wait(stop, self.config.idle_poll, also=self._work_ready)
             await self._shut_down()
         finally:
+            if listening is not None:
+                await asyncio.to_thread(listening.close)
             heartbeat.stop()
             # Threads still blocked in handler code were handed back already.
             self._handler_threads.shutdown(wait=False, cancel_futures=True)
@@ -196,6 +206,17 @@ class Worker:
                 self._reads.close()
             await asyncio.to_thread(self._leave)
             log.info("worker.stopped", worker_id=self.worker_id, **vars(self.stats))
+
+    def _listen(self, loop: asyncio.AbstractEventLoop) -> Listening | None:
+        """Listen for runs becoming ready on this worker's queues, if it has a signal."""
+        if self.signal is None:
+            return None
+        ready = self._work_ready
+
+        def woken() -> None:
+            loop.call_soon_threadsafe(ready.set)
+
+        return self.signal.listen(self.config.queues, woken)
 
     def _outage_pause(self, error: BaseException) -> float:
         """The pause before trying again after ``error``, if it means a store is down;

@@ -779,3 +779,26 @@ def test_a_run_not_started_by_its_expires_at_is_discarded_unrun(embedded: InProc
         assert counted(worker, "tests.decides", "expired") == 1
 
     asyncio.run(scenario())
+
+
+def test_an_idle_worker_is_woken_by_new_work_not_by_its_poll(embedded: InProcess) -> None:
+    """If a run becomes ready while a worker idles, then the queue projection's ring
+    wakes the worker, which leases the run at once, long before its next poll."""
+    signal = embedded.container.signal
+    embedded.projection.signal = signal
+    worker = embedded.worker(idle_poll=60.0)
+    worker.signal = signal
+
+    async def scenario() -> None:
+        async with embedded.running(worker):
+            await asyncio.sleep(0.2)  # the worker looked, found nothing, and waits
+            began = time.monotonic()
+            execution = embedded.run("test.echo", n=1)  # projected: the ring
+            await embedded.until(
+                lambda: embedded.status(execution.id) is ExecutionStatus.COMPLETED,
+                within=5,
+                follow=False,
+            )
+            assert time.monotonic() - began < 5
+
+    asyncio.run(scenario())

@@ -77,6 +77,9 @@ expires when the budget is whole again: its TAT in microseconds) and
 ``jl:{budgets}:holds:<name>`` (zset: open long-poll tickets by deadline in ms). A name
 is ``<kind>:<who>``, e.g. ``req:c:<credential digest>`` or ``req:a:<address>``.
 
+The queue projection publishes on the channel ``jl:ready`` (pub/sub, not a key) the
+names of the queues where runs became ready (one line each); idle workers subscribe.
+
 Scores are integer milliseconds since the Unix epoch (``jobledger.projections.times``);
 the memory backend uses the same scores, and the same ``check_change``, so that both
 backends order, time and refuse entries identically.
@@ -243,6 +246,10 @@ class Keys:
     def budget_holds(self, name: str) -> str:
         """A caller's open holds (long-polls): ticket -> deadline in ms."""
         return f"{self.prefix}:{{budgets}}:holds:{name}"
+
+    def work_ready(self) -> str:
+        """The channel that says on which queues runs became ready (``WorkSignal``)."""
+        return f"{self.prefix}:ready"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(f"{self.prefix}:{{q:{queue}}}")

@@ -35,6 +35,7 @@ from jobledger.projections.quarantine import (
 from jobledger.projections.queue.backend import (
     NamedLimit,
     QueueBackend,
+    QueueChange,
     QueueItem,
     QueueMeta,
     QueuePause,
@@ -50,6 +51,7 @@ from jobledger.projections.queue.fold import (
     restored,
 )
 from jobledger.projections.queue.prefetch import prefetched
+from jobledger.projections.queue.signal import WorkSignal, ready_queues
 from jobledger.projections.times import to_ms
 
 log = structlog.get_logger(__name__)
@@ -138,9 +140,11 @@ class QueueProjection:
         quarantine: Quarantine | None = None,
         counted: Callable[[str], None] | None = None,
         clock: Clock = utc_now,
+        signal: WorkSignal | None = None,
     ) -> None:
         self.reader = LogReader(ledger, page_size, views=QUEUE_VIEWS)
         self.backend = backend
+        self.signal = signal
         self._clock = clock
         self.store_id = store_id
         self.checkpoint = checkpoint
@@ -211,7 +215,21 @@ class QueueProjection:
             # The fold may have moved past what was applied: ask the log again.
             self.fold.forget()
             raise
+        self._ring(changes)
         return True
+
+    def _ring(self, changes: Sequence[QueueChange]) -> None:
+        """Wake the workers of the queues where runs became ready. A failed ring loses
+        nothing (the workers' poll finds the runs): the page stays applied."""
+        if self.signal is None:
+            return
+        queues = ready_queues(changes, self._clock())
+        if not queues:
+            return
+        try:
+            self.signal.ring(queues)
+        except Exception as error:  # noqa: BLE001 (any failure: a ring is only a shortcut)
+            log.warning("queue.ring_failed", queues=len(queues), error=str(error))
 
     def apply_one(self, row: LogRow) -> None:
         """Apply one event to the queue without moving the position (a retry of a
