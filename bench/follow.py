@@ -40,9 +40,10 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from bench import _support as support
+from jobledger.adapters.postgres.database import _QmarkCursor
 
 # The benchmark must run the production fold and cursor, not a copy of them.
-from jobledger.adapters.postgres.database import _QmarkCursor
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.adapters.store import migrate, open_ledger, persistence_env, projection_database
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
@@ -336,7 +337,9 @@ def follow_steps(ledger: Ledger, database: Database, page: int, stop: int) -> Me
     """``ReadModels.step`` until the position reaches ``stop`` (every event is of its
     topics, so a page of one moves it by one)."""
     isolation = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
-    models = ReadModels(ledger, database, page_size=page, isolation=isolation)
+    models = ReadModels(
+        ledger, database, positions=SqlPositions(database), page_size=page, isolation=isolation
+    )
     progress = support.Progress(f"ReadModels.step page={page}", stop)
     begun = last = time.perf_counter()
     pages = 0
@@ -353,7 +356,9 @@ def follow_steps(ledger: Ledger, database: Database, page: int, stop: int) -> Me
 
 def follow_rebuild(ledger: Ledger, database: Database) -> Measured:
     isolation = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
-    models = ReadModels(ledger, database, page_size=STEP_PAGE, isolation=isolation)
+    models = ReadModels(
+        ledger, database, positions=SqlPositions(database), page_size=STEP_PAGE, isolation=isolation
+    )
     head = ledger.recorder.max_notification_id() or 0
     begun = time.perf_counter()
     events = models.rebuild(support.Progress("ReadModels.rebuild", head))

@@ -37,6 +37,7 @@ from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
 from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.sql.job_schedule import SqlJobSchedule
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.adapters.store import (
     archive_lock,
@@ -226,7 +227,11 @@ class Container:
     def releaser(self, leadership: Leadership) -> Releaser:
         """What follows a run's end, carried out while ``leadership`` leads."""
         return Releaser(
-            self.ledger, self.database, leadership, isolation=self.isolation(RELEASES_FOLLOWER)
+            self.ledger,
+            self.database,
+            leadership,
+            positions=SqlPositions(self.database),
+            isolation=self.isolation(RELEASES_FOLLOWER),
         )
 
     def release_loop(self, leadership: Leadership, *, poll: float) -> ReleaseLoop:
@@ -386,6 +391,7 @@ class Container:
         return ReadModels(
             self.ledger,
             self.database,
+            positions=SqlPositions(self.database),
             page_size=settings.projection_page_size,
             isolation=self.isolation(READ_MODELS_FOLLOWER),
             parts=parts,
@@ -466,7 +472,7 @@ class Container:
             return None if meta is None else meta.position
 
         tables = event_tables(self.settings, self.ledger)
-        store = ArchiveStore(self.ledger, self.database, tables)
+        store = ArchiveStore(self.ledger, self.database, tables, SqlPositions(self.database))
         lock = functools.partial(archive_lock, self.settings)
         return Archives(self.ledger, store, self.settings, queue_position, lock)
 
@@ -485,6 +491,7 @@ class Container:
             self.store_id,
             open_database=functools.partial(projection_database, self.settings),
             quarantine_table=SqlQuarantineTable,
+            positions_table=SqlPositions,
             listen=self.listen(),
             signal=self.signal,
             metrics=self.metrics,

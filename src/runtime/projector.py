@@ -15,6 +15,7 @@ from jobledger.infra.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, Database
+from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import (
     LOG_CHANNEL,
     Follower,
@@ -232,6 +233,7 @@ def build_projector(
     *,
     open_database: Callable[[], Database],
     quarantine_table: Callable[[Database], QuarantineTable],
+    positions_table: Callable[[Database], Positions],
     listen: Listen | None = None,
     signal: WorkSignal | None = None,
     metrics: Metrics | None = None,
@@ -265,7 +267,11 @@ def build_projector(
         ledger, checkpoint, page_size=page, isolation=isolation(CHECKPOINT_FOLLOWER)
     )
     read_models = ReadModels(
-        ledger, database, page_size=page, isolation=isolation(READ_MODELS_FOLLOWER)
+        ledger,
+        database,
+        positions=positions_table(database),
+        page_size=page,
+        isolation=isolation(READ_MODELS_FOLLOWER),
     )
     wakeups = [Wakeup(), Wakeup(), Wakeup()]
     health = health or DependencyHealth("projector")

@@ -43,7 +43,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Database
 from jobledger.projections.errors import ContendedError
-from jobledger.projections.log.positions import Position
+from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import (
     LOG_CHANNEL,
     Follower,
@@ -185,6 +185,7 @@ class Releaser:
         database: Database,
         leadership: Leadership,
         *,
+        positions: Positions,
         page_size: int = 500,
         now: Clock = utc_now,
         isolation: Isolation | None = None,
@@ -196,7 +197,7 @@ class Releaser:
         self._isolation = isolation or Isolation(RELEASES_FOLLOWER, hold=False)
         self._reader = LogReader(ledger, page_size, topics=TOPICS)
         self._database = database
-        self._position = Position(database, position)
+        self._position = positions.of(position)
         self._cursor: int | None = None
         self._now = now
 

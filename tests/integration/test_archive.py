@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import actor
 from tests.integration.raw_events import write_undecodable
 
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.store import archive_lock, event_tables
 from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.clock import utc_now
@@ -316,7 +317,9 @@ def test_a_changed_log_rolls_the_removal_back(
     runs.make(completed=1, cancelled=0, pending=0, leased=0, dead=0)
     catch_up(projector)
     tables = event_tables(container.settings, container.ledger)
-    store = ArchiveStore(container.ledger, container.database, tables)
+    store = ArchiveStore(
+        container.ledger, container.database, tables, SqlPositions(container.database)
+    )
     original = ArchiveStore.closed
 
     def tampered(self: ArchiveStore, rows: Any, mark: int) -> list[ClosedStream]:

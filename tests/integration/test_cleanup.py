@@ -10,6 +10,7 @@ import pytest
 from eventsourcing.domain import CanCreateTimestamp
 
 from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.store import projection_database
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
@@ -129,7 +130,7 @@ def test_cleanup_prunes_old_finished_executions_from_the_read_models(
     kept = [run(ledger, monkeypatch, at=old, end=end) for end in ("dead", "pending")]
     kept.append(run(ledger, monkeypatch, at=NOW, end="completed"))
     kept.append(run(ledger, monkeypatch, at=older, ended=NOW, end="completed"))
-    ReadModels(ledger, database).rebuild()
+    ReadModels(ledger, database, positions=SqlPositions(database)).rebuild()
     events = ledger.recorder.max_notification_id()
     handler = make_cleanup_handler(MemoryQueue(), database)
     assert call(handler, context(retention_hours=24))["executions_pruned"] == 3

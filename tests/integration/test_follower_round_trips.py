@@ -16,11 +16,11 @@ from tests.integration.pool_stats import pool_requests
 
 from jobledger.adapters.postgres import database as database_module
 from jobledger.adapters.postgres.database import PostgresDatabase
+from jobledger.adapters.sql.positions import SqlPosition, SqlPositions
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.log.positions import Position
 from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
 from jobledger.projections.read_models.follower import ReadModels
@@ -138,7 +138,7 @@ def test_a_step_after_a_short_page_lets_events_gather(
     """If the read models' page is full, then the step says more may be waiting; if it
     is short of full (the head was reached), then it says no, and the follower waits
     for a wake-up before the next page. Every event is folded either way."""
-    models = ReadModels(ledger, database, page_size=4)
+    models = ReadModels(ledger, database, positions=SqlPositions(database), page_size=4)
     enqueue(ledger, 6)
     assert models.step() is True
     assert models.position() == 4
@@ -156,13 +156,15 @@ def test_a_position_moved_by_another_process_is_read_again(
     """If another process moves the read models' position after this follower's last
     page, then the follower's next page is refused by its claim, read again from the
     moved position, and nothing is folded twice or skipped."""
-    models = ReadModels(ledger, database, page_size=100)
+    models = ReadModels(ledger, database, positions=SqlPositions(database), page_size=100)
     enqueue(ledger, 3)
     models.step()
     other_database = PostgresDatabase(postgres_url, max_size=1)
     try:
         enqueue(ledger, 2)
-        ReadModels(ledger, other_database, page_size=100).step()
+        ReadModels(
+            ledger, other_database, positions=SqlPositions(other_database), page_size=100
+        ).step()
     finally:
         other_database.close()
     enqueue(ledger, 2)
@@ -186,20 +188,20 @@ def test_a_claim_waits_for_the_holder_and_answers_its_position(
 
     def claim_from_zero() -> None:
         with other_database.transaction() as cursor:
-            answers.append(Position(other_database, name).claim(cursor, 0))
+            answers.append(SqlPosition(other_database, name).claim(cursor, 0))
 
     try:
         with database.transaction() as cursor:
-            assert Position(database, name).claim(cursor, 0)
+            assert SqlPosition(database, name).claim(cursor, 0)
             waiter = threading.Thread(target=claim_from_zero)
             waiter.start()
             waiter.join(timeout=0.5)
             assert waiter.is_alive()  # waits for the lock
-            Position(database, name).write(cursor, 5)
+            SqlPosition(database, name).write(cursor, 5)
         waiter.join(timeout=10)
         assert answers == [False]
         with other_database.transaction() as cursor:
-            assert Position(other_database, name).claim(cursor, 5)
+            assert SqlPosition(other_database, name).claim(cursor, 5)
     finally:
         other_database.close()
 

@@ -15,6 +15,7 @@ from tests.integration.api.test_quarantine import enqueue as enqueue_payload
 from tests.integration.raw_events import write_undecodable
 from tests.integration.test_queue_projection import NOW, wait_until
 
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.bootstrap import Container, bootstrap, build_services, web_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -152,6 +153,7 @@ def test_a_rebuild_in_shares_quarantines_each_undecodable_event_once(
         models = ReadModels(
             ledger,
             container.database,
+            positions=SqlPositions(container.database),
             isolation=container.isolation(READ_MODELS_FOLLOWER),
             parts=parts,
         )

@@ -18,6 +18,7 @@ from tests.conftest import actor
 from tests.integration.conftest import Harness, harness_settings
 from tests.integration.test_scheduler import ForcedLeadership
 
+from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.bootstrap import bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
@@ -202,7 +203,11 @@ def _replay_releases(harness: Harness) -> None:
     # A position of its own, from 0: the scheduler's releases, still running, keep
     # moving theirs (and would move a shared one back past the replay's start).
     releaser = Releaser(
-        container.ledger, container.database, ForcedLeadership(epoch=99), position="replay"
+        container.ledger,
+        container.database,
+        ForcedLeadership(epoch=99),
+        positions=SqlPositions(container.database),
+        position="replay",
     )
     # The scheduler's own releases (and fires) may still add events: count only ours.
     before = releaser.stats.fired + releaser.stats.skipped + releaser.stats.steps

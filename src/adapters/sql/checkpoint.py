@@ -11,6 +11,8 @@ from uuid import UUID
 
 import msgspec
 
+from jobledger.adapters.sql import positions
+from jobledger.adapters.sql.positions import SqlPosition
 from jobledger.projections.database import (
     Cursor,
     Database,
@@ -19,8 +21,6 @@ from jobledger.projections.database import (
     recordset,
     upsert,
 )
-from jobledger.projections.log import positions
-from jobledger.projections.log.positions import Position
 from jobledger.projections.queue.backend import (
     NamedLimit,
     QueueChange,
@@ -83,7 +83,7 @@ class SqlCheckpoint:
     def __init__(self, database: Database, name: str = CHECKPOINT) -> None:
         self._database = database
         self.name = name
-        self._position = Position(database, name)
+        self._position = SqlPosition(database, name)
 
     def position(self) -> int:
         return self._position.get()

@@ -5,8 +5,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from uuid import UUID
 
+from jobledger.adapters.sql.positions import SqlPosition
 from jobledger.projections.database import Database, upsert
-from jobledger.projections.log.positions import Position
 from jobledger.projections.read_models.job_index import POSITION, NextFire
 from jobledger.projections.times import from_ms, to_ms
 
@@ -27,7 +27,7 @@ class SqlJobSchedule:
 
     def __init__(self, database: Database) -> None:
         self._database = database
-        self._position = Position(database, POSITION)
+        self._position = SqlPosition(database, POSITION)
 
     def position(self) -> int:
         return self._position.get()

@@ -20,6 +20,7 @@ from jobledger.persistence.archive_files import ArchivedEvent, events_digest
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.read_models.tables import forget_executions
 from jobledger.projections.times import to_ms
@@ -106,16 +107,19 @@ class EventTables(Protocol):
 class ArchiveStore:
     """Reads and removes closed executions' streams in the event store's database."""
 
-    def __init__(self, ledger: Ledger, database: Database, tables: EventTables) -> None:
+    def __init__(
+        self, ledger: Ledger, database: Database, tables: EventTables, positions: Positions
+    ) -> None:
         self._ledger = ledger
         self._database = database
+        self._positions = positions
         self._reader = LogReader(ledger, topics=FIRST_TOPICS)
         self._tables = tables
 
     def low_water_mark(self, queue_position: int | None) -> Mark:
         """The lowest follower position; ``queue_position``: the queue's, if known."""
         with self._database.transaction(snapshot=True) as cursor:
-            mark = _lowest_position(cursor)
+            mark = self._lowest(cursor)
         if queue_position is not None and queue_position < mark.position:
             return Mark(queue_position, "queue-projection")
         return mark
@@ -165,8 +169,8 @@ class ArchiveStore:
         the rows removed are not exactly the archived ones, or a follower fell below."""
         last = max(e.position for s in removal.streams for e in s.events)
         with self._database.transaction() as cursor:
-            _lock(cursor, self._tables)
-            mark = _lowest_position(cursor)
+            self._lock(cursor)
+            mark = self._lowest(cursor)
             if mark.position < last:
                 msg = f"the {mark.follower} follower moved back to {mark.position}, below {last}"
                 raise ArchiveStoreError(msg)
@@ -183,7 +187,7 @@ class ArchiveStore:
         those positions: their rows come back with a rebuild."""
         try:
             with self._database.transaction() as cursor:
-                _lock(cursor, self._tables)
+                self._lock(cursor)
                 self._tables.insert(cursor, record)
                 self._tables.insert_at(cursor, events)
                 # The archive's row stays: its files are no orphans (HistoryRestored says
@@ -208,6 +212,15 @@ class ArchiveStore:
                 cursor.execute_in(_ARCHIVED_IDS, chunk)
                 found.update(UUID(str(row[0])) for row in cursor.fetchmany(len(chunk)))
         return found
+
+    def _lock(self, cursor: Cursor) -> None:
+        """Take the position rows, then the events table as every save does."""
+        self._positions.lock_all(cursor)
+        self._tables.lock(cursor)
+
+    def _lowest(self, cursor: Cursor) -> Mark:
+        lowest = self._positions.lowest(cursor)
+        return Mark(0, "(none yet)") if lowest is None else Mark(lowest[1], lowest[0])
 
     def recorded(self) -> set[str]:
         """The names of every archive whose removal committed."""
@@ -238,12 +251,6 @@ def _forget(cursor: Cursor, removal: Removal) -> None:
     cursor.executemany(_INSERT_ARCHIVED, [(i, removal.name) for i in ids])
 
 
-def _lowest_position(cursor: Cursor) -> Mark:
-    cursor.execute(_LOWEST)
-    row = cursor.fetchone()
-    return Mark(0, "(none yet)") if row is None else Mark(int(row[1]), str(row[0]))
-
-
 def _open_ids(cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
     found: set[UUID] = set()
     for chunk in chunked([str(i) for i in ids], _IDS):
@@ -262,15 +269,6 @@ def _row(event: ArchivedEvent) -> LogRow:
     )
 
 
-def _lock(cursor: Cursor, tables: EventTables) -> None:
-    """Take the position rows, then the events table as every save does."""
-    cursor.execute(_LOCK_POSITIONS)
-    tables.lock(cursor)
-
-
-_LOWEST = "SELECT name, position FROM jobledger_positions ORDER BY position, name LIMIT 1"
-# A no-op write on every row: a follower's page, or a rebuild's reset, waits for it.
-_LOCK_POSITIONS = "UPDATE jobledger_positions SET position = position"
 _OPEN = "SELECT execution_id FROM jobledger_open_executions WHERE execution_id IN"
 _ARCHIVED_IDS = "SELECT execution_id FROM jobledger_archived_executions WHERE execution_id IN"
 _ARCHIVE_OF = (

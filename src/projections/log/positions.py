@@ -1,56 +1,56 @@
-"""Where each SQL follower is in the log: one row per follower in jobledger_positions,
-moved in the same transaction as the rows it applied."""
+"""Where each follower is in the log (the ``Position`` and ``Positions`` ports): a
+position is moved in the same transaction as the rows its follower applied, so a page
+and the follower's move past it commit together or not at all."""
 
-from jobledger.projections.database import Cursor, Database
+from typing import Protocol
 
-READ = "SELECT position FROM jobledger_positions WHERE name = ?"
-_WRITE = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, ?) "
-    "ON CONFLICT (name) DO UPDATE SET position = excluded.position"
-)
-# A no-op write of the row, made first if missing: it takes the row's lock, so
-# concurrent appliers of a page queue up here, and answers where the follower stands
-# once the lock is held (one statement where a lock and a read took three).
-_LOCK = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, 0) "
-    "ON CONFLICT (name) DO UPDATE SET position = jobledger_positions.position "
-    "RETURNING position"
-)
+from jobledger.projections.database import Cursor
 
 
-class Position:
-    """The position of the follower called ``name`` (0 before its first page)."""
-
-    def __init__(self, database: Database, name: str) -> None:
-        self._database = database
-        self.name = name
+class Position(Protocol):
+    """The position of one follower (0 before its first page)."""
 
     def get(self) -> int:
-        with self._database.transaction(snapshot=True) as cursor:
-            return self.read(cursor)
+        """The position, read in a transaction of its own."""
+        ...
 
     def read(self, cursor: Cursor) -> int:
-        cursor.execute(READ, (self.name,))
-        return fetched(cursor)
+        """The position, read in the transaction of ``cursor``."""
+        ...
 
     def write(self, cursor: Cursor, position: int) -> None:
-        cursor.execute(_WRITE, (self.name, position))
+        """Move the follower to ``position`` (made if missing) with what ``cursor``
+        writes."""
+        ...
 
     def lock(self, cursor: Cursor) -> None:
-        """Hold the row until the transaction ends: appliers of the same follower in
-        other processes wait here."""
-        self._locked(cursor)
+        """Hold the position until the transaction ends: appliers of the same follower
+        in other processes wait here."""
+        ...
 
     def claim(self, cursor: Cursor, start: int) -> bool:
         """Lock the position; True if it is still ``start`` (nobody applied the page)."""
-        return self._locked(cursor) == start
+        ...
 
-    def _locked(self, cursor: Cursor) -> int:
-        cursor.execute(_LOCK, (self.name,))
-        return fetched(cursor)
+    def remove(self, cursor: Cursor) -> None:
+        """Forget the follower: it no longer holds the low-water mark back."""
+        ...
 
 
-def fetched(cursor: Cursor) -> int:
-    """The position a ``READ`` just selected (0 if the follower has none yet)."""
-    row = cursor.fetchone()
-    return 0 if row is None else int(row[0])
+class Positions(Protocol):
+    """Every follower's position, and what concerns them all (the archive's
+    low-water mark)."""
+
+    def of(self, name: str) -> Position:
+        """The position of the follower called ``name``."""
+        ...
+
+    def lock_all(self, cursor: Cursor) -> None:
+        """Hold every position until the transaction ends: a follower's page waits for
+        it, and it waits for the pages under way."""
+        ...
+
+    def lowest(self, cursor: Cursor) -> tuple[str, int] | None:
+        """(name, position) of the follower furthest behind (by name among equals);
+        None while there is none."""
+        ...

@@ -20,7 +20,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Database
-from jobledger.projections.log.positions import Position
+from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import (
     READ_MODELS_FOLLOWER,
@@ -56,13 +56,15 @@ class ReadModels:
         ledger: Ledger,
         database: Database,
         *,
+        positions: Positions,
         page_size: int = 2000,
         isolation: Isolation | None = None,
         parts: PartRunner | None = None,
     ) -> None:
         self._database = database
         self._parts = parts
-        self._position = Position(database, POSITION)
+        self._positions = positions
+        self._position = positions.of(POSITION)
         self._committed: int | None = None
         self._reader = LogReader(ledger, page_size, topics=TOPICS, views=FOLD_VIEWS)
         self._replay_reader = LogReader(
@@ -107,7 +109,12 @@ class ReadModels:
         head = self._replay_reader.head()
         try:
             applied = ShadowRebuild(
-                self._database, self._position, self._replay_reader, isolation, self._parts
+                self._database,
+                self._position,
+                self._positions,
+                self._replay_reader,
+                isolation,
+                parts=self._parts,
             ).run(report)
         except Exception as error:
             if is_outage(error):

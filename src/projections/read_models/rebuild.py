@@ -34,7 +34,7 @@ from collections.abc import Callable
 import structlog
 
 from jobledger.projections.database import Database
-from jobledger.projections.log.positions import Position
+from jobledger.projections.log.positions import Position, Positions
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Isolation
 from jobledger.projections.read_models.job_index import JOB_TOPICS
@@ -48,13 +48,6 @@ log = structlog.get_logger(__name__)
 MARK = "read-models-rebuild"
 Progress = Callable[[int, int], None]  # (done, total)
 
-_LOCK_POSITIONS = "UPDATE jobledger_positions SET position = position"
-_SET_MARK = (
-    "INSERT INTO jobledger_positions (name, position) VALUES (?, 0) "
-    "ON CONFLICT (name) DO UPDATE SET position = 0"
-)
-_DROP_MARK = "DELETE FROM jobledger_positions WHERE name = ?"
-
 
 class ShadowRebuild:
     """Folds the log into new tables and swaps them in (see the module's notes); with
@@ -65,12 +58,16 @@ class ShadowRebuild:
         self,
         database: Database,
         position: Position,
+        positions: Positions,
         reader: LogReader,
         isolation: Isolation,
+        *,
         parts: PartRunner | None = None,
     ) -> None:
         self._database = database
+        self._positions = positions
         self._position = position
+        self._mark = positions.of(MARK)
         self._reader = reader
         self._isolation = isolation
         self._parts = parts
@@ -140,8 +137,8 @@ class ShadowRebuild:
         with self._database.transaction() as cursor:
             # Waits for an archive's removal under way: the replay then reads the log
             # without what it removed, and the next removal sees the mark.
-            cursor.execute(_LOCK_POSITIONS)
-            cursor.execute(_SET_MARK, (MARK,))
+            self._positions.lock_all(cursor)
+            self._mark.write(cursor, 0)
             for table in TABLES:
                 cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
                 cursor.create_shadow(table, shadow(table))
@@ -152,7 +149,7 @@ class ShadowRebuild:
             for table in TABLES:
                 cursor.swap_shadow(table, shadow(table))
             self._position.write(cursor, reached)
-            cursor.execute(_DROP_MARK, (MARK,))
+            self._mark.remove(cursor)
 
     def _abandon(self) -> None:
         """Drop what a failed rebuild made (best effort: the next one drops it too)."""
@@ -160,6 +157,6 @@ class ShadowRebuild:
             with self._database.transaction() as cursor:
                 for table in TABLES:
                     cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
-                cursor.execute(_DROP_MARK, (MARK,))
+                self._mark.remove(cursor)
         except Exception as error:  # noqa: BLE001 (the rebuild's own error is the one to raise)
             log.warning("read_models.rebuild_not_cleaned_up", error=str(error))
