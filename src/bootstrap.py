@@ -34,6 +34,7 @@ from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
 from jobledger.adapters.redis.signal import RedisWorkSignal
 from jobledger.adapters.sql.accounts import SqlAccountStore
+from jobledger.adapters.sql.archives import SqlArchiveBooks
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
 from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.sql.job_schedule import SqlJobSchedule
@@ -472,7 +473,13 @@ class Container:
             return None if meta is None else meta.position
 
         tables = event_tables(self.settings, self.ledger)
-        store = ArchiveStore(self.ledger, self.database, tables, SqlPositions(self.database))
+        store = ArchiveStore(
+            self.ledger,
+            self.database,
+            tables,
+            positions=SqlPositions(self.database),
+            books=SqlArchiveBooks(),
+        )
         lock = functools.partial(archive_lock, self.settings)
         return Archives(self.ledger, store, self.settings, queue_position, lock)
 

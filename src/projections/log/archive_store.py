@@ -19,11 +19,10 @@ from eventsourcing.utils import TopicError
 from jobledger.persistence.archive_files import ArchivedEvent, events_digest
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow, RowPage
-from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.database import Cursor, Database
 from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.read_models.tables import forget_executions
-from jobledger.projections.times import to_ms
 
 log = structlog.get_logger(__name__)
 
@@ -39,7 +38,6 @@ CLOSING_TOPICS = frozenset(
         "jobledger:ExecutionSkipped",
     }
 )
-_IDS = 500  # ids per IN (...) list
 _UNDECODABLE = (MapperDeserialisationError, TopicError, ValueError)
 
 
@@ -104,15 +102,53 @@ class EventTables(Protocol):
         """Delete the streams and their snapshots; returns the events deleted, in order."""
 
 
+class ArchiveBooks(Protocol):
+    """What the database keeps of archives: which were recorded, which executions each
+    holds; and which executions are still open (those stay in the log). Each works in
+    the transaction of ``cursor``, beside the removal it records."""
+
+    def still_open(self, cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
+        """Those of ``ids`` whose execution is open."""
+        ...
+
+    def record(self, cursor: Cursor, removal: Removal) -> None:
+        """Record ``removal``'s archive and the executions it holds (a name recorded
+        before fails the transaction)."""
+        ...
+
+    def forget(self, cursor: Cursor, name: str) -> None:
+        """Forget which executions the archive ``name`` holds (it stays recorded)."""
+        ...
+
+    def archive_of(self, cursor: Cursor, execution_id: UUID) -> tuple[str, str] | None:
+        """(name, location) of the archive holding ``execution_id``, if any."""
+        ...
+
+    def archived_ids(self, cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
+        """Those of ``ids`` that an archive holds."""
+        ...
+
+    def names(self, cursor: Cursor) -> set[str]:
+        """The names of every archive recorded."""
+        ...
+
+
 class ArchiveStore:
     """Reads and removes closed executions' streams in the event store's database."""
 
     def __init__(
-        self, ledger: Ledger, database: Database, tables: EventTables, positions: Positions
+        self,
+        ledger: Ledger,
+        database: Database,
+        tables: EventTables,
+        *,
+        positions: Positions,
+        books: ArchiveBooks,
     ) -> None:
         self._ledger = ledger
         self._database = database
         self._positions = positions
+        self._books = books
         self._reader = LogReader(ledger, topics=FIRST_TOPICS)
         self._tables = tables
 
@@ -142,7 +178,7 @@ class ArchiveStore:
         ``mark``, each with every event of its stream."""
         ids = [UUID(str(row[1])) if not isinstance(row[1], UUID) else row[1] for row in rows]
         with self._database.transaction(snapshot=True) as cursor:
-            still_open = _open_ids(cursor, ids)
+            still_open = self._books.still_open(cursor, ids)
             shut = [i for i in ids if i not in still_open]
             streams = self._tables.streams(cursor, shut)
         found = [self._closed(i, streams.get(i, []), mark) for i in shut]
@@ -179,7 +215,8 @@ class ArchiveStore:
             if events_digest(removed) != removal.events_sha256:
                 msg = f"the log's events are not those archived in {removal.name}"
                 raise ArchiveStoreError(msg)
-            _forget(cursor, removal)
+            forget_executions(cursor, [str(s.execution_id) for s in removal.streams])
+            self._books.record(cursor, removal)
 
     def restore(self, name: str, events: Sequence[ArchivedEvent], record: StoredEvent) -> None:
         """Put ``events`` back at their positions, record ``record`` (HistoryRestored)
@@ -192,7 +229,7 @@ class ArchiveStore:
                 self._tables.insert_at(cursor, events)
                 # The archive's row stays: its files are no orphans (HistoryRestored says
                 # its events are back).
-                cursor.execute(_FORGET_ARCHIVED, (name,))
+                self._books.forget(cursor, name)
         except self._tables.clash_errors as error:
             msg = f"{name}: a stream of it is in the log again ({error.__class__.__name__})"
             raise ArchiveStoreError(msg) from None
@@ -200,18 +237,12 @@ class ArchiveStore:
     def archive_of(self, execution_id: UUID) -> tuple[str, str] | None:
         """(name, folder) of the archive holding ``execution_id``, if it was archived."""
         with self._database.transaction(snapshot=True) as cursor:
-            cursor.execute(_ARCHIVE_OF, (str(execution_id),))
-            row = cursor.fetchone()
-        return None if row is None else (str(row[0]), str(row[1]))
+            return self._books.archive_of(cursor, execution_id)
 
     def archived_ids(self, execution_ids: Sequence[UUID]) -> set[UUID]:
         """Those of ``execution_ids`` that were archived."""
-        found: set[UUID] = set()
         with self._database.transaction(snapshot=True) as cursor:
-            for chunk in chunked([str(i) for i in execution_ids], _IDS):
-                cursor.execute_in(_ARCHIVED_IDS, chunk)
-                found.update(UUID(str(row[0])) for row in cursor.fetchmany(len(chunk)))
-        return found
+            return self._books.archived_ids(cursor, execution_ids)
 
     def _lock(self, cursor: Cursor) -> None:
         """Take the position rows, then the events table as every save does."""
@@ -225,38 +256,7 @@ class ArchiveStore:
     def recorded(self) -> set[str]:
         """The names of every archive whose removal committed."""
         with self._database.transaction(snapshot=True) as cursor:
-            return {str(row[0]) for batch in cursor.stream(_NAMES) for row in batch}
-
-
-def _forget(cursor: Cursor, removal: Removal) -> None:
-    ids = [str(s.execution_id) for s in removal.streams]
-    forget_executions(cursor, ids)
-    first = min(e.position for s in removal.streams for e in s.events)
-    last = max(e.position for s in removal.streams for e in s.events)
-    count = sum(len(s.events) for s in removal.streams)
-    cursor.execute(
-        _INSERT_ARCHIVE,
-        (
-            removal.name,
-            removal.location,
-            first,
-            last,
-            len(ids),
-            count,
-            removal.sha256,
-            removal.manifest_sha256,
-            to_ms(removal.archived_at),
-        ),
-    )
-    cursor.executemany(_INSERT_ARCHIVED, [(i, removal.name) for i in ids])
-
-
-def _open_ids(cursor: Cursor, ids: Sequence[UUID]) -> set[UUID]:
-    found: set[UUID] = set()
-    for chunk in chunked([str(i) for i in ids], _IDS):
-        cursor.execute_in(_OPEN, chunk)
-        found.update(UUID(str(row[0])) for row in cursor.fetchmany(len(chunk)))
-    return found
+            return self._books.names(cursor)
 
 
 def _row(event: ArchivedEvent) -> LogRow:
@@ -269,23 +269,9 @@ def _row(event: ArchivedEvent) -> LogRow:
     )
 
 
-_OPEN = "SELECT execution_id FROM jobledger_open_executions WHERE execution_id IN"
-_ARCHIVED_IDS = "SELECT execution_id FROM jobledger_archived_executions WHERE execution_id IN"
-_ARCHIVE_OF = (
-    "SELECT a.name, a.location FROM jobledger_archived_executions e "
-    "JOIN jobledger_archives a ON a.name = e.archive WHERE e.execution_id = ?"
-)
-_NAMES = "SELECT name FROM jobledger_archives"
-_FORGET_ARCHIVED = "DELETE FROM jobledger_archived_executions WHERE archive = ?"
-_INSERT_ARCHIVE = (
-    "INSERT INTO jobledger_archives (name, location, first_position, last_position, "
-    "executions, events, sha256, manifest_sha256, archived_at_ms) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_INSERT_ARCHIVED = "INSERT INTO jobledger_archived_executions (execution_id, archive) VALUES (?, ?)"
-
 __all__ = [
     "CLOSING_TOPICS",
+    "ArchiveBooks",
     "ArchiveStore",
     "ArchiveStoreError",
     "ClosedStream",
