@@ -31,7 +31,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import psycopg
 from eventsourcing.postgres import PostgresApplicationRecorder, PostgresTrackingRecorder
@@ -41,11 +41,12 @@ from psycopg.rows import tuple_row
 
 from bench import _support as support
 from jobledger.adapters.postgres.database import _QmarkCursor
+from jobledger.adapters.sql.quarantine import SqlQuarantineTable
 
 # The benchmark must run the production fold and cursor, not a copy of them.
-from jobledger.adapters.sql.positions import SqlPositions
-from jobledger.adapters.sql.quarantine import SqlQuarantineTable
+from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.adapters.store import migrate, open_ledger, persistence_env, projection_database
+from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.job import Job
 from jobledger.domain.policies import RetryPolicy
@@ -56,8 +57,8 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
-from jobledger.projections.read_models.follower import POSITION, REPLAY_PAGE, TOPICS, ReadModels
-from jobledger.projections.read_models.tables import TABLES, read_fold, write_fold
+from jobledger.projections.read_models.follower import POSITION, REPLAY_PAGE, TOPICS
+from jobledger.projections.read_models.tables import TABLES
 
 if TYPE_CHECKING:
     import argparse
@@ -337,8 +338,11 @@ def follow_steps(ledger: Ledger, database: Database, page: int, stop: int) -> Me
     """``ReadModels.step`` until the position reaches ``stop`` (every event is of its
     topics, so a page of one moves it by one)."""
     isolation = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
-    models = ReadModels(
-        ledger, database, positions=SqlPositions(database), page_size=page, isolation=isolation
+    models = read_models_on(
+        ledger,
+        database,
+        page_size=page,
+        isolation=isolation,
     )
     progress = support.Progress(f"ReadModels.step page={page}", stop)
     begun = last = time.perf_counter()
@@ -356,8 +360,11 @@ def follow_steps(ledger: Ledger, database: Database, page: int, stop: int) -> Me
 
 def follow_rebuild(ledger: Ledger, database: Database) -> Measured:
     isolation = Isolation(READ_MODELS_FOLLOWER, Quarantine(SqlQuarantineTable(database)))
-    models = ReadModels(
-        ledger, database, positions=SqlPositions(database), page_size=STEP_PAGE, isolation=isolation
+    models = read_models_on(
+        ledger,
+        database,
+        page_size=STEP_PAGE,
+        isolation=isolation,
     )
     head = ledger.recorder.max_notification_id() or 0
     begun = time.perf_counter()
@@ -372,14 +379,18 @@ class ReadModelsView(PostgresTrackingRecorder):
     """The read-model tables as the library's materialised view: the production fold of
     some events and the tracking record, in one transaction of the view's datastore."""
 
+    # The fold's reads and writes go through the view's own connection: the tables'
+    # database (used only by a prune) is never opened.
+    tables: ClassVar[SqlReadModelTables] = SqlReadModelTables(cast("Database", None))
+
     def apply(self, events: Sequence[tuple[str, Any]], tracking: Tracking) -> None:
         with self.datastore.get_connection() as conn, conn.transaction():
             with conn.cursor(row_factory=tuple_row) as raw:
                 cursor = _QmarkCursor(conn, raw)
-                fold = read_fold(cursor, events)
+                fold = self.tables.read_fold(cursor, events)
                 for key, event in events:
                     fold.apply(key, event)
-                write_fold(cursor, fold)
+                self.tables.write_fold(cursor, fold)
             with conn.cursor() as curs:
                 # Raises IntegrityError if this or a later position is recorded already.
                 self._insert_tracking(curs, tracking)

@@ -40,6 +40,7 @@ from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.sql.job_schedule import SqlJobSchedule
 from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
+from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.adapters.store import (
     archive_lock,
     check_migrated,
@@ -79,6 +80,7 @@ from jobledger.projections.queue.projection import QueueProjection
 from jobledger.projections.queue.signal import WorkSignal
 from jobledger.projections.read_models.follower import REPLAY_PAGE, ReadModels
 from jobledger.projections.read_models.job_index import JobIndex
+from jobledger.projections.read_models.parts import PartRunner
 from jobledger.runtime import dev, roles
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.dev import DevOptions, Say
@@ -301,7 +303,7 @@ class Container:
                 timeout=settings.shell_timeout_seconds,
             ),
             queue=self.queue,
-            read_models=self.database,
+            read_models=SqlReadModelTables(self.database),
             test_handlers=settings.test_handlers_enabled,
             archive=lambda: self._archive,
         )
@@ -389,10 +391,9 @@ class Container:
                 settings.rebuild_process_count,
                 page_size=max(settings.projection_page_size, REPLAY_PAGE),
             )
-        return ReadModels(
+        return read_models_on(
             self.ledger,
             self.database,
-            positions=SqlPositions(self.database),
             page_size=settings.projection_page_size,
             isolation=self.isolation(READ_MODELS_FOLLOWER),
             parts=parts,
@@ -479,6 +480,7 @@ class Container:
             tables,
             positions=SqlPositions(self.database),
             books=SqlArchiveBooks(),
+            read_models=SqlReadModelTables(self.database),
         )
         lock = functools.partial(archive_lock, self.settings)
         return Archives(self.ledger, store, self.settings, queue_position, lock)
@@ -499,6 +501,7 @@ class Container:
             open_database=functools.partial(projection_database, self.settings),
             quarantine_table=SqlQuarantineTable,
             positions_table=SqlPositions,
+            read_model_tables=SqlReadModelTables,
             listen=self.listen(),
             signal=self.signal,
             metrics=self.metrics,
@@ -535,6 +538,27 @@ class Container:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_models_on(
+    ledger: Ledger,
+    database: Database,
+    *,
+    page_size: int = 2000,
+    isolation: Isolation | None = None,
+    parts: PartRunner | None = None,
+) -> ReadModels:
+    """The read models in ``database`` (the event store's), their tables and position
+    in it; also what tests and benchmarks follow the log with."""
+    return ReadModels(
+        ledger,
+        database,
+        positions=SqlPositions(database),
+        tables=SqlReadModelTables(database),
+        page_size=page_size,
+        isolation=isolation,
+        parts=parts,
+    )
 
 
 def bootstrap(settings: Settings, *, role: str = "cli") -> Container:

@@ -39,6 +39,7 @@ from jobledger.projections.queue.gauges import observe_queue
 from jobledger.projections.queue.projection import CheckpointProjection, QueueProjection
 from jobledger.projections.queue.signal import WorkSignal
 from jobledger.projections.read_models.follower import ReadModels
+from jobledger.projections.read_models.tables import ReadModelTables
 
 log = structlog.get_logger(__name__)
 
@@ -234,6 +235,7 @@ def build_projector(
     open_database: Callable[[], Database],
     quarantine_table: Callable[[Database], QuarantineTable],
     positions_table: Callable[[Database], Positions],
+    read_model_tables: Callable[[Database], ReadModelTables],
     listen: Listen | None = None,
     signal: WorkSignal | None = None,
     metrics: Metrics | None = None,
@@ -270,6 +272,7 @@ def build_projector(
         ledger,
         database,
         positions=positions_table(database),
+        tables=read_model_tables(database),
         page_size=page,
         isolation=isolation(READ_MODELS_FOLLOWER),
     )

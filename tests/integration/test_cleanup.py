@@ -10,8 +10,9 @@ import pytest
 from eventsourcing.domain import CanCreateTimestamp
 
 from jobledger.adapters.memory.queue import MemoryQueue
-from jobledger.adapters.sql.positions import SqlPositions
+from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.adapters.store import projection_database
+from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.policies import RetryPolicy
@@ -19,7 +20,6 @@ from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.projections.read_models.follower import ReadModels
 from jobledger.projections.read_models.queries import list_attempts, list_executions, status_counts
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
@@ -130,9 +130,9 @@ def test_cleanup_prunes_old_finished_executions_from_the_read_models(
     kept = [run(ledger, monkeypatch, at=old, end=end) for end in ("dead", "pending")]
     kept.append(run(ledger, monkeypatch, at=NOW, end="completed"))
     kept.append(run(ledger, monkeypatch, at=older, ended=NOW, end="completed"))
-    ReadModels(ledger, database, positions=SqlPositions(database)).rebuild()
+    read_models_on(ledger, database).rebuild()
     events = ledger.recorder.max_notification_id()
-    handler = make_cleanup_handler(MemoryQueue(), database)
+    handler = make_cleanup_handler(MemoryQueue(), SqlReadModelTables(database))
     assert call(handler, context(retention_hours=24))["executions_pruned"] == 3
     assert {row.id for row in list_executions(database).items} == set(kept)
     assert list_attempts(database, pruned[0]) == []

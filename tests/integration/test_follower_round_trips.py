@@ -16,14 +16,14 @@ from tests.integration.pool_stats import pool_requests
 
 from jobledger.adapters.postgres import database as database_module
 from jobledger.adapters.postgres.database import PostgresDatabase
-from jobledger.adapters.sql.positions import SqlPosition, SqlPositions
+from jobledger.adapters.sql.positions import SqlPosition
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
+from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log.reader import EXECUTION_EVENTS, LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
-from jobledger.projections.read_models.follower import ReadModels
 
 if TYPE_CHECKING:
     from jobledger.persistence.log_store import LogRow
@@ -138,7 +138,11 @@ def test_a_step_after_a_short_page_lets_events_gather(
     """If the read models' page is full, then the step says more may be waiting; if it
     is short of full (the head was reached), then it says no, and the follower waits
     for a wake-up before the next page. Every event is folded either way."""
-    models = ReadModels(ledger, database, positions=SqlPositions(database), page_size=4)
+    models = read_models_on(
+        ledger,
+        database,
+        page_size=4,
+    )
     enqueue(ledger, 6)
     assert models.step() is True
     assert models.position() == 4
@@ -156,14 +160,20 @@ def test_a_position_moved_by_another_process_is_read_again(
     """If another process moves the read models' position after this follower's last
     page, then the follower's next page is refused by its claim, read again from the
     moved position, and nothing is folded twice or skipped."""
-    models = ReadModels(ledger, database, positions=SqlPositions(database), page_size=100)
+    models = read_models_on(
+        ledger,
+        database,
+        page_size=100,
+    )
     enqueue(ledger, 3)
     models.step()
     other_database = PostgresDatabase(postgres_url, max_size=1)
     try:
         enqueue(ledger, 2)
-        ReadModels(
-            ledger, other_database, positions=SqlPositions(other_database), page_size=100
+        read_models_on(
+            ledger,
+            other_database,
+            page_size=100,
         ).step()
     finally:
         other_database.close()

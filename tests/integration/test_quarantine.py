@@ -15,8 +15,7 @@ from tests.integration.api.test_quarantine import enqueue as enqueue_payload
 from tests.integration.raw_events import write_undecodable
 from tests.integration.test_queue_projection import NOW, wait_until
 
-from jobledger.adapters.sql.positions import SqlPositions
-from jobledger.bootstrap import Container, bootstrap, build_services, web_app
+from jobledger.bootstrap import Container, bootstrap, build_services, read_models_on, web_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
 from jobledger.domain.job import Job
@@ -30,7 +29,6 @@ from jobledger.projections.quarantine import (
     READ_MODELS_FOLLOWER,
 )
 from jobledger.projections.read_models import queries as rq
-from jobledger.projections.read_models.follower import ReadModels
 from jobledger.runtime.rebuild_processes import ProcessParts
 from jobledger.services.actors import Actor
 
@@ -150,10 +148,9 @@ def test_a_rebuild_in_shares_quarantines_each_undecodable_event_once(
         bad_execution = write_undecodable(ledger, Execution.Enqueued.TOPIC)
         bad_job = write_undecodable(ledger, Job.Fired.TOPIC)
         parts = ProcessParts(settings, 2, page_size=3, min_events=0)
-        models = ReadModels(
+        models = read_models_on(
             ledger,
             container.database,
-            positions=SqlPositions(container.database),
             isolation=container.isolation(READ_MODELS_FOLLOWER),
             parts=parts,
         )

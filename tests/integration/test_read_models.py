@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from tests.conftest import actor
 
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
-from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.store import migrate, open_ledger, projection_database
+from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import PERMANENT_FAILURE, Execution, Trigger, expiry_reason
@@ -353,7 +353,7 @@ def test_incremental_projection_equals_a_rebuild(
     applied again, then every table equals a rebuild from the whole log, and every row
     agrees with its aggregate."""
     story = Story(ledger, clock)
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     rng = random.Random(7)
     for scenario in SCENARIOS:
         scenario(story)
@@ -379,7 +379,7 @@ def test_attempts_and_closing_are_recorded(
     why is on its row."""
     story = Story(ledger, clock)
     ids = {k: v for scenario in SCENARIOS for k, v in scenario(story).items()}
-    ReadModels(ledger, database, positions=SqlPositions(database)).rebuild()
+    read_models_on(ledger, database).rebuild()
 
     def outcomes(key: str) -> list[tuple[int, str | None]]:
         return [(a.attempt, a.outcome) for a in rq.list_attempts(database, ids[key])]
@@ -435,7 +435,7 @@ def test_a_handlers_decisions_and_an_expiry_show_in_the_rows(
     spec = ExecutionSpec(handler="test.echo", expires_at=deadline)
     expired = Executions(ledger).run(spec, key="expired", at=story.tick(), by=actor()).id
     story.act(expired, lambda e: e.expire(at=deadline), deadline)
-    ReadModels(ledger, database, positions=SqlPositions(database)).rebuild()
+    read_models_on(ledger, database).rebuild()
 
     def outcomes(run: uuid.UUID) -> list[tuple[int, str | None]]:
         return [(a.attempt, a.outcome) for a in rq.list_attempts(database, run)]
@@ -459,7 +459,7 @@ def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
     requeued again, then its row reads attempt 3 of 4, then 4 of 4, then 5 of 6 (never
     "4 of 2"), like the aggregate, and a rebuild gives the same rows."""
     story = Story(ledger, clock)
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     run = story.adhoc("requeued-twice", retries=1)
 
     def attempt_of() -> tuple[int, int]:
@@ -494,9 +494,7 @@ def test_two_followers_at_once_apply_each_event_once(
         scenario(story)
     databases = [projection_database(store_settings) for _ in range(2)]
     try:
-        followers = [
-            ReadModels(ledger, db, positions=SqlPositions(db), page_size=3) for db in databases
-        ]
+        followers = [read_models_on(ledger, db, page_size=3) for db in databases]
         threads = [threading.Thread(target=functools.partial(_drain, m)) for m in followers]
         for thread in threads:
             thread.start()
@@ -563,7 +561,7 @@ def test_rebuild_reports_progress_to_the_head(
     story = Story(ledger, clock)
     adhoc_runs(story)
     calls: list[tuple[int, int]] = []
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     assert models.lag() == ledger.recorder.max_notification_id()
     models.rebuild(progress=lambda done, total: calls.append((done, total)))
     head = ledger.recorder.max_notification_id()
@@ -609,7 +607,7 @@ def test_any_history_projects_like_its_rebuild(
         label="commands",
     ):
         _attempt(story, ids[index], action)
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     project_randomly(models, database, random.Random(data.draw(st.integers(0, 2**32))))
     incremental = dump(database)
     assert_rows_match_aggregates(ledger, database)
@@ -693,7 +691,9 @@ def known(ledger: Ledger, database: Database, clock: Clock) -> dict[str, uuid.UU
     clock.at(T0 - timedelta(minutes=2))
     ids = known_data(Story(ledger, clock))
     project_randomly(
-        ReadModels(ledger, database, positions=SqlPositions(database)), database, random.Random(1)
+        read_models_on(ledger, database),
+        database,
+        random.Random(1),
     )
     return ids
 
@@ -851,7 +851,7 @@ def test_a_cursor_page_skips_and_repeats_nothing_when_rows_come_and_go(
     for name in ("aardvark", "azure"):  # both sort before the cursor's row
         definition = JobDefinition(name=name, spec=ExecutionSpec(handler="test.echo"))
         jobs.schedule(definition, at=clock.now, by=actor())
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     while models.step():
         pass
     after = list_jobs(database, limit=10, cursor=first.next_cursor)
@@ -988,7 +988,7 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
     """If a handler's error text or an operator's reason holds a NUL character, then the
     execution is still projected, with the character replaced."""
     execution_id = _failed_with_nul(ledger)
-    _drain(ReadModels(ledger, database, positions=SqlPositions(database)))
+    _drain(read_models_on(ledger, database))
     row = rq.get_execution(database, execution_id)
     assert row is not None
     assert (row.last_error, row.closed_by, row.closed_reason) == (
@@ -1003,7 +1003,7 @@ def test_an_escaped_nul_in_an_error_is_kept_as_written(ledger: Ledger, database:
     NUL character), then the projection keeps it exactly as written."""
     execution = _failed("escaped \\u0000 here")
     ledger.save_all(execution)
-    _drain(ReadModels(ledger, database, positions=SqlPositions(database)))
+    _drain(read_models_on(ledger, database))
     row = rq.get_execution(database, execution.id)
     assert row is not None
     assert row.last_error == "escaped \\u0000 here"
@@ -1035,7 +1035,7 @@ def _followed(
     story = Story(ledger, clock)
     for scenario in SCENARIOS:
         scenario(story)
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     _drain(models)
     return models, dump(database)
 
@@ -1127,7 +1127,7 @@ def test_an_event_after_a_final_status_is_folded_as_the_follower_folds_it(
     execution = ledger.get_execution(done)
     execution._discarded(by="repair", reason="after the fact", via=None, lease_id=None)
     ledger.save_all(execution)
-    models = ReadModels(ledger, database, positions=SqlPositions(database))
+    models = read_models_on(ledger, database)
     _drain(models)
     live = dump(database)
     models._replay_reader.page_size = 2  # the completion and the discard in other pages
@@ -1152,10 +1152,12 @@ def test_a_follower_stepping_through_a_rebuild_ends_with_the_same_tables(
     databases = [projection_database(store_settings) for _ in range(2)]
     stop = threading.Event()
     try:
-        follower = ReadModels(
-            ledger, databases[0], positions=SqlPositions(databases[0]), page_size=2
+        follower = read_models_on(
+            ledger,
+            databases[0],
+            page_size=2,
         )
-        rebuilder = ReadModels(ledger, databases[1], positions=SqlPositions(databases[1]))
+        rebuilder = read_models_on(ledger, databases[1])
 
         def follow() -> None:
             while not stop.is_set():
@@ -1195,7 +1197,7 @@ def test_the_rebuilt_tables_keep_the_grants_of_the_old_ones(
         owned_by = cursor.fetchone()
     try:
         adhoc_runs(Story(ledger, clock))
-        ReadModels(ledger, database, positions=SqlPositions(database)).rebuild()
+        read_models_on(ledger, database).rebuild()
         with database.transaction(snapshot=True) as cursor:
             cursor.execute("SELECT has_table_privilege(?, ?, 'SELECT')", (role, EXECUTIONS))
             assert cursor.fetchone() == (True,)
@@ -1253,8 +1255,10 @@ def test_a_rebuild_in_two_processes_equals_the_follower(postgres_url: str, clock
         runs = _fires_in_both_shares(Story(ledger, clock))
         _models, live = _followed(ledger, database, clock)
         before = _tables_and_indexes(settings, database)
-        parted = ReadModels(
-            ledger, database, positions=SqlPositions(database), parts=_in_parts(settings)
+        parted = read_models_on(
+            ledger,
+            database,
+            parts=_in_parts(settings),
         )
         calls: list[tuple[int, int]] = []
         with structlog.testing.capture_logs() as logs:
@@ -1284,7 +1288,11 @@ def test_a_nul_character_in_the_log_is_rebuilt_as_the_follower_stores_it(
         _failed_with_nul(ledger)
         _models, live = _followed(ledger, database, clock)
         for parts in (None, _in_parts(settings)):
-            models = ReadModels(ledger, database, positions=SqlPositions(database), parts=parts)
+            models = read_models_on(
+                ledger,
+                database,
+                parts=parts,
+            )
             models._replay_reader.page_size = 2  # the NUL comes after rows went out
             with structlog.testing.capture_logs() as logs:
                 models.rebuild()
@@ -1300,8 +1308,10 @@ def _fallen_back(postgres_url: str, clock: Clock, parts: Callable[[Settings], Pr
         _models, live = _followed(ledger, database, clock)
         before = _tables_and_indexes(settings, database)
         with structlog.testing.capture_logs() as logs:
-            ReadModels(
-                ledger, database, positions=SqlPositions(database), parts=parts(settings)
+            read_models_on(
+                ledger,
+                database,
+                parts=parts(settings),
             ).rebuild()
         [error] = [e["error"] for e in logs if e["event"] == "read_models.rebuild_in_place"]
         assert dump(database) == live

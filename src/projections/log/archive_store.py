@@ -22,7 +22,7 @@ from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import LogReader
-from jobledger.projections.read_models.tables import forget_executions
+from jobledger.projections.read_models.tables import ReadModelTables
 
 log = structlog.get_logger(__name__)
 
@@ -144,11 +144,13 @@ class ArchiveStore:
         *,
         positions: Positions,
         books: ArchiveBooks,
+        read_models: ReadModelTables,
     ) -> None:
         self._ledger = ledger
         self._database = database
         self._positions = positions
         self._books = books
+        self._read_models = read_models
         self._reader = LogReader(ledger, topics=FIRST_TOPICS)
         self._tables = tables
 
@@ -215,7 +217,9 @@ class ArchiveStore:
             if events_digest(removed) != removal.events_sha256:
                 msg = f"the log's events are not those archived in {removal.name}"
                 raise ArchiveStoreError(msg)
-            forget_executions(cursor, [str(s.execution_id) for s in removal.streams])
+            self._read_models.forget_executions(
+                cursor, [str(s.execution_id) for s in removal.streams]
+            )
             self._books.record(cursor, removal)
 
     def restore(self, name: str, events: Sequence[ArchivedEvent], record: StoredEvent) -> None:

@@ -34,7 +34,7 @@ from jobledger.projections.read_models.job_index import JOB_TOPICS
 from jobledger.projections.read_models.parts import PartRunner
 from jobledger.projections.read_models.rebuild import ShadowRebuild
 from jobledger.projections.read_models.replay import pages_of
-from jobledger.projections.read_models.tables import FOLD_VIEWS, TABLES, read_fold, write_fold
+from jobledger.projections.read_models.tables import FOLD_VIEWS, ReadModelTables
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +57,7 @@ class ReadModels:
         database: Database,
         *,
         positions: Positions,
+        tables: ReadModelTables,
         page_size: int = 2000,
         isolation: Isolation | None = None,
         parts: PartRunner | None = None,
@@ -64,6 +65,7 @@ class ReadModels:
         self._database = database
         self._parts = parts
         self._positions = positions
+        self._tables = tables
         self._position = positions.of(POSITION)
         self._committed: int | None = None
         self._reader = LogReader(ledger, page_size, topics=TOPICS, views=FOLD_VIEWS)
@@ -147,8 +149,7 @@ class ReadModels:
     def _reset(self) -> None:
         with self._database.transaction() as cursor:
             self._position.lock(cursor)
-            for table in TABLES:
-                cursor.execute(f"DELETE FROM {table}")  # noqa: S608 (constant names)
+            self._tables.clear(cursor)
             self._position.write(cursor, 0)
 
     def _next_page(self, reader: LogReader, isolation: Isolation) -> int | None:
@@ -171,9 +172,9 @@ class ReadModels:
         key = str(event.originator_id)
         with self._database.transaction() as cursor:
             self._position.lock(cursor)
-            fold = read_fold(cursor, [(key, event)])
+            fold = self._tables.read_fold(cursor, [(key, event)])
             fold.apply(key, event)
-            write_fold(cursor, fold)
+            self._tables.write_fold(cursor, fold)
 
     def _commit(self, page: RowPage, start: int) -> bool:
         """Apply ``page`` (which starts at ``start``) and move the position past it,
@@ -185,10 +186,10 @@ class ReadModels:
             self._committed = None
             if not self._position.claim(cursor, start):
                 return False
-            fold = read_fold(cursor, events)
+            fold = self._tables.read_fold(cursor, events)
             for key, event in events:
                 fold.apply(key, event)
-            write_fold(cursor, fold)
+            self._tables.write_fold(cursor, fold)
             self._position.write(cursor, page.position)
         self._committed = page.position
         return True

@@ -34,7 +34,7 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import structlog
@@ -51,11 +51,8 @@ from jobledger.domain.schedules import CronSchedule, OneShotSchedule
 from jobledger.persistence.codec import EventView
 from jobledger.projections.database import (
     Cursor,
-    Database,
     Row,
-    RowsStatement,
     chunked,
-    upsert,
 )
 from jobledger.projections.times import to_ms
 from jobledger.schemas.rows import ProgressRow
@@ -133,53 +130,9 @@ def minute_of(ms: int) -> int:
     return ms - ms % 60_000
 
 
-# ---- SQL --------------------------------------------------------------------------
-
-
-def _replace(
-    table: str, columns: Sequence[str], key: Sequence[str], guard: str = ""
-) -> RowsStatement:
-    """An upsert that overwrites the stored row (if ``guard`` holds)."""
-    updates = ", ".join(f"{c} = excluded.{c}" for c in columns if c not in key)
-    conflict = f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {updates}"
-    return upsert(table, columns, f"{conflict} WHERE {guard}" if guard else conflict)
-
-
-def _add(table: str, columns: Sequence[str], key: Sequence[str]) -> RowsStatement:
-    """An upsert that adds its values to the stored row's."""
-    sums = ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns if c not in key)
-    return upsert(table, columns, f"ON CONFLICT ({', '.join(key)}) DO UPDATE SET {sums}")
-
-
-_UPSERT_JOB = _replace(JOBS, JOB_COLUMNS, ("id",), f"excluded.version >= {JOBS}.version")
-_UPSERT_EXECUTION = _replace(
-    EXECUTIONS, EXECUTION_COLUMNS, ("id",), f"excluded.version > {EXECUTIONS}.version"
-)
-_UPSERT_ATTEMPT = _replace(ATTEMPTS, ATTEMPT_COLUMNS, ("execution_id", "seq"))
-_ADD_STATS = _add(MINUTE_STATS, ("minute_ms", *STAT_COLUMNS), ("minute_ms",))
-_ADD_HISTOGRAM = _add(
-    HISTOGRAMS, ("minute_ms", "metric", "bucket", "count"), ("minute_ms", "metric", "bucket")
-)
-_ADD_STATUS_COUNTS = _add(STATUS_COUNTS, ("kind", "status", "count"), ("kind", "status"))
-_DROP_ZERO_COUNTS = f"DELETE FROM {STATUS_COUNTS} WHERE count = 0"  # noqa: S608 (constant)
-_SELECT_JOBS = f"SELECT {', '.join(JOB_COLUMNS)} FROM {JOBS} WHERE id IN "  # noqa: S608 (constant)
-_SELECT_EXECUTIONS = f"SELECT {', '.join(EXECUTION_COLUMNS)} FROM {EXECUTIONS} WHERE id IN "  # noqa: S608 (constant)
-# The attempt each execution's latest lease made (a report may settle it).
-_SELECT_ATTEMPTS = (
-    f"SELECT {', '.join('a.' + c for c in ATTEMPT_COLUMNS)} FROM {ATTEMPTS} a "  # noqa: S608 (constant)
-    f"JOIN {EXECUTIONS} e ON e.id = a.execution_id AND e.lease_seq = a.seq WHERE e.id IN "
-)
-_FINAL = ", ".join(f"'{status}'" for status in FINAL_STATUSES)
-# A run finishes after it was enqueued: bounded by its enqueue time too, the rows to
-# prune are found through the enqueue-time index, and no index on the finish time costs
-# every write of a row (ADR 70). Both bounds take the cutoff.
-_PRUNABLE = f"enqueued_at_ms < ? AND finished_at_ms < ? AND status IN ({_FINAL})"
-_PRUNE_ATTEMPTS = (
-    f"DELETE FROM {ATTEMPTS} WHERE execution_id IN (SELECT id FROM {EXECUTIONS} "  # noqa: S608 (constant)
-    f"WHERE {_PRUNABLE})"
-)
-_COUNT_PRUNABLE = f"SELECT status, count(*) FROM {EXECUTIONS} WHERE {_PRUNABLE} GROUP BY status"  # noqa: S608 (constant)
-_PRUNE_EXECUTIONS = f"DELETE FROM {EXECUTIONS} WHERE {_PRUNABLE}"  # noqa: S608 (constant)
+# ---- reading rows -----------------------------------------------------------------
+# The statements are the adapter's (``adapters/sql/read_models.py``); a rebuild reads
+# its new tables' rows the same way.
 
 
 def select_rows(
@@ -704,8 +657,9 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
 EXECUTION_EVENTS = frozenset({*CREATIONS, *_EXECUTION_CHANGES})
 
 
-def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
-    """A fold holding the stored rows that ``events`` (with their ids) touch."""
+def touched(events: Sequence[tuple[str, Any]]) -> tuple[set[str], set[str]]:
+    """The ids of the jobs and of the executions whose rows ``events`` (with their ids)
+    change; a job's own rows beside an execution's are found through its row."""
     job_ids: set[str] = set()
     execution_ids: set[str] = set()
     for key, event in events:
@@ -716,64 +670,35 @@ def read_fold(cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
             created = isinstance(event, CREATIONS)
             if created and event.job_id is not None:
                 job_ids.add(str(event.job_id))
-    executions = {
-        row["id"]: row
-        for row in select_rows(cursor, _SELECT_EXECUTIONS, EXECUTION_COLUMNS, execution_ids)
-    }
-    job_ids.update(row["job_id"] for row in executions.values() if row["job_id"] is not None)
-    jobs = {row["id"]: row for row in select_rows(cursor, _SELECT_JOBS, JOB_COLUMNS, job_ids)}
-    fold = Fold(jobs, executions)
-    leased = (key for key, row in executions.items() if row["lease_seq"] is not None)
-    for row in select_rows(cursor, _SELECT_ATTEMPTS, ATTEMPT_COLUMNS, leased):
-        fold.attempts[row["execution_id"], row["seq"]] = row
-    return fold
+    return job_ids, execution_ids
 
 
-def write_fold(cursor: Cursor, fold: Fold) -> None:
-    # Sorted, so that concurrent writers of the same rows take their locks in one order.
-    cursor.write_records(_UPSERT_JOB, [fold.jobs[key] for key in sorted(fold.changed_jobs)])
-    executions = [fold.executions[key] for key in sorted(fold.changed_executions)]
-    cursor.write_records(_UPSERT_EXECUTION, executions)
-    attempts = [fold.attempts[key] for key in sorted(fold.changed_attempts)]
-    cursor.write_records(_UPSERT_ATTEMPT, attempts)
-    cursor.write_rows(_ADD_STATS, [(m, *c) for m, c in sorted(fold.stats.items())])
-    cursor.write_rows(_ADD_HISTOGRAM, [(*k, n) for k, n in sorted(fold.histograms.items())])
-    add_status_counts(cursor, [(*k, n) for k, n in sorted(fold.status_counts.items()) if n])
+class ReadModelTables(Protocol):
+    """The read-model tables as the follower, the archive and the cleanup change them.
+    Those taking a ``cursor`` work in its transaction (a page's, beside its position)."""
 
+    def read_fold(self, cursor: Cursor, events: Sequence[tuple[str, Any]]) -> Fold:
+        """A fold holding the stored rows that ``events`` (with their ids) touch, and
+        the attempt each of their executions' latest lease made."""
+        ...
 
-def add_status_counts(cursor: Cursor, changes: Sequence[tuple[str, str, int]]) -> None:
-    if changes:
-        cursor.write_rows(_ADD_STATUS_COUNTS, changes)
-        # Only statuses that something is in: a rebuild, which nets a page's changes
-        # before writing them, would never write the zeros.
-        cursor.execute(_DROP_ZERO_COUNTS)
+    def write_fold(self, cursor: Cursor, fold: Fold) -> None:
+        """Write the rows ``fold`` changed, and add its counts to the stored ones (a
+        status count that reaches 0 is gone)."""
+        ...
 
+    def clear(self, cursor: Cursor) -> None:
+        """Empty every table (a replay into them from the log's start)."""
+        ...
 
-# ---- removing rows ------------------------------------------------------------------
+    def forget_executions(self, cursor: Cursor, execution_ids: Sequence[str]) -> int:
+        """Delete the rows of ``execution_ids`` (archived: their events left the log)
+        with their attempts and status counts; returns how many rows there were.
+        Per-minute statistics stay."""
+        ...
 
-
-def prune_finished(database: Database, *, before: datetime) -> int:
-    """Delete executions that reached a final status before ``before``, with their
-    attempts; returns how many executions. Per-minute statistics stay."""
-    cutoff = to_ms(before)
-    with database.transaction() as cursor:
-        cursor.execute(_COUNT_PRUNABLE, (cutoff, cutoff))
-        gone = [(EXECUTION_KIND, status, -int(count)) for status, count in cursor.fetchmany(10)]
-        cursor.execute(_PRUNE_ATTEMPTS, (cutoff, cutoff))
-        cursor.execute(_PRUNE_EXECUTIONS, (cutoff, cutoff))
-        add_status_counts(cursor, gone)
-    return -sum(count for _kind, _status, count in gone)
-
-
-def forget_executions(cursor: Cursor, execution_ids: Sequence[str]) -> int:
-    """Delete the rows of ``execution_ids`` (archived: their events left the log) with
-    their attempts and status counts, in the caller's transaction; returns how many
-    rows there were. Per-minute statistics stay, as for ``prune_finished``."""
-    gone: Counter[str] = Counter()
-    for chunk in chunked(execution_ids, ID_CHUNK):
-        cursor.execute_in(f"SELECT status FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names)
-        gone.update(str(row[0]) for row in cursor.fetchmany(len(chunk)))
-        cursor.execute_in(f"DELETE FROM {ATTEMPTS} WHERE execution_id IN", chunk)  # noqa: S608 (constant names)
-        cursor.execute_in(f"DELETE FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names)
-    add_status_counts(cursor, [(EXECUTION_KIND, s, -n) for s, n in sorted(gone.items())])
-    return sum(gone.values())
+    def prune_finished(self, *, before: datetime) -> int:
+        """Delete, in a transaction of its own, executions that reached a final status
+        before ``before``, with their attempts; returns how many executions.
+        Per-minute statistics stay."""
+        ...

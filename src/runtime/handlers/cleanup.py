@@ -5,16 +5,17 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobledger.projections.database import Database
 from jobledger.projections.queue.backend import QueueBackend
-from jobledger.projections.read_models.tables import prune_finished
+from jobledger.projections.read_models.tables import ReadModelTables
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 
 NAME = "system.cleanup"
 DEFAULT_RETENTION_HOURS = 24.0
 
 
-def make_cleanup_handler(queue: QueueBackend, read_models: Database | None = None) -> Handler:
+def make_cleanup_handler(
+    queue: QueueBackend, read_models: ReadModelTables | None = None
+) -> Handler:
     async def cleanup(ctx: HandlerContext) -> dict[str, Any]:
         """Prunes, for executions finished before the retention (``payload
         ["retention_hours"]``, default 24): the queue's tombstones (they only guard
@@ -26,7 +27,7 @@ def make_cleanup_handler(queue: QueueBackend, read_models: Database | None = Non
         summary: dict[str, Any] = {"tombstones_pruned": pruned, "before": before.isoformat()}
         if read_models is not None:
             # A blocking database call: off the event loop, which runs other attempts.
-            executions = await asyncio.to_thread(prune_finished, read_models, before=before)
+            executions = await asyncio.to_thread(read_models.prune_finished, before=before)
             summary["executions_pruned"] = executions
         ctx.log.info("handler.cleanup", **summary)
         return summary

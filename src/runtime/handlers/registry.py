@@ -12,8 +12,8 @@ from typing import Any
 
 from jobledger.declarations import HandlerDeclaration, declared_in
 from jobledger.infra.errors import SettingsError
-from jobledger.projections.database import Database
 from jobledger.projections.queue.backend import QueueBackend
+from jobledger.projections.read_models.tables import ReadModelTables
 from jobledger.runtime.handlers.archive import NAME as ARCHIVE
 from jobledger.runtime.handlers.archive import ArchiveRun, make_archive_handler
 from jobledger.runtime.handlers.base import Handler
@@ -83,7 +83,7 @@ def load_registry(
     webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
     shell: ShellSettings | None = None,
     queue: QueueBackend | None = None,
-    read_models: Database | None = None,
+    read_models: ReadModelTables | None = None,
     test_handlers: bool = False,
     archive: Callable[[], ArchiveRun | None] | None = None,
 ) -> HandlerRegistry:
