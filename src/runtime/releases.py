@@ -39,6 +39,7 @@ from jobledger.domain.job import Job, MissReason
 from jobledger.domain.schedules import MissedFires
 from jobledger.domain.workflow import Workflow, step_status_of
 from jobledger.infra.leadership import Leadership
+from jobledger.persistence.codec import EventView
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Database
@@ -68,7 +69,18 @@ _ENDINGS: dict[type[Any], ExecutionStatus] = {
     Execution.Expired: ExecutionStatus.DISCARDED,
     Execution.Discarded: ExecutionStatus.DISCARDED,
 }
-TOPICS = tuple(sorted({*(get_topic(kind) for kind in _ENDINGS), Job.FiresMissed.TOPIC}))
+# A run's first event too, read through a view of two fields (its state, with the
+# payload, is skipped): a run of no job and no workflow releases nothing when it ends,
+# and knowing that from its first event spares loading it then (``_Unowned``).
+_ENQUEUED_VIEW = EventView(Execution.Enqueued, ("job_id", "workflow_id"))
+_ENQUEUED = _ENQUEUED_VIEW.struct
+TOPICS = tuple(
+    sorted(
+        {*(get_topic(kind) for kind in _ENDINGS), Job.FiresMissed.TOPIC, Execution.Enqueued.TOPIC}
+    )
+)
+# The most runs known to release nothing that a releaser keeps in mind at once.
+MAX_UNOWNED = 1_000_000
 
 
 def _ending(event: Any) -> ExecutionStatus | None:  # noqa: ANN401 (any event of the page)
@@ -195,7 +207,8 @@ class Releaser:
         self.leadership = leadership
         self.stats = ReleaseStats()
         self._isolation = isolation or Isolation(RELEASES_FOLLOWER, hold=False)
-        self._reader = LogReader(ledger, page_size, topics=TOPICS)
+        self._reader = LogReader(ledger, page_size, topics=TOPICS, views=(_ENQUEUED_VIEW,))
+        self._unowned = _Unowned()
         self._database = database
         self._position = positions.of(position)
         self._cursor: int | None = None
@@ -223,7 +236,7 @@ class Releaser:
         return True
 
     def _apply_rows(self, rows: Sequence[LogRow], _start: int, position: int) -> bool:
-        events = [self._reader.event(row) for row in rows]
+        events = self._unowned.sift(self._reader.event(row) for row in rows)
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 self._carry_out(events)
@@ -239,7 +252,7 @@ class Releaser:
 
     def apply_one(self, row: LogRow) -> None:
         """Carry out one event's releases again (a retry of a quarantined one)."""
-        self._carry_out([self._reader.event(row)])
+        self._carry_out(self._unowned.sift([self._reader.event(row)]))
 
     def _carry_out(self, events: Sequence[Any]) -> None:
         batch = _Batch(self.ledger, self._now(), self.stats, self.leadership.epoch)
@@ -272,6 +285,34 @@ class Releaser:
                 if status is not None:
                     found[key] = Ended(run, status, ending.timestamp)
         return found
+
+
+class _Unowned:
+    """The runs of no job and no workflow whose first event this releaser read, until
+    they end: their ends release nothing, so they are not loaded. A run whose first
+    event came before this releaser's first page (a restart, a new leader) is loaded as
+    before, and so is every run once more than ``MAX_UNOWNED`` are kept."""
+
+    def __init__(self) -> None:
+        self._runs: set[UUID] = set()
+
+    def sift(self, events: Iterable[Any]) -> list[Any]:
+        """The events that may release something: without the first events (noted
+        here) and without the ends of runs known to release nothing."""
+        kept: list[Any] = []
+        runs = self._runs
+        for event in events:
+            if isinstance(event, _ENQUEUED):
+                first: Any = event  # the view's struct: its fields are the event's
+                if first.job_id is None and first.workflow_id is None:
+                    if len(runs) >= MAX_UNOWNED:
+                        runs.clear()  # only a cost: those runs are loaded at their end
+                    runs.add(first.originator_id)
+            elif _ending(event) is not None and event.originator_id in runs:
+                runs.discard(event.originator_id)
+            else:
+                kept.append(event)
+        return kept
 
 
 def _prefetch_occurrences(batch: _Batch, ended: dict[tuple[UUID, int], Ended]) -> None:

@@ -23,11 +23,17 @@ from jobledger.bootstrap import bootstrap
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.dependencies import Dependency
 from jobledger.domain.errors import NotFoundError
-from jobledger.domain.execution import Execution, ExecutionStatus, occurrence_execution_id
+from jobledger.domain.execution import (
+    Execution,
+    ExecutionStatus,
+    Trigger,
+    occurrence_execution_id,
+)
 from jobledger.domain.job import FireTrigger, Job, MissReason
 from jobledger.domain.policies import RetryPolicy
 from jobledger.domain.schedules import CronSchedule, ManualSchedule
 from jobledger.domain.workflow import StepSpec, StepStatus, WorkflowStatus
+from jobledger.infra.settings import load_settings
 from jobledger.runtime.releases import Releaser
 from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 from jobledger.services.jobs import Jobs
@@ -283,3 +289,44 @@ def test_a_step_its_handler_discards_ends_as_a_failed_step(harness: Harness) -> 
     assert done.states["a"] is StepStatus.FAILED
     assert done.states["b"] is not StepStatus.COMPLETED
     assert workflows.runs(done)["a"].status is ExecutionStatus.DISCARDED
+
+
+AT = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
+
+
+def test_the_end_of_a_run_of_no_job_is_not_loaded_once_its_start_was_read(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a run of no job and no workflow ends, then a releaser that read its first
+    event does not load it (its end releases nothing); a releaser that began after that
+    event (a restart, a new leader) loads it, as before."""
+    settings = load_settings({}, database_url=postgres_url)
+    with bootstrap(settings, role="test") as container:
+        ledger = container.ledger
+        loaded: list[uuid.UUID] = []
+        streams = ledger.log_store.streams
+
+        def counted(ids: Any, held: Any) -> Any:
+            loaded.extend(ids)
+            return streams(ids, held)
+
+        monkeypatch.setattr(ledger.log_store, "streams", counted)
+
+        def releaser() -> Releaser:
+            positions = SqlPositions(container.database)
+            return Releaser(ledger, container.database, ForcedLeadership(1), positions=positions)
+
+        run = Execution.enqueue(
+            spec=ExecutionSpec(handler="test.echo"), ready_at=AT, trigger=Trigger.ADHOC
+        )
+        ledger.save(run)
+        began = releaser()
+        assert began.step()
+        lease_id = uuid.uuid4()
+        run.lease(worker_id="w", lease_id=lease_id, lease_expires_at=AT + timedelta(hours=1))
+        run.complete(lease_id=lease_id, duration=timedelta(seconds=1), result={})
+        ledger.save(run)
+        assert releaser().step()  # started after the first event: it loads the run
+        assert loaded == [run.id]
+        assert began.step()
+        assert loaded == [run.id]
