@@ -4,7 +4,10 @@ The PostgreSQL recorder locks the events table for every insert, so transactions
 events, are the scarce resource: saving one event per transaction is several times
 slower than saving a hundred (see bench/event_store.py for the figures). The writer takes
 saves from any thread or task, and flushes them together when ``max_batch`` items are
-waiting or ``max_delay`` has passed since the first one. When a batch hits a version
+waiting or ``max_delay`` has passed since the first one. A first item that comes after
+a quiet spell (no batch taken within ``max_delay`` before it) goes at once, with what
+is queued beside it: at low load there is no company to wait for, and a run's start
+waited for it at every save on its way (ADR 100). When a batch hits a version
 conflict it splits the batch to find the conflicting items and saves all the others;
 an item that builds on a failed item's aggregate fails with it, so no stream gets an
 event whose predecessor was rejected.
@@ -17,6 +20,7 @@ when it ends. Only a closing writer gives up (its callers hear the error).
 
 import asyncio
 import collections
+import math
 import queue
 import threading
 import time
@@ -94,6 +98,9 @@ class GroupCommitWriter:
         self._gate = threading.Lock()
         # The writer thread's own connection: no pool checkout nor check per batch.
         self._held = ledger.held_connection()
+        # When the last batch was taken (monotonic): a first item later than
+        # ``max_delay`` after it came after a quiet spell, and does not wait.
+        self._last_taken = -math.inf
         self._thread = threading.Thread(target=self._run, name="jobledger-writer", daemon=True)
         self.stats = WriterStats()
         self._thread.start()
@@ -167,7 +174,8 @@ class GroupCommitWriter:
         if not isinstance(first, _Item):
             self._flush_taken()
             return [], False  # a flush with nothing gathered
-        if self._should_wait():
+        quiet = time.monotonic() - self._last_taken >= self._max_delay
+        if not quiet and self._should_wait():
             self._wake.wait(self._max_delay)
         batch = [first]
         while len(batch) < self._max_batch:
@@ -181,6 +189,7 @@ class GroupCommitWriter:
                 self._flush_taken()
                 break  # flush: the caller has nothing more for this batch
             batch.append(item)
+        self._last_taken = time.monotonic()
         return batch, False
 
     def _should_wait(self) -> bool:

@@ -73,15 +73,22 @@ def wait_all(futures: list[Future[None]]) -> None:
         assert future.result(timeout=10) is None
 
 
+def warmed(writer: GroupCommitWriter) -> GroupCommitWriter:
+    """``writer`` once it saved a first item: the items after it, within its delay,
+    find it busy and gather (a first item after a quiet spell goes at once)."""
+    wait_all([writer.submit(Note())])
+    return writer
+
+
 def test_items_that_trickle_in_are_taken_together(counted: type[CountingInbox]) -> None:
     """If ten items come a few milliseconds apart while a batch gathers, then they are
     saved in one batch, and the writer's thread read its inbox with a wait once for it
     (not once per item) and once more for the next batch."""
     ledger = Batches()
     with writer_of(ledger, max_batch=100, max_delay=0.5) as writer:
-        wait_all(trickle(writer, 10, 0.005))
-        assert ledger.sizes == [10]
-        assert counted.blocking_reads <= 2
+        wait_all(trickle(warmed(writer), 10, 0.005))
+        assert ledger.sizes == [1, 10]
+        assert counted.blocking_reads <= 3
 
 
 def test_a_flush_with_nothing_gathered_does_not_cut_the_next_batch_short() -> None:
@@ -89,12 +96,12 @@ def test_a_flush_with_nothing_gathered_does_not_cut_the_next_batch_short() -> No
     second flush, then they are saved in one batch when the second flush comes."""
     ledger = Batches()
     with writer_of(ledger, max_batch=100, max_delay=30.0) as writer:
-        writer.flush()
+        warmed(writer).flush()
         time.sleep(0.05)
         futures = trickle(writer, 5, 0.01)
         writer.flush()
         wait_all(futures)
-        assert ledger.sizes == [5]
+        assert ledger.sizes == [1, 5]
 
 
 def test_a_full_inbox_is_saved_without_waiting_the_delay() -> None:
@@ -116,13 +123,13 @@ def test_closing_ends_a_batch_being_gathered() -> None:
     """If the writer is closed while a batch waits out a long delay, then the batch is
     saved at once and the callers are answered."""
     ledger = Batches()
-    writer = writer_of(ledger, max_batch=100, max_delay=30.0)
+    writer = warmed(writer_of(ledger, max_batch=100, max_delay=30.0))
     futures = [writer.submit(Note()) for _ in range(3)]
     time.sleep(0.05)
     started = time.monotonic()
     writer.close()
     wait_all(futures)
-    assert ledger.sizes == [3]
+    assert ledger.sizes == [1, 3]
     assert time.monotonic() - started < 5
 
 
@@ -132,8 +139,24 @@ def test_a_batch_fills_up_while_the_writer_holds_its_first_item() -> None:
     delay."""
     ledger = Batches()
     with writer_of(ledger, max_batch=5, max_delay=30.0) as writer:
-        futures = trickle(writer, 5, 0.02)
+        futures = trickle(warmed(writer), 5, 0.02)
         started = time.monotonic()
         wait_all(futures)
         assert time.monotonic() - started < 5
-        assert ledger.sizes == [5]
+        assert ledger.sizes == [1, 5]
+
+
+def test_an_item_after_a_quiet_spell_is_saved_without_the_delay() -> None:
+    """If an item comes when the writer took no batch for longer than its delay (low
+    load), then it is saved at once; items that follow within the delay gather."""
+    ledger = Batches()
+    with writer_of(ledger, max_batch=100, max_delay=0.2) as writer:
+        started = time.monotonic()
+        wait_all([writer.submit(Note())])
+        assert time.monotonic() - started < 0.15
+        time.sleep(0.3)  # quiet: longer than the delay
+        started = time.monotonic()
+        wait_all([writer.submit(Note())])
+        assert time.monotonic() - started < 0.15
+        wait_all(trickle(writer, 3, 0.01))  # within the delay of the last: they gather
+        assert ledger.sizes == [1, 1, 3]
