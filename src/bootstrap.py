@@ -16,13 +16,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Self
 from uuid import UUID
 
+from jobledger.adapters.memory.bell import MemoryBell
 from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
-from jobledger.adapters.memory.signal import MemoryWorkSignal
 from jobledger.adapters.postgres.checkpoint import PostgresCheckpoint
 from jobledger.adapters.postgres.listener import PostgresListener
 from jobledger.adapters.postgres.outbox import PostgresOutbox
+from jobledger.adapters.redis.bell import RedisBell
 from jobledger.adapters.redis.breakers import shared_storage
 from jobledger.adapters.redis.budgets import RedisBudgets
 from jobledger.adapters.redis.client import RedisClient
@@ -32,7 +33,6 @@ from jobledger.adapters.redis.keys import Keys
 from jobledger.adapters.redis.leadership import LeaderTiming, RedisLeadership, current_leader
 from jobledger.adapters.redis.presence import RedisPresence
 from jobledger.adapters.redis.queue import RedisQueue
-from jobledger.adapters.redis.signal import RedisWorkSignal
 from jobledger.adapters.sql.accounts import SqlAccountStore
 from jobledger.adapters.sql.archives import SqlArchiveBooks
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
@@ -61,6 +61,7 @@ from jobledger.infra.presence import Presence
 from jobledger.infra.settings import Settings
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.bell import Bell
 from jobledger.projections.database import Database
 from jobledger.projections.log.archive_store import ArchiveStore
 from jobledger.projections.log.reader import Listen, LogReader
@@ -156,6 +157,8 @@ class Container:
     health: DependencyHealth
     # Says when runs became ready, so idle workers lease at once.
     signal: WorkSignal
+    # Rung by the read models' follower after each page: the long-polls look again.
+    read_models_moved: Bell
     _redis: RedisClient | None = None
     _local_breakers: Breakers | None = None
     _handlers: HandlerRegistry | None = None
@@ -504,6 +507,7 @@ class Container:
             read_model_tables=SqlReadModelTables,
             listen=self.listen(),
             signal=self.signal,
+            read_models_moved=self.read_models_moved,
             metrics=self.metrics,
             health=self.health,
         )
@@ -527,6 +531,8 @@ class Container:
         )
 
     def close(self) -> None:
+        self.signal.close()
+        self.read_models_moved.close()
         self.writer.close()
         self.ledger.close()
         self.database.close()
@@ -587,11 +593,14 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
     signal: WorkSignal
     if client is not None:
         queue = RedisQueue(client, prefix=settings.redis_prefix)
-        signal = RedisWorkSignal(client, Keys(settings.redis_prefix))
+        keys = Keys(settings.redis_prefix)
+        signal = RedisBell(client, keys.work_ready())
+        moved: Bell = RedisBell(client, keys.read_models_moved())
     else:
         # Embedded mode: the queue lives in this process and is rebuilt from the log.
         queue = MemoryQueue()
-        signal = MemoryWorkSignal()
+        signal = MemoryBell()
+        moved = MemoryBell()
     database = projection_database(settings)
     return Container(
         settings=settings,
@@ -611,6 +620,7 @@ def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
         ),
         health=health,
         signal=signal,
+        read_models_moved=moved,
         _redis=client,
     )
 
@@ -644,7 +654,7 @@ def build_services(container: Container) -> Services:
         admin=Admin(container.followers()),
         system=System(container.sources(), views, names),
         views=views,
-        waits=ExecutionWaits(views),
+        waits=ExecutionWaits(views, moved=container.read_models_moved),
         declared_jobs=DeclaredJobs(ledger, views, handlers),
         outbox=(
             Outbox(PostgresOutbox(container.database), ledger, writer, handlers)

@@ -14,6 +14,7 @@ from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.bell import Bell
 from jobledger.projections.database import Cursor, Database
 from jobledger.projections.log.positions import Positions
 from jobledger.projections.log.reader import (
@@ -238,6 +239,7 @@ def build_projector(
     read_model_tables: Callable[[Database], ReadModelTables],
     listen: Listen | None = None,
     signal: WorkSignal | None = None,
+    read_models_moved: Bell | None = None,
     metrics: Metrics | None = None,
     health: DependencyHealth | None = None,
 ) -> Projector:
@@ -275,6 +277,7 @@ def build_projector(
         tables=read_model_tables(database),
         page_size=page,
         isolation=isolation(READ_MODELS_FOLLOWER),
+        moved=read_models_moved,
     )
     wakeups = [Wakeup(), Wakeup(), Wakeup()]
     health = health or DependencyHealth("projector")

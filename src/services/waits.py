@@ -2,11 +2,13 @@
 /api/v1/executions/{id}?wait=S``.
 
 A waiter is a future on the event loop, not a thread. One poller task per event loop
-runs while anyone waits: every ``interval`` it reads the status of every awaited
-execution in one query (``Views.statuses``), on one worker thread, and wakes the
-waiters of those that reached a terminal status. So the read model sees one query per
-interval however many wait, the server holds no thread per waiter, and a waiter hears
-of its execution at most an interval after the read model shows it (ADR "long-poll").
+runs while anyone waits: when the read models' follower rings (``moved``: it applied a
+page), and every ``interval`` in case a ring was lost, it reads the status of every
+awaited execution in one query (``Views.statuses``), on one worker thread, and wakes
+the waiters of those that reached a terminal status. So the read model sees at most one
+query per page applied or interval however many wait, the server holds no thread per
+waiter, and a waiter hears of its execution as soon as the read model shows it
+(ADR 97).
 
 A dead letter the read model shows is taken as the answer only if the read model has
 caught up with the execution's stream in the log (the other ends are final): right
@@ -15,12 +17,15 @@ requeues and then waits must hear of the new attempt, not of the old one.
 """
 
 import asyncio
+import contextlib
 import weakref
 from uuid import UUID
 
 import structlog
 
 from jobledger.domain.execution import TERMINAL, ExecutionStatus
+from jobledger.projections.bell import Bell
+from jobledger.projections.read_models.follower import MOVED
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.errors import NotYetVisibleError
 from jobledger.services.views import Views
@@ -44,6 +49,9 @@ class _LoopWaiters:
         # By execution: each waiter's future and the least version it waits for.
         self.waiting: dict[UUID, dict[asyncio.Future[None], int]] = {}
         self.poller: asyncio.Task[None] | None = None
+        # Set when the read models moved (the bell's thread sets it through the loop).
+        self.moved = asyncio.Event()
+        self.listening = False
 
     def count(self) -> int:
         return sum(len(futures) for futures in self.waiting.values())
@@ -52,9 +60,10 @@ class _LoopWaiters:
 class ExecutionWaits:
     """Wait until executions finish, without a thread per waiter; see the module doc."""
 
-    def __init__(self, views: Views, *, interval: float = 0.05) -> None:
+    def __init__(self, views: Views, *, interval: float = 0.05, moved: Bell | None = None) -> None:
         self.views = views
         self.interval = interval
+        self._moved = moved
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWaiters] = (
             weakref.WeakKeyDictionary()
         )
@@ -97,6 +106,7 @@ class ExecutionWaits:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters.waiting.setdefault(execution_id, {})[future] = at_least
         if waiters.poller is None or waiters.poller.done():
+            self._listen(waiters)
             waiters.poller = asyncio.create_task(self._poll(waiters))
         try:
             await asyncio.wait_for(future, within)
@@ -119,9 +129,25 @@ class ExecutionWaits:
             waiters = self._loops[loop] = _LoopWaiters()
         return waiters
 
+    def _listen(self, waiters: _LoopWaiters) -> None:
+        """Listen for the read models' pages, once per event loop (the bell's owner
+        closes the listener with the process's stores)."""
+        if self._moved is None or waiters.listening:
+            return
+        loop, moved = asyncio.get_running_loop(), waiters.moved
+
+        def woken() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                loop.call_soon_threadsafe(moved.set)
+
+        self._moved.listen(MOVED, woken)
+        waiters.listening = True
+
     async def _poll(self, waiters: _LoopWaiters) -> None:
         while waiters.waiting:
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiters.moved.wait(), self.interval)
+            waiters.moved.clear()
             ids = list(waiters.waiting)
             try:
                 statuses = await asyncio.to_thread(self.views.statuses, ids)

@@ -79,6 +79,8 @@ is ``<kind>:<who>``, e.g. ``req:c:<credential digest>`` or ``req:a:<address>``.
 
 The queue projection publishes on the channel ``jl:ready`` (pub/sub, not a key) the
 names of the queues where runs became ready (one line each); idle workers subscribe.
+The read models' follower publishes ``runs`` on ``jl:read-models`` after each page it
+applied; the API's long-polls subscribe.
 
 Scores are integer milliseconds since the Unix epoch (``jobledger.projections.times``);
 the memory backend uses the same scores, and the same ``check_change``, so that both
@@ -250,6 +252,10 @@ class Keys:
     def work_ready(self) -> str:
         """The channel that says on which queues runs became ready (``WorkSignal``)."""
         return f"{self.prefix}:ready"
+
+    def read_models_moved(self) -> str:
+        """The channel that says the read models applied a page (waits look again)."""
+        return f"{self.prefix}:read-models"
 
     def queue(self, queue: str) -> QueueKeys:
         return QueueKeys(f"{self.prefix}:{{q:{queue}}}")

@@ -1,4 +1,4 @@
-"""Workers woken by new work, not by a poll (the ``WorkSignal`` port).
+"""Workers woken by new work, not by a poll (ADR 100).
 
 The queue projection rings when a page it applied made runs ready now; an idle worker
 listens on its queues and leases at once. A ring can be lost (a dropped connection, a
@@ -7,30 +7,15 @@ ring only delays it. Runs that become ready later (a retry's back-off, a run at 
 future time) wait for the poll, as before.
 """
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import TypeAlias
 
+from jobledger.projections.bell import Bell, Listening
 from jobledger.projections.queue.backend import QueueChange, QueueState
 
-
-class Listening(Protocol):
-    """A listener on some queues; ``close`` ends it."""
-
-    def close(self) -> None: ...
-
-
-class WorkSignal(Protocol):
-    """Says that runs are ready on queues, to whoever listens on them."""
-
-    def ring(self, queues: Collection[str]) -> None:
-        """Tell the listeners of ``queues`` that runs are ready there now."""
-        ...
-
-    def listen(self, queues: Sequence[str], woken: Callable[[], None]) -> Listening:
-        """Call ``woken`` (from a thread of the signal's) after each ring of one of
-        ``queues``, and once whenever it (re)connects, until closed."""
-        ...
+# The bell the queue projection rings with the queues where runs became ready.
+WorkSignal: TypeAlias = Bell
 
 
 def ready_queues(changes: Iterable[QueueChange], now: datetime) -> set[str]:
@@ -40,3 +25,6 @@ def ready_queues(changes: Iterable[QueueChange], now: datetime) -> set[str]:
         for change in changes
         if (item := change.item) is not None and item.state is QueueState.PENDING and item.at <= now
     }
+
+
+__all__ = ["Listening", "WorkSignal", "ready_queues"]

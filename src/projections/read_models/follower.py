@@ -18,6 +18,7 @@ import structlog
 
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow, RowPage
+from jobledger.projections.bell import Bell
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.database import Database
 from jobledger.projections.log.positions import Positions
@@ -40,6 +41,8 @@ log = structlog.get_logger(__name__)
 
 POSITION = "read-models"
 TOPICS = tuple(sorted({*JOB_TOPICS, *EXECUTION_TOPICS}))
+# What the follower rings after a page (``moved``): the runs' rows may have changed.
+MOVED = ("runs",)
 REPLAY_PAGE = 10_000  # events per page of a rebuild: fewer, larger transactions
 Progress = Callable[[int, int], None]  # (done, total)
 
@@ -61,8 +64,11 @@ class ReadModels:
         page_size: int = 2000,
         isolation: Isolation | None = None,
         parts: PartRunner | None = None,
+        moved: Bell | None = None,
     ) -> None:
         self._database = database
+        # Rung after each live page applied: long-polls waiting for runs look again.
+        self._moved = moved
         self._parts = parts
         self._positions = positions
         self._tables = tables
@@ -84,7 +90,18 @@ class ReadModels:
         or another process got to it first. After a page short of full the log had no
         more, and the follower lets events gather before the next page."""
         count = self._next_page(self._reader, self.isolation)
+        if count:
+            self._ring()
         return count is not None and (count == 0 or count >= self._reader.page_size)
+
+    def _ring(self) -> None:
+        """Say that the tables moved. A failed ring loses nothing: the waits poll."""
+        if self._moved is None:
+            return
+        try:
+            self._moved.ring(MOVED)
+        except Exception as error:  # noqa: BLE001 (any failure: a ring is only a shortcut)
+            log.warning("read_models.ring_failed", error=str(error))
 
     def position(self) -> int:
         return self._position.get()

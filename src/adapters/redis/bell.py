@@ -1,16 +1,16 @@
-"""The ``WorkSignal`` on Redis pub/sub: a ring is one PUBLISH of the queues' names on
-one channel (a Redis Cluster refuses PUBLISH in a pipeline, so not one per queue); a
-listener is a thread on a connection of its own, subscribed to it, that wakes its worker
-when one of its queues is named. Pub/sub keeps nothing: a worker that was not
-subscribed misses the ring, and its poll finds the run instead."""
+"""The ``Bell`` on Redis pub/sub: a ring is one PUBLISH of the names on the bell's
+channel (a Redis Cluster refuses PUBLISH in a pipeline, so not one channel per name); a
+listener is a thread on a connection of its own, subscribed to it, that calls back when
+one of its names is rung. Pub/sub keeps nothing: a listener that was not subscribed
+misses the ring, and its poll finds what happened instead."""
 
+import weakref
 from collections.abc import Callable, Collection, Sequence
 
 import redis
 import structlog
 
 from jobledger.adapters.redis.client import RedisClient
-from jobledger.adapters.redis.keys import Keys
 from jobledger.infra.background import Background
 
 log = structlog.get_logger(__name__)
@@ -21,39 +21,45 @@ _WAIT = 0.5
 _RECONNECT = 1.0
 
 
-class RedisWorkSignal:
-    def __init__(self, client: RedisClient, keys: Keys) -> None:
+class RedisBell:
+    def __init__(self, client: RedisClient, channel: str) -> None:
         self._client = client
-        self._keys = keys
+        self._channel = channel  # a name from ``Keys``
+        self._open: weakref.WeakSet[RedisListening] = weakref.WeakSet()
 
-    def ring(self, queues: Collection[str]) -> None:
-        if queues:
-            self._client.publish(self._keys.work_ready(), "\n".join(sorted(queues)))
+    def ring(self, names: Collection[str]) -> None:
+        if names:
+            self._client.publish(self._channel, "\n".join(sorted(names)))
 
-    def listen(self, queues: Sequence[str], woken: Callable[[], None]) -> "RedisListening":
-        listening = RedisListening(self._client, self._keys.work_ready(), queues, woken)
+    def listen(self, names: Sequence[str], woken: Callable[[], None]) -> "RedisListening":
+        listening = RedisListening(self._client, self._channel, names, woken)
         listening.start()
+        self._open.add(listening)
         return listening
+
+    def close(self) -> None:
+        for listening in list(self._open):
+            listening.close()
 
 
 class RedisListening(Background):
-    """A thread subscribed to ``channel`` that calls ``woken`` at each ring that names
-    one of ``queues``."""
+    """A thread subscribed to ``channel`` that calls ``woken`` at each ring of one of
+    ``names``."""
 
     def __init__(
         self,
         client: RedisClient,
         channel: str,
-        queues: Sequence[str],
+        names: Sequence[str],
         woken: Callable[[], None],
     ) -> None:
         self._client = client
         self._channel = channel
-        self._queues = frozenset(queue.encode() for queue in queues)
+        self._names = frozenset(name.encode() for name in names)
         self._woken = woken
         self.subscriptions = 0  # how often it (re)subscribed: tests read it
         self._lost = False  # said once per outage
-        super().__init__("work-signal")
+        super().__init__("bell")
 
     def close(self) -> None:
         self.stop()
@@ -64,7 +70,7 @@ class RedisListening(Background):
                 self._listen()
             except (redis.RedisError, OSError) as error:
                 if not self._lost:
-                    log.warning("work_signal.lost", error=str(error))
+                    log.warning("bell.lost", error=str(error))
                 self._lost = True
                 self._stopping.wait(_RECONNECT)
 
@@ -74,7 +80,7 @@ class RedisListening(Background):
             pubsub.subscribe(self._channel)
             self.subscriptions += 1
             if self._lost:
-                log.info("work_signal.restored", queues=len(self._queues))
+                log.info("bell.restored", names=len(self._names))
                 self._lost = False
             # What rang while it was not subscribed, the worker's next look finds.
             self._woken()
@@ -86,6 +92,6 @@ class RedisListening(Background):
             pubsub.close()
 
     def _mine(self, data: object) -> bool:
-        """Whether a ring names one of this listener's queues."""
+        """Whether a ring is of one of this listener's names."""
         named = data.split(b"\n") if isinstance(data, bytes) else []
-        return not self._queues.isdisjoint(named)
+        return not self._names.isdisjoint(named)

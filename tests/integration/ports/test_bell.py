@@ -1,5 +1,5 @@
-"""The work signal's contract (``projections.queue.signal.WorkSignal``), run on every
-backend: process memory (the embedded mode), one Redis server and a Redis Cluster."""
+"""The bell's contract (``projections.bell.Bell``), run on every backend: process
+memory (the embedded mode), one Redis server and a Redis Cluster."""
 
 import threading
 import time
@@ -10,19 +10,20 @@ import pytest
 import redis
 from tests.integration.ports.backends import MEMORY_AND_REDIS, redis_under_a_prefix
 
-from jobledger.adapters.memory.signal import MemoryWorkSignal
+from jobledger.adapters.memory.bell import MemoryBell
+from jobledger.adapters.redis.bell import RedisBell, RedisListening
 from jobledger.adapters.redis.keys import Keys
-from jobledger.adapters.redis.signal import RedisListening, RedisWorkSignal
-from jobledger.projections.queue.signal import Listening, WorkSignal
+from jobledger.projections.bell import Bell, Listening
 
 WITHIN = 5.0  # how long a ring may take to arrive, at most
 
 
 @pytest.fixture(params=MEMORY_AND_REDIS)
-def signal(request: pytest.FixtureRequest) -> WorkSignal:
+def bell(request: pytest.FixtureRequest) -> Bell:
     if request.param == "memory":
-        return MemoryWorkSignal()
-    return RedisWorkSignal(*redis_under_a_prefix(request))
+        return MemoryBell()
+    client, keys = redis_under_a_prefix(request)
+    return RedisBell(client, keys.work_ready())
 
 
 class Woken:
@@ -50,46 +51,46 @@ def listeners() -> Iterator[list[Listening]]:
         listening.close()
 
 
-def listen(signal: WorkSignal, opened: list[Listening], *queues: str) -> Woken:
+def listen(bell: Bell, opened: list[Listening], *queues: str) -> Woken:
     """A listener of ``queues``, once it listens (its first wake-up came)."""
     woken = Woken()
-    opened.append(signal.listen(queues, woken))
+    opened.append(bell.listen(queues, woken))
     assert woken.reached(1)
     return woken
 
 
 def test_a_ring_wakes_the_listeners_of_its_queues_only(
-    signal: WorkSignal, listeners: list[Listening]
+    bell: Bell, listeners: list[Listening]
 ) -> None:
     """If runs become ready on a queue, then every listener of that queue is woken,
     and a listener of other queues is not."""
     mail, also_mail, reports = (
-        listen(signal, listeners, "mail", "default"),
-        listen(signal, listeners, "mail"),
-        listen(signal, listeners, "reports"),
+        listen(bell, listeners, "mail", "default"),
+        listen(bell, listeners, "mail"),
+        listen(bell, listeners, "reports"),
     )
-    signal.ring({"mail"})
+    bell.ring({"mail"})
     assert mail.reached(2)
     assert also_mail.reached(2)
-    signal.ring({"reports"})  # after mail's ring, so mail's would have arrived first
+    bell.ring({"reports"})  # after mail's ring, so mail's would have arrived first
     assert reports.reached(2)
     assert (mail.count, also_mail.count, reports.count) == (2, 2, 2)
 
 
-def test_a_closed_listener_is_not_woken(signal: WorkSignal, listeners: list[Listening]) -> None:
+def test_a_closed_listener_is_not_woken(bell: Bell, listeners: list[Listening]) -> None:
     """If a listener is closed, then later rings of its queue do not wake it."""
-    closed = listen(signal, listeners, "mail")
+    closed = listen(bell, listeners, "mail")
     listeners.pop().close()
-    witness = listen(signal, listeners, "mail")
-    signal.ring({"mail"})
+    witness = listen(bell, listeners, "mail")
+    bell.ring({"mail"})
     assert witness.reached(2)
     assert closed.count == 1
 
 
-def test_a_ring_of_no_listener_is_harmless(signal: WorkSignal) -> None:
+def test_a_ring_of_no_listener_is_harmless(bell: Bell) -> None:
     """If nobody listens on a queue, then ringing it raises nothing."""
-    signal.ring({"nobody"})
-    signal.ring(set())
+    bell.ring({"nobody"})
+    bell.ring(set())
 
 
 @pytest.mark.redis
@@ -98,8 +99,8 @@ def test_a_listener_subscribes_again_after_its_connection_drops(
 ) -> None:
     """If a Redis listener's connection is killed, then it subscribes again, wakes its
     worker once more (a ring may have been missed meanwhile) and hears later rings."""
-    signal = RedisWorkSignal(redis_client, Keys(f"t{uuid.uuid4().hex[:10]}"))
-    woken = listen(signal, listeners, "mail")
+    bell = RedisBell(redis_client, Keys(f"t{uuid.uuid4().hex[:10]}").work_ready())
+    woken = listen(bell, listeners, "mail")
     listening = listeners[0]
     assert isinstance(listening, RedisListening)
     redis_client.client_kill_filter(_type="pubsub")
@@ -108,5 +109,5 @@ def test_a_listener_subscribes_again_after_its_connection_drops(
     while listening.subscriptions < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert listening.subscriptions == 2
-    signal.ring({"mail"})
+    bell.ring({"mail"})
     assert woken.reached(3)
