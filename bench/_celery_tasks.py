@@ -14,6 +14,7 @@ import redis
 from celery import Celery
 
 from bench import _completions as completions
+from bench import _starts as starts
 
 QUEUE = "bench"
 BROKER_URL = os.environ["BENCH_BROKER_URL"]
@@ -33,4 +34,5 @@ _counter = redis.Redis.from_url(BROKER_URL)
 
 @app.task(name="bench.noop")  # type: ignore[untyped-decorator]  # Celery is untyped
 def noop() -> None:
+    starts.note()
     completions.record(_counter)

@@ -15,6 +15,7 @@ import redis
 from dramatiq.brokers.redis import RedisBroker
 
 from bench import _completions as completions
+from bench import _starts as starts
 
 QUEUE = "bench"
 BROKER_URL = os.environ["BENCH_BROKER_URL"]
@@ -26,4 +27,5 @@ _counter = redis.Redis.from_url(BROKER_URL)
 
 @dramatiq.actor(queue_name=QUEUE, max_retries=0)  # type: ignore[untyped-decorator]
 def noop() -> None:
+    starts.note()
     completions.record(_counter)

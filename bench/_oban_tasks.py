@@ -30,6 +30,8 @@ from oban import Oban, worker
 from oban.schema import install
 from psycopg.types.json import set_json_dumps, set_json_loads
 
+from bench import _starts as starts
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -43,6 +45,7 @@ ON_UVLOOP = True  # as ``oban start`` does
 class Noop:
     async def process(self, job: object) -> None:
         del job
+        starts.note()
 
 
 async def setup(dsn: str) -> None:

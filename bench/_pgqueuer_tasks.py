@@ -7,9 +7,10 @@ benchmarks):
 - the asyncpg driver over one connection per process, for the worker as for the
   producer ("about 1.7x psycopg"; "a direct asyncpg connection, not a pool, for the
   QueueManager");
-- ``batch_size`` 32 ("increase it when jobs are short-lived"), no cap on the tasks a
-  worker runs at once (``max_concurrent_tasks`` unset, its default): every job of a
-  batch is an asyncio task;
+- ``batch_size`` ("increase it when jobs are short-lived") from
+  ``BENCH_PGQUEUER_BATCH_SIZE`` (32 without it): the benchmark tries a few and keeps
+  the best; no cap on the tasks a worker runs at once (``max_concurrent_tasks``
+  unset, its default): every job of a batch is an asyncio task;
 - after ``install``, the table settings of ``pgq autovac`` (its checklist), and the
   default durability (every table logged);
 - the worker starts through ``pgqueuer.run``, which is what ``pgq run`` calls (that
@@ -22,12 +23,17 @@ A job moves to ``pgqueuer_log`` as it ends: the row is deleted from ``pgqueuer``
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 import asyncpg
 import pgqueuer
 from pgqueuer import AsyncpgDriver, PgQueuer, Queries
+
+from bench import _starts as starts
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -37,7 +43,8 @@ if TYPE_CHECKING:
     from bench._peer_cli import Send
 
 ENTRYPOINT = "noop"
-BATCH_SIZE = 32
+BATCH_SIZE = int(os.environ.get("BENCH_PGQUEUER_BATCH_SIZE") or 32)
+PROBE_WARM_UP = 3.0  # seconds after the warm-up job, for the worker to be listening
 ON_UVLOOP = True  # as ``pgq run`` does
 
 
@@ -66,7 +73,27 @@ async def sender(dsn: str) -> AsyncIterator[Send]:
 
 
 async def noop(job: Job) -> None:
-    del job
+    starts.note(job.payload.decode() if job.payload else "")
+
+
+async def probe(dsn: str, samples: int, gap: float) -> list[tuple[str, float, float]]:
+    """One job at a time, ``gap`` seconds apart, after a warm-up job: (its key, the
+    time the enqueue call was made, the time it returned) each."""
+    connection = await asyncpg.connect(dsn)
+    queries = Queries(AsyncpgDriver(connection))
+    sent = []
+    try:
+        await queries.enqueue([ENTRYPOINT], [b"warm-up"], [0])
+        await asyncio.sleep(PROBE_WARM_UP)
+        for number in range(samples):
+            key = f"probe-{number}"
+            begun = time.time()
+            await queries.enqueue([ENTRYPOINT], [key.encode()], [0])
+            sent.append((key, begun, time.time()))
+            await asyncio.sleep(gap)
+    finally:
+        await connection.close()
+    return sent
 
 
 @asynccontextmanager

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from procrastinate import App, PsycopgConnector
 
+from bench import _starts as starts
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -36,7 +38,7 @@ ON_UVLOOP = False  # as its command line does
 
 
 async def noop() -> None:
-    pass
+    starts.note()
 
 
 def app(dsn: str, pool_size: int) -> App:
