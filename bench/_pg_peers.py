@@ -1,13 +1,16 @@
 """The PostgreSQL queues of throughput.py: pgqueuer, Oban for Python and Procrastinate.
 
-Each gets a throwaway database of its own and the same two rounds as jobledger: N no-op
-jobs enqueued by a process of the library's (its batch call, 1,000 jobs a call), the
-database analyzed (autovacuum may be off, as it is on the machine these figures come
-from: without statistics, a planner that saw empty tables picks plans for empty tables),
-then drained by 1 and by 2 worker processes. The library code runs in processes started
-through ``_peer_cli.py``, with the interpreter it needs: Oban for Python needs Python
-3.12 or later, so it runs in a virtual environment of its own, made on first use in a
-cache folder outside the repository (``oban_python``).
+Each runs in several configurations (``configs``), each in a throwaway database of its
+own with the same two rounds as jobledger: N no-op jobs enqueued by a process of the
+library's (its batch call, 1,000 jobs a call), the database analyzed or not (autovacuum
+may be off, as it is on the machine these figures come from: without statistics, a
+planner that saw empty tables picks plans for empty tables), then drained by 1 and by 2
+worker processes; pgqueuer also with several dequeue batch sizes. The benchmark
+compares the best configuration. ``PeerRun.probe`` measures pgqueuer's start latency.
+The library code runs in processes started through ``_peer_cli.py``, with the
+interpreter it needs: Oban for Python needs Python 3.12 or later, so it runs in a
+virtual environment of its own, made on first use in a cache folder outside the
+repository (``oban_python``).
 
 Completions are counted in each library's own tables, and after each round every job
 so far must have completed exactly once (``Peer.audit``).
@@ -21,6 +24,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, LiteralString
@@ -28,6 +33,7 @@ from typing import TYPE_CHECKING, LiteralString
 import psycopg
 
 from bench import _rounds as rounds
+from bench import _starts as starts
 from bench import _support as support
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ if TYPE_CHECKING:
     from psycopg.rows import TupleRow
 
 ENQUEUE_CHUNK = 1_000  # jobs per enqueue call, for every library's batch call
+PGQUEUER_BATCH_SIZES = (10, 32, 100)  # pgqueuer's dequeue batch sizes tried
 OBAN_REQUIREMENT = "oban==0.7.0"
 OBAN_MIN_PYTHON = (3, 12)
 OBAN_INSTALL_TIMEOUT = 600.0
@@ -71,8 +78,9 @@ PGQUEUER = Peer(
     modules=("pgqueuer", "asyncpg"),
     keeps="job row until it ends; 3 log rows per job",
     settings=(
-        "asyncpg, one connection per process, uvloop; batch_size 32, no cap on tasks at"
-        " once; pgq autovac table settings; started through pgqueuer.run (pgq run's call)"
+        "asyncpg, one connection per process, uvloop; batch_size"
+        f" {'/'.join(map(str, PGQUEUER_BATCH_SIZES))} tried, no cap on tasks at once; pgq autovac"
+        " table settings; started through pgqueuer.run (pgq run's call)"
     ),
     mark_sql="SELECT coalesce(max(id), 0) FROM pgqueuer_log",
     done_sql="SELECT count(*) FROM pgqueuer_log WHERE id > %s AND status = 'successful'",
@@ -238,9 +246,35 @@ def oban_venv(base: str, folder: Path) -> Path:
 
 # ---- the rounds ------------------------------------------------------------------------
 
+PROBE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of running a peer: its database analyzed after each enqueue or not, and
+    pgqueuer's dequeue batch size."""
+
+    analyze: bool
+    batch_size: int | None = None
+
+    @property
+    def name(self) -> str:
+        text = "ANALYZE" if self.analyze else "no ANALYZE"
+        return text if self.batch_size is None else f"{text}, batch {self.batch_size}"
+
+    def env(self) -> dict[str, str]:
+        if self.batch_size is None:
+            return {}
+        return {"BENCH_PGQUEUER_BATCH_SIZE": str(self.batch_size)}
+
+
+def configs(name: str) -> list[Config]:
+    sizes: Sequence[int | None] = PGQUEUER_BATCH_SIZES if name == "pgqueuer" else (None,)
+    return [Config(analyze, size) for analyze in (False, True) for size in sizes]
+
 
 class PeerRun:
-    """Both rounds of one peer in a throwaway database of its own."""
+    """Both rounds of one peer in one configuration, in a throwaway database of its own."""
 
     def __init__(
         self,
@@ -255,86 +289,132 @@ class PeerRun:
         self.processes = processes
         self.redis_pid = redis_pid
         self.command = [python, "-m", "bench._peer_cli", peer.name]
-        self.env = rounds.subprocess_env()
 
-    def run(self, admin_url: str) -> rounds.Outcome:
+    def run(self, admin_url: str, config: Config, repetition: int) -> rounds.Outcome:
         outcome = rounds.Outcome()
+        env = rounds.subprocess_env(**config.env())
         with (
             support.throwaway_postgres(admin_url) as url,
             psycopg.connect(url, autocommit=True) as conn,
         ):
-            support.log(f"{self.peer.name}: installing its schema")
-            self.processes.run(
-                f"{self.peer.name}-setup", [*self.command, "setup", "--dsn", url], self.env
-            )
+            self._setup(url, env)
             groups = rounds.base_groups(url.rpartition("/")[2], self.redis_pid)
             for number, workers in enumerate(rounds.WORKER_COUNTS, start=1):
-                row, cpu = self._round(conn, url, number, workers, groups)
+                of = rounds.RoundOf(
+                    self.peer.name, config.name, repetition, workers, self.size.jobs
+                )
+                row, cpu = self._round(conn, url, of, number, (config, env, groups))
                 outcome.rows.append(row)
-                outcome.checks.append(f"{rounds.label(self.peer.name, workers)}: {row.note}")
-                if cpu is not None:
-                    outcome.cpu.append(cpu)
+                outcome.cpu += cpu
+                what = rounds.label(f"{self.peer.name} ({config.name})", workers)
+                outcome.checks.append(f"{what}: {row.note}")
         return outcome
+
+    def _setup(self, url: str, env: dict[str, str]) -> None:
+        support.log(f"{self.peer.name}: installing its schema")
+        self.processes.run(f"{self.peer.name}-setup", [*self.command, "setup", "--dsn", url], env)
 
     def _round(
         self,
         conn: psycopg.Connection[TupleRow],
         url: str,
+        of: rounds.RoundOf,
         number: int,
-        workers: int,
-        groups: rounds.Groups,
-    ) -> tuple[rounds.Row, rounds.CpuRow | None]:
+        how: tuple[Config, dict[str, str], rounds.Groups],
+    ) -> tuple[rounds.Row, list[rounds.CpuRow]]:
+        config, env, groups = how
         jobs, name = self.size.jobs, self.peer.name
-        label = rounds.label(name, workers)
+        label = rounds.label(f"{name} ({config.name})", of.workers)
         mark = int(one(conn, self.peer.mark_sql)[0])
-        enqueue_s = self._enqueue(url, f"{name}-enqueue-r{number}", label)
-        support.analyze(conn, label)
+        begun = rounds.cpu_sample(groups)
+        seconds, client_cpu = self._enqueue(url, f"{name}-enqueue-r{number}", label, env)
+        if config.analyze:
+            support.analyze(conn, label)
+        # A committed job is ready for a worker: accepted and leasable at once.
+        enqueued = rounds.Enqueued(begun, seconds, seconds, client_cpu)
+        folder = self.processes.folder / f"{name}-starts-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        worker_env = env | {starts.FOLDER_VARIABLE: str(folder)}
+        spawned_at = time.time()
         spawned = [
             self.processes.start(
                 f"{name}-worker-r{number}-{k}",
                 [*self.command, "work", "--dsn", url, "--slots", str(self.size.slots)],
-                self.env,
+                worker_env,
             )
-            for k in range(workers)
+            for k in range(of.workers)
         ]
         try:
-            watched = rounds.watch_drain(
+            drained = rounds.watch_drain(
                 label,
                 jobs,
                 count=lambda: int(one(conn, self.peer.done_sql, (mark,))[0]),
                 watch=spawned,
                 processes=self.processes,
                 groups=groups | {"worker": rounds.tree_of(spawned)},
+                starts_folder=folder,
+                spawned=spawned_at,
             )
         finally:  # also on Ctrl-C: before the database they use is dropped
             for process in spawned:
                 self.processes.stop(process)
-        first, last = (float(value) for value in one(conn, self.peer.span_sql, (mark,)))
         note = check(audit(conn, self.peer), jobs * number)
-        row = rounds.Row(
-            name,
-            workers,
-            jobs,
-            round(enqueue_s, 3),
-            support.rate(jobs, enqueue_s),
-            round(enqueue_s, 3),  # a committed job is ready for a worker
-            round(first - watched.started, 3),
-            round(last - first, 3),
-            support.rate(jobs, last - first),
-            note,
-        )
-        return row, watched.cpu_row(name, workers)
+        return rounds.round_rows(of, enqueued, drained, note)
 
-    def _enqueue(self, url: str, name: str, label: str) -> float:
-        """Seconds the library's enqueue calls took, as its process measured them."""
+    def _enqueue(self, url: str, name: str, label: str, env: dict[str, str]) -> tuple[float, float]:
+        """Seconds the library's enqueue calls took, and the CPU time its process spent on
+        them, as that process measured them."""
         jobs = self.size.jobs
         result = self.processes.folder / f"{name}.json"
         support.log(f"{label}: enqueueing {jobs:,} jobs, {ENQUEUE_CHUNK:,} a call")
         args = ["enqueue", "--dsn", url, "--jobs", str(jobs), "--chunk", str(ENQUEUE_CHUNK)]
-        self.processes.run(name, [*self.command, *args, "--result", str(result)], self.env)
-        seconds = float(json.loads(result.read_text(encoding="utf-8"))["seconds"])
+        self.processes.run(name, [*self.command, *args, "--result", str(result)], env)
+        found = json.loads(result.read_text(encoding="utf-8"))
+        seconds = float(found["seconds"])
         support.log(f"{label}: {jobs:,} enqueued in {seconds:.2f}s ({jobs / seconds:,.0f}/s)")
-        return seconds
+        return seconds, float(found["cpu_seconds"])
+
+    def probe(self, admin_url: str, config: Config, samples: int, gap: float) -> list[Probe]:
+        """The start latency at low load: one job at a time to one worker (pgqueuer)."""
+        name = self.peer.name
+        env = rounds.subprocess_env(**config.env())
+        log = self.processes.folder / f"{name}-probe-starts.txt"
+        result = self.processes.folder / f"{name}-probe.json"
+        with support.throwaway_postgres(admin_url) as url:
+            self._setup(url, env)
+            worker = self.processes.start(
+                f"{name}-probe-worker",
+                [*self.command, "work", "--dsn", url, "--slots", str(self.size.slots)],
+                env | {starts.LOG_VARIABLE: str(log)},
+            )
+            try:
+                support.log(f"{name}: start latency, {samples} jobs one at a time")
+                args = ["probe", "--dsn", url, "--samples", str(samples), "--gap", str(gap)]
+                self.processes.run(
+                    f"{name}-probe", [*self.command, *args, "--result", str(result)], env
+                )
+                sent = json.loads(result.read_text(encoding="utf-8"))
+                keys = {key for key, _, _ in sent}
+                support.wait_for(
+                    lambda: keys <= starts.logged(log).keys(),
+                    PROBE_TIMEOUT,
+                    f"{name}: every probe job started",
+                    poll=0.1,
+                )
+            finally:
+                self.processes.stop(worker)
+        started = starts.logged(log)
+        return [Probe(begun, answered, started[key], None) for key, begun, answered in sent]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One job of a start-latency probe, Unix times."""
+
+    sent: float  # just before the enqueue call
+    answered: float  # as it returned
+    started: float  # as the handler started
+    waited: float | None  # as the client's wait for it returned (jobledger)
 
 
 def one(
@@ -387,8 +467,13 @@ def run_peer(
     size: rounds.Sizes,
     processes: rounds.Processes,
     redis_pid: int,
+    repetition: int,
 ) -> rounds.Outcome:
+    """Every configuration of a peer (``configs``), one after the other."""
     peer = PEERS[name]
-    outcome = PeerRun(peer, python, size, processes, redis_pid).run(admin_url)
+    outcome = rounds.Outcome()
+    for config in configs(name):
+        run = PeerRun(peer, python, size, processes, redis_pid)
+        outcome.add(run.run(admin_url, config, repetition))
     outcome.versions[name] = rounds.versions(python, peer.modules)
     return outcome

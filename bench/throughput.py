@@ -1,39 +1,63 @@
-"""Throughput: enqueue N no-op jobs, then drain them with 1 and with 2 worker processes.
+"""Throughput: enqueue N no-op jobs through jobledger's API as deployed, then drain them
+with 1 and with 2 worker processes; the same beside the queues users compare it with.
 
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off); stops every process it started and the server, and
-drops the database at the end, also on an error or Ctrl-C.
+drops the databases at the end, also on an error or Ctrl-C.
 
     python -m bench.throughput [--quick] [--jobs N] [--slots S] [--systems NAME ...]
-        [--repeat N] [--profile] [--oban-python PATH] [--admin-url URL]
+        [--repeat N] [--concurrency C] [--samples N] [--profile] [--oban-python PATH]
+        [--admin-url URL]
 
-jobledger: a ``jobledger projector`` process follows the log into the Redis queue for
-the whole run. Enqueue: this process saves N ad-hoc ``test.echo`` executions (what
-``Executions.run`` saves) through the group-commit writer, with up to 2,000 saves in
-flight; timed until every save has committed, and until all N are ready in Redis.
-Drain: ``jobledger worker`` processes with S slots each, timed from the first to the
-last ``ExecutionCompleted`` in the log; the log is checked afterwards (N completions,
-no execution left open). Then the same with 2 workers on N new executions.
+jobledger runs as the Procfile runs it: ``jobledger migrate``, then ``jobledger api``,
+``jobledger projector`` and ``jobledger scheduler`` as processes of their own for the
+whole run, each with its metrics port, in production mode, with an admin password set
+(the API creates the admin from it) and an operator token made with ``jobledger token
+create``; the handler is a user's (``bench/_jobledger_tasks.py``, through
+``JOBLEDGER_HANDLERS``), the ``test.*`` handlers are off. One setting differs from the
+defaults: the runs a credential may create a minute (``JOBLEDGER_API_RUNS_PER_MINUTE``),
+raised so that the budget does not refuse a round's N runs.
+
+A round: this process sends N runs through ``POST /api/v1/executions:batch`` (the
+async client's ``enqueue_many``, 1,000 runs a request, the route's limit), C requests in
+flight at once. The enqueue is timed from the first request until every request was
+answered (accepted) and until all N are ready in Redis (leasable: the projector caught
+up). Then ``jobledger worker`` processes with S slots each are started; the drain is
+timed from the first handler start (each worker process writes down its first, see
+``_starts.py``) until the count of ``ExecutionCompleted`` events committed to the log
+reaches N (polled every 50 ms near the end), and checked afterwards: N completions, none
+open, the Redis queue empty, the read models equal to a rebuild. Then the same with 2
+workers on N new runs.
+
+CPU time (``/proc/<pid>/stat``, user + system, every process of a role's tree) of the
+api, the projector, the scheduler and the workers, of PostgreSQL (its background
+processes and the sessions of the benchmark's database) and of redis-server, over the
+drain and over the whole round: from the first enqueue request until quiet (the
+system's processes and redis-server idle, at most 2 % of a core over 0.5 s, after the
+last completion). A worker counts from its first handler start: its start-up (imports,
+connections) is paid once by a deployment, not per job. The sender's CPU is shown
+apart (``client``).
 
 pgqueuer, Oban for Python and Procrastinate, when they can run (``_pg_peers.py``): the
-same rounds in a throwaway database each, N no-op jobs enqueued by the library's batch
-call and drained by 1 and 2 of its worker processes, counted in its own tables.
+same rounds in a throwaway database per configuration, N no-op jobs enqueued by the
+library's batch call and drained by 1 and 2 of its worker processes, counted in its
+own tables; each both without and with ANALYZE after the enqueue, pgqueuer with
+several dequeue batch sizes; the best configuration (by its drain rate) is the one
+compared. Celery and Dramatiq, when importable: N tasks sent from this process by 8
+threads to the same redis-server, drained by 1 and 2 worker processes of S threads.
 
-Celery and Dramatiq, when importable: the same rounds with N no-op tasks on the same
-redis-server (a database number each), sent from this process by 8 threads and drained
-by 1 and 2 worker processes of S threads each; every task counts itself in Redis.
+Start latency at low load, for jobledger and pgqueuer: one job at a time, a gap
+between, to one idle worker: from just before the enqueue call to the handler's start,
+and for jobledger to the answer of the client's ``wait`` (the API's long-poll ``GET``).
 
-Every PostgreSQL database is analyzed after the enqueue and before the drain, outside
-the timing. A second table gives the CPU time of each part during the drains
-(``/proc``), per job too, and what other programs took meanwhile; a third puts the
-systems' rates side by side. With
-``--profile``, py-spy (on PATH) samples every jobledger worker, and the projector, during
-each drain while one of its threads holds the GIL, and the functions with the most samples
-are printed, for the workers and for the projector.
+With ``--repeat N`` every system's rounds run N times, one system after the other each
+time; the tables give the median and the spread (min-max). With ``--profile``, py-spy
+(on PATH) samples the jobledger workers and the projector during the first drains.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import importlib
 import json
@@ -49,36 +73,38 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, LiteralString, cast
+from typing import TYPE_CHECKING, LiteralString
 
+import httpx
 import psycopg
 import redis
-from eventsourcing.persistence import StoredEvent
 from psycopg import sql
 
 import jobledger
 from bench import _completions as completions
+from bench import _jobledger_tasks as tasks
 from bench import _pg_peers as pg_peers
 from bench import _rounds as rounds
+from bench import _starts as starts
 from bench import _support as support
-from bench._rounds import CpuRow, Groups, Outcome, Processes, Row, Sizes
-from jobledger.adapters.store import events_table, migrate
+from bench._rounds import CpuRow, Enqueued, Groups, Outcome, Processes, RoundOf, Row, Sizes
+from jobledger.adapters.store import events_table
 from jobledger.bootstrap import Container, bootstrap
-from jobledger.domain.definitions import ExecutionSpec
-from jobledger.domain.execution import Execution, Trigger
+from jobledger.client import AsyncClient, Client
+from jobledger.domain.execution import Execution
 from jobledger.infra.logging import configure_logging
 from jobledger.infra.settings import load_settings
+from jobledger.schemas.executions import MAX_BATCH_RUNS
 
 if TYPE_CHECKING:
     import argparse
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-    from concurrent.futures import Future
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from types import ModuleType
 
 QUEUE = "default"
-SPEC = ExecutionSpec(handler="test.echo", queue=QUEUE)
 PREFIX = "bench-tp"  # jobledger's Redis key prefix
 SYSTEMS = ("jobledger", "pgqueuer", "oban", "procrastinate", "dramatiq", "celery")
+PG_PEERS = ("pgqueuer", "oban", "procrastinate")
 REDIS_SYSTEMS = ("celery", "dramatiq")
 REDIS_DB = {"jobledger": 0, "celery": 1, "dramatiq": 2}
 TASK_MODULES = {"celery": "bench._celery_tasks", "dramatiq": "bench._dramatiq_tasks"}
@@ -92,13 +118,19 @@ DEFAULT_JOBS = 20_000
 QUICK_JOBS = 1_000
 DEFAULT_SLOTS = 32
 WORKER_COUNTS = rounds.WORKER_COUNTS
-ENQUEUE_WINDOW = 2_000  # jobledger saves in flight at once
+DEFAULT_CONCURRENCY = 8  # batch requests in flight at once
+ADMIN_PASSWORD = "bench-throughput-7Kq2"  # noqa: S105 (a throwaway database's admin)
+RUNS_PER_MINUTE = 1_000_000  # JOBLEDGER_API_RUNS_PER_MINUTE: the most it takes
 SEND_THREADS = 8  # Celery and Dramatiq: each send waits for its own Redis round trip
-QUEUE_POLL = 0.05  # seconds between queue depth reads while enqueuing
+QUEUE_POLL = 0.02  # seconds between queue depth reads while enqueuing
 PROGRESS_EVERY = rounds.PROGRESS_EVERY
 STALL = rounds.STALL
 READY_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 30.0  # for the Redis queue to empty once every job completed
+DEFAULT_SAMPLES = 200  # start latency: jobs, one at a time
+QUICK_SAMPLES = 20
+SAMPLE_GAP = 0.02  # seconds between them
+WAIT_TIMEOUT = 30.0
 BUSY_ELSEWHERE_PCT = 25.0  # other programs' CPU during a drain that makes it suspect
 PROFILE_TOP = 30
 PROFILE_RATE = 100  # py-spy samples per second
@@ -108,111 +140,11 @@ ENQUEUED = Execution.Enqueued.TOPIC
 LEASED = Execution.Leased.TOPIC
 
 
-@dataclass(frozen=True)
-class SideBySide:
-    """One system's rates over the run, and how jobledger's drains compare with them."""
-
-    system: str
-    enqueue_per_s: float | None  # over both rounds
-    drain_1_per_s: float | None
-    drain_2_per_s: float | None
-    ms_per_job_1: float | None  # CPU of the system's parts per job, from the CPU table
-    ms_per_job_2: float | None
-    jobledger_x_1: float | None  # jobledger's drain rate divided by this one's
-    jobledger_x_2: float | None
-    keeps: str  # what the system keeps of a job, and where
-
-
 def with_db(redis_url: str, db: int) -> str:
     return f"{redis_url.rpartition('/')[0]}/{db}"
 
 
 # ---- jobledger -------------------------------------------------------------------------
-
-
-class Saver:
-    """Saves ``jobs`` new ad-hoc executions through the writer from a thread of its own,
-    at most ENQUEUE_WINDOW uncommitted at once; notes when the last one committed."""
-
-    def __init__(self, container: Container, jobs: int, tag: str) -> None:
-        self._container = container
-        self._jobs = jobs
-        self._tag = tag
-        self._window = threading.BoundedSemaphore(ENQUEUE_WINDOW)
-        self._lock = threading.Lock()
-        self.saved = 0
-        self.finished_at: float | None = None
-        self.errors: list[BaseException] = []
-        self._thread = threading.Thread(target=self._run, name="bench-saver", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def _run(self) -> None:
-        writer, limits = self._container.writer, self._container.ledger.limits
-        try:
-            for index in range(self._jobs):
-                self._window.acquire()
-                if self.errors:
-                    return
-                # As Executions.run builds it; the save goes to the writer instead.
-                SPEC.check(limits)
-                execution = Execution.enqueue(
-                    spec=SPEC,
-                    ready_at=datetime.now(UTC),
-                    trigger=Trigger.ADHOC,
-                    trigger_key=f"{self._tag}-{index}",
-                )
-                writer.submit(execution).add_done_callback(self._saved)
-        except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
-            self.errors.append(error)
-
-    def _saved(self, future: Future[None]) -> None:
-        self._window.release()
-        error = future.exception()
-        with self._lock:
-            if error is not None:
-                self.errors.append(error)
-            self.saved += 1
-            if self.saved == self._jobs:
-                self.finished_at = time.perf_counter()
-
-
-def enqueue_jobledger(container: Container, jobs: int, label: str) -> tuple[float, float]:
-    """Save ``jobs`` executions; (seconds until all committed, until all ready in Redis)."""
-    saver = Saver(container, jobs, f"bench-{uuid.uuid4().hex[:12]}")
-    begun = last_change = shown = time.perf_counter()
-    saver.start()
-    seen = (0, 0)
-    in_queue: float | None = None
-    while in_queue is None or saver.finished_at is None:
-        time.sleep(QUEUE_POLL)
-        if saver.errors:
-            raise saver.errors[0]
-        ready = container.queue.depths(QUEUE, now=datetime.now(UTC)).ready
-        now = time.perf_counter()
-        if ready >= jobs and in_queue is None:
-            in_queue = now - begun
-        if (ready, saver.saved) != seen:
-            seen, last_change = (ready, saver.saved), now
-        elif now - last_change > STALL:
-            raise RuntimeError(f"{label}: stuck at {ready:,}/{jobs:,} in the queue")
-        if now - shown >= PROGRESS_EVERY:
-            shown = now
-            support.log(
-                f"{label}: {saver.saved:,}/{jobs:,} committed, {ready:,} in the queue,"
-                f" {now - begun:.1f}s"
-            )
-    saver.join()
-    committed = saver.finished_at - begun
-    support.log(
-        f"{label}: {jobs:,} committed in {committed:.2f}s ({jobs / committed:,.0f}/s),"
-        f" all in the queue after {in_queue:.2f}s"
-    )
-    return committed, in_queue
 
 
 class LogCounter:
@@ -253,23 +185,6 @@ class LogCounter:
         ).fetchone()
         return 0 if row is None else int(row[0])
 
-    def completion_span(self, container: Container, after: int) -> tuple[float, float, int]:
-        """(first, last) completion as Unix times, from the events' own timestamps (taken
-        by the worker as the handler returned), and how many completions there are."""
-        statement = sql.SQL(
-            "SELECT originator_id, originator_version, topic, state FROM {}"
-            " WHERE topic = %s AND notification_id > %s"
-        ).format(self._table)
-        rows = self._conn.execute(statement, (COMPLETED, after)).fetchall()
-        mapper = container.ledger.mapper
-        times = [
-            cast("Execution.Completed", mapper.to_domain_event(StoredEvent(*row))).timestamp
-            for row in rows
-        ]
-        if not times:
-            raise RuntimeError("no ExecutionCompleted event in the log")
-        return min(times).timestamp(), max(times).timestamp(), len(times)
-
     def audit(self) -> dict[str, int]:
         """Counts over the whole log: what the executions went through."""
         enqueued, completed, distinct, leased, other = self._one(
@@ -287,17 +202,6 @@ class LogCounter:
             "leased": leased,
             "other_events": other,
         }
-
-    def analyze(self, label: str) -> None:
-        support.analyze(self._conn, label)
-
-    def listening(self) -> bool:
-        """Whether a session of this database LISTENs (the projector's wake-ups)."""
-        row = self._conn.execute(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
-        ).fetchone()
-        return bool(row and row[0])
 
     def close(self) -> None:
         self._conn.close()
@@ -440,149 +344,296 @@ def short_frame(frame: str) -> str:
     return f"{where.rstrip(')').rpartition(':')[0]}:{name}"
 
 
-class JobledgerRun:
-    """The jobledger rounds: a projector process for the whole run, this process saving,
-    and worker processes draining, each round on new executions."""
+class Deployment:
+    """jobledger's roles as processes, as the Procfile runs them, and an operator token."""
 
-    def __init__(
-        self,
-        url: str,
-        redis_url: str,
-        size: Sizes,
-        processes: Processes,
-        spies: Sequence[Spy] = (),
-    ) -> None:
-        self.size = size
+    ROLES = ("api", "projector", "scheduler")
+
+    def __init__(self, url: str, redis_url: str, size: Sizes, processes: Processes) -> None:
         self.processes = processes
-        self.spies = spies
+        self.api_port = support.free_port()
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
         jl_redis = with_db(redis_url, REDIS_DB["jobledger"])
-        self.settings = load_settings(
-            {},
-            test_handlers="true",
-            database_url=url,
-            redis_url=jl_redis,
-            redis_prefix=PREFIX,
-            log_level="warning",
-        )
         self.env = rounds.subprocess_env(
             JOBLEDGER_DATABASE_URL=url,
             JOBLEDGER_REDIS_URL=jl_redis,
             JOBLEDGER_REDIS_PREFIX=PREFIX,
+            JOBLEDGER_HANDLERS=tasks.HANDLERS,
+            JOBLEDGER_TEST_HANDLERS="false",
             JOBLEDGER_WORKER_SLOTS=str(size.slots),
             JOBLEDGER_WORKER_QUEUES=QUEUE,
-            JOBLEDGER_LOG_FORMAT="json",
+            JOBLEDGER_ADMIN_PASSWORD=ADMIN_PASSWORD,
+            JOBLEDGER_API_PORT=str(self.api_port),
+            JOBLEDGER_API_RUNS_PER_MINUTE=str(RUNS_PER_MINUTE),
+        )
+        # This process reads the queue and the read models for the checks, and the
+        # handler's module must import where the settings are loaded.
+        self.settings = load_settings(
+            {}, database_url=url, redis_url=jl_redis, redis_prefix=PREFIX, log_level="warning"
         )
         self.command = [sys.executable, "-m", "jobledger.cli"]
-        self.completed_before = 0  # completions in the log before this run (run)
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.token = ""
+        self.idle: dict[str, float] = {}  # % of a core each role uses when idle
 
-    def run(self, base: Groups) -> Outcome:
-        migrate(self.settings, progress=support.log)
-        configure_logging(self.settings)
-        projector = self.processes.start(
-            "jobledger-projector", [*self.command, "projector"], self.env
+    def start_role(
+        self, name: str, role: str, env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        own = {"JOBLEDGER_METRICS_PORT": str(support.free_port())} if role != "api" else {}
+        return self.processes.start(
+            f"jobledger-{name}", [*self.command, role], self.env | own | dict(env or {})
         )
+
+    def start(self) -> None:
+        """``jobledger migrate``, then the roles; returns once the API answers, the
+        projector follows the log and a token is made."""
+        self.processes.run("jobledger-migrate", [*self.command, "migrate"], self.env)
+        for role in self.ROLES:
+            self.running[role] = self.start_role(role, role)
+
+        def serving() -> bool:
+            self.processes.check(list(self.running.values()))
+            try:
+                return httpx.get(f"{self.api_url}/health", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        support.wait_for(serving, READY_TIMEOUT, "the API's start", poll=0.1)
+        made = subprocess.run(  # noqa: S603 (a fixed argument list, no shell)
+            [*self.command, "token", "create", "bench-throughput", "--role", "operator"],
+            env=self.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if made.returncode != 0:
+            raise RuntimeError(f"jobledger token create failed: {made.stderr.strip()}")
+        self.token = made.stdout.strip()
+        self._measure_idle()
+
+    def _measure_idle(self) -> None:
+        """What the roles, and one worker, use with nothing to do: the floor above
+        which a round is not yet quiet."""
+        worker = self.start_role("idle-worker", "worker")
+        try:
+            time.sleep(READY_TIMEOUT / 20)  # its start-up
+            self.idle = rounds.idle_floor(self.groups() | {"worker": rounds.tree_of([worker])})
+        finally:
+            self.processes.stop(worker)
+        shown = ", ".join(f"{name} {pct:g}%" for name, pct in self.idle.items())
+        support.log(f"jobledger: idle, % of a core: {shown}")
+
+    def idle_pct(self, workers: int) -> float:
+        """The idle floor of the roles, the workers and redis-server."""
+        return sum(self.idle.values()) + (workers - 1) * self.idle.get("worker", 0.0)
+
+    def groups(self) -> Groups:
+        return {role: rounds.tree_of([process]) for role, process in self.running.items()}
+
+    def stop(self) -> None:
+        for process in reversed(list(self.running.values())):
+            self.processes.stop(process)
+        self.running.clear()
+
+
+async def send_batches(url: str, token: str, jobs: int, concurrency: int) -> None:
+    """``jobs`` runs of the no-op handler through the batch route, ``concurrency``
+    requests of up to MAX_BATCH_RUNS runs in flight at once, as the async client sends."""
+    gate = asyncio.Semaphore(concurrency)
+    tag = uuid.uuid4().hex[:12]
+
+    async def batch(client: AsyncClient, number: int, count: int) -> None:
+        async with gate:
+            refs = await client.enqueue_many(
+                tasks.NAME, [{}] * count, queue=QUEUE, idempotency_key=f"{tag}-{number}"
+            )
+        if len(refs) != count:
+            raise RuntimeError(f"a batch of {count} runs answered {len(refs)}")
+
+    async with AsyncClient(url, token, timeout=120.0) as client:
+        sizes = [min(MAX_BATCH_RUNS, jobs - start) for start in range(0, jobs, MAX_BATCH_RUNS)]
+        await asyncio.gather(*(batch(client, n, size) for n, size in enumerate(sizes)))
+
+
+class Leasable:
+    """Polls the Redis queue from a thread of its own until ``jobs`` runs are ready."""
+
+    def __init__(self, container: Container, jobs: int) -> None:
+        self._container = container
+        self._jobs = jobs
+        self.ready = 0
+        self.at: float | None = None  # Unix time they were
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-depths", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.ready = self._container.queue.depths(QUEUE, now=datetime.now(UTC)).ready
+                if self.ready >= self._jobs:
+                    self.at = time.time()
+                    return
+                time.sleep(QUEUE_POLL)
+        except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
+            self.error = error
+
+    def wait(self, label: str) -> float:
+        last, last_change = -1, time.perf_counter()
+        while self.at is None:
+            if self.error is not None:
+                raise self.error
+            if self.ready != last:
+                last, last_change = self.ready, time.perf_counter()
+            elif time.perf_counter() - last_change > STALL:
+                self._stop.set()
+                raise RuntimeError(f"{label}: stuck at {last:,}/{self._jobs:,} in the queue")
+            time.sleep(QUEUE_POLL)
+        return self.at
+
+
+def enqueue_jobledger(
+    deployment: Deployment, container: Container, groups: Groups, jobs: int, how: tuple[str, int]
+) -> Enqueued:
+    """Send ``jobs`` runs through the API; when they were accepted and leasable."""
+    label, concurrency = how
+    support.log(f"{label}: sending {jobs:,} runs, {concurrency} batch requests at once")
+    begun = rounds.cpu_sample(groups)
+    cpu = time.process_time()
+    leasable = Leasable(container, jobs)
+    asyncio.run(send_batches(deployment.api_url, deployment.token, jobs, concurrency))
+    accepted = time.time() - begun.at
+    client_cpu = time.process_time() - cpu
+    leasable_s = leasable.wait(label) - begun.at
+    support.log(
+        f"{label}: {jobs:,} accepted in {accepted:.2f}s ({jobs / accepted:,.0f}/s),"
+        f" leasable after {leasable_s:.2f}s; sender CPU {100 * client_cpu / accepted:.0f}%"
+    )
+    return Enqueued(begun, accepted, leasable_s, client_cpu, client_is_bench=True)
+
+
+class JobledgerRun:
+    """The jobledger rounds of one repetition, on its deployment: N runs through the
+    API, then worker processes draining them, each round on new runs."""
+
+    def __init__(
+        self,
+        deployment: Deployment,
+        size: Sizes,
+        concurrency: int,
+        spies: Sequence[Spy] = (),
+    ) -> None:
+        self.deployment = deployment
+        self.size = size
+        self.concurrency = concurrency
+        self.processes = deployment.processes
+        self.spies = spies
+        self.completed_before = 0  # completions in the log before these rounds
+
+    def run(
+        self, base: Groups, repetition: int, samples: int
+    ) -> tuple[Outcome, list[pg_peers.Probe]]:
         outcome = Outcome()
-        with bootstrap(self.settings) as container:
-            counter = LogCounter(self.settings.database_url, events_table(self.settings))
-            # Rounds of an earlier repetition are in the same log.
+        probes: list[pg_peers.Probe] = []
+        deployment = self.deployment
+        configure_logging(deployment.settings)
+        with bootstrap(deployment.settings) as container:
+            counter = LogCounter(
+                deployment.settings.database_url, events_table(deployment.settings)
+            )
             self.completed_before = counter.audit()["completed"]
             try:
-                self._wait_for_projector(container, counter, projector)
-                groups = base | {"projector": lambda: [projector.pid]}
+                groups = base | deployment.groups()
                 for number, workers in enumerate(WORKER_COUNTS, start=1):
-                    row, cpu = self._round(
-                        container,
-                        counter,
-                        number=number,
-                        workers=workers,
-                        projector=projector,
-                        groups=groups,
-                    )
+                    of = RoundOf("jobledger", "", repetition, workers, self.size.jobs)
+                    row, cpu = self._round(container, counter, of, number, groups)
                     outcome.rows.append(row)
-                    outcome.checks.append(f"{rounds.label(row.system, workers)}: {row.note}")
-                    if cpu is not None:
-                        outcome.cpu.append(cpu)
+                    outcome.cpu += cpu
+                    outcome.checks.append(f"{rounds.label('jobledger', workers)}: {row.note}")
+                if samples:
+                    probes = self._probe(samples)
             finally:
                 counter.close()
-        self.processes.stop(projector)
-        return outcome
-
-    def _wait_for_projector(
-        self, container: Container, counter: LogCounter, projector: subprocess.Popen[bytes]
-    ) -> None:
-        """Until the projector has built the (empty) queue and LISTENs to the log."""
-
-        def ready() -> bool:
-            self.processes.check([projector])
-            return container.queue.read_meta() is not None and counter.listening()
-
-        support.wait_for(ready, READY_TIMEOUT, "the projector's start", poll=0.1)
-        support.log("jobledger: the projector follows the log")
+        return outcome, probes
 
     def _round(
-        self,
-        container: Container,
-        counter: LogCounter,
-        *,
-        number: int,
-        workers: int,
-        projector: subprocess.Popen[bytes],
-        groups: Groups,
-    ) -> tuple[Row, CpuRow | None]:
+        self, container: Container, counter: LogCounter, of: RoundOf, number: int, groups: Groups
+    ) -> tuple[Row, list[CpuRow]]:
         jobs = self.size.jobs
-        label = rounds.label("jobledger", workers)
-        enqueue_s, in_queue_s = enqueue_jobledger(container, jobs, label)
-        counter.analyze(label)
+        label = rounds.label("jobledger", of.workers)
         before = counter.count()
-        start_position = counter.position
         transactions = counter.transactions()
+        enqueued = enqueue_jobledger(
+            self.deployment, container, groups, jobs, (label, self.concurrency)
+        )
+        folder = self.processes.folder / f"jobledger-starts-{uuid.uuid4().hex[:8]}"
+        folder.mkdir()
+        spawned_at = time.time()
         spawned = [
-            self.processes.start(
-                f"jobledger-worker-r{number}-{k}", [*self.command, "worker"], self.env
+            self.deployment.start_role(
+                f"worker-r{of.repetition}-{number}-{k}",
+                "worker",
+                {starts.FOLDER_VARIABLE: str(folder)},
             )
-            for k in range(workers)
+            for k in range(of.workers)
         ]
 
         def attach() -> None:
             for spy in self.spies:
+                projector = self.deployment.running["projector"]
                 pids = [projector.pid] if spy.role == "projector" else [p.pid for p in spawned]
                 spy.attach(pids, f"r{number}")
 
-        watched = rounds.watch_drain(
-            label,
-            jobs,
-            count=lambda: counter.count() - before,
-            watch=[*spawned, projector],
-            processes=self.processes,
-            groups=groups | {"worker": rounds.tree_of(spawned)},
-            on_first=attach,
-        )
-        for spy in self.spies:
-            spy.stop()
-        stats = []
-        for process in spawned:
-            self.processes.stop(process)
-            stats.append(worker_stats(self.processes.log_path(process)))
-        # After the workers ended: a backend reports its counts when it closes, and
-        # otherwise up to a second or more late.
+        try:
+            drained = rounds.watch_drain(
+                label,
+                jobs,
+                count=lambda: counter.count() - before,
+                watch=[*spawned, *self.deployment.running.values()],
+                processes=self.processes,
+                groups=groups | {"worker": rounds.tree_of(spawned)},
+                starts_folder=folder,
+                spawned=spawned_at,
+                idle_pct=self.deployment.idle_pct(of.workers),
+                on_first=attach,
+            )
+        finally:
+            for spy in self.spies:
+                spy.stop()
+            stats = []
+            for process in spawned:
+                self.processes.stop(process)
+                stats.append(worker_stats(self.processes.log_path(process)))
+        # After the workers ended: a backend reports its counts when it closes.
         transactions = counter.transactions() - transactions
-        first, last, completed = counter.completion_span(container, start_position)
-        note = check_round(container, counter, self.completed_before + jobs * number, stats)
+        expected = self.completed_before + jobs * number
+        note = check_round(container, counter, expected, stats)
         note += f"; {transactions / jobs:.2f} PostgreSQL transactions a job"
-        drain_s = last - first
-        row = Row(
-            "jobledger",
-            workers,
-            jobs,
-            round(enqueue_s, 3),
-            support.rate(jobs, enqueue_s),
-            round(in_queue_s, 3),
-            round(first - watched.started, 3),
-            round(drain_s, 3),
-            support.rate(completed, drain_s),
-            note,
-        )
-        return row, watched.cpu_row("jobledger", workers)
+        return rounds.round_rows(of, enqueued, drained, note)
+
+    def _probe(self, samples: int) -> list[pg_peers.Probe]:
+        """The start latency at low load: one run at a time through the API to one
+        idle worker, and the client's wait for it."""
+        worker = self.deployment.start_role("probe-worker", "worker")
+        probes = []
+        try:
+            with Client(self.deployment.api_url, self.deployment.token) as client:
+                warm_up = client.enqueue(tasks.NAME, {}, queue=QUEUE)
+                client.wait(warm_up.id, timeout=READY_TIMEOUT)
+                support.log(f"jobledger: start latency, {samples} runs one at a time")
+                for _ in range(samples):
+                    sent = time.time()
+                    ref = client.enqueue(tasks.NAME, {}, queue=QUEUE)
+                    answered = time.time()
+                    result = client.wait(ref.id, timeout=WAIT_TIMEOUT)
+                    waited = time.time()
+                    probes.append(pg_peers.Probe(sent, answered, float(result["started"]), waited))
+                    time.sleep(SAMPLE_GAP)
+        finally:
+            self.processes.stop(worker)
+        return probes
 
 
 def check_round(
@@ -689,11 +740,17 @@ def worker_command(system: str, slots: int, name: str) -> list[str]:
 
 
 def run_library(
-    system: str, redis_url: str, base: Groups, size: Sizes, processes: Processes
+    system: str,
+    redis_url: str,
+    base: Groups,
+    size: Sizes,
+    processes: Processes,
+    *,
+    repetition: int,
 ) -> Outcome:
     broker_url = with_db(redis_url, REDIS_DB[system])
-    tasks = load_tasks(system, broker_url)
-    send: Callable[[], object] = tasks.noop.delay if system == "celery" else tasks.noop.send
+    module = load_tasks(system, broker_url)
+    send: Callable[[], object] = module.noop.delay if system == "celery" else module.noop.send
     client = redis.Redis.from_url(broker_url)
     outcome = Outcome()
     try:
@@ -703,52 +760,48 @@ def run_library(
             label = rounds.label(system, workers)
             completions.reset(client)
             support.log(f"{label}: sending {size.jobs:,} tasks from {SEND_THREADS} threads")
+            begun = rounds.cpu_sample(base)
+            cpu = time.process_time()
             enqueue_s = send_all(send, size.jobs)
+            # A sent task is in its Redis list: accepted and leasable at once.
+            enqueued = Enqueued(
+                begun, enqueue_s, enqueue_s, time.process_time() - cpu, client_is_bench=True
+            )
             support.log(
                 f"{label}: {size.jobs:,} sent in {enqueue_s:.2f}s ({size.jobs / enqueue_s:,.0f}/s)"
             )
+            folder = processes.folder / f"{system}-starts-{uuid.uuid4().hex[:8]}"
+            folder.mkdir()
+            spawned_at = time.time()
             spawned = [
                 processes.start(
-                    f"{system}-worker-r{round_number}-{k}",
+                    f"{system}-worker-r{repetition}-{round_number}-{k}",
                     worker_command(system, size.slots, f"bench{k}"),
-                    env,
+                    env | {starts.FOLDER_VARIABLE: str(folder)},
                 )
                 for k in range(workers)
             ]
-            groups = base | {"worker": rounds.tree_of(spawned)}
-            watched = rounds.watch_drain(
-                label,
-                size.jobs,
-                count=lambda: completions.count(client),
-                watch=spawned,
-                processes=processes,
-                groups=groups,
-            )
-            for process in spawned:
-                processes.stop(process)
-            span = completions.span(client)
-            done = completions.count(client)
-            if span is None or done != size.jobs:
-                raise RuntimeError(f"{label}: {done:,} of {size.jobs:,} tasks ran")
-            first, last = span
-            drain_s = last - first
-            outcome.rows.append(
-                Row(
-                    system,
-                    workers,
+            try:
+                drained = rounds.watch_drain(
+                    label,
                     size.jobs,
-                    round(enqueue_s, 3),
-                    support.rate(size.jobs, enqueue_s),
-                    round(enqueue_s, 3),
-                    round(first - watched.started, 3),
-                    round(drain_s, 3),
-                    support.rate(done, drain_s),
-                    f"{done:,} tasks counted",
+                    count=lambda: completions.count(client),
+                    watch=spawned,
+                    processes=processes,
+                    groups=base | {"worker": rounds.tree_of(spawned)},
+                    starts_folder=folder,
+                    spawned=spawned_at,
                 )
-            )
-            cpu = watched.cpu_row(system, workers)
-            if cpu is not None:
-                outcome.cpu.append(cpu)
+            finally:
+                for process in spawned:
+                    processes.stop(process)
+            done = completions.count(client)
+            if done != size.jobs:
+                raise RuntimeError(f"{label}: {done:,} of {size.jobs:,} tasks ran")
+            of = RoundOf(system, "", repetition, workers, size.jobs)
+            row, cpu_rows = rounds.round_rows(of, enqueued, drained, f"{done:,} tasks counted")
+            outcome.rows.append(row)
+            outcome.cpu += cpu_rows
     finally:
         client.close()
     outcome.versions[system] = rounds.versions(sys.executable, [system])
@@ -758,95 +811,279 @@ def run_library(
 # ---- the figures -----------------------------------------------------------------------
 
 
-def side_by_side(
-    rows: Sequence[Row], cpu: Sequence[CpuRow], skipped: Mapping[str, str]
-) -> list[SideBySide]:
-    """Per system: the enqueue rate over all its rounds, the drain rate and CPU per job
-    with 1 and with 2 workers (the medians, when the rounds ran more than once), and
-    jobledger's drain rate divided by that system's; a system that did not run, with
-    the reason."""
-    drains = medians((r.system, r.workers, r.drain_per_s) for r in rows)
-    per_job = medians((c.system, c.workers, c.ms_per_job) for c in cpu)
+def spread(values: Sequence[float], digits: int) -> str:
+    """``median (min-max)`` of the values, or the one value; ``-`` for none."""
+    if not values:
+        return "-"
+    shown = [f"{value:,.{digits}f}" for value in (statistics.median(values), *values)]
+    if len(values) == 1:
+        return shown[0]
+    return f"{shown[0]} ({f'{min(values):,.{digits}f}'}-{f'{max(values):,.{digits}f}'})"
 
-    def times(workers: int, system: str) -> float | None:
-        if system == "jobledger":
-            return None
-        mine, theirs = drains.get(("jobledger", workers)), drains.get((system, workers))
-        return round(mine / theirs, 2) if mine and theirs else None
 
-    result = []
-    for system in SYSTEMS:
-        mine = [r for r in rows if r.system == system]
-        if system in skipped:
-            nothing = (None,) * 7
-            result.append(SideBySide(system, *nothing, f"not run: {skipped[system]}"))
-        if not mine:
-            continue
-        jobs, seconds = sum(r.jobs for r in mine), sum(r.enqueue_s for r in mine)
-        one, two = WORKER_COUNTS
-        result.append(
-            SideBySide(
-                system,
-                support.rate(jobs, seconds),
-                drains.get((system, one)),
-                drains.get((system, two)),
-                per_job.get((system, one)),
-                per_job.get((system, two)),
-                times(one, system),
-                times(two, system),
-                KEEPS[system],
+def best_configs(rows: Sequence[Row]) -> dict[tuple[str, int], str]:
+    """Per (system, workers): the configuration with the highest median drain rate."""
+    rates: dict[tuple[str, int, str], list[float]] = {}
+    for row in rows:
+        rates.setdefault((row.system, row.workers, row.config), []).append(row.drain_per_s)
+    best: dict[tuple[str, int], tuple[float, str]] = {}
+    for (system, workers, config), found in rates.items():
+        median = statistics.median(found)
+        if (system, workers) not in best or median > best[system, workers][0]:
+            best[system, workers] = (median, config)
+    return {key: config for key, (_, config) in best.items()}
+
+
+@dataclass(frozen=True)
+class ConfigRow:
+    """A peer's configuration: its drain rates (medians), and whether it is the best."""
+
+    system: str
+    config: str
+    drain_1_per_s: float | None
+    drain_2_per_s: float | None
+    best_for: str
+
+
+@dataclass(frozen=True)
+class RateRow:
+    system: str
+    config: str
+    accepted_per_s: str
+    leasable_per_s: str
+    drain_1_per_s: str
+    drain_2_per_s: str
+    keeps: str
+
+
+@dataclass(frozen=True)
+class CpuSummary:
+    system: str
+    drain_1: str  # own CPU, ms per job
+    drain_2: str
+    round_1: str
+    round_2: str
+    client_round_1: str
+
+
+@dataclass(frozen=True)
+class RatioRow:
+    """jobledger's figure divided by a system's, per repetition; median (min-max)."""
+
+    system: str
+    drain_x_1: str
+    drain_x_2: str
+    cpu_drain_x_1: str
+    cpu_drain_x_2: str
+    cpu_round_x_1: str
+    cpu_round_x_2: str
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    system: str
+    measure: str
+    samples: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+
+
+class Figures:
+    """The rows of the best configurations, by (system, workers, repetition)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.best = best_configs(outcome.rows)
+        self.rows = [r for r in outcome.rows if self.best.get((r.system, r.workers)) == r.config]
+        self.cpu = [c for c in outcome.cpu if self.best.get((c.system, c.workers)) == c.config]
+        self.all_rows = outcome.rows
+
+    def systems(self) -> list[str]:
+        ran = {row.system for row in self.rows}
+        return [system for system in SYSTEMS if system in ran]
+
+    def drains(self, system: str, workers: int) -> dict[int, float]:
+        return {
+            r.repetition: r.drain_per_s
+            for r in self.rows
+            if r.system == system and r.workers == workers
+        }
+
+    def own(self, system: str, workers: int, window: str) -> dict[int, float]:
+        return {
+            c.repetition: c.own
+            for c in self.cpu
+            if (c.system, c.workers, c.window) == (system, workers, window)
+        }
+
+    def configs(self) -> list[ConfigRow]:
+        found: dict[tuple[str, str], dict[int, list[float]]] = {}
+        for row in self.all_rows:
+            if row.system in PG_PEERS:
+                by = found.setdefault((row.system, row.config), {})
+                by.setdefault(row.workers, []).append(row.drain_per_s)
+        result = []
+        for (system, config), by in found.items():
+            chosen = [
+                f"{w} worker(s)" for w in WORKER_COUNTS if self.best.get((system, w)) == config
+            ]
+            medians = [statistics.median(by[w]) if w in by else None for w in WORKER_COUNTS]
+            one, two = medians
+            result.append(ConfigRow(system, config, one, two, ", ".join(chosen)))
+        return result
+
+    def rates(self) -> list[RateRow]:
+        result = []
+        for system in self.systems():
+            mine = [r for r in self.rows if r.system == system]
+            configs = sorted({r.config for r in mine})
+            one, two = (list(self.drains(system, w).values()) for w in WORKER_COUNTS)
+            result.append(
+                RateRow(
+                    system,
+                    " / ".join(configs),
+                    spread([r.accepted_per_s for r in mine], 0),
+                    spread([r.leasable_per_s for r in mine], 0),
+                    spread(one, 0),
+                    spread(two, 0),
+                    KEEPS[system],
+                )
             )
-        )
+        return result
+
+    def cpu_summary(self) -> list[CpuSummary]:
+        result = []
+        for system in self.systems():
+            cells = [
+                spread(list(self.own(system, w, window).values()), 3)
+                for window in ("drain", "round")
+                for w in WORKER_COUNTS
+            ]
+            client = [
+                c.client
+                for c in self.cpu
+                if c.system == system and c.window == "round" and c.client is not None
+            ]
+            drain_1, drain_2, round_1, round_2 = cells
+            result.append(CpuSummary(system, drain_1, drain_2, round_1, round_2, spread(client, 3)))
+        return result
+
+    def ratios(self) -> list[RatioRow]:
+        """jobledger over each other system, repetition by repetition."""
+
+        def ratio(mine: Mapping[int, float], theirs: Mapping[int, float]) -> str:
+            values = [mine[k] / theirs[k] for k in mine if theirs.get(k)]
+            return spread(values, 2)
+
+        result = []
+        for system in self.systems():
+            if system == "jobledger":
+                continue
+            cells = [
+                ratio(self.drains("jobledger", w), self.drains(system, w)) for w in WORKER_COUNTS
+            ]
+            cells += [
+                ratio(self.own("jobledger", w, window), self.own(system, w, window))
+                for window in ("drain", "round")
+                for w in WORKER_COUNTS
+            ]
+            result.append(RatioRow(system, *cells))
+        return result
+
+
+def latency_rows(probes: Mapping[str, Sequence[pg_peers.Probe]]) -> list[LatencyRow]:
+    result = []
+    for system, found in probes.items():
+        measures: list[tuple[str, list[float]]] = [
+            ("enqueue call (sent to answered)", [p.answered - p.sent for p in found]),
+            ("sent to handler start", [p.started - p.sent for p in found]),
+            ("answered to handler start", [p.started - p.answered for p in found]),
+        ]
+        waited = [p.waited - p.sent for p in found if p.waited is not None]
+        if waited:
+            measures.append(("sent to wait answered", waited))
+        for measure, values in measures:
+            ordered = sorted(values)
+            p50, p90, p99 = (
+                round(1000 * support.percentile(ordered, f), 2) for f in (0.5, 0.9, 0.99)
+            )
+            result.append(LatencyRow(system, measure, len(values), p50, p90, p99))
     return result
 
 
-def medians(
-    values: Iterable[tuple[str, int, float | None]],
-) -> dict[tuple[str, int], float]:
-    """The median value by (system, workers), of those that are not None."""
-    gathered: dict[tuple[str, int], list[float]] = {}
-    for system, workers, value in values:
-        if value is not None:
-            gathered.setdefault((system, workers), []).append(value)
-    return {key: round(statistics.median(found), 3) for key, found in gathered.items()}
-
-
-COLUMNS = (
+ROUND_COLUMNS = (
     ("system", "{:<13}"),
+    ("config", "{:<22}"),
+    ("repetition", "{:>3}"),
     ("workers", "{:>7}"),
     ("jobs", "{:>6}"),
-    ("enqueue_s", "{:>9}"),
-    ("enqueue_per_s", "{:>13}"),
-    ("in_queue_s", "{:>10}"),
+    ("accepted_s", "{:>10}"),
+    ("accepted_per_s", "{:>14}"),
+    ("leasable_s", "{:>10}"),
+    ("leasable_per_s", "{:>14}"),
     ("startup_s", "{:>9}"),
     ("drain_s", "{:>7}"),
     ("drain_per_s", "{:>11}"),
-    ("note", "{}"),
+    ("quiet_s", "{:>7}"),
 )
 CPU_COLUMNS = (
     ("system", "{:<13}"),
+    ("config", "{:<22}"),
+    ("repetition", "{:>3}"),
     ("workers", "{:>7}"),
+    ("window", "{:<6}"),
     ("seconds", "{:>7}"),
-    ("jobs", "{:>6}"),
-    ("worker_pct", "{:>10}"),
-    ("projector_pct", "{:>13}"),
-    ("postgres_pct", "{:>12}"),
-    ("redis_pct", "{:>9}"),
-    ("bench_pct", "{:>9}"),
+    ("api", "{:>6}"),
+    ("projector", "{:>9}"),
+    ("scheduler", "{:>9}"),
+    ("worker", "{:>6}"),
+    ("postgres", "{:>8}"),
+    ("redis", "{:>6}"),
+    ("own", "{:>6}"),
+    ("client", "{:>6}"),
     ("machine_pct", "{:>11}"),
     ("other_pct", "{:>9}"),
-    ("ms_per_job", "{:>10}"),
 )
-SIDE_COLUMNS = (
+CONFIG_COLUMNS = (
     ("system", "{:<13}"),
-    ("enqueue_per_s", "{:>13}"),
+    ("config", "{:<22}"),
     ("drain_1_per_s", "{:>13}"),
     ("drain_2_per_s", "{:>13}"),
-    ("ms_per_job_1", "{:>12}"),
-    ("ms_per_job_2", "{:>12}"),
-    ("jobledger_x_1", "{:>13}"),
-    ("jobledger_x_2", "{:>13}"),
+    ("best_for", "{}"),
+)
+RATE_COLUMNS = (
+    ("system", "{:<13}"),
+    ("config", "{:<41}"),
+    ("accepted_per_s", "{:<24}"),
+    ("leasable_per_s", "{:<24}"),
+    ("drain_1_per_s", "{:<21}"),
+    ("drain_2_per_s", "{:<21}"),
     ("keeps", "{}"),
+)
+CPU_SUMMARY_COLUMNS = (
+    ("system", "{:<13}"),
+    ("drain_1", "{:<21}"),
+    ("drain_2", "{:<21}"),
+    ("round_1", "{:<21}"),
+    ("round_2", "{:<21}"),
+    ("client_round_1", "{}"),
+)
+RATIO_COLUMNS = (
+    ("system", "{:<13}"),
+    ("drain_x_1", "{:<17}"),
+    ("drain_x_2", "{:<17}"),
+    ("cpu_drain_x_1", "{:<17}"),
+    ("cpu_drain_x_2", "{:<17}"),
+    ("cpu_round_x_1", "{:<17}"),
+    ("cpu_round_x_2", "{}"),
+)
+LATENCY_COLUMNS = (
+    ("system", "{:<10}"),
+    ("measure", "{:<32}"),
+    ("samples", "{:>7}"),
+    ("p50_ms", "{:>8}"),
+    ("p90_ms", "{:>8}"),
+    ("p99_ms", "{:>8}"),
 )
 
 
@@ -907,7 +1144,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=int,
         default=1,
         help="run every system's rounds this many times, one system after the other each"
-        " time; the side-by-side table takes the medians (default 1)",
+        " time; the summaries give the median and the spread (default 1)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help=f"jobledger: batch requests in flight at once (default {DEFAULT_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        help=f"start latency: jobs one at a time (default {DEFAULT_SAMPLES}, 0: none)",
     )
     parser.add_argument(
         "--profile",
@@ -923,6 +1171,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be 1 or more")
+    if args.repeat < 1 or args.concurrency < 1:
+        parser.error("--repeat and --concurrency must be 1 or more")
+    if args.samples is None:
+        args.samples = QUICK_SAMPLES if args.quick else DEFAULT_SAMPLES
     return args
 
 
@@ -970,15 +1222,19 @@ class Results:
     skipped: dict[str, str] = field(default_factory=dict)  # system: why it did not run
     profiles: dict[str, Profile] = field(default_factory=dict)  # by role
     raw_profiles: list[str] = field(default_factory=list)
+    probes: dict[str, list[pg_peers.Probe]] = field(default_factory=dict)  # start latency
+    idle: dict[str, float] = field(default_factory=dict)  # jobledger's roles, % of a core
 
 
-def settings(size: Sizes) -> dict[str, str]:
+def settings(size: Sizes, concurrency: int) -> dict[str, str]:
     """How each system runs here, for the notes and the JSON."""
     slots = size.slots
     return {
         "jobledger": (
-            f"{slots} slots per worker, one projector process; enqueue through the"
-            f" group-commit writer, {ENQUEUE_WINDOW:,} saves in flight"
+            "api, projector, scheduler as processes, production mode, metrics ports on,"
+            f" JOBLEDGER_API_RUNS_PER_MINUTE={RUNS_PER_MINUTE:,}; {slots} slots per worker;"
+            f" enqueue by the async client's enqueue_many, {MAX_BATCH_RUNS:,} runs a request,"
+            f" {concurrency} requests in flight; no ANALYZE"
         ),
         **{name: peer.settings for name, peer in pg_peers.PEERS.items()},
         "dramatiq": f"--processes 1 --threads {slots}; sent from {SEND_THREADS} threads",
@@ -1011,59 +1267,90 @@ def run_all(
     results = Results()
     with rounds.work_folder() as folder:
         processes = Processes(folder)
+        deployment = Deployment(url, redis_url, size, processes)
         try:
-            for repetition in range(args.repeat):
+            for repetition in range(1, args.repeat + 1):
                 if args.repeat > 1:
-                    support.log(f"repetition {repetition + 1}/{args.repeat}")
-                spy = spy_binary if repetition == 0 else None
+                    support.log(f"repetition {repetition}/{args.repeat}")
+                spy = spy_binary if repetition == 1 else None
                 for system in args.systems:
-                    if system not in results.skipped:
-                        run_system(system, args, stores, processes, spy=spy, results=results)
+                    if system in results.skipped:
+                        continue
+                    if system == "jobledger":
+                        run_jobledger(args, stores, deployment, spy=spy, results=results)
+                    else:
+                        run_other(system, args, stores, processes, results)
         finally:
+            deployment.stop()
             processes.close()
     return results
 
 
-def run_system(
-    system: str,
+def run_jobledger(
     args: argparse.Namespace,
     stores: Stores,
-    processes: Processes,
+    deployment: Deployment,
     *,
     spy: str | None,
     results: Results,
 ) -> None:
-    """One system's rounds into ``results``, or why it cannot run here."""
-    size, url, redis_url = stores.size, stores.url, stores.redis_url
-    if system == "jobledger":
-        roles = ("workers", "projector") if spy else ()
-        spies = [Spy(spy or "", processes.folder, role) for role in roles]
-        results.outcome.add(JobledgerRun(url, redis_url, size, processes, spies).run(stores.base))
-        for one in spies:
-            results.profiles[one.role] = one.profile(PROFILE_TOP)
-            results.raw_profiles += [str(p) for p in one.keep(stem(args, size))]
-        return
-    part = run_peer(system, args, size, processes, (redis_url, stores.base, stores.redis_pid))
+    """One repetition of jobledger's rounds; its start latency the first time."""
+    if not deployment.running:
+        deployment.start()
+        support.log(f"jobledger: the roles serve, the API at {deployment.api_url}")
+        results.idle = deployment.idle
+    roles = ("workers", "projector") if spy else ()
+    spies = [Spy(spy or "", deployment.processes.folder, role) for role in roles]
+    samples = 0 if "jobledger" in results.probes else args.samples
+    run = JobledgerRun(deployment, stores.size, args.concurrency, spies)
+    repetition = 1 + len({r.repetition for r in results.outcome.rows if r.system == "jobledger"})
+    outcome, probes = run.run(stores.base, repetition, samples)
+    results.outcome.add(outcome)
+    outcome.versions["jobledger"] = f"jobledger {jobledger_version()}"
+    results.outcome.versions |= outcome.versions
+    if probes:
+        results.probes["jobledger"] = probes
+    for one in spies:
+        results.profiles[one.role] = one.profile(PROFILE_TOP)
+        results.raw_profiles += [str(p) for p in one.keep(stem(args, stores.size))]
+
+
+def jobledger_version() -> str:
+    from importlib.metadata import version  # noqa: PLC0415 (only here)
+
+    return version("jobledger")
+
+
+def run_other(
+    system: str, args: argparse.Namespace, stores: Stores, processes: Processes, results: Results
+) -> None:
+    """One repetition of another system's rounds, or why it cannot run here; pgqueuer's
+    start latency the first time."""
+    repetition = 1 + len({r.repetition for r in results.outcome.rows if r.system == system})
+    part = run_peer(system, args, stores, processes, repetition)
     if isinstance(part, str):
         results.skipped[system] = part
         support.log(f"{system}: skipped, {part}")
-    else:
-        results.outcome.add(part)
+        return
+    results.outcome.add(part)
+    if system == "pgqueuer" and args.samples and system not in results.probes:
+        best = best_configs(part.rows).get((system, 1), "")
+        config = next(c for c in pg_peers.configs(system) if c.name == best)
+        python = pg_peers.interpreter(pg_peers.PGQUEUER, None)[0] or sys.executable
+        run = pg_peers.PeerRun(pg_peers.PGQUEUER, python, stores.size, processes, stores.redis_pid)
+        results.probes[system] = run.probe(args.admin_url, config, args.samples, SAMPLE_GAP)
 
 
 def run_peer(
-    system: str,
-    args: argparse.Namespace,
-    size: Sizes,
-    processes: Processes,
-    redis: tuple[str, Groups, int],
+    system: str, args: argparse.Namespace, stores: Stores, processes: Processes, repetition: int
 ) -> Outcome | str:
     """The rounds of a system other than jobledger, or why it cannot run here."""
-    redis_url, base, redis_pid = redis
     if system in REDIS_SYSTEMS:
         if not importable(system):
             return "not installed (pip install -e '.[bench]')"
-        return run_library(system, redis_url, base, size, processes)
+        return run_library(
+            system, stores.redis_url, stores.base, stores.size, processes, repetition=repetition
+        )
     python, why = pg_peers.interpreter(pg_peers.PEERS[system], args.oban_python)
     if python is None:
         return why
@@ -1071,49 +1358,79 @@ def run_peer(
         system,
         python=python,
         admin_url=args.admin_url,
-        size=size,
+        size=stores.size,
         processes=processes,
-        redis_pid=redis_pid,
+        redis_pid=stores.redis_pid,
+        repetition=repetition,
     )
 
 
-def print_tables(results: Results, size: Sizes, autovacuum: str) -> list[SideBySide]:
+def print_tables(
+    results: Results, size: Sizes, notes: Mapping[str, str], how: Mapping[str, str]
+) -> Figures:
+    """Every table; ``how``: how each system ran (``settings``)."""
     outcome = results.outcome
+    figures = Figures(outcome)
     print(
         f"{size.jobs:,} no-op jobs per round; {size.slots} slots (threads, sub-workers,"
-        " queue limit) per worker process; every PostgreSQL database analyzed after the"
-        " enqueue\n"
+        " queue limit) per worker process\n"
     )
-    print(support.format_table(outcome.rows, COLUMNS, show))
-    print("\nCPU during the drains, % of one core (100 = one core busy)")
-    print(support.format_table(outcome.cpu, CPU_COLUMNS, show))
-    for row in outcome.cpu:
-        if row.other_pct >= BUSY_ELSEWHERE_PCT:
+    print("Rounds (accepted: every enqueue request answered; leasable: all N ready for a")
+    print("worker; drain: first handler start to the last completion durable)")
+    print(support.format_table(outcome.rows, ROUND_COLUMNS, show))
+    configs = figures.configs()
+    if configs:
+        print("\nPeer configurations (median drain rates; the best is compared)")
+        print(support.format_table(configs, CONFIG_COLUMNS, show))
+    print(
+        "\nCPU by part, ms per job (the best configurations; drain: first handler start to"
+        " the last completion; round: first enqueue request to quiet; own: the parts"
+        " before it; client: the sender, not in own)"
+    )
+    print(support.format_table(figures.cpu, CPU_COLUMNS, show))
+    for row in figures.cpu:
+        if row.window == "drain" and row.other_pct >= BUSY_ELSEWHERE_PCT:
             print(
                 f"warning: during the {row.system} drain with {row.workers} worker(s), other"
                 f" programs or the kernel used {row.other_pct:g}% of a core: its figures may be"
                 " understated"
             )
-    table = side_by_side(outcome.rows, outcome.cpu, results.skipped)
-    print("\nSide by side (jobledger_x: jobledger's drain rate divided by this one's)")
-    print(support.format_table(table, SIDE_COLUMNS, show))
+    print_summaries(results, figures)
     print("\nNotes:")
-    print(
-        f"- autovacuum is {autovacuum} on this server: each PostgreSQL system's database"
-        " is analyzed (ANALYZE) after its enqueue and before its drain, outside the timing"
-    )
-    print(
-        "- ms_per_job: CPU time of the workers, the projector, PostgreSQL and Redis"
-        " between the first and the last completion seen, per job completed in between"
-    )
+    for line in notes.values():
+        print(f"- {line}")
     ran = {row.system for row in outcome.rows}
-    for system, text in settings(size).items():
+    for system, text in how.items():
         if system in ran:
             version = outcome.versions.get(system)
             print(f"- {system}{f' ({version})' if version else ''}: {text}")
     for system, why in results.skipped.items():
         print(f"- {system}: skipped, {why}")
-    return table
+    print("\nChecks:")
+    for line in outcome.checks:
+        print(f"- {line}")
+    return figures
+
+
+def print_summaries(results: Results, figures: Figures) -> None:
+    print("\nRates, jobs/s: median (min-max) over the repetitions")
+    print(support.format_table(figures.rates(), RATE_COLUMNS))
+    print("\nOwn CPU (system + PostgreSQL + Redis), ms per job: median (min-max)")
+    print(support.format_table(figures.cpu_summary(), CPU_SUMMARY_COLUMNS))
+    ratios = figures.ratios()
+    if ratios:
+        print(
+            "\njobledger divided by each system, repetition by repetition: median (min-max);"
+            " drain_x > 1: jobledger drains faster; cpu_x > 1: jobledger spends more CPU a job"
+        )
+        print(support.format_table(ratios, RATIO_COLUMNS))
+    latency = latency_rows(results.probes)
+    if latency:
+        print(
+            f"\nStart latency at low load: one job at a time, {SAMPLE_GAP * 1000:g} ms apart,"
+            " one idle worker; 'sent' is just before the enqueue call, 'answered' as it returned"
+        )
+        print(support.format_table(latency, LATENCY_COLUMNS, show))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1145,31 +1462,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 130
     seconds = time.perf_counter() - begun
-    table = print_tables(results, size, autovacuum)
+    after = support.load_average()
+    notes = {
+        "store": f"{store}; autovacuum {autovacuum} on this server",
+        "machine": (
+            f"{os.cpu_count()} CPUs; load average {before} before, {after} after;"
+            f" run time {seconds:.0f}s"
+        ),
+        "code": f"jobledger code: {code}",
+        "quiet": (
+            "quiet: the system's processes and redis-server at most"
+            f" {rounds.QUIET_PCT:g}% of a core over {rounds.QUIET_WINDOW:g}s (one 10 ms clock"
+            " tick); quiet_s: from the last completion until then"
+        ),
+        "workers": "a worker's CPU counts from its first handler start (start-up excluded)",
+    }
+    if results.idle:
+        shown = ", ".join(f"{name} {pct:g}%" for name, pct in results.idle.items())
+        notes["idle"] = f"jobledger with nothing to do (one worker), % of a core: {shown}"
+    figures = print_tables(results, size, notes, settings(size, args.concurrency))
     for role, profile in results.profiles.items():
         print()
         print(format_profile(profile, role))
     if results.raw_profiles:
         print("raw stacks (collapsed, for a flame graph): " + ", ".join(results.raw_profiles))
-    print(f"\nrun time {seconds:.0f}s")
     document = {
         "benchmark": "throughput",
         "recorded_at": support.recorded_at(),
         "store": store,
         "autovacuum": autovacuum,
-        "analyzed_before_drain": True,
         "jobledger": code,
         **support.machine(),
         "load_average_before": before,
-        "load_average_after": support.load_average(),
+        "load_average_after": after,
+        "jobledger_idle_pct": results.idle,
         "run_seconds": round(seconds, 1),
         "sizes": asdict(size),
-        "settings": settings(size),
+        "settings": settings(size, args.concurrency),
         "versions": results.outcome.versions,
         "skipped": results.skipped,
         "rows": [asdict(row) for row in results.outcome.rows],
         "cpu": [asdict(row) for row in results.outcome.cpu],
-        "side_by_side": [asdict(row) for row in table],
+        "best_configs": {f"{s} {w}": c for (s, w), c in figures.best.items()},
+        "rates": [asdict(row) for row in figures.rates()],
+        "cpu_summary": [asdict(row) for row in figures.cpu_summary()],
+        "ratios": [asdict(row) for row in figures.ratios()],
+        "latency": [asdict(row) for row in latency_rows(results.probes)],
         "checks": results.outcome.checks,
         "profile": {role: asdict(p) for role, p in results.profiles.items()} or None,
     }
