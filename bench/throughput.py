@@ -480,6 +480,9 @@ class Leasable:
         except BaseException as error:  # noqa: BLE001 (re-raised by the main thread)
             self.error = error
 
+    def stop(self) -> None:
+        self._stop.set()
+
     def wait(self, label: str) -> float:
         last, last_change = -1, time.perf_counter()
         while self.at is None:
@@ -488,7 +491,7 @@ class Leasable:
             if self.ready != last:
                 last, last_change = self.ready, time.perf_counter()
             elif time.perf_counter() - last_change > STALL:
-                self._stop.set()
+                self.stop()
                 raise RuntimeError(f"{label}: stuck at {last:,}/{self._jobs:,} in the queue")
             time.sleep(QUEUE_POLL)
         return self.at
@@ -503,7 +506,11 @@ def enqueue_jobledger(
     begun = rounds.cpu_sample(groups)
     cpu = time.process_time()
     leasable = Leasable(container, jobs)
-    asyncio.run(send_batches(deployment.api_url, deployment.token, jobs, concurrency))
+    try:
+        asyncio.run(send_batches(deployment.api_url, deployment.token, jobs, concurrency))
+    except BaseException:
+        leasable.stop()
+        raise
     accepted = time.time() - begun.at
     client_cpu = time.process_time() - cpu
     leasable_s = leasable.wait(label) - begun.at
