@@ -81,7 +81,9 @@ class Executions:
             via=by.via,
         )
         try:
-            self.ledger.save_all(execution)
+            # The store's own save (one COPY): a run is one event, which the
+            # library's save would send in half a dozen round trips.
+            self.ledger.append(execution.collect_events())
         except ConflictError:
             execution = self.ledger.get_execution(execution.id)
         if execution.spec != spec.resolved():
