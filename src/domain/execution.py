@@ -1,13 +1,12 @@
 """The Execution aggregate: one run of a job, every attempt in one stream."""
 
-import dataclasses
 import enum
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
-from eventsourcing.domain import Aggregate, CanMutateAggregate, event
+from eventsourcing.domain import Aggregate, event
 from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
@@ -124,32 +123,6 @@ class Execution(Aggregate):
         by: str | None = None
         via: str | None = None
 
-        def mutate(self, aggregate: Any) -> Any:  # noqa: ANN401 (the library's signature)
-            """The run this event begins, as the library's ``mutate`` makes it, without
-            matching the event's fields to the two initializers' parameters each time:
-            every run a worker leases is loaded from it (ADR 68)."""
-            if aggregate is not None:
-                return super().mutate(aggregate)  # which refuses it
-            run = Execution.__new__(Execution)
-            run.__base_init__(self.originator_id, self.originator_version, self.timestamp)
-            # The initializer's body, as the library's mutate calls it.
-            Execution.__init__(
-                run,
-                job_id=self.job_id,
-                spec=self.spec,
-                trigger=self.trigger,
-                scheduled_for=self.scheduled_for,
-                trigger_key=self.trigger_key,
-                ready_at=self.ready_at,
-                attempt=self.attempt,
-                upstream_results=self.upstream_results,
-                workflow_id=self.workflow_id,
-                step=self.step,
-                by=self.by,
-                via=self.via,
-            )
-            return run
-
     class Skipped(Aggregate.Created):
         """An occurrence that will never run, recorded as an execution of its own so
         that its id (the occurrence's) says it was decided: an upstream run it waited
@@ -166,10 +139,6 @@ class Execution(Aggregate):
         reason: str
         upstreams: tuple[uuid.UUID, ...]
 
-        def apply(self, aggregate: "Execution") -> None:
-            aggregate.status = ExecutionStatus.SKIPPED
-            aggregate.last_error = self.reason
-
     class Leased(Aggregate.Event):
         TOPIC = "jobledger:ExecutionLeased"
         attempt: int
@@ -177,28 +146,11 @@ class Execution(Aggregate):
         lease_id: uuid.UUID
         lease_expires_at: datetime
 
-        # The two events of every run a worker runs apply themselves, not through a
-        # decorated method, which matches the event's fields to the method's parameters
-        # each time (ADR 68).
-        def apply(self, aggregate: "Execution") -> None:
-            aggregate.status = ExecutionStatus.RUNNING
-            aggregate.lease_attempt = self.attempt
-            aggregate.worker_id = self.worker_id
-            aggregate.lease_id = self.lease_id
-            aggregate.lease_expires_at = self.lease_expires_at
-            aggregate.progress = None
-
     class Completed(Aggregate.Event):
         TOPIC = "jobledger:ExecutionCompleted"
         lease_id: uuid.UUID
         duration: timedelta
         result: dict[str, Any]
-
-        def apply(self, aggregate: "Execution") -> None:
-            aggregate.attempts_used = aggregate.lease_attempt
-            aggregate.status = ExecutionStatus.COMPLETED
-            aggregate.result = self.result
-            aggregate._clear_lease()  # noqa: SLF001 (an event of the aggregate applies itself)
 
     class Retried(Aggregate.Event):
         TOPIC = "jobledger:ExecutionRetried"
@@ -239,10 +191,6 @@ class Execution(Aggregate):
         TOPIC = "jobledger:ExecutionExpired"
         expires_at: datetime
         at: datetime
-
-        def apply(self, aggregate: "Execution") -> None:
-            aggregate.status = ExecutionStatus.DISCARDED
-            aggregate.last_error = expiry_reason(self.expires_at)
 
     class Requeued(Aggregate.Event):
         TOPIC = "jobledger:ExecutionRequeued"
@@ -313,7 +261,10 @@ class Execution(Aggregate):
         step: str | None = None,
         by: str | None = None,
         via: str | None = None,
+        reason: str | None = None,
     ) -> None:
+        """The run as its first event leaves it: pending, or, begun by ``Skipped``
+        (which alone carries a ``reason``), decided never to run."""
         self.job_id = job_id
         self.enqueued_by = by
         self.enqueued_via = via
@@ -326,7 +277,7 @@ class Execution(Aggregate):
         self.trigger = trigger
         self.scheduled_for = scheduled_for
         self.ready_at = ready_at
-        self.status = ExecutionStatus.PENDING
+        self.status = ExecutionStatus.PENDING if reason is None else ExecutionStatus.SKIPPED
         # Counted attempts so far; a deferral does not count, a lease expiry does.
         self.attempts_used = attempt - 1
         # attempts_used when the current budget began (moves on a requeue from the DLQ).
@@ -335,7 +286,7 @@ class Execution(Aggregate):
         self.lease_attempt = 0
         self.worker_id: str | None = None
         self.lease_expires_at: datetime | None = None
-        self.last_error: str | None = None
+        self.last_error: str | None = reason
         # The last progress the log recorded for the current attempt.
         self.progress: Progress | None = None
         # The limit key the run first waited for, if it ever did.
@@ -378,14 +329,7 @@ class Execution(Aggregate):
     ) -> "Execution":
         """A scheduled occurrence, a workflow step, or a run with a client key, gets a
         deterministic id. ``by`` and ``via``: who asked for it, for a run on request."""
-        if trigger_key is not None:
-            check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
-        check_instant("ready_at", ready_at)
-        if by is not None:
-            check_actor(by)
-        check_expiry(spec.expires_at, ready_at)
-        # ``_create`` rather than the class's call, which matches the arguments to
-        # ``__init__``'s signature first: every run fired or sent starts here (ADR 57).
+        check_request(spec, ready_at=ready_at, trigger_key=trigger_key, by=by)
         return cls._create(
             cls.Enqueued,
             job_id=job_id,
@@ -413,29 +357,27 @@ class Execution(Aggregate):
         by: str | None = None,
         via: str | None = None,
     ) -> "Execution.Enqueued":
-        """The event ``enqueue`` records for a run of no job, without building the run:
-        a bulk path that only saves it spends most of its time on the aggregate object
-        otherwise. ``enqueued(...).mutate(None)`` is the run ``enqueue`` makes."""
-        if trigger_key is not None:
-            check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
-        check_instant("ready_at", ready_at)
-        if by is not None:
-            check_actor(by)
-        check_expiry(spec.expires_at, ready_at)
-        # Every field in the class's order, as its constructor would set them, without the
-        # frozen dataclass's one check per field (a third of the cost of a batched run).
-        fields = _ADHOC_ENQUEUED.copy()
-        fields["originator_id"] = cls.create_id(None, None, trigger_key)
-        fields["timestamp"] = cls.Enqueued.create_timestamp()
-        fields["spec"] = spec.resolved()
-        fields["trigger"] = trigger
-        fields["trigger_key"] = trigger_key
-        fields["ready_at"] = ready_at
-        fields["by"] = by
-        fields["via"] = via
-        enqueued = object.__new__(cls.Enqueued)
-        object.__setattr__(enqueued, "__dict__", fields)
-        return enqueued
+        """The event ``enqueue`` records for a run of no job, without the run: a bulk
+        path saves the events alone. ``enqueued(...).mutate(None)`` is the run
+        ``enqueue`` makes."""
+        check_request(spec, ready_at=ready_at, trigger_key=trigger_key, by=by)
+        # The library makes each event class a dataclass as the aggregate class is made,
+        # which the type checker does not see: it knows the base event's fields alone.
+        return cls.Enqueued(  # type: ignore[call-arg] # fields the library adds
+            originator_id=cls.create_id(None, None, trigger_key),
+            originator_version=cls.INITIAL_VERSION,
+            timestamp=cls.Enqueued.create_timestamp(),
+            originator_topic=get_topic(cls),
+            job_id=None,
+            spec=spec.resolved(),
+            trigger=trigger,
+            scheduled_for=None,
+            trigger_key=trigger_key,
+            ready_at=ready_at,
+            attempt=1,
+            by=by,
+            via=via,
+        )
 
     @classmethod
     def skip(
@@ -466,11 +408,7 @@ class Execution(Aggregate):
     def lease(self, *, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime) -> None:
         self._check_status(ExecutionStatus.PENDING, action="lease")
         self._check_budget_left()
-        # The event straight from its class: the decorated method's call matches its
-        # arguments to the method's signature first, and a worker leases and completes
-        # every run (ADR 57).
-        self.trigger_event(
-            self.Leased,
+        self._leased(
             attempt=self.attempts_used + 1,
             worker_id=worker_id,
             lease_id=lease_id,
@@ -479,7 +417,7 @@ class Execution(Aggregate):
 
     def complete(self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]) -> None:
         self._check_current_lease(lease_id)
-        self.trigger_event(self.Completed, lease_id=lease_id, duration=duration, result=result)
+        self._completed(lease_id=lease_id, duration=duration, result=result)
 
     def replace_payload(
         self,
@@ -561,7 +499,7 @@ class Execution(Aggregate):
                 f"execution {self.id} has not expired at {at.isoformat()}"
                 f" (expires_at: {expires_at.isoformat() if expires_at else 'none'})"
             )
-        self.trigger_event(self.Expired, expires_at=expires_at, at=at)
+        self._expired(expires_at=expires_at, at=at)
 
     def requeue(self, *, by: str, reason: str, at: datetime, via: str | None = None) -> None:
         """Give a dead-lettered execution a fresh attempt budget."""
@@ -605,31 +543,6 @@ class Execution(Aggregate):
         attempts used before it plus a fresh budget, not the retry policy's count."""
         return self.budget_start + self.spec.retry.max_attempts
 
-    def trigger_event(
-        self,
-        event_class: type[CanMutateAggregate[uuid.UUID]],
-        **kwargs: Any,  # noqa: ANN401 (the library's signature: any event's fields)
-    ) -> None:
-        """eventsourcing's ``trigger_event``, without the frozen dataclass's constructor
-        once a class has been through it (ADR 68): with the event's own fields in their
-        declared order, as every command here passes them, the event is set up as its
-        constructor would set it. Any other call goes the library's way, which checks
-        the class's topic and reports a field missing or unknown."""
-        if _OWN_FIELDS.get(event_class) != tuple(kwargs):
-            super().trigger_event(event_class, **kwargs)
-            _OWN_FIELDS.setdefault(event_class, _own_fields(event_class))
-            return
-        fields = {
-            "originator_id": self.id,
-            "originator_version": self.version + 1,
-            "timestamp": event_class.create_timestamp(),
-        }
-        fields.update(kwargs)
-        new_event = object.__new__(event_class)
-        object.__setattr__(new_event, "__dict__", fields)
-        new_event.mutate(self)
-        self._pending_events.append(new_event)
-
     # ---- invariants -----------------------------------------------------------------
 
     def _check_status(self, expected: ExecutionStatus, *, action: str) -> None:
@@ -672,6 +585,33 @@ class Execution(Aggregate):
             self._dead_lettered(lease_id=lease_id, error=error, attempts=attempt, permanent=False)
 
     # ---- event application ----------------------------------------------------------
+
+    @event(Leased)
+    def _leased(
+        self, *, attempt: int, worker_id: str, lease_id: uuid.UUID, lease_expires_at: datetime
+    ) -> None:
+        self.status = ExecutionStatus.RUNNING
+        self.lease_attempt = attempt
+        self.worker_id = worker_id
+        self.lease_id = lease_id
+        self.lease_expires_at = lease_expires_at
+        self.progress = None
+
+    @event(Completed)
+    def _completed(
+        self, *, lease_id: uuid.UUID, duration: timedelta, result: dict[str, Any]
+    ) -> None:
+        del lease_id, duration
+        self.attempts_used = self.lease_attempt
+        self.status = ExecutionStatus.COMPLETED
+        self.result = result
+        self._clear_lease()
+
+    @event(Expired)
+    def _expired(self, *, expires_at: datetime, at: datetime) -> None:
+        del at
+        self.status = ExecutionStatus.DISCARDED
+        self.last_error = expiry_reason(expires_at)
 
     @event(Replaced)
     def _replaced(self, *, payload: dict[str, Any], by: str, via: str | None = None) -> None:
@@ -770,6 +710,18 @@ class Execution(Aggregate):
         self.lease_expires_at = None
 
 
+def check_request(
+    spec: ExecutionSpec, *, ready_at: datetime, trigger_key: str | None, by: str | None
+) -> None:
+    """What a run must be to be enqueued, however its event is made."""
+    if trigger_key is not None:
+        check_text(trigger_key, "trigger_key", max_chars=MAX_KEY_CHARS)
+    check_instant("ready_at", ready_at)
+    if by is not None:
+        check_actor(by)
+    check_expiry(spec.expires_at, ready_at)
+
+
 def check_expiry(expires_at: datetime | None, ready_at: datetime) -> None:
     """A start-by deadline is an instant after the run is due (else it never runs)."""
     if expires_at is None:
@@ -785,34 +737,3 @@ def check_expiry(expires_at: datetime | None, ready_at: datetime) -> None:
 
 def expiry_reason(expires_at: datetime) -> str:
     return f"not started by its expires_at {expires_at.isoformat()}"
-
-
-# The fields an event class adds to the base's id, version and timestamp, in their
-# declared order: by event class, once one of it was built by its constructor.
-_OWN_FIELDS: dict[type, tuple[str, ...]] = {}
-_BASE_FIELDS = frozenset({"originator_id", "originator_version", "timestamp"})
-
-
-def _own_fields(event_class: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(event_class) if f.name not in _BASE_FIELDS)
-
-
-_EXECUTION_TOPIC = get_topic(Execution)
-# What ``Execution.enqueued`` records for every run of no job, made once by the class's
-# constructor (a field added without a default fails here, not in a stored event); the
-# run's own fields are filled in per run.
-_ADHOC_ENQUEUED: dict[str, Any] = vars(
-    Execution.Enqueued(  # type: ignore[call-arg]
-        originator_id=ADHOC_NAMESPACE,
-        originator_version=1,
-        timestamp=datetime.min.replace(tzinfo=UTC),
-        originator_topic=_EXECUTION_TOPIC,
-        job_id=None,
-        spec=ExecutionSpec(handler="template"),
-        trigger=Trigger.ADHOC,
-        scheduled_for=None,
-        trigger_key=None,
-        ready_at=datetime.min.replace(tzinfo=UTC),
-        attempt=1,
-    )
-).copy()

@@ -2,7 +2,7 @@
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 import pytest
@@ -283,7 +283,7 @@ def test_events_stored_before_by_and_via_decode_without_them() -> None:
     enqueued = mapper.to_domain_event(enqueued_state)
     assert isinstance(enqueued, Execution.Enqueued)
     assert (enqueued.by, enqueued.via, enqueued.trigger_key) == (None, None, "k")
-    run = enqueued.mutate(None)
+    run = cast("Execution", enqueued.mutate(None))
     assert (run.enqueued_by, run.enqueued_via) == (None, None)
     viewed = _decoded(mapper.viewed(FOLD_VIEWS), enqueued_state)
     assert (viewed.by, viewed.via) == (None, None)
