@@ -426,10 +426,7 @@ class Job(Aggregate):
             by=by,
             via=via,
         )
-        # The event straight from its class (as ``Execution.lease`` does, ADR 57): a
-        # scheduler records one for every run it fires.
-        self.trigger_event(
-            self.Fired,
+        self._fired(
             scheduled_for=scheduled_for,
             execution_id=execution.id,
             next_fire_at=next_fire_at,
