@@ -123,11 +123,12 @@ def _state_as_dict(state: msgspec.Struct) -> dict[str, Any]:
     return msgspec.structs.asdict(state)
 
 
-def _event(
+def unchecked_event(
     event_class: type, fields: dict[str, Any], originator_id: UUID | str, version: int
 ) -> DomainEventProtocol[UUID]:
-    """An event of ``event_class`` holding ``fields``, without its constructor's checks
-    (the state was stored by one)."""
+    """An event of ``event_class`` holding ``fields``, without its constructor's checks:
+    for fields an event of the class already held (a stored state, or a copy of an
+    event's own), in the class's order."""
     fields["originator_id"] = originator_id
     fields["originator_version"] = version
     domain_event: object = object.__new__(event_class)
@@ -149,7 +150,7 @@ def _build(
         fields = _state_as_dict(decoder.decode(state))
     except UNREADABLE as error:
         raise _undecodable(topic, originator_id, originator_version, error) from error
-    return _event(event_class, fields, originator_id, originator_version)
+    return unchecked_event(event_class, fields, originator_id, originator_version)
 
 
 def _undecodable(
@@ -225,7 +226,7 @@ class MsgspecMapper(Mapper[UUID]):
             fields = self._decode_state(event_class, state)
         except UNREADABLE as error:
             raise _undecodable(topic, originator_id, originator_version, error) from error
-        return _event(event_class, fields, originator_id, originator_version)
+        return unchecked_event(event_class, fields, originator_id, originator_version)
 
     def viewed(
         self, views: typing.Iterable[EventView]

@@ -11,6 +11,7 @@ from jobledger.domain.errors import ConflictError, InvalidDefinitionError, NotFo
 from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
 from jobledger.domain.roles import Role
 from jobledger.domain.unique import UniqueSpec
+from jobledger.persistence.batch_events import enqueued_batch
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.log.streams import load_many
 from jobledger.schemas.executions import MAX_BATCH_RUNS, ExecutionRef
@@ -130,17 +131,7 @@ class Executions:
         by.require(Role.OPERATOR)
         self._check_batch(runs)
         # The events alone: a batch saves them and answers ids, it needs no run objects.
-        wanted = [
-            Execution.enqueued(
-                spec=run.spec,
-                ready_at=run.ready_at,
-                trigger=Trigger.ADHOC,
-                trigger_key=run.key,
-                by=by.name,
-                via=by.via,
-            )
-            for run in runs
-        ]
+        wanted = enqueued_batch(runs, trigger=Trigger.ADHOC, by=by.name, via=by.via)
         existing: dict[UUID, Execution] = {}
         for attempt in range(_BATCH_SAVE_TRIES):
             new = [e for e in wanted if e.originator_id not in existing]
