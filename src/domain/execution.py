@@ -1,13 +1,13 @@
 """The Execution aggregate: one run of a job, every attempt in one stream."""
 
 import enum
+import typing
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 from eventsourcing.domain import Aggregate, event
-from eventsourcing.utils import get_topic
 
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.errors import (
@@ -357,27 +357,13 @@ class Execution(Aggregate):
         by: str | None = None,
         via: str | None = None,
     ) -> "Execution.Enqueued":
-        """The event ``enqueue`` records for a run of no job, without the run: a bulk
-        path saves the events alone. ``enqueued(...).mutate(None)`` is the run
-        ``enqueue`` makes."""
-        check_request(spec, ready_at=ready_at, trigger_key=trigger_key, by=by)
-        # The library makes each event class a dataclass as the aggregate class is made,
-        # which the type checker does not see: it knows the base event's fields alone.
-        return cls.Enqueued(  # type: ignore[call-arg] # fields the library adds
-            originator_id=cls.create_id(None, None, trigger_key),
-            originator_version=cls.INITIAL_VERSION,
-            timestamp=cls.Enqueued.create_timestamp(),
-            originator_topic=get_topic(cls),
-            job_id=None,
-            spec=spec.resolved(),
-            trigger=trigger,
-            scheduled_for=None,
-            trigger_key=trigger_key,
-            ready_at=ready_at,
-            attempt=1,
-            by=by,
-            via=via,
+        """The event ``enqueue`` records for a run of no job: a bulk path saves the
+        events alone. ``enqueued(...).mutate(None)`` is the run ``enqueue`` makes."""
+        run = cls.enqueue(
+            spec=spec, ready_at=ready_at, trigger=trigger, trigger_key=trigger_key, by=by, via=via
         )
+        (enqueued,) = run.collect_events()
+        return typing.cast("Execution.Enqueued", enqueued)
 
     @classmethod
     def skip(

