@@ -40,6 +40,7 @@ from jobledger.adapters.sql.epochs import StoredEpochs
 from jobledger.adapters.sql.job_schedule import SqlJobSchedule
 from jobledger.adapters.sql.positions import SqlPositions
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
+from jobledger.adapters.sql.read_model_queries import SqlReadModelQueries
 from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.adapters.store import (
     archive_lock,
@@ -641,7 +642,7 @@ def build_services(container: Container) -> Services:
         queues=room,
         unknown_fix=unknown_handler_fix,
     )
-    views = Views(container.database, container.ledger, container.presence)
+    views = Views(SqlReadModelQueries(container.database), container.ledger, container.presence)
     archives = container.archives()
     # The system.archive handler of this process's worker runs this use case.
     container.provide_archive(archives.scheduled)

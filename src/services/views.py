@@ -11,8 +11,6 @@ from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.infra.presence import Presence
 from jobledger.persistence.ledger import Ledger
-from jobledger.projections.database import Database
-from jobledger.projections.read_models import queries as read_queries
 from jobledger.projections.read_models.queries import (
     JOB_STATUSES,
     AttemptRow,
@@ -20,6 +18,7 @@ from jobledger.projections.read_models.queries import (
     JobRow,
     MinuteStats,
     Page,
+    ReadModelQueries,
 )
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.bodies import from_definition
@@ -83,12 +82,12 @@ class Views:
 
     def __init__(
         self,
-        database: Database,
+        queries: ReadModelQueries,
         ledger: Ledger,
         presence: Presence | None = None,
         now: Clock = utc_now,
     ) -> None:
-        self.database = database
+        self._queries = queries
         self._ledger = ledger
         self._presence = presence
         self._now = now
@@ -98,23 +97,23 @@ class Views:
         takes."""
         _check_paging(filters)
         with cursor_checked():
-            return read_queries.list_jobs(self.database, present=from_definition, **filters)
+            return self._queries.list_jobs(present=from_definition, **filters)
 
     def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
         """Executions, the latest enqueued first."""
         _check_paging(filters)
         with cursor_checked():
-            return read_queries.list_executions(self.database, **filters)
+            return self._queries.list_executions(**filters)
 
     def dead_letters(self, **filters: Unpack[DeadLetterFilters]) -> Page:
         """Dead-lettered executions, the latest to die first."""
         _check_paging(filters)
         with cursor_checked():
-            return read_queries.list_dead_letters(self.database, **filters)
+            return self._queries.list_dead_letters(**filters)
 
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
         """The execution's row; a running one with its latest live progress."""
-        row = read_queries.get_execution(self.database, execution_id)
+        row = self._queries.get_execution(execution_id)
         return None if row is None else self._with_live_progress(row)
 
     def execution_detail(self, execution_id: UUID) -> ExecutionDetail:
@@ -141,7 +140,7 @@ class Views:
     def statuses(self, execution_ids: list[UUID]) -> dict[UUID, tuple[str, int]]:
         """The status and version of each of these executions that the read model
         shows."""
-        return read_queries.execution_statuses(self.database, execution_ids)
+        return self._queries.execution_statuses(execution_ids)
 
     def log_version(self, execution_id: UUID) -> int | None:
         """The version of the execution's latest event in the log (None: it has none
@@ -149,10 +148,10 @@ class Views:
         return self._ledger.version(execution_id)
 
     def attempts(self, execution_id: UUID) -> list[AttemptRow]:
-        return read_queries.list_attempts(self.database, execution_id)
+        return self._queries.list_attempts(execution_id)
 
     def status_counts(self) -> dict[str, dict[str, int]]:
-        return read_queries.status_counts(self.database)
+        return self._queries.status_counts()
 
     def minute_stats(self, *, since: datetime, until: datetime) -> list[MinuteStats]:
-        return read_queries.minute_stats(self.database, since=since, until=until)
+        return self._queries.minute_stats(since=since, until=until)

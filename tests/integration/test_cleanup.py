@@ -10,6 +10,7 @@ import pytest
 from eventsourcing.domain import CanCreateTimestamp
 
 from jobledger.adapters.memory.queue import MemoryQueue
+from jobledger.adapters.sql.read_model_queries import SqlReadModelQueries
 from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.adapters.store import projection_database
 from jobledger.bootstrap import read_models_on
@@ -20,7 +21,6 @@ from jobledger.infra.settings import Settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.queue.backend import QueueChange, QueueItem, QueueMeta, QueueState
-from jobledger.projections.read_models.queries import list_attempts, list_executions, status_counts
 from jobledger.runtime.handlers.base import Handler, HandlerContext, HandlerError
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
 
@@ -134,9 +134,10 @@ def test_cleanup_prunes_old_finished_executions_from_the_read_models(
     events = ledger.recorder.max_notification_id()
     handler = make_cleanup_handler(MemoryQueue(), SqlReadModelTables(database))
     assert call(handler, context(retention_hours=24))["executions_pruned"] == 3
-    assert {row.id for row in list_executions(database).items} == set(kept)
-    assert list_attempts(database, pruned[0]) == []
-    counts = status_counts(database)["executions"]
+    queries = SqlReadModelQueries(database)
+    assert {row.id for row in queries.list_executions().items} == set(kept)
+    assert queries.list_attempts(pruned[0]) == []
+    counts = queries.status_counts()["executions"]
     assert (counts["completed"], counts["cancelled"], counts["dead_lettered"]) == (2, 0, 1)
     assert ledger.get_execution(pruned[0]).status is ExecutionStatus.COMPLETED
     assert ledger.recorder.max_notification_id() == events

@@ -15,6 +15,7 @@ from tests.integration.api.test_quarantine import enqueue as enqueue_payload
 from tests.integration.raw_events import write_undecodable
 from tests.integration.test_queue_projection import NOW, wait_until
 
+from jobledger.adapters.sql.read_model_queries import SqlReadModelQueries
 from jobledger.bootstrap import Container, bootstrap, build_services, read_models_on, web_app
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -28,7 +29,6 @@ from jobledger.projections.quarantine import (
     QUEUE_FOLLOWER,
     READ_MODELS_FOLLOWER,
 )
-from jobledger.projections.read_models import queries as rq
 from jobledger.runtime.rebuild_processes import ProcessParts
 from jobledger.services.actors import Actor
 
@@ -161,7 +161,10 @@ def test_a_rebuild_in_shares_quarantines_each_undecodable_event_once(
             (READ_MODELS_FOLLOWER, bad_execution),
             (READ_MODELS_FOLLOWER, bad_job),
         }
-        listed = {row.id for row in rq.list_executions(container.database, limit=100).items}
+        listed = {
+            row.id
+            for row in SqlReadModelQueries(container.database).list_executions(limit=100).items
+        }
         assert listed == good
 
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tests.conftest import actor
 
 from jobledger.adapters.sql.checkpoint import SqlCheckpoint
+from jobledger.adapters.sql.read_model_queries import SqlReadModelQueries
 from jobledger.adapters.store import migrate, open_ledger, projection_database
 from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
@@ -41,10 +42,10 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.log.reader import part_of
 from jobledger.projections.queue.backend import QueuePause
-from jobledger.projections.read_models import queries as rq
 from jobledger.projections.read_models import replay as read_model_replay
 from jobledger.projections.read_models.follower import POSITION, ReadModels
 from jobledger.projections.read_models.parts import Part
+from jobledger.projections.read_models.queries import CursorError, JobRow, Page
 from jobledger.projections.read_models.rebuild import MARK, ShadowRebuild
 from jobledger.projections.read_models.tables import (
     ATTEMPTS,
@@ -61,9 +62,21 @@ from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
-# The lists as the use cases read them: each definition in the API's shape.
-list_jobs = functools.partial(rq.list_jobs, present=from_definition)
-get_job = functools.partial(rq.get_job, present=from_definition)
+
+
+def reads(database: Database) -> SqlReadModelQueries:
+    """The read models' queries on ``database``."""
+    return SqlReadModelQueries(database)
+
+
+# The jobs as the use cases read them: each definition in the API's shape.
+def list_jobs(database: Database, **filters: Any) -> Page:
+    return reads(database).list_jobs(present=from_definition, **filters)
+
+
+def get_job(database: Database, job_id: uuid.UUID) -> JobRow | None:
+    return reads(database).get_job(job_id, present=from_definition)
+
 
 _ORDER = {
     JOBS: "id",
@@ -327,7 +340,7 @@ def dump(database: Database) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
-    for row in rq.list_executions(database, limit=1000).items:
+    for row in reads(database).list_executions(limit=1000).items:
         execution = ledger.get_execution(row.id)
         assert (row.status, row.version) == (execution.status.value, execution.version)
         assert row.last_error == execution.last_error
@@ -338,7 +351,7 @@ def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
         status = "deleted" if job.deleted else "paused" if job.paused else "active"
         assert (job_row.status, job_row.version) == (status, job.version)
         assert job_row.next_fire_at == job.next_fire_at
-    counted = rq.status_counts(database)
+    counted = reads(database).status_counts()
     for kind, table in (("jobs", JOBS), ("executions", EXECUTIONS)):
         with database.transaction(snapshot=True) as cursor:
             cursor.execute(f"SELECT status, count(*) FROM {table} GROUP BY status")  # noqa: S608 (constants)
@@ -382,14 +395,14 @@ def test_attempts_and_closing_are_recorded(
     read_models_on(ledger, database).rebuild()
 
     def outcomes(key: str) -> list[tuple[int, str | None]]:
-        return [(a.attempt, a.outcome) for a in rq.list_attempts(database, ids[key])]
+        return [(a.attempt, a.outcome) for a in reads(database).list_attempts(ids[key])]
 
     assert outcomes("alpha_dead") == [(1, "retried"), (2, "dead_lettered")]
     assert outcomes("beta_run") == [(1, "deferred"), (1, "lease_expired"), (2, "completed")]
     assert outcomes("gamma_run") == [(1, "lease_expired"), (2, "completed")]
     assert outcomes("delta_run") == [(1, "cancelled")]
     assert outcomes("beta_manual") == []
-    dead = rq.get_execution(database, ids["alpha_dead"])
+    dead = reads(database).get_execution(ids["alpha_dead"])
     assert dead is not None
     assert (dead.status, dead.closed_by, dead.closed_reason) == (
         "discarded",
@@ -397,7 +410,7 @@ def test_attempts_and_closing_are_recorded(
         "endpoint gone",
     )
     assert (dead.last_error, dead.attempt, dead.max_attempts) == ("HTTP 502", 2, 2)
-    requeued = rq.get_execution(database, ids["gamma_run"])
+    requeued = reads(database).get_execution(ids["gamma_run"])
     assert requeued is not None
     assert (requeued.status, requeued.closed_by, requeued.result) == (
         "completed",
@@ -438,11 +451,11 @@ def test_a_handlers_decisions_and_an_expiry_show_in_the_rows(
     read_models_on(ledger, database).rebuild()
 
     def outcomes(run: uuid.UUID) -> list[tuple[int, str | None]]:
-        return [(a.attempt, a.outcome) for a in rq.list_attempts(database, run)]
+        return [(a.attempt, a.outcome) for a in reads(database).list_attempts(run)]
 
     assert outcomes(dropped) == [(1, "snoozed"), (1, "discarded")]
     assert outcomes(permanent) == [(1, "dead_lettered")]
-    rows = {run: rq.get_execution(database, run) for run in (dropped, permanent, expired)}
+    rows = {run: reads(database).get_execution(run) for run in (dropped, permanent, expired)}
     assert all(row is not None for row in rows.values())
     assert [(r.status, r.attempt, r.last_error) for r in rows.values() if r] == [
         ("discarded", 1, "moot"),
@@ -465,7 +478,7 @@ def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
     def attempt_of() -> tuple[int, int]:
         while models.step():
             pass
-        row = rq.get_execution(database, run)
+        row = reads(database).get_execution(run)
         assert row is not None
         return row.attempt, row.max_attempts
 
@@ -698,7 +711,7 @@ def known(ledger: Ledger, database: Database, clock: Clock) -> dict[str, uuid.UU
     return ids
 
 
-def _names(page: rq.Page) -> list[str]:
+def _names(page: Page) -> list[str]:
     return [item.name for item in page.items]
 
 
@@ -748,33 +761,33 @@ def test_executions_newest_first_with_filters(
     """If executions are listed, then the newest come first, and every filter and page
     narrows them with the right total."""
 
-    def ids(page: rq.Page) -> list[uuid.UUID]:
+    def ids(page: Page) -> list[uuid.UUID]:
         return [item.id for item in page.items]
 
     newest = ["e8", "e7", "e6", "e5", "e4", "e3", "e2", "alpha_run"]
-    everything = rq.list_executions(database)
+    everything = reads(database).list_executions()
     assert (ids(everything), everything.total) == ([known[k] for k in newest], 8)
-    assert rq.list_executions(database, status="completed").total == 4
-    assert ids(rq.list_executions(database, queue="hooks")) == [known["e8"], known["e5"]]
-    assert ids(rq.list_executions(database, handler="shell.command")) == [known["e7"]]
-    assert ids(rq.list_executions(database, job_id=known["alpha"])) == [known["alpha_run"]]
-    window = rq.list_executions(
-        database, since=T0 + timedelta(minutes=1), until=T0 + timedelta(seconds=89)
+    assert reads(database).list_executions(status="completed").total == 4
+    assert ids(reads(database).list_executions(queue="hooks")) == [known["e8"], known["e5"]]
+    assert ids(reads(database).list_executions(handler="shell.command")) == [known["e7"]]
+    assert ids(reads(database).list_executions(job_id=known["alpha"])) == [known["alpha_run"]]
+    window = reads(database).list_executions(
+        since=T0 + timedelta(minutes=1), until=T0 + timedelta(seconds=89)
     )
     assert ids(window) == [known["e6"], known["e5"]]
-    page = rq.list_executions(database, limit=3, offset=2)
+    page = reads(database).list_executions(limit=3, offset=2)
     assert (ids(page), page.total) == ([known[k] for k in ("e6", "e5", "e4")], 8)
-    alpha_run = rq.get_execution(database, known["alpha_run"])
+    alpha_run = reads(database).get_execution(known["alpha_run"])
     assert alpha_run is not None
     assert (alpha_run.job_name, alpha_run.trigger, alpha_run.lateness_ms) == (
         "alpha",
         "schedule",
         100.0,
     )
-    running = rq.get_execution(database, known["e8"])
+    running = reads(database).get_execution(known["e8"])
     assert running is not None
     assert (running.status, running.worker_id, running.job_name) == ("running", "w1", None)
-    assert rq.get_execution(database, uuid.uuid4()) is None
+    assert reads(database).get_execution(uuid.uuid4()) is None
 
 
 def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uuid.UUID]) -> None:
@@ -782,7 +795,7 @@ def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uu
     (error text matched case and all) narrow them, and each attempt is listed."""
 
     def ids(**filters: Any) -> list[uuid.UUID]:
-        return [item.id for item in rq.list_dead_letters(database, **filters).items]
+        return [item.id for item in reads(database).list_dead_letters(**filters).items]
 
     assert ids() == [known["e6"], known["e5"]]
     assert ids(queue="hooks") == [known["e5"]]
@@ -791,8 +804,8 @@ def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uu
     assert ids(error_contains="boom") == [known["e6"]]
     assert ids(error_contains="BOOM") == []
     assert ids(job_id=known["alpha"]) == []
-    assert rq.list_dead_letters(database, limit=1).total == 2
-    attempts = rq.list_attempts(database, known["e5"])
+    assert reads(database).list_dead_letters(limit=1).total == 2
+    attempts = reads(database).list_attempts(known["e5"])
     assert [(a.attempt, a.outcome, a.error) for a in attempts] == [
         (1, "retried", "HTTP 503 Service Unavailable"),
         (2, "dead_lettered", "HTTP 503 again"),
@@ -804,7 +817,7 @@ def test_dead_letters_and_their_attempts(database: Database, known: dict[str, uu
 
 
 def _follow(
-    listing: Callable[..., rq.Page], database: Database, limit: int, **filters: Any
+    listing: Callable[..., Page], database: Database, limit: int, **filters: Any
 ) -> list[uuid.UUID]:
     """Every id of a list, page by page along its cursors."""
     ids: list[uuid.UUID] = []
@@ -824,12 +837,12 @@ def test_cursors_walk_every_list_in_its_order(
     """If a list is followed along its cursors, then the pages hold every row once, in
     the order of the whole list, filters and all, and the last page has no cursor."""
     del known
-    lists: list[tuple[Callable[..., rq.Page], dict[str, Any]]] = [
+    lists: list[tuple[Callable[..., Page], dict[str, Any]]] = [
         (list_jobs, {}),
         (list_jobs, {"queue": "hooks"}),
-        (rq.list_executions, {}),
-        (rq.list_executions, {"status": "completed"}),
-        (rq.list_dead_letters, {}),
+        (lambda db, **f: reads(db).list_executions(**f), {}),
+        (lambda db, **f: reads(db).list_executions(**f), {"status": "completed"}),
+        (lambda db, **f: reads(db).list_dead_letters(**f), {}),
     ]
     for listing, filters in lists:
         whole = [item.id for item in listing(database, **filters).items]
@@ -866,22 +879,22 @@ def test_a_cursor_from_elsewhere_is_refused(
     list's), then it is refused as such."""
     del known
     for garbled in ("not-a-cursor", "e30", "WyJqb2JzIl0"):  # the last: ["jobs"], no key
-        with pytest.raises(rq.CursorError):
+        with pytest.raises(CursorError):
             list_jobs(database, cursor=garbled)
-    executions = rq.list_executions(database, limit=1)
+    executions = reads(database).list_executions(limit=1)
     assert executions.next_cursor is not None
-    with pytest.raises(rq.CursorError, match="another list"):
+    with pytest.raises(CursorError, match="another list"):
         list_jobs(database, cursor=executions.next_cursor)
-    with pytest.raises(rq.CursorError, match="another list"):
-        rq.list_dead_letters(database, cursor=executions.next_cursor)
+    with pytest.raises(CursorError, match="another list"):
+        reads(database).list_dead_letters(cursor=executions.next_cursor)
 
 
 def test_minute_stats_count_and_rank(database: Database, known: dict[str, uuid.UUID]) -> None:
     """If minutes are asked for, then each has its counts and its lateness and duration
     percentiles (within 2 %), and a quiet minute has zeros."""
     del known
-    stats = rq.minute_stats(
-        database, since=T0 + timedelta(seconds=30), until=T0 + timedelta(minutes=3)
+    stats = reads(database).minute_stats(
+        since=T0 + timedelta(seconds=30), until=T0 + timedelta(minutes=3)
     )
     assert [s.minute for s in stats] == [T0 + timedelta(minutes=m) for m in range(3)]
     first, second, quiet = stats
@@ -895,15 +908,15 @@ def test_minute_stats_count_and_rank(database: Database, known: dict[str, uuid.U
     assert lateness == pytest.approx((250, 500, 500), rel=0.02)
     assert second.duration_p50_ms is None
     assert (quiet.fired, quiet.completed, quiet.lateness_p99_ms) == (0, 0, None)
-    assert rq.minute_stats(database, since=T0, until=T0) == []
+    assert reads(database).minute_stats(since=T0, until=T0) == []
     with pytest.raises(ValueError, match="7 days"):
-        rq.minute_stats(database, since=T0, until=T0 + timedelta(days=8))
+        reads(database).minute_stats(since=T0, until=T0 + timedelta(days=8))
 
 
 def test_status_counts_list_every_status(database: Database, known: dict[str, uuid.UUID]) -> None:
     """If the counts are asked for, then every status of jobs and executions is there."""
     del known
-    assert rq.status_counts(database) == {
+    assert reads(database).status_counts() == {
         "jobs": {"active": 2, "paused": 1, "deleted": 1},
         "executions": {
             "pending": 1,
@@ -953,7 +966,7 @@ def test_projections_rebuild_command_on_the_embedded_store(tmp_path: Path) -> No
     assert f"read models rebuilt: {events} events replayed in" in result.stdout
     database = projection_database(settings)
     try:
-        page = rq.list_executions(database)
+        page = reads(database).list_executions()
         assert page.total == 3
         assert {item.trigger for item in page.items} == {Trigger.ADHOC.value}
     finally:
@@ -989,7 +1002,7 @@ def test_a_nul_character_in_an_error_does_not_stop_the_projection(
     execution is still projected, with the character replaced."""
     execution_id = _failed_with_nul(ledger)
     _drain(read_models_on(ledger, database))
-    row = rq.get_execution(database, execution_id)
+    row = reads(database).get_execution(execution_id)
     assert row is not None
     assert (row.last_error, row.closed_by, row.closed_reason) == (
         "bad\ufffdbyte",
@@ -1004,7 +1017,7 @@ def test_an_escaped_nul_in_an_error_is_kept_as_written(ledger: Ledger, database:
     execution = _failed("escaped \\u0000 here")
     ledger.save_all(execution)
     _drain(read_models_on(ledger, database))
-    row = rq.get_execution(database, execution.id)
+    row = reads(database).get_execution(execution.id)
     assert row is not None
     assert row.last_error == "escaped \\u0000 here"
 
@@ -1135,7 +1148,7 @@ def test_an_event_after_a_final_status_is_folded_as_the_follower_folds_it(
         models.rebuild()
     assert [e["events"] for e in logs if e["event"] == "read_models.rebuild_late_events"] == [1]
     assert dump(database) == live
-    row = rq.get_execution(database, done)
+    row = reads(database).get_execution(done)
     assert row is not None
     assert (row.status, row.closed_by) == ("discarded", "repair")
 

@@ -1,6 +1,6 @@
 """Cursors of every list: a cursor is the sort key of a page's last row, with the
 list's kind, so the next page starts after that row and rows added or removed meanwhile
-neither repeat nor skip one. The read models page in SQL (``read_queries``); lists
+neither repeat nor skip one. The read models page in SQL (their queries' adapter); lists
 built in memory (queues, named limits, tokens, users, quarantine, workers, an
 aggregate's events) page here, by the same cursors.
 """

@@ -1,13 +1,15 @@
-"""Queries on the read models for the REST API and the dashboard.
+"""Queries on the read models for the REST API and the dashboard: the
+``ReadModelQueries`` port (its statements are the adapter's, ``adapters/sql/
+read_model_queries.py``) and how a stored row becomes what a list shows.
 
-Every function takes the projection ``Database`` first, reads one consistent snapshot
-and returns msgspec structs; every datetime is zone-aware UTC. Lists are pages: the
-items, the total that matched, the limit (clamped to 1..``MAX_LIMIT``) and offset
-that were used, and a cursor for the page after it when there is one. A cursor is
-the sort key of a page's last row (keyset paging on the order the list already has):
-the next page starts after that row, so rows added or removed meanwhile neither
-repeat nor skip one. A list filtered by status alone (or not at all) takes its total
-from the status counts the projection keeps, so it counts no rows.
+Every query reads one consistent snapshot and returns msgspec structs; every datetime
+is zone-aware UTC. Lists are pages: the items, the total that matched, the limit
+(clamped to 1..``MAX_LIMIT``) and offset that were used, and a cursor for the page
+after it when there is one. A cursor is the sort key of a page's last row (keyset
+paging on the order the list already has): the next page starts after that row, so
+rows added or removed meanwhile neither repeat nor skip one. A list filtered by status
+alone (or not at all) takes its total from the status counts the projection keeps, so
+it counts no rows.
 
 The percentiles of ``MinuteStats`` come from the per-minute histograms that the
 projection keeps (``read_models``): each is the nearest-rank percentile of that
@@ -18,9 +20,8 @@ completed attempts) in the minute it completed.
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import msgspec
@@ -28,19 +29,13 @@ import msgspec
 from jobledger.domain.definitions import JobDefinition
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.domain.instants import RANGE_TEXT, holds_ms
-from jobledger.projections.database import Cursor, Database, chunked
-from jobledger.projections.read_models.pages import CursorError, decode_cursor, encode_cursor
+from jobledger.projections.read_models.pages import CursorError
 from jobledger.projections.read_models.tables import (
-    ATTEMPTS,
     DURATION,
     EXECUTION_KIND,
-    EXECUTIONS,
-    HISTOGRAMS,
+    JOB_COLUMNS,
     JOB_KIND,
-    JOBS,
     LATENESS,
-    MINUTE_STATS,
-    STATUS_COUNTS,
     bucket_value,
     minute_of,
 )
@@ -64,26 +59,118 @@ __all__ = [
     "JobRow",
     "MinuteStats",
     "Page",
-    "execution_statuses",
-    "get_execution",
-    "get_job",
-    "list_attempts",
-    "list_dead_letters",
-    "list_executions",
-    "list_jobs",
-    "minute_stats",
-    "status_counts",
+    "ReadModelQueries",
 ]
 
 MAX_LIMIT = 1000
-_ID_CHUNK = 500  # ids per IN (...) list, well below SQLite's parameter limit
 MAX_STATS_MINUTES = 7 * 24 * 60
 JOB_STATUSES = ("active", "paused", "deleted")
 _PERCENTILES = (0.5, 0.95, 0.99)
 
+# How a list shows a stored definition: in the shape the API takes (the use cases give
+# the mapping; this layer knows only the stored form).
+Present = Callable[[JobDefinition], JobIn]
+
+
+# ---- the port ---------------------------------------------------------------------
+
+
+class ReadModelQueries(Protocol):
+    """The read models as the use cases query them, each query in one snapshot.
+
+    ``cursor`` is the ``next_cursor`` of the page before (``offset`` is then 0); one
+    that no page of the list handed out raises ``CursorError``."""
+
+    def list_jobs(
+        self,
+        *,
+        present: Present,
+        status: str | None = None,
+        handler: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring
+        case; ``source`` is "code" for the jobs `jobledger apply` manages, "api" for
+        the others."""
+        ...
+
+    def get_job(self, job_id: UUID, *, present: Present) -> JobRow | None: ...
+
+    def list_executions(
+        self,
+        *,
+        status: str | None = None,
+        job_id: UUID | None = None,
+        queue: str | None = None,
+        handler: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        """Executions enqueued in [since, until), newest first."""
+        ...
+
+    def get_execution(self, execution_id: UUID) -> ExecutionRow | None: ...
+
+    def execution_statuses(self, execution_ids: Sequence[UUID]) -> dict[UUID, tuple[str, int]]:
+        """The status and version of each execution the read model has (those it
+        lacks are left out), in one snapshot."""
+        ...
+
+    def list_attempts(self, execution_id: UUID) -> list[AttemptRow]:
+        """Every lease of the execution in order, deferrals included."""
+        ...
+
+    def list_dead_letters(
+        self,
+        *,
+        queue: str | None = None,
+        handler: str | None = None,
+        job_id: UUID | None = None,
+        error_contains: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        """Dead-lettered executions, the latest to die first. ``error_contains``
+        matches part of the last error, case and all (as ``jobledger dlq requeue``
+        does)."""
+        ...
+
+    def minute_stats(self, *, since: datetime, until: datetime) -> list[MinuteStats]:
+        """One entry per minute from the minute of ``since`` up to ``until``
+        (exclusive), zeros where nothing happened. Raises ValueError past
+        ``MAX_STATS_MINUTES``."""
+        ...
+
+    def status_counts(self) -> dict[str, dict[str, int]]:
+        """{"jobs": {status: n}, "executions": {status: n}}, every status listed."""
+        ...
+
 
 # ---- rows -------------------------------------------------------------------------
 
+# The columns of a stored row as the adapter selects it for each conversion, in order:
+# a job's (as stored), an execution's with its job's name (``job_name``), an attempt's.
+JOB_ROW = JOB_COLUMNS
+EXECUTION_ROW = (
+    "id", "job_id", "job_name", "handler", "queue", "priority", "trigger", "status",
+    "attempt", "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms",
+    "started_at_ms", "finished_at_ms", "worker_id", "last_error", "duration_ms",
+    "lateness_ms", "result", "closed_by", "closed_reason", "version", "progress",
+    "enqueued_by", "enqueued_via", "closed_via",
+)  # fmt: skip
+ATTEMPT_ROW = (
+    "execution_id", "attempt", "worker_id", "lease_id", "started_at_ms", "finished_at_ms",
+    "outcome", "error", "duration_ms",
+)  # fmt: skip
 
 # What a row shows in place of a value it cannot present.
 UNREADABLE = "(unreadable)"
@@ -121,7 +208,7 @@ class _Reading:
             self._note(field, f"does not decode ({error})")
             return None
 
-    def definition(self, stored: str | None, present: "Present") -> JobIn | None:
+    def definition(self, stored: str | None, present: Present) -> JobIn | None:
         """A stored definition in the API's shape; None (and named) for one this release
         cannot read, so the row still lists with its columns."""
         if stored is None:
@@ -156,20 +243,8 @@ def _float(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
-_JOB_SELECT = (
-    "SELECT id, name, handler, queue, priority, schedule_kind, cron, timezone, run_at_ms, "  # noqa: S608 (constant names)
-    "status, next_fire_at_ms, last_fired_at_ms, last_execution_id, last_status, "
-    "last_finished_at_ms, created_at_ms, created_by, updated_at_ms, updated_by, version, "
-    f"definition, source FROM {JOBS}"
-)
-
-
-# How a list shows a stored definition: in the shape the API takes (the use cases give
-# the mapping; this layer knows only the stored form).
-Present = Callable[[JobDefinition], JobIn]
-
-
-def _job(row: Sequence[Any], present: Present) -> JobRow:
+def job_row(row: Sequence[Any], present: Present) -> JobRow:
+    """A job as a list shows it, from a row of ``JOB_ROW`` columns."""
     try:
         return _job_row(row, present)
     except _UNREADABLE_ERRORS as error:
@@ -229,17 +304,8 @@ def _job_placeholder(row: Sequence[Any], error: Exception) -> JobRow:
     )
 
 
-_EXECUTION_SELECT = (
-    "SELECT e.id, e.job_id, j.name, e.handler, e.queue, e.priority, e.trigger, e.status, "  # noqa: S608 (constant names)
-    "e.attempt, e.max_attempts, e.scheduled_for_ms, e.enqueued_at_ms, e.ready_at_ms, "
-    "e.started_at_ms, e.finished_at_ms, e.worker_id, e.last_error, e.duration_ms, "
-    "e.lateness_ms, e.result, e.closed_by, e.closed_reason, e.version, e.progress, "
-    "e.enqueued_by, e.enqueued_via, e.closed_via "
-    f"FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id"
-)
-
-
-def _execution(row: Sequence[Any]) -> ExecutionRow:
+def execution_row(row: Sequence[Any]) -> ExecutionRow:
+    """An execution as a list shows it, from a row of ``EXECUTION_ROW`` columns."""
     try:
         return _execution_row(row)
     except _UNREADABLE_ERRORS as error:
@@ -310,13 +376,8 @@ def _execution_placeholder(row: Sequence[Any], error: Exception) -> ExecutionRow
     )
 
 
-_ATTEMPT_SELECT = (
-    "SELECT execution_id, attempt, worker_id, lease_id, started_at_ms, finished_at_ms, "  # noqa: S608 (constant names)
-    f"outcome, error, duration_ms FROM {ATTEMPTS} WHERE execution_id = ? ORDER BY seq"
-)
-
-
-def _attempt(row: Sequence[Any]) -> AttemptRow:
+def attempt_row(row: Sequence[Any]) -> AttemptRow:
+    """An attempt as a list shows it, from a row of ``ATTEMPT_ROW`` columns."""
     read = _Reading()
     try:
         lease_id, duration = _uuid(row[3]), _float(row[8])
@@ -337,337 +398,16 @@ def _attempt(row: Sequence[Any]) -> AttemptRow:
     )
 
 
-# ---- filters and pages ------------------------------------------------------------
-
-
-class _Where:
-    """A WHERE clause built from the filters that were given."""
-
-    def __init__(self, *clauses: str) -> None:
-        self._clauses = list(clauses)
-        self.params: list[Any] = []
-
-    def add(self, clause: str, value: object) -> None:
-        if value is not None:
-            self._clauses.append(clause)
-            self.params.append(value)
-
-    def also(self, clause: str, values: Sequence[object]) -> "_Where":
-        """These filters and ``clause`` (with a placeholder per value)."""
-        more = _Where(*self._clauses, clause)
-        more.params = [*self.params, *values]
-        return more
-
-    @property
-    def sql(self) -> str:
-        return f" WHERE {' AND '.join(self._clauses)}" if self._clauses else ""
-
-
-def _contains_pattern(text: str) -> str:
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
-
-
-@dataclass(frozen=True)
-class _Keyset:
-    """A list's order as a cursor needs it: the comparison that selects the rows after
-    a given one (``after``, with a placeholder per value) and that row's values."""
-
-    kind: str
-    after: str
-    # The cursor's values, from the stored row (which a page shows even where it
-    # cannot present one of its values).
-    values: Callable[[Sequence[Any]], list[str | int]]
-
-    def encode(self, row: Sequence[Any]) -> str:
-        return encode_cursor(self.kind, self.values(row))
-
-    def decode(self, cursor: str) -> list[str | int]:
-        return decode_cursor(cursor, self.kind, self.after.count("?"))
-
-
-def _page(
-    db: Database,
-    *,
-    select: str,
-    table: str,
-    where: _Where,
-    order: tuple[str, _Keyset],
-    convert: Callable[[Sequence[Any]], JobRow | ExecutionRow],
-    limit: int,
-    offset: int,
-    cursor: str | None = None,
-    counted: tuple[str, str | None] | None = None,
-) -> Page:
-    """A page and its total. ``counted`` (kind, status or None for all) says that the
-    filters select exactly the rows of that status count, which then is the total.
-    With a ``cursor`` the page starts after the row it names (and ``offset`` is 0)."""
-    limit = min(max(limit, 1), MAX_LIMIT)
-    offset = max(offset, 0)
-    sort, keyset = order
-    rows_where = where
-    if cursor is not None:
-        offset = 0
-        rows_where = where.also(keyset.after, keyset.decode(cursor))
-    with db.transaction(snapshot=True) as sql:
-        if counted is None:
-            sql.execute(f"SELECT count(*) FROM {table}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
-        else:
-            _select_counted(sql, *counted)
-        total = int(sql.fetchone()[0])
-        # One row more than asked tells whether a page follows.
-        sql.execute(
-            f"{select}{rows_where.sql} ORDER BY {sort} LIMIT ? OFFSET ?",
-            [*rows_where.params, limit + 1, offset],
-        )
-        rows = sql.fetchmany(limit + 1)
-    items = [convert(row) for row in rows[:limit]]
-    following = keyset.encode(rows[limit - 1]) if len(rows) > limit else None
-    return Page(items=items, total=total, limit=limit, offset=offset, next_cursor=following)
-
-
-def _none(*filters: object) -> bool:
-    return all(f is None for f in filters)
-
-
-def _select_counted(cursor: Cursor, kind: str, status: str | None) -> None:
-    where = _Where()
-    where.add("kind = ?", kind)
-    where.add("status = ?", status)
-    cursor.execute(f"SELECT coalesce(sum(count), 0) FROM {STATUS_COUNTS}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
-
-
-def _all(cursor: Cursor) -> list[Any]:
-    rows: list[Any] = []
-    while batch := cursor.fetchmany(1000):
-        rows.extend(batch)
-    return rows
-
-
-def _fetch_one(db: Database, sql: str, params: Sequence[Any]) -> Sequence[Any] | None:
-    with db.transaction(snapshot=True) as cursor:
-        cursor.execute(sql, params)
-        row: Sequence[Any] | None = cursor.fetchone()
-    return row
-
-
-# ---- jobs -------------------------------------------------------------------------
-
-
-# The job order (by name, ignoring case) and the rows after a cursor's; lower() is
-# applied to the cursor's name in SQL, so it folds case as the order does.
-_JOB_ORDER = (
-    "lower(name), name, id",
-    _Keyset(
-        "jobs", "(lower(name), name, id) > (lower(?), ?, ?)", lambda r: [r[1], r[1], str(r[0])]
-    ),
-)
-
-
-def _latest_first(kind: str, column: str) -> tuple[str, _Keyset]:
-    """Executions by the time in ``column``, the latest first."""
-    selected = _EXECUTION_SELECT.split(" FROM ", 1)[0].removeprefix("SELECT ").split(",")
-    index = [name.strip() for name in selected].index(f"e.{column}")
-    return (
-        f"e.{column} DESC, e.id DESC",
-        _Keyset(
-            kind,
-            f"(e.{column}, e.id) < (?, ?)",
-            lambda row: [int(row[index]), str(row[0])],
-        ),
-    )
-
-
-_EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms")
-# A dead letter has always finished (it died then).
-_DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms")
-
-
-def list_jobs(
-    db: Database,
-    *,
-    present: Present,
-    status: str | None = None,
-    handler: str | None = None,
-    queue: str | None = None,
-    search: str | None = None,
-    source: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-    cursor: str | None = None,
-) -> Page:
-    """Jobs by name (ignoring case); ``search`` matches part of the name, ignoring case;
-    ``source`` is "code" for the jobs `jobledger apply` manages, "api" for the others."""
-    where = _Where()
-    where.add("status = ?", status)
-    where.add("handler = ?", handler)
-    where.add("queue = ?", queue)
-    where.add("source = ?", source)
-    where.add("lower(name) LIKE ? ESCAPE '\\'", _contains_pattern(search) if search else None)
-    return _page(
-        db,
-        select=_JOB_SELECT,
-        table=JOBS,
-        where=where,
-        order=_JOB_ORDER,
-        convert=lambda row: _job(row, present),
-        limit=limit,
-        offset=offset,
-        cursor=cursor,
-        counted=(JOB_KIND, status) if _none(handler, queue, search, source) else None,
-    )
-
-
-def get_job(db: Database, job_id: UUID, *, present: Present) -> JobRow | None:
-    row = _fetch_one(db, f"{_JOB_SELECT} WHERE id = ?", (str(job_id),))
-    return None if row is None else _job(row, present)
-
-
-# ---- executions -------------------------------------------------------------------
-
-
-def list_executions(
-    db: Database,
-    *,
-    status: str | None = None,
-    job_id: UUID | None = None,
-    queue: str | None = None,
-    handler: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    limit: int = 50,
-    offset: int = 0,
-    cursor: str | None = None,
-) -> Page:
-    """Executions enqueued in [since, until), newest first."""
-    where = _Where()
-    where.add("e.status = ?", status)
-    where.add("e.job_id = ?", None if job_id is None else str(job_id))
-    where.add("e.queue = ?", queue)
-    where.add("e.handler = ?", handler)
-    where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
-    where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
-    counted = (EXECUTION_KIND, status) if _none(job_id, queue, handler, since, until) else None
-    return _executions_page(
-        db, where, order=_EXECUTION_ORDER, paging=(limit, offset, cursor), counted=counted
-    )
-
-
-def _executions_page(
-    db: Database,
-    where: _Where,
-    *,
-    order: tuple[str, _Keyset],
-    paging: tuple[int, int, str | None],
-    counted: tuple[str, str | None] | None,
-) -> Page:
-    limit, offset, cursor = paging
-    return _page(
-        db,
-        select=_EXECUTION_SELECT,
-        table=f"{EXECUTIONS} e",
-        where=where,
-        order=order,
-        convert=_execution,
-        limit=limit,
-        offset=offset,
-        cursor=cursor,
-        counted=counted,
-    )
-
-
-def get_execution(db: Database, execution_id: UUID) -> ExecutionRow | None:
-    row = _fetch_one(db, f"{_EXECUTION_SELECT} WHERE e.id = ?", (str(execution_id),))
-    return None if row is None else _execution(row)
-
-
-def execution_statuses(db: Database, execution_ids: Sequence[UUID]) -> dict[UUID, tuple[str, int]]:
-    """The status and version of each execution the read model has (those it lacks are
-    left out), in one snapshot: one query per 500 ids, however many ask."""
-    found: dict[UUID, tuple[str, int]] = {}
-    wanted = [str(i) for i in execution_ids]
-    with db.transaction(snapshot=True) as cursor:
-        for chunk in chunked(wanted, _ID_CHUNK):
-            cursor.execute_in(f"SELECT id, status, version FROM {EXECUTIONS} WHERE id IN", chunk)  # noqa: S608 (constant names, bound values)
-            found.update((UUID(row[0]), (row[1], int(row[2]))) for row in _all(cursor))
-    return found
-
-
-def list_attempts(db: Database, execution_id: UUID) -> list[AttemptRow]:
-    """Every lease of the execution in order, deferrals included."""
-    with db.transaction(snapshot=True) as cursor:
-        cursor.execute(_ATTEMPT_SELECT, (str(execution_id),))
-        rows = _all(cursor)
-    return [_attempt(row) for row in rows]
-
-
-def list_dead_letters(
-    db: Database,
-    *,
-    queue: str | None = None,
-    handler: str | None = None,
-    job_id: UUID | None = None,
-    error_contains: str | None = None,
-    limit: int = 50,
-    offset: int = 0,
-    cursor: str | None = None,
-) -> Page:
-    """Dead-lettered executions, the latest to die first. ``error_contains`` matches
-    part of the last error, case and all (as ``jobledger dlq requeue`` does)."""
-    # The status is a literal so that the partial index on dead letters applies.
-    where = _Where("e.status = 'dead_lettered'")
-    where.add("e.queue = ?", queue)
-    where.add("e.handler = ?", handler)
-    where.add("e.job_id = ?", None if job_id is None else str(job_id))
-    # replace() is in both dialects and matches case-sensitively; LIKE differs between them.
-    where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
-    unfiltered = _none(queue, handler, job_id, error_contains or None)
-    counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
-    return _executions_page(
-        db, where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted
-    )
-
-
 # ---- statistics -------------------------------------------------------------------
 
 
-def minute_stats(db: Database, *, since: datetime, until: datetime) -> list[MinuteStats]:
-    """One entry per minute from the minute of ``since`` up to ``until`` (exclusive),
-    zeros where nothing happened. Raises ValueError past ``MAX_STATS_MINUTES``."""
-    start, end = minute_of(to_ms(since)), to_ms(until)
-    minutes = range(start, end, 60_000)
+def stats_minutes(since: datetime, until: datetime) -> range:
+    """The minutes (ms) that ``minute_stats`` shows, from the minute of ``since`` up to
+    ``until`` (exclusive). Raises ValueError past ``MAX_STATS_MINUTES``."""
+    minutes = range(minute_of(to_ms(since)), to_ms(until), 60_000)
     if len(minutes) > MAX_STATS_MINUTES:
         raise ValueError(f"ask for at most {MAX_STATS_MINUTES} minutes (7 days) at a time")
-    if not minutes:
-        return []
-    with db.transaction(snapshot=True) as cursor:
-        counters = _counters(cursor, start, end)
-        histograms = _histograms(cursor, start, end)
-    return [_minute(minute, counters.get(minute), histograms.get(minute, {})) for minute in minutes]
-
-
-def _counters(cursor: Cursor, start: int, end: int) -> dict[int, tuple[int, ...]]:
-    cursor.execute(
-        f"SELECT minute_ms, fired, completed, failed, dead_lettered FROM {MINUTE_STATS} "  # noqa: S608 (constant names)
-        "WHERE minute_ms >= ? AND minute_ms < ?",
-        (start, end),
-    )
-    return {int(row[0]): tuple(int(v) for v in row[1:]) for row in _all(cursor)}
-
-
-def _histograms(
-    cursor: Cursor, start: int, end: int
-) -> dict[int, dict[str, list[tuple[int, int]]]]:
-    """{minute: {metric: [(bucket, count), ...] in bucket order}}."""
-    cursor.execute(
-        f"SELECT minute_ms, metric, bucket, count FROM {HISTOGRAMS} "  # noqa: S608 (constant names)
-        "WHERE minute_ms >= ? AND minute_ms < ? ORDER BY minute_ms, metric, bucket",
-        (start, end),
-    )
-    found: dict[int, dict[str, list[tuple[int, int]]]] = {}
-    for minute, metric, bucket, count in _all(cursor):
-        found.setdefault(int(minute), {}).setdefault(metric, []).append((int(bucket), int(count)))
-    return found
+    return minutes
 
 
 def _percentiles(buckets: list[tuple[int, int]]) -> list[float | None]:
@@ -686,7 +426,7 @@ def _percentiles(buckets: list[tuple[int, int]]) -> list[float | None]:
     return values
 
 
-def _minute(
+def minute_row(
     minute: int, counters: tuple[int, ...] | None, histograms: dict[str, list[tuple[int, int]]]
 ) -> MinuteStats:
     fired, completed, failed, dead = counters or (0, 0, 0, 0)
@@ -707,14 +447,9 @@ def _minute(
     )
 
 
-def status_counts(db: Database) -> dict[str, dict[str, int]]:
-    """{"jobs": {status: n}, "executions": {status: n}}, every status listed."""
-    counts = {
+def no_counts() -> dict[str, dict[str, int]]:
+    """The status counts with every status at 0, for the stored ones to fill in."""
+    return {
         JOB_KIND: dict.fromkeys(JOB_STATUSES, 0),
         EXECUTION_KIND: dict.fromkeys((s.value for s in ExecutionStatus), 0),
     }
-    with db.transaction(snapshot=True) as cursor:
-        cursor.execute(f"SELECT kind, status, count FROM {STATUS_COUNTS}")  # noqa: S608 (constant names)
-        for kind, status, count in _all(cursor):
-            counts.setdefault(kind, {})[status] = int(count)
-    return counts

@@ -1,0 +1,372 @@
+"""The read models' queries (``ReadModelQueries``) on the event store's database: the
+lists with their filters, totals and keyset pages, one row by id, the statistics."""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from jobledger.domain.execution import ExecutionStatus
+from jobledger.projections.database import Cursor, Database, chunked
+from jobledger.projections.read_models.pages import decode_cursor, encode_cursor
+from jobledger.projections.read_models.queries import (
+    ATTEMPT_ROW,
+    EXECUTION_ROW,
+    JOB_ROW,
+    MAX_LIMIT,
+    AttemptRow,
+    ExecutionRow,
+    JobRow,
+    MinuteStats,
+    Page,
+    Present,
+    attempt_row,
+    execution_row,
+    job_row,
+    minute_row,
+    no_counts,
+    stats_minutes,
+)
+from jobledger.projections.read_models.tables import (
+    ATTEMPTS,
+    EXECUTION_KIND,
+    EXECUTIONS,
+    HISTOGRAMS,
+    ID_CHUNK,
+    JOB_KIND,
+    JOBS,
+    MINUTE_STATS,
+    STATUS_COUNTS,
+)
+from jobledger.projections.times import to_ms
+
+_JOB_SELECT = f"SELECT {', '.join(JOB_ROW)} FROM {JOBS}"  # noqa: S608 (constant names)
+_EXECUTION_SELECT = (
+    f"SELECT {', '.join('j.name' if c == 'job_name' else f'e.{c}' for c in EXECUTION_ROW)} "  # noqa: S608 (constant names)
+    f"FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id"
+)
+_ATTEMPT_SELECT = (
+    f"SELECT {', '.join(ATTEMPT_ROW)} FROM {ATTEMPTS} WHERE execution_id = ? ORDER BY seq"  # noqa: S608 (constant names)
+)
+
+_SELECT_STATUSES = f"SELECT id, status, version FROM {EXECUTIONS} WHERE id IN"  # noqa: S608 (constant names)
+
+
+# ---- filters and pages ------------------------------------------------------------
+
+
+class _Where:
+    """A WHERE clause built from the filters that were given."""
+
+    def __init__(self, *clauses: str) -> None:
+        self._clauses = list(clauses)
+        self.params: list[Any] = []
+
+    def add(self, clause: str, value: object) -> None:
+        if value is not None:
+            self._clauses.append(clause)
+            self.params.append(value)
+
+    def also(self, clause: str, values: Sequence[object]) -> "_Where":
+        """These filters and ``clause`` (with a placeholder per value)."""
+        more = _Where(*self._clauses, clause)
+        more.params = [*self.params, *values]
+        return more
+
+    @property
+    def sql(self) -> str:
+        return f" WHERE {' AND '.join(self._clauses)}" if self._clauses else ""
+
+
+def _contains_pattern(text: str) -> str:
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+@dataclass(frozen=True)
+class _Keyset:
+    """A list's order as a cursor needs it: the comparison that selects the rows after
+    a given one (``after``, with a placeholder per value) and that row's values."""
+
+    kind: str
+    after: str
+    # The cursor's values, from the stored row (which a page shows even where it
+    # cannot present one of its values).
+    values: Callable[[Sequence[Any]], list[str | int]]
+
+    def encode(self, row: Sequence[Any]) -> str:
+        return encode_cursor(self.kind, self.values(row))
+
+    def decode(self, cursor: str) -> list[str | int]:
+        return decode_cursor(cursor, self.kind, self.after.count("?"))
+
+
+def _none(*filters: object) -> bool:
+    return all(f is None for f in filters)
+
+
+def _select_counted(cursor: Cursor, kind: str, status: str | None) -> None:
+    where = _Where()
+    where.add("kind = ?", kind)
+    where.add("status = ?", status)
+    cursor.execute(f"SELECT coalesce(sum(count), 0) FROM {STATUS_COUNTS}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
+
+
+def _all(cursor: Cursor) -> list[Any]:
+    rows: list[Any] = []
+    while batch := cursor.fetchmany(1000):
+        rows.extend(batch)
+    return rows
+
+
+# The job order (by name, ignoring case) and the rows after a cursor's; lower() is
+# applied to the cursor's name in SQL, so it folds case as the order does.
+_JOB_ORDER = (
+    "lower(name), name, id",
+    _Keyset(
+        "jobs", "(lower(name), name, id) > (lower(?), ?, ?)", lambda r: [r[1], r[1], str(r[0])]
+    ),
+)
+
+
+def _latest_first(kind: str, column: str) -> tuple[str, _Keyset]:
+    """Executions by the time in ``column``, the latest first."""
+    index = EXECUTION_ROW.index(column)
+    return (
+        f"e.{column} DESC, e.id DESC",
+        _Keyset(
+            kind,
+            f"(e.{column}, e.id) < (?, ?)",
+            lambda row: [int(row[index]), str(row[0])],
+        ),
+    )
+
+
+_EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms")
+# A dead letter has always finished (it died then).
+_DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms")
+
+
+class SqlReadModelQueries:
+    """The read models' queries (``ReadModelQueries``) on the event store's database."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def _page(
+        self,
+        *,
+        select: str,
+        table: str,
+        where: _Where,
+        order: tuple[str, _Keyset],
+        convert: Callable[[Sequence[Any]], JobRow | ExecutionRow],
+        paging: tuple[int, int, str | None],
+        counted: tuple[str, str | None] | None = None,
+    ) -> Page:
+        """A page and its total. ``counted`` (kind, status or None for all) says that
+        the filters select exactly the rows of that status count, which then is the
+        total. With a cursor the page starts after the row it names (and the offset is
+        0)."""
+        limit, offset, cursor = paging
+        limit = min(max(limit, 1), MAX_LIMIT)
+        offset = max(offset, 0)
+        sort, keyset = order
+        rows_where = where
+        if cursor is not None:
+            offset = 0
+            rows_where = where.also(keyset.after, keyset.decode(cursor))
+        with self._database.transaction(snapshot=True) as sql:
+            if counted is None:
+                sql.execute(f"SELECT count(*) FROM {table}{where.sql}", where.params)  # noqa: S608 (constant names, bound values)
+            else:
+                _select_counted(sql, *counted)
+            total = int(sql.fetchone()[0])
+            # One row more than asked tells whether a page follows.
+            sql.execute(
+                f"{select}{rows_where.sql} ORDER BY {sort} LIMIT ? OFFSET ?",
+                [*rows_where.params, limit + 1, offset],
+            )
+            rows = sql.fetchmany(limit + 1)
+        items = [convert(row) for row in rows[:limit]]
+        following = keyset.encode(rows[limit - 1]) if len(rows) > limit else None
+        return Page(items=items, total=total, limit=limit, offset=offset, next_cursor=following)
+
+    def _fetch_one(self, sql: str, params: Sequence[Any]) -> Sequence[Any] | None:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(sql, params)
+            row: Sequence[Any] | None = cursor.fetchone()
+        return row
+
+    # ---- jobs ---------------------------------------------------------------------
+
+    def list_jobs(
+        self,
+        *,
+        present: Present,
+        status: str | None = None,
+        handler: str | None = None,
+        queue: str | None = None,
+        search: str | None = None,
+        source: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        where = _Where()
+        where.add("status = ?", status)
+        where.add("handler = ?", handler)
+        where.add("queue = ?", queue)
+        where.add("source = ?", source)
+        where.add("lower(name) LIKE ? ESCAPE '\\'", _contains_pattern(search) if search else None)
+        return self._page(
+            select=_JOB_SELECT,
+            table=JOBS,
+            where=where,
+            order=_JOB_ORDER,
+            convert=lambda row: job_row(row, present),
+            paging=(limit, offset, cursor),
+            counted=(JOB_KIND, status) if _none(handler, queue, search, source) else None,
+        )
+
+    def get_job(self, job_id: UUID, *, present: Present) -> JobRow | None:
+        row = self._fetch_one(f"{_JOB_SELECT} WHERE id = ?", (str(job_id),))
+        return None if row is None else job_row(row, present)
+
+    # ---- executions ---------------------------------------------------------------
+
+    def list_executions(
+        self,
+        *,
+        status: str | None = None,
+        job_id: UUID | None = None,
+        queue: str | None = None,
+        handler: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        where = _Where()
+        where.add("e.status = ?", status)
+        where.add("e.job_id = ?", None if job_id is None else str(job_id))
+        where.add("e.queue = ?", queue)
+        where.add("e.handler = ?", handler)
+        where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
+        where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
+        counted = (EXECUTION_KIND, status) if _none(job_id, queue, handler, since, until) else None
+        return self._executions_page(
+            where, order=_EXECUTION_ORDER, paging=(limit, offset, cursor), counted=counted
+        )
+
+    def _executions_page(
+        self,
+        where: _Where,
+        *,
+        order: tuple[str, _Keyset],
+        paging: tuple[int, int, str | None],
+        counted: tuple[str, str | None] | None,
+    ) -> Page:
+        return self._page(
+            select=_EXECUTION_SELECT,
+            table=f"{EXECUTIONS} e",
+            where=where,
+            order=order,
+            convert=execution_row,
+            paging=paging,
+            counted=counted,
+        )
+
+    def get_execution(self, execution_id: UUID) -> ExecutionRow | None:
+        row = self._fetch_one(f"{_EXECUTION_SELECT} WHERE e.id = ?", (str(execution_id),))
+        return None if row is None else execution_row(row)
+
+    def execution_statuses(self, execution_ids: Sequence[UUID]) -> dict[UUID, tuple[str, int]]:
+        # One query per ID_CHUNK ids, however many ask.
+        found: dict[UUID, tuple[str, int]] = {}
+        wanted = [str(i) for i in execution_ids]
+        with self._database.transaction(snapshot=True) as cursor:
+            for chunk in chunked(wanted, ID_CHUNK):
+                cursor.execute_in(_SELECT_STATUSES, chunk)
+                found.update((UUID(row[0]), (row[1], int(row[2]))) for row in _all(cursor))
+        return found
+
+    def list_attempts(self, execution_id: UUID) -> list[AttemptRow]:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(_ATTEMPT_SELECT, (str(execution_id),))
+            rows = _all(cursor)
+        return [attempt_row(row) for row in rows]
+
+    def list_dead_letters(
+        self,
+        *,
+        queue: str | None = None,
+        handler: str | None = None,
+        job_id: UUID | None = None,
+        error_contains: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        # The status is a literal so that the partial index on dead letters applies.
+        where = _Where("e.status = 'dead_lettered'")
+        where.add("e.queue = ?", queue)
+        where.add("e.handler = ?", handler)
+        where.add("e.job_id = ?", None if job_id is None else str(job_id))
+        # replace() is in both dialects and matches case-sensitively; LIKE differs
+        # between them.
+        where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
+        unfiltered = _none(queue, handler, job_id, error_contains or None)
+        counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
+        return self._executions_page(
+            where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted
+        )
+
+    # ---- statistics ---------------------------------------------------------------
+
+    def minute_stats(self, *, since: datetime, until: datetime) -> list[MinuteStats]:
+        minutes = stats_minutes(since, until)
+        if not minutes:
+            return []
+        start, end = minutes.start, minutes.stop
+        with self._database.transaction(snapshot=True) as cursor:
+            counters = _counters(cursor, start, end)
+            histograms = _histograms(cursor, start, end)
+        return [
+            minute_row(minute, counters.get(minute), histograms.get(minute, {}))
+            for minute in minutes
+        ]
+
+    def status_counts(self) -> dict[str, dict[str, int]]:
+        counts = no_counts()
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(f"SELECT kind, status, count FROM {STATUS_COUNTS}")  # noqa: S608 (constant names)
+            for kind, status, count in _all(cursor):
+                counts.setdefault(kind, {})[status] = int(count)
+        return counts
+
+
+def _counters(cursor: Cursor, start: int, end: int) -> dict[int, tuple[int, ...]]:
+    cursor.execute(
+        f"SELECT minute_ms, fired, completed, failed, dead_lettered FROM {MINUTE_STATS} "  # noqa: S608 (constant names)
+        "WHERE minute_ms >= ? AND minute_ms < ?",
+        (start, end),
+    )
+    return {int(row[0]): tuple(int(v) for v in row[1:]) for row in _all(cursor)}
+
+
+def _histograms(
+    cursor: Cursor, start: int, end: int
+) -> dict[int, dict[str, list[tuple[int, int]]]]:
+    """{minute: {metric: [(bucket, count), ...] in bucket order}}."""
+    cursor.execute(
+        f"SELECT minute_ms, metric, bucket, count FROM {HISTOGRAMS} "  # noqa: S608 (constant names)
+        "WHERE minute_ms >= ? AND minute_ms < ? ORDER BY minute_ms, metric, bucket",
+        (start, end),
+    )
+    found: dict[int, dict[str, list[tuple[int, int]]]] = {}
+    for minute, metric, bucket, count in _all(cursor):
+        found.setdefault(int(minute), {}).setdefault(metric, []).append((int(bucket), int(count)))
+    return found
