@@ -83,6 +83,7 @@ from jobledger.projections.queue.signal import WorkSignal
 from jobledger.projections.read_models.follower import REPLAY_PAGE, ReadModels
 from jobledger.projections.read_models.job_index import JobIndex
 from jobledger.projections.read_models.parts import PartRunner
+from jobledger.projections.read_models.tables import ReadModelTables
 from jobledger.runtime import dev, roles
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.dev import DevOptions, Say
@@ -307,7 +308,7 @@ class Container:
                 timeout=settings.shell_timeout_seconds,
             ),
             queue=self.queue,
-            read_models=SqlReadModelTables(self.database),
+            read_models=self.read_model_tables(),
             test_handlers=settings.test_handlers_enabled,
             archive=lambda: self._archive,
         )
@@ -384,6 +385,11 @@ class Container:
             if self._redis is None:
                 self._local_breakers = breakers
             return breakers
+
+    def read_model_tables(self) -> ReadModelTables:
+        """The read-model tables on this container's database (the cleanup, the
+        archive, a rebuild's share)."""
+        return SqlReadModelTables(self.database)
 
     def read_models(self) -> ReadModels:
         """The read models on this container's database (queries, lag, rebuilds)."""
@@ -484,7 +490,7 @@ class Container:
             tables,
             positions=SqlPositions(self.database),
             books=SqlArchiveBooks(),
-            read_models=SqlReadModelTables(self.database),
+            read_models=self.read_model_tables(),
         )
         lock = functools.partial(archive_lock, self.settings)
         return Archives(self.ledger, store, self.settings, queue_position, lock)

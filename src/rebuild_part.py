@@ -30,6 +30,7 @@ def run_part(task: bytes, out: IO[bytes]) -> None:
             result = fold_part(
                 container.ledger,
                 container.database,
+                container.read_model_tables(),
                 isolation,
                 part,
                 page_size=page_size,

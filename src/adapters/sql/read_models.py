@@ -1,18 +1,21 @@
 """The read-model tables (migration 0004) on the event store's database: the rows a
-page's fold reads and writes, and their removal by the archive and the cleanup."""
+page's fold reads and writes, their removal by the archive and the cleanup, and a
+rebuild's new tables."""
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from jobledger.projections.database import (
     Cursor,
     Database,
+    Row,
     RowsStatement,
     chunked,
     upsert,
 )
+from jobledger.projections.read_models.replay import shadow
 from jobledger.projections.read_models.tables import (
     ATTEMPT_COLUMNS,
     ATTEMPTS,
@@ -29,7 +32,6 @@ from jobledger.projections.read_models.tables import (
     STATUS_COUNTS,
     TABLES,
     Fold,
-    select_rows,
     touched,
 )
 from jobledger.projections.times import to_ms
@@ -79,6 +81,16 @@ _PRUNE_ATTEMPTS = (
 )
 _COUNT_PRUNABLE = f"SELECT status, count(*) FROM {EXECUTIONS} WHERE {_PRUNABLE} GROUP BY status"  # noqa: S608 (constant)
 _PRUNE_EXECUTIONS = f"DELETE FROM {EXECUTIONS} WHERE {_PRUNABLE}"  # noqa: S608 (constant)
+# A rebuild's new tables: their rows of executions that late events change.
+_SELECT_REBUILT_EXECUTIONS = (
+    f"SELECT {', '.join(EXECUTION_COLUMNS)} FROM {shadow(EXECUTIONS)} WHERE id IN "  # noqa: S608 (constant)
+)
+_SELECT_REBUILT_ATTEMPTS = (
+    f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {shadow(ATTEMPTS)} "  # noqa: S608 (constant)
+    "WHERE execution_id IN "
+)
+_DELETE_REBUILT_EXECUTION = f"DELETE FROM {shadow(EXECUTIONS)} WHERE id = ?"  # noqa: S608 (constant)
+_DELETE_REBUILT_ATTEMPT = f"DELETE FROM {shadow(ATTEMPTS)} WHERE execution_id = ? AND seq = ?"  # noqa: S608 (constant)
 
 
 class SqlReadModelTables:
@@ -135,6 +147,49 @@ class SqlReadModelTables:
             cursor.execute(_PRUNE_EXECUTIONS, (cutoff, cutoff))
             _add_status_counts(cursor, gone)
         return -sum(count for _kind, _status, count in gone)
+
+    def create_rebuilt(self, cursor: Cursor) -> None:
+        for table in TABLES:
+            cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
+            cursor.create_shadow(table, shadow(table))
+
+    def drop_rebuilt(self, cursor: Cursor) -> None:
+        for table in TABLES:
+            cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
+
+    def take_back_rebuilt(
+        self, cursor: Cursor, execution_ids: Sequence[str]
+    ) -> tuple[list[Row], list[Row]]:
+        select = _SELECT_REBUILT_EXECUTIONS
+        executions = list(select_rows(cursor, select, EXECUTION_COLUMNS, execution_ids))
+        attempts = _current_attempts(cursor, executions)
+        for row in executions:
+            cursor.execute(_DELETE_REBUILT_EXECUTION, (row["id"],))
+        for row in attempts:
+            cursor.execute(_DELETE_REBUILT_ATTEMPT, (row["execution_id"], row["seq"]))
+        return executions, attempts
+
+
+def select_rows(
+    cursor: Cursor, select: str, columns: Sequence[str], ids: Iterable[str]
+) -> Iterator[Row]:
+    """The rows ``select`` (which ends in ``IN``) finds for ``ids``, as dicts of
+    ``columns``; a statement per ``ID_CHUNK`` ids."""
+    wanted = sorted(ids)
+    for chunk in chunked(wanted, ID_CHUNK):
+        cursor.execute_in(select, chunk)
+        while rows := cursor.fetchmany(ID_CHUNK):
+            yield from (dict(zip(columns, row, strict=True)) for row in rows)
+
+
+def _current_attempts(cursor: Cursor, executions: Sequence[Row]) -> list[Row]:
+    """The rebuilt attempt each of ``executions``' latest lease made."""
+    leases = {(row["id"], row["lease_seq"]) for row in executions if row["lease_seq"] is not None}
+    if not leases:
+        return []
+    ids = sorted({i for i, _ in leases})
+    found = select_rows(cursor, _SELECT_REBUILT_ATTEMPTS, ATTEMPT_COLUMNS, ids)
+    return [row for row in found if (row["execution_id"], row["seq"]) in leases]
 
 
 def _add_status_counts(cursor: Cursor, changes: Sequence[tuple[str, str, int]]) -> None:

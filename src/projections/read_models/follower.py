@@ -133,6 +133,7 @@ class ReadModels:
                 self._positions,
                 self._replay_reader,
                 isolation,
+                tables=self._tables,
                 parts=self._parts,
             ).run(report)
         except Exception as error:

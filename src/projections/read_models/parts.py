@@ -24,7 +24,12 @@ from jobledger.projections.log.reader import EXECUTION_EVENTS as EXECUTION_TOPIC
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Held, Isolation
 from jobledger.projections.read_models.replay import Folder, JobStubs, Replay
-from jobledger.projections.read_models.tables import EXECUTION_KIND, FOLD_VIEWS, Fold
+from jobledger.projections.read_models.tables import (
+    EXECUTION_KIND,
+    FOLD_VIEWS,
+    Fold,
+    ReadModelTables,
+)
 
 # A job's latest execution in one share: (its creation's position, its id, its status,
 # when it finished).
@@ -83,6 +88,7 @@ class PartRunner(Protocol):
 def fold_part(
     ledger: Ledger,
     database: Database,
+    tables: ReadModelTables,
     isolation: Isolation,
     part: Part,
     *,
@@ -97,7 +103,7 @@ def fold_part(
         part=(part.index, part.count),
         views=FOLD_VIEWS,
     )
-    folder = Folder(database, reader, isolation)
+    folder = Folder(database, tables, reader, isolation)
     stubs = JobStubs()
     replay = Replay(folder.output, stubs)
     events = folder.replay(replay, part.stop, reached)

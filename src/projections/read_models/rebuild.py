@@ -40,7 +40,7 @@ from jobledger.projections.quarantine import Isolation
 from jobledger.projections.read_models.job_index import JOB_TOPICS
 from jobledger.projections.read_models.parts import Part, PartRunner, merge
 from jobledger.projections.read_models.replay import Folder, Replay, shadow
-from jobledger.projections.read_models.tables import TABLES
+from jobledger.projections.read_models.tables import TABLES, ReadModelTables
 
 log = structlog.get_logger(__name__)
 
@@ -62,16 +62,18 @@ class ShadowRebuild:
         reader: LogReader,
         isolation: Isolation,
         *,
+        tables: ReadModelTables,
         parts: PartRunner | None = None,
     ) -> None:
         self._database = database
+        self._tables = tables
         self._positions = positions
         self._position = position
         self._mark = positions.of(MARK)
         self._reader = reader
         self._isolation = isolation
         self._parts = parts
-        self._folder = Folder(database, reader, isolation)
+        self._folder = Folder(database, tables, reader, isolation)
 
     def run(self, report: Progress) -> int:
         """Build the tables anew and swap them in; returns the events read. Nothing of
@@ -110,7 +112,8 @@ class ShadowRebuild:
 
         log.info("read_models.rebuild_in_parts", parts=count, head=head)
         with parts.start(shares) as running:
-            jobs = Folder(self._database, self._reader.of_topics(JOB_TOPICS), self._isolation)
+            reader = self._reader.of_topics(JOB_TOPICS)
+            jobs = Folder(self._database, self._tables, reader, self._isolation)
             replay = Replay(jobs.output)
             applied = jobs.replay(replay, head, lambda _position: None)
             results = running.wait(reached_by)
@@ -139,9 +142,7 @@ class ShadowRebuild:
             # without what it removed, and the next removal sees the mark.
             self._positions.lock_all(cursor)
             self._mark.write(cursor, 0)
-            for table in TABLES:
-                cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
-                cursor.create_shadow(table, shadow(table))
+            self._tables.create_rebuilt(cursor)
 
     def _swap(self, reached: int) -> None:
         with self._database.transaction() as cursor:
@@ -155,8 +156,7 @@ class ShadowRebuild:
         """Drop what a failed rebuild made (best effort: the next one drops it too)."""
         try:
             with self._database.transaction() as cursor:
-                for table in TABLES:
-                    cursor.execute(f"DROP TABLE IF EXISTS {shadow(table)}")
+                self._tables.drop_rebuilt(cursor)
                 self._mark.remove(cursor)
         except Exception as error:  # noqa: BLE001 (the rebuild's own error is the one to raise)
             log.warning("read_models.rebuild_not_cleaned_up", error=str(error))

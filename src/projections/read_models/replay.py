@@ -18,7 +18,7 @@ import structlog
 
 from jobledger.persistence.log_store import LogRow, RowPage
 from jobledger.projections.collector import collector_paused
-from jobledger.projections.database import Cursor, Database, Row, row_values
+from jobledger.projections.database import Database, Row, row_values
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import Isolation
 from jobledger.projections.queue.prefetch import prefetched
@@ -38,7 +38,7 @@ from jobledger.projections.read_models.tables import (
     STATUS_COUNTS,
     TABLES,
     Fold,
-    select_rows,
+    ReadModelTables,
 )
 
 log = structlog.get_logger(__name__)
@@ -218,8 +218,15 @@ class Folder:
     """Folds pages of the log into a replay: decoding, isolating what cannot be
     decoded as the follower does, and at the end the late events."""
 
-    def __init__(self, database: Database, reader: LogReader, isolation: Isolation) -> None:
+    def __init__(
+        self,
+        database: Database,
+        tables: ReadModelTables,
+        reader: LogReader,
+        isolation: Isolation,
+    ) -> None:
         self._database = database
+        self._tables = tables
         self._reader = reader.with_text_ids()
         self._isolation = isolation
         self.output = Output(database)
@@ -254,38 +261,9 @@ class Folder:
         self.output.flush()
         ids = sorted({key for key, _event in replay.late})
         with self._database.transaction() as cursor:
-            select = _select(EXECUTIONS, EXECUTION_COLUMNS)
-            executions = list(select_rows(cursor, select, EXECUTION_COLUMNS, ids))
-            attempts = _current_attempts(cursor, executions)
-            _delete(cursor, executions, attempts)
+            executions, attempts = self._tables.take_back_rebuilt(cursor, ids)
         replay.hold(executions, attempts)
         late, replay.late = replay.late, []
         for key, event in late:
             replay.fold.apply(key, event)
         replay.let_go()
-
-
-def _select(table: str, columns: Sequence[str]) -> str:
-    return f"SELECT {', '.join(columns)} FROM {shadow(table)} WHERE id IN "  # noqa: S608 (constant names)
-
-
-def _current_attempts(cursor: Cursor, executions: Sequence[Row]) -> list[Row]:
-    leases = {(row["id"], row["lease_seq"]) for row in executions if row["lease_seq"] is not None}
-    if not leases:
-        return []
-    select = (
-        f"SELECT {', '.join(ATTEMPT_COLUMNS)} FROM {shadow(ATTEMPTS)} "  # noqa: S608 (constant names)
-        "WHERE execution_id IN "
-    )
-    found = select_rows(cursor, select, ATTEMPT_COLUMNS, sorted({i for i, _ in leases}))
-    return [row for row in found if (row["execution_id"], row["seq"]) in leases]
-
-
-def _delete(cursor: Cursor, executions: Sequence[Row], attempts: Sequence[Row]) -> None:
-    for row in executions:
-        cursor.execute(f"DELETE FROM {shadow(EXECUTIONS)} WHERE id = ?", (row["id"],))  # noqa: S608 (constant names)
-    for row in attempts:
-        cursor.execute(
-            f"DELETE FROM {shadow(ATTEMPTS)} WHERE execution_id = ? AND seq = ?",  # noqa: S608 (constant names)
-            (row["execution_id"], row["seq"]),
-        )

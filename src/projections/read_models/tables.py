@@ -32,7 +32,7 @@ import functools
 import math
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -52,7 +52,6 @@ from jobledger.persistence.codec import EventView
 from jobledger.projections.database import (
     Cursor,
     Row,
-    chunked,
 )
 from jobledger.projections.times import to_ms
 from jobledger.schemas.rows import ProgressRow
@@ -128,21 +127,6 @@ def bucket_value(bucket: int) -> float:
 
 def minute_of(ms: int) -> int:
     return ms - ms % 60_000
-
-
-# ---- reading rows -----------------------------------------------------------------
-# The statements are the adapter's (``adapters/sql/read_models.py``); a rebuild reads
-# its new tables' rows the same way.
-
-
-def select_rows(
-    cursor: Cursor, select: str, columns: Sequence[str], ids: Iterable[str]
-) -> Iterator[Row]:
-    wanted = sorted(ids)
-    for chunk in chunked(wanted, ID_CHUNK):
-        cursor.execute_in(select, chunk)
-        while rows := cursor.fetchmany(ID_CHUNK):
-            yield from (dict(zip(columns, row, strict=True)) for row in rows)
 
 
 # ---- folding job events -----------------------------------------------------------
@@ -701,4 +685,22 @@ class ReadModelTables(Protocol):
         """Delete, in a transaction of its own, executions that reached a final status
         before ``before``, with their attempts; returns how many executions.
         Per-minute statistics stay."""
+        ...
+
+    # A rebuild's new tables (``<table>_rebuild``, ``read_model_replay``).
+
+    def create_rebuilt(self, cursor: Cursor) -> None:
+        """Create the new tables, empty and without indexes, in place of any that a
+        rebuild which died left."""
+        ...
+
+    def drop_rebuilt(self, cursor: Cursor) -> None:
+        """Drop the new tables that exist."""
+        ...
+
+    def take_back_rebuilt(
+        self, cursor: Cursor, execution_ids: Sequence[str]
+    ) -> tuple[list[Row], list[Row]]:
+        """The new tables' rows of ``execution_ids`` and the attempt each one's latest
+        lease made, taken out of them (events came after they were written)."""
         ...

@@ -1,21 +1,27 @@
 """The ``ReadModelTables`` port's contract (``projections.read_models.tables``), run on
 both stores through ``SqlReadModelTables``: a fold's rows are written and read back,
-an older version changes nothing, counts add up and vanish at 0, and rows leave by
-id (an archive) or by age (a cleanup).
+an older version changes nothing, counts add up and vanish at 0, rows leave by id (an
+archive) or by age (a cleanup), and a rebuild's new tables are made, dropped and give
+back the rows late events change.
 
 The tests of a module share a store; each empties the tables first."""
 
+import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
 
 from jobledger.adapters.sql.read_models import SqlReadModelTables
-from jobledger.projections.database import Database, Row
+from jobledger.projections.database import Database, Row, row_values
+from jobledger.projections.read_models.replay import shadow
 from jobledger.projections.read_models.tables import (
     ATTEMPT_COLUMNS,
+    ATTEMPTS,
     EXECUTION_COLUMNS,
     EXECUTION_KIND,
+    EXECUTIONS,
     STATUS_COUNTS,
     Fold,
     ReadModelTables,
@@ -60,11 +66,11 @@ def execution(status: str, *, version: int = 1, at: datetime = NOW, lease: bool 
     return row
 
 
-def attempt(execution_id: str) -> Row:
+def attempt(execution_id: str, seq: int = 1) -> Row:
     row: Row = dict.fromkeys(ATTEMPT_COLUMNS)
     row.update(
         execution_id=execution_id,
-        seq=1,
+        seq=seq,
         attempt=1,
         worker_id="w",
         lease_id="l",
@@ -164,3 +170,63 @@ def test_clearing_empties_the_tables(tables: ReadModelTables, module_database: D
         tables.clear(cursor)
     assert read(module_database, tables, row["id"]).executions == {}
     assert counts(module_database) == {}
+
+
+def rebuilt(database: Database, executions: list[Row], attempts: list[Row]) -> None:
+    """``executions`` and ``attempts`` inserted into the new tables, as a replay does."""
+    with database.transaction() as cursor:
+        for table, columns, rows in (
+            (EXECUTIONS, EXECUTION_COLUMNS, executions),
+            (ATTEMPTS, ATTEMPT_COLUMNS, attempts),
+        ):
+            cursor.insert_rows(shadow(table), columns, row_values(rows, columns))
+
+
+def take_back(
+    database: Database, tables: ReadModelTables, *ids: str
+) -> tuple[list[Row], list[Row]]:
+    with database.transaction() as cursor:
+        return tables.take_back_rebuilt(cursor, sorted(ids))
+
+
+def test_new_tables_are_made_empty_and_dropped(
+    tables: ReadModelTables, module_database: Database
+) -> None:
+    """If the new tables are made where a rebuild left some, then they are empty; once
+    dropped they are gone, and dropping them again is no error."""
+    with module_database.transaction() as cursor:
+        tables.create_rebuilt(cursor)
+    left = execution("completed")
+    rebuilt(module_database, [left], [attempt(left["id"])])
+    with module_database.transaction() as cursor:
+        tables.create_rebuilt(cursor)
+    assert take_back(module_database, tables, left["id"]) == ([], [])
+    for _ in range(2):
+        with module_database.transaction() as cursor:
+            tables.drop_rebuilt(cursor)
+    with pytest.raises((psycopg.Error, sqlite3.Error), match=shadow(EXECUTIONS)):
+        take_back(module_database, tables, left["id"])
+
+
+def test_rows_are_taken_back_from_the_new_tables(
+    tables: ReadModelTables, module_database: Database
+) -> None:
+    """If rows are taken back from the new tables, then those of the executions asked
+    for come with the attempt of each one's latest lease, and leave the tables; an
+    earlier attempt and other executions stay."""
+    with module_database.transaction() as cursor:
+        tables.create_rebuilt(cursor)
+    leased = {**execution("running"), "lease_seq": 2}
+    waiting, other = execution("pending", lease=False), execution("running")
+    earlier, latest = attempt(leased["id"], 1), attempt(leased["id"], 2)
+    rebuilt(module_database, [leased, waiting, other], [earlier, latest, attempt(other["id"])])
+    taken = take_back(module_database, tables, leased["id"], waiting["id"], str(uuid.uuid4()))
+    executions, attempts = taken
+    assert sorted(executions, key=lambda row: row["id"]) == sorted(
+        [leased, waiting], key=lambda row: row["id"]
+    )
+    assert attempts == [latest]
+    assert take_back(module_database, tables, leased["id"], waiting["id"]) == ([], [])
+    assert take_back(module_database, tables, other["id"]) == ([other], [attempt(other["id"])])
+    with module_database.transaction() as cursor:
+        tables.drop_rebuilt(cursor)
