@@ -62,7 +62,9 @@ class RedisListening(Background):
         super().__init__("bell")
 
     def close(self) -> None:
-        self.stop()
+        # Without waiting for the thread: it sees the flag within ``_WAIT`` and closes
+        # its connection itself, and a worker's or a process's stop need not wait.
+        self._stopping.set()
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -86,7 +88,9 @@ class RedisListening(Background):
             self._woken()
             while not self._stopping.is_set():
                 message = pubsub.get_message(timeout=_WAIT)
-                if message is not None and self._mine(message["data"]):
+                # A ring that comes after ``close`` is not passed on.
+                closed = self._stopping.is_set()
+                if message is not None and not closed and self._mine(message["data"]):
                     self._woken()
         finally:
             pubsub.close()
