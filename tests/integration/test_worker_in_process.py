@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from structlog.testing import capture_logs
@@ -800,5 +800,31 @@ def test_an_idle_worker_is_woken_by_new_work_not_by_its_poll(embedded: InProcess
                 follow=False,
             )
             assert time.monotonic() - began < 5
+
+    asyncio.run(scenario())
+
+
+class BrokenBell:
+    """A bell whose every ring fails, as one on a Redis that is down."""
+
+    def ring(self, _names: object) -> None:
+        raise ConnectionError("the bell's server is gone")
+
+
+def test_a_ring_that_fails_leaves_the_page_applied(embedded: InProcess) -> None:
+    """If the bell cannot ring (its store is down), then the queue projection still
+    applies the page and moves on: the run is queued, and a worker's poll finds it."""
+    embedded.projection.signal = cast("Any", BrokenBell())
+    with capture_logs() as logs:
+        execution = embedded.run("test.echo", n=1)
+    assert embedded.queued(execution.id) is QueueState.PENDING
+    assert embedded.projection.position == embedded.container.ledger.recorder.max_notification_id()
+    assert len(logged(logs, "queue.ring_failed")) == 1
+
+    async def scenario() -> None:
+        async with embedded.running(embedded.worker()):
+            await embedded.until(
+                lambda: embedded.status(execution.id) is ExecutionStatus.COMPLETED, follow=False
+            )
 
     asyncio.run(scenario())
