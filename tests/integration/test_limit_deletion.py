@@ -32,6 +32,9 @@ def container(request: pytest.FixtureRequest) -> Iterator[Container]:
     with bootstrap(settings) as built:
         projector = built.projector()
         projector.start()
+        # A rebuild that reads runs written after it began closes their limits for a
+        # while: let the first (empty) load finish before the test writes.
+        wait_for(lambda: _loaded(built))
         try:
             yield built
         finally:
@@ -43,6 +46,11 @@ def wait_for(condition: Callable[[], bool], timeout: float = 15) -> None:
     while not condition():
         if datetime.now(UTC) > deadline:
             pytest.fail(f"not within {timeout} s")
+
+
+def _loaded(container: Container) -> bool:
+    meta = container.queue.read_meta()
+    return meta is not None and not meta.loading
 
 
 def lease_all(container: Container) -> int:
