@@ -54,6 +54,7 @@ from jobledger.domain.schedules import CronSchedule
 from jobledger.infra.logging import configure_logging
 from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LivePage
 from jobledger.projections.collector import collector_paused
 from jobledger.projections.log.reader import LogReader
 from jobledger.projections.quarantine import READ_MODELS_FOLLOWER, Isolation, Quarantine
@@ -280,7 +281,7 @@ def read_ours(ledger: Ledger, page: int, *, decode: bool) -> Measured:
     begun = time.perf_counter()
     position = count = 0
     while True:
-        found = ledger.log_store.read_rows(position, limit=page, topics=TOPICS)
+        found = ledger.log_store.read_rows(position, LivePage(page, TOPICS))
         if found.position == position:
             break
         if decode:

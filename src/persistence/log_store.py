@@ -12,6 +12,7 @@ to where they have no faster way.
 """
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 from uuid import UUID
 
@@ -58,6 +59,39 @@ class Held(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class LivePage:
+    """A read at the head of the log, as a follower makes it: on ``held``'s connection
+    if given.
+
+    With a topic filter the position still moves past the other events: up to the last
+    notification id that existed when the read began, if the page was not full. Ids
+    commit in order (the recorder locks the table), so nothing below that id can still
+    appear."""
+
+    limit: int
+    topics: Sequence[str] = ()
+    held: Held | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A read of the log up to ``stop`` (a replay, a rebuild), or of the streams in one
+    share ``part`` (index, count) of them from the next ``limit * count`` positions (a
+    ValueError where the store cannot select a share). With ``text_ids``, a store may
+    give the stream ids as text."""
+
+    limit: int
+    topics: Sequence[str] = ()
+    stop: int | None = None
+    part: tuple[int, int] | None = None
+    text_ids: bool = False
+
+
+# What one page read asks for: one kind a reader's intent.
+RowRead: TypeAlias = LivePage | Window
+
+
 class LogStore(Protocol):
     """The backend's paths for the ledger (saves, loads) and the log's readers."""
 
@@ -91,28 +125,8 @@ class LogStore(Protocol):
         that cannot say)."""
         ...
 
-    def read_rows(
-        self,
-        after: int,
-        *,
-        limit: int,
-        topics: Sequence[str] = (),
-        stop: int | None = None,
-        part: tuple[int, int] | None = None,
-        text_ids: bool = False,
-        held: Held | None = None,
-    ) -> RowPage:
-        """The next events after ``after`` (of ``topics`` only, if given), as rows; with
-        ``part`` (index, count), only the events of the streams in that share of them,
-        from the next ``limit * count`` positions (a ValueError where the store cannot
-        select a share). With ``text_ids``, a store may give a page read up to ``stop``
-        its stream ids as text. A live page (no ``stop`` nor ``part``) is read on
-        ``held``'s connection if given.
-
-        With a topic filter the position still moves past the other events: up to the
-        last notification id that existed when the read began, if the page was not
-        full. Ids commit in order (the recorder locks the table), so nothing below that
-        id can still appear."""
+    def read_rows(self, after: int, read: RowRead) -> RowPage:
+        """The next events after ``after`` (of ``read.topics`` only, if given), as rows."""
         ...
 
 
@@ -145,32 +159,23 @@ class RecorderLogStore:
     def positions(self, originator_id: UUID) -> dict[int, int]:  # noqa: ARG002 (the port's signature)
         return {}
 
-    def read_rows(
-        self,
-        after: int,
-        *,
-        limit: int,
-        topics: Sequence[str] = (),
-        stop: int | None = None,
-        part: tuple[int, int] | None = None,
-        text_ids: bool = False,  # noqa: ARG002 (the port's signature: ids stay UUIDs here)
-        held: Held | None = None,  # noqa: ARG002 (the port's signature)
-    ) -> RowPage:
-        if part is not None:
-            msg = "reading a share of the streams needs PostgreSQL"
-            raise ValueError(msg)
+    def read_rows(self, after: int, read: RowRead) -> RowPage:
         head = self.recorder.max_notification_id() or 0
-        if stop is not None:
-            head = min(head, stop)
+        match read:
+            case Window(part=tuple()):
+                msg = "reading a share of the streams needs PostgreSQL"
+                raise ValueError(msg)
+            case Window(stop=int() as stop):
+                head = min(head, stop)
         if head <= after:
             return RowPage((), after)
         notifications = self.recorder.select_notifications(
-            start=after, limit=limit, stop=head, topics=topics, inclusive_of_start=False
+            start=after, limit=read.limit, stop=head, topics=read.topics, inclusive_of_start=False
         )
         rows: list[LogRow] = [
             (n.id, n.originator_id, n.originator_version, n.topic, n.state) for n in notifications
         ]
-        return page_of(head, rows, limit)
+        return page_of(head, rows, read.limit)
 
 
 def _stored_event(row: StoredEvent | StoredRow) -> StoredEvent:

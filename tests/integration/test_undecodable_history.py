@@ -8,6 +8,7 @@ from tests.integration.raw_events import write_undecodable
 from jobledger.domain.errors import UndecodableEventError
 from jobledger.domain.execution import Execution
 from jobledger.persistence.ledger import Ledger
+from jobledger.persistence.log_store import LivePage
 from jobledger.persistence.undecodable import UndecodableEvent
 
 
@@ -25,7 +26,7 @@ def test_a_history_holds_a_placeholder_at_the_events_position(ledger: Ledger) ->
     assert second.type == "ExecutionLeased"
     assert "Object missing required field" in second.error
 
-    rows = ledger.log_store.read_rows(0, limit=10).rows
+    rows = ledger.log_store.read_rows(0, LivePage(10)).rows
     logged = {row[2]: row[0] for row in rows if str(row[1]) == str(execution_id)}
     assert ledger.log_store.positions(execution_id) == logged == {1: 1, 2: 2}
 

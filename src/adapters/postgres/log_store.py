@@ -23,7 +23,15 @@ from jobledger.adapters.postgres.held import HeldConnection
 from jobledger.adapters.postgres.job_loads import select_streams
 from jobledger.adapters.postgres.log_rows import fetch, select_head_and_rows, select_rows
 from jobledger.persistence.codec import StoredRow
-from jobledger.persistence.log_store import Held, LogRow, RowPage, StreamRow, page_of
+from jobledger.persistence.log_store import (
+    Held,
+    LivePage,
+    LogRow,
+    RowPage,
+    RowRead,
+    StreamRow,
+    page_of,
+)
 
 _STREAMS = (
     "SELECT originator_id, originator_version, topic, state FROM {}.{} "
@@ -72,35 +80,32 @@ class PostgresLogStore:
             cursor.execute(statement, [originator_id])
             return dict(cursor.fetchall())
 
-    def read_rows(
-        self,
-        after: int,
-        *,
-        limit: int,
-        topics: Sequence[str] = (),
-        stop: int | None = None,
-        part: tuple[int, int] | None = None,
-        text_ids: bool = False,
-        held: Held | None = None,
-    ) -> RowPage:
+    def read_rows(self, after: int, read: RowRead) -> RowPage:
         recorder = self.recorder
-        if stop is None and part is None:
+        if isinstance(read, LivePage):
             head, stamp, found = select_head_and_rows(
-                recorder, after, limit, list(topics), _held(held)
+                recorder, after, read.limit, list(read.topics), _held(read.held)
             )
-            return page_of(head, found, limit, stamp)
+            return page_of(head, found, read.limit, stamp)
         head = recorder.max_notification_id() or 0
-        if stop is not None:
-            head = min(head, stop)
-        if part is not None:
+        if read.stop is not None:
+            head = min(head, read.stop)
+        limit = read.limit
+        if read.part is not None:
             # A window of positions, not a LIMIT: the planner cannot know how rare a
             # share's events are, and would scan the whole table for each page.
-            limit *= part[1]
+            limit *= read.part[1]
             head = min(head, after + limit)
         if head <= after:
             return RowPage((), after)
         rows: list[LogRow] = select_rows(
-            recorder, after, head, limit, list(topics), part=part, text_ids=text_ids
+            recorder,
+            after,
+            head,
+            limit,
+            list(read.topics),
+            part=read.part,
+            text_ids=read.text_ids,
         )
         return page_of(head, rows, limit)
 

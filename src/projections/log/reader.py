@@ -25,7 +25,7 @@ from jobledger.domain.topics import event_topics
 from jobledger.infra.background import Background
 from jobledger.persistence.codec import EventView, MsgspecMapper, row_decoder
 from jobledger.persistence.ledger import Ledger
-from jobledger.persistence.log_store import Held, LogRow, RowPage
+from jobledger.persistence.log_store import Held, LivePage, LogRow, RowPage, RowRead, Window
 
 log = structlog.get_logger(__name__)
 
@@ -138,15 +138,12 @@ class LogReader:
         # A live page goes on the kept connection, if any; one read at a time on it.
         live = self._held is not None and stop is None
         with self._held_lock if live else contextlib.nullcontext():
-            return self.ledger.log_store.read_rows(
-                after,
-                limit=limit,
-                topics=self.topics,
-                stop=stop,
-                part=self.part,
-                text_ids=self.text_ids,
-                held=self._held if live else None,
+            read: RowRead = (
+                LivePage(limit, self.topics, self._held if live else None)
+                if stop is None and self.part is None
+                else Window(limit, self.topics, stop, self.part, self.text_ids)
             )
+            return self.ledger.log_store.read_rows(after, read)
 
     def events(self, rows: Iterable[LogRow]) -> Iterator[Any]:
         """The domain events of ``rows``, one at a time (a replay never holds a page)."""
@@ -166,7 +163,7 @@ class LogReader:
 
     def row_at(self, position: int) -> LogRow | None:
         """The stored event at ``position`` (any topic), or None."""
-        page = self.ledger.log_store.read_rows(position - 1, limit=1, stop=position)
+        page = self.ledger.log_store.read_rows(position - 1, Window(1, stop=position))
         return next((row for row in page.rows if row[0] == position), None)
 
 

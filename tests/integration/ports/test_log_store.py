@@ -17,7 +17,7 @@ from jobledger.domain.job import Job
 from jobledger.domain.schedules import CronSchedule
 from jobledger.infra.settings import load_settings
 from jobledger.persistence.ledger import JOB_SNAPSHOT_INTERVAL, Ledger
-from jobledger.persistence.log_store import LogRow
+from jobledger.persistence.log_store import LivePage, LogRow, Window
 from jobledger.projections.log.reader import part_of
 from jobledger.projections.log.streams import load_many
 
@@ -61,8 +61,8 @@ def saved(ledger: Ledger, made: list[Execution]) -> list[Execution]:
     return made
 
 
-def all_rows(ledger: Ledger, **options: object) -> list[LogRow]:
-    page = ledger.log_store.read_rows(0, limit=1000, **options)  # type: ignore[arg-type]
+def all_rows(ledger: Ledger, part: tuple[int, int] | None = None) -> list[LogRow]:
+    page = ledger.log_store.read_rows(0, Window(1000, part=part))
     return list(page.rows)
 
 
@@ -70,7 +70,7 @@ def test_saved_events_read_back_in_order_with_rising_positions(ledger: Ledger) -
     """If events are saved, then a page of the log gives them in the order saved, at
     rising positions, and a page short of its limit ends at the head."""
     made = saved(ledger, runs(3, leased=1))
-    page = ledger.log_store.read_rows(0, limit=10)
+    page = ledger.log_store.read_rows(0, LivePage(10))
     assert [(r[1], r[2]) for r in page.rows] == [
         (made[0].id, 1),
         (made[0].id, 2),
@@ -88,7 +88,7 @@ def test_a_topic_filter_still_moves_the_position_past_the_others(ledger: Ledger)
     """If a page asks for one topic, then it holds only that topic's events, and its
     position moves past the others up to the head."""
     saved(ledger, runs(3, leased=1))
-    page = ledger.log_store.read_rows(0, limit=10, topics=[LEASED])
+    page = ledger.log_store.read_rows(0, LivePage(10, topics=[LEASED]))
     assert [r[3] for r in page.rows] == [LEASED]
     assert page.position == max(r[0] for r in all_rows(ledger))
 
@@ -98,12 +98,12 @@ def test_a_page_stops_at_its_stop_and_at_its_limit(ledger: Ledger) -> None:
     then its position is its last row's, and the next page goes on from there."""
     saved(ledger, runs(5))
     positions = [r[0] for r in all_rows(ledger)]
-    stopped = ledger.log_store.read_rows(0, limit=10, stop=positions[2])
+    stopped = ledger.log_store.read_rows(0, Window(10, stop=positions[2]))
     assert [r[0] for r in stopped.rows] == positions[:3]
-    first = ledger.log_store.read_rows(0, limit=2)
+    first = ledger.log_store.read_rows(0, LivePage(2))
     assert first.full(2)
     assert first.position == positions[1]
-    second = ledger.log_store.read_rows(first.position, limit=10)
+    second = ledger.log_store.read_rows(first.position, LivePage(10))
     assert [r[0] for r in second.rows] == positions[2:]
 
 
@@ -182,7 +182,7 @@ def test_a_held_connection_saves_and_reads_until_it_is_given_back(ledger: Ledger
     held = ledger.held_connection()
     made = runs(2)
     ledger.save_events([e for run in made for e in run.collect_events()], held)
-    page = ledger.log_store.read_rows(0, limit=10, held=held)
+    page = ledger.log_store.read_rows(0, LivePage(10, held=held))
     assert [r[1] for r in page.rows] == [run.id for run in made]
     if held is not None:
         held.close()
