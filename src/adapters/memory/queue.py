@@ -266,7 +266,7 @@ class MemoryQueue:
             found.wake(score, self._named)
             taken, throttled = _Round(found, queue, score, self._named).run(len(lease_ids))
             leases = [
-                _lease_one(found, queue, eid, lease_id, now + ttl)
+                _lease_one(found, eid, lease_id, now + ttl)
                 for eid, lease_id in zip(taken, lease_ids, strict=False)
             ]
             return LeaseRound(leases=leases, throttled=throttled)
@@ -419,21 +419,13 @@ def _move_version(queue: _Queue, eid: UUID, version: int) -> None:
         queue.items[eid] = msgspec.structs.replace(item, version=version)
 
 
-def _lease_one(found: _Queue, queue: str, eid: UUID, lease_id: UUID, deadline: datetime) -> Lease:
+def _lease_one(found: _Queue, eid: UUID, lease_id: UUID, deadline: datetime) -> Lease:
     item = found.items[eid]
     leased = msgspec.structs.replace(item, state=QueueState.LEASED, at=deadline, lease_id=lease_id)
     # take_ready already removed it from its ready list.
     found.items[eid] = leased
     found.leased[eid] = due_score(deadline)
-    return Lease(
-        execution_id=eid,
-        queue=queue,
-        lease_id=lease_id,
-        deadline=deadline,
-        attempt=item.attempt,
-        version=item.version,
-        spec=item.spec,
-    )
+    return Lease.of(item, lease_id, deadline)
 
 
 def _lease_id(item: QueueItem) -> UUID:

@@ -561,28 +561,14 @@ class RedisQueue:
             raw = self._scripts.lease(keys=keys, args=args)
         count = 3 * int(raw[0])
         leases = [
-            self._lease(queue, eid, offered[_text(lease_id)], blob, deadline)
-            for eid, lease_id, blob in _batches(raw[1 : 1 + count], 3)
+            Lease.of(self._decoder.decode(blob), offered[_text(lease_id)], deadline)
+            for _eid, lease_id, blob in _batches(raw[1 : 1 + count], 3)
         ]
         throttled = [
             self._throttle(queue, eid, kind, key)
             for eid, kind, key in _batches(raw[1 + count :], 3)
         ]
         return LeaseRound(leases=leases, throttled=throttled)
-
-    def _lease(
-        self, queue: str, eid: bytes, lease_id: UUID, blob: bytes, deadline: datetime
-    ) -> Lease:
-        item = self._decoder.decode(blob)
-        return Lease(
-            execution_id=UUID(_text(eid)),
-            queue=queue,
-            lease_id=lease_id,
-            deadline=deadline,
-            attempt=item.attempt,
-            version=item.version,
-            spec=item.spec,
-        )
 
     def _throttle(self, queue: str, eid: bytes, kind: bytes, key: bytes) -> Throttle:
         execution_id = UUID(_text(eid))

@@ -136,6 +136,19 @@ class Lease(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     spec: bytes
 
+    @classmethod
+    def of(cls, item: QueueItem, lease_id: UUID, deadline: datetime) -> "Lease":
+        """The lease ``lease_id`` of ``item``'s entry until ``deadline``."""
+        return cls(
+            execution_id=item.execution_id,
+            queue=item.queue,
+            lease_id=lease_id,
+            deadline=deadline,
+            attempt=item.attempt,
+            version=item.version,
+            spec=item.spec,
+        )
+
 
 class Depths(msgspec.Struct, frozen=True, kw_only=True):
     ready: int = 0
