@@ -7,7 +7,7 @@ from uuid import UUID
 import psycopg
 from eventsourcing.postgres import PostgresAggregateRecorder, PostgresApplicationRecorder
 
-from jobledger.adapters.sql.event_tables import SqlEventTables
+from jobledger.adapters.sql.event_tables import SqlEventTables, recorders
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor
 
@@ -17,17 +17,13 @@ class PostgresEventTables(SqlEventTables):
     clash_errors = (psycopg.IntegrityError,)
 
     def __init__(self, ledger: Ledger) -> None:
-        recorder = ledger.recorder
-        if not isinstance(recorder, PostgresApplicationRecorder):
-            msg = f"PostgreSQL's event tables need a PostgreSQL recorder, not {type(recorder)}"
-            raise TypeError(msg)
+        recorder, snapshots = recorders(
+            ledger, PostgresApplicationRecorder, PostgresAggregateRecorder, "PostgreSQL"
+        )
         schema = recorder.datastore.schema
         self.events = f'"{schema}"."{recorder.events_table_name}"'
-        snapshots = None if ledger.snapshots is None else ledger.snapshots.recorder
         self.snapshots = (
-            f'"{schema}"."{snapshots.events_table_name}"'
-            if isinstance(snapshots, PostgresAggregateRecorder)
-            else None
+            None if snapshots is None else f'"{schema}"."{snapshots.events_table_name}"'
         )
         self.channel = recorder.channel_name
 

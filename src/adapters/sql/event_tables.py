@@ -3,15 +3,32 @@
 projection database's cursor."""
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from eventsourcing.persistence import StoredEvent
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, StoredEvent
 
 from jobledger.persistence.archive_files import ArchivedEvent
+from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Cursor, chunked
 
 _IDS = 500  # ids per statement
+
+_Events = TypeVar("_Events", bound=ApplicationRecorder)
+_Snapshots = TypeVar("_Snapshots", bound=AggregateRecorder)
+
+
+def recorders(
+    ledger: Ledger, events: type[_Events], snapshots: type[_Snapshots], backend: str
+) -> tuple[_Events, _Snapshots | None]:
+    """The ledger's recorders as ``backend``'s own classes (a TypeError for another's);
+    no snapshots recorder where snapshots are off."""
+    recorder = ledger.recorder
+    if not isinstance(recorder, events):
+        msg = f"{backend}'s event tables need a {backend} recorder, not {type(recorder)}"
+        raise TypeError(msg)
+    kept = None if ledger.snapshots is None else ledger.snapshots.recorder
+    return recorder, kept if isinstance(kept, snapshots) else None
 
 
 class SqlEventTables:

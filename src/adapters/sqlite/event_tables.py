@@ -8,7 +8,7 @@ from uuid import UUID
 
 from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder
 
-from jobledger.adapters.sql.event_tables import SqlEventTables
+from jobledger.adapters.sql.event_tables import SqlEventTables, recorders
 from jobledger.persistence.ledger import Ledger
 
 
@@ -17,17 +17,11 @@ class SqliteEventTables(SqlEventTables):
     clash_errors = (sqlite3.IntegrityError,)
 
     def __init__(self, ledger: Ledger) -> None:
-        recorder = ledger.recorder
-        if not isinstance(recorder, SQLiteApplicationRecorder):
-            msg = f"SQLite's event tables need a SQLite recorder, not {type(recorder)}"
-            raise TypeError(msg)
-        self.events = f'"{recorder.events_table_name}"'
-        snapshots = None if ledger.snapshots is None else ledger.snapshots.recorder
-        self.snapshots = (
-            f'"{snapshots.events_table_name}"'
-            if isinstance(snapshots, SQLiteAggregateRecorder)
-            else None
+        recorder, snapshots = recorders(
+            ledger, SQLiteApplicationRecorder, SQLiteAggregateRecorder, "SQLite"
         )
+        self.events = f'"{recorder.events_table_name}"'
+        self.snapshots = None if snapshots is None else f'"{snapshots.events_table_name}"'
 
     def ids(self, ids: Sequence[UUID]) -> list[Any]:
         return [i.hex for i in ids]
