@@ -65,7 +65,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.bell import Bell
 from jobledger.projections.database import Database
 from jobledger.projections.log.archive_store import ArchiveStore
-from jobledger.projections.log.reader import Listen, LogReader
+from jobledger.projections.log.reader import Listen, LogReader, Wakeup
 from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
     READ_MODELS_FOLLOWER,
@@ -216,6 +216,8 @@ class Container:
         """The scheduler, with its releases loop (run by ``SchedulerService``)."""
         leadership = leadership or self.leadership()
         config = config or self.scheduler_config()
+        # The releases' listener also tells the scheduler when the log moved (ADR 102).
+        changes = Wakeup()
         return Scheduler(
             self.ledger,
             self.writer,
@@ -229,7 +231,8 @@ class Container:
             checkpoint=self.checkpoint,
             config=config,
             metrics=self.metrics,
-            releases=self.release_loop(leadership, poll=config.tick_interval),
+            releases=self.release_loop(leadership, poll=config.tick_interval, also_wake=[changes]),
+            changes=changes,
         )
 
     def releaser(self, leadership: Leadership) -> Releaser:
@@ -242,13 +245,20 @@ class Container:
             isolation=self.isolation(RELEASES_FOLLOWER),
         )
 
-    def release_loop(self, leadership: Leadership, *, poll: float) -> ReleaseLoop:
+    def release_loop(
+        self, leadership: Leadership, *, poll: float, also_wake: Sequence[Wakeup] = ()
+    ) -> ReleaseLoop:
         settings = self.settings
+        listen = self.listen()
+        if listen is not None:
+            # Woken by the listener as the log moves: the poll is a fallback only.
+            poll = max(poll, settings.projection_poll_ms / 1000)
         return ReleaseLoop(
             self.releaser(leadership),
             poll=poll,
-            listen=self.listen(),
+            listen=listen,
             health=self.health.watch(POSTGRESQL) if settings.uses_postgres else None,
+            also_wake=also_wake,
         )
 
     def listen(self) -> Listen | None:

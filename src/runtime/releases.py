@@ -462,9 +462,12 @@ class ReleaseLoop:
         poll: float,
         listen: Listen | None = None,
         health: StepHealth | None = None,
+        also_wake: Sequence[Wakeup] = (),
     ) -> None:
         self.releaser = releaser
         self._wakeup = Wakeup()
+        # Others woken by the same listener (the scheduler's index): one connection.
+        self._also_wake = also_wake
         self._follower = Follower(
             "releases", self._step, self._wakeup, poll_interval=poll, health=health
         )
@@ -475,9 +478,17 @@ class ReleaseLoop:
     def _step(self) -> bool:
         listen = self._listen
         if self._listener is None and listen and self.releaser.leadership.is_leader():
-            self._listener = listen(LOG_CHANNEL, [self._wakeup], health=self._health)
+            self._listener = listen(
+                LOG_CHANNEL, [self._wakeup, *self._also_wake], health=self._health
+            )
             self._listener.start()
         return self.releaser.step()
+
+    @property
+    def listening(self) -> bool:
+        """Whether a listener wakes this loop (and ``also_wake``) as the log moves: it
+        connected once (after a lost connection it wakes them all as it connects again)."""
+        return self._listener is not None and self._listener.connections > 0
 
     def start(self) -> None:
         self._follower.start()

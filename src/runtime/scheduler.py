@@ -36,6 +36,7 @@ from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, DependencyHealth
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.log.reader import Wakeup
 from jobledger.projections.log.streams import load_many
 from jobledger.projections.queue.backend import QueueBackend, QueueChange, QueueState
 from jobledger.projections.queue.checkpoint import Checkpoint
@@ -64,6 +65,7 @@ class SchedulerStats:
     """Running totals: what a metrics exporter and the tests read."""
 
     ticks: int = 0
+    looks: int = 0  # ticks that read the job index
     fired: int = 0
     missed: int = 0
     conflicts: int = 0
@@ -81,6 +83,9 @@ class SchedulerConfig:
     # A tick with nothing due loads the jobs due this far ahead that memory lacks, at
     # most every half of it, so that the tick that fires them finds them held.
     preload: timedelta = timedelta(seconds=60)
+    # While a listener says when the log moves, a tick reads the job index only if it
+    # moved, a fire is due, or this many seconds passed since the last read (ADR 102).
+    look_every: float = 1.0
 
 
 # The overlap policies that look at a job's open runs before it fires.
@@ -123,6 +128,7 @@ class Scheduler:
         config: SchedulerConfig = SchedulerConfig(),
         metrics: Metrics | None = None,
         releases: ReleaseLoop | None = None,
+        changes: Wakeup | None = None,
     ) -> None:
         self.ledger = ledger
         # What follows a run's end (downstream jobs, workflow steps, buffered
@@ -140,6 +146,12 @@ class Scheduler:
         self.jobs = JobCache(ledger, size=config.job_cache)
         self._jobs_epoch: int | None = None  # the leadership term the cached jobs are of
         self._preloaded_at: datetime | None = None
+        # Set by the releases' listener when the log moved: the index may have changed.
+        self.changes = changes
+        # The earliest next fire as of the last read of the index, and when (monotonic)
+        # the next read is due even if nothing moved.
+        self.next_due: datetime | None = None
+        self._look_by = 0.0
 
     # ---- firing ---------------------------------------------------------------------
 
@@ -149,6 +161,9 @@ class Scheduler:
             return TickReport(acted=False)
         self.stats.ticks += 1
         self._follow_term()
+        if self._quiet(now):
+            return TickReport()
+        self.stats.looks += 1
         self.index.catch_up(self.jobs.saw)
         report = TickReport()
         due = self.index.due(now, limit=self.config.batch)
@@ -160,7 +175,20 @@ class Scheduler:
         report.jobs = len(pending)
         if not due:
             self._preload(now)
+        self.next_due = self.index.next_due()
+        self._look_by = time.monotonic() + self.config.look_every
         return report
+
+    def _quiet(self, now: datetime) -> bool:
+        """Whether this tick may leave the index unread: a listener says when the log
+        moves and it did not since the last read, no fire is due, and that read is
+        recent. Without a listener every tick reads it."""
+        releases = self.releases
+        if self.changes is None or releases is None or not releases.listening:
+            return False
+        if self.changes.take() or time.monotonic() >= self._look_by:
+            return False
+        return self.next_due is None or now < self.next_due
 
     def _preload(self, now: datetime) -> None:
         """Hold the jobs due within the preload window (a tick with nothing due has the
@@ -182,6 +210,7 @@ class Scheduler:
             self.jobs.clear("a new leadership term")
             self._jobs_epoch = epoch
             self._preloaded_at = None
+            self._look_by = 0.0
 
     def _prepare_all(
         self, due: list[UUID], jobs: dict[UUID, Job], now: datetime
@@ -422,13 +451,8 @@ class SchedulerService(Background):
         does a leader whose tick did nothing although an entry was already due when it
         looked: an entry it cannot act on must not make it spin. (One that fell due
         after it looked is simply next.)"""
-        if not report.acted:
-            return longest
-        try:
-            due = self.scheduler.index.next_due()
-        except Exception:  # noqa: BLE001 (a failed look only means the default pause)
-            return longest
-        if due is None:
+        due = self.scheduler.next_due
+        if not report.acted or due is None:
             return longest
         # The index keeps milliseconds: an entry only counts as stuck once it was due a
         # whole millisecond before the tick looked.

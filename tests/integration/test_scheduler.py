@@ -542,3 +542,42 @@ def test_buffer_all_runs_take_turns_in_firing_order(containers: list[Container])
     container.ledger.save_all(done)
     project(container)
     assert lease_round() == [second]
+
+
+def test_a_listening_leader_reads_the_index_only_when_the_log_moved(
+    containers: list[Container],
+) -> None:
+    """If a leading scheduler listens on the log and nothing is due, then its ticks
+    leave the job index unread; if a job is saved meanwhile, then the listener wakes it
+    and the next tick reads the index and fires the job."""
+    container = containers[0]
+    scheduler = container.scheduler(ForcedLeadership(epoch=1), SchedulerConfig(look_every=60))
+    releases = scheduler.releases
+    assert releases is not None
+    releases.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not releases.listening:
+            assert time.monotonic() < deadline, "the listener did not connect"
+            time.sleep(0.01)
+        now = datetime.now(UTC)
+        scheduler.tick(now)
+        looks = scheduler.stats.looks
+        for _ in range(5):
+            scheduler.tick(datetime.now(UTC))
+        assert scheduler.stats.looks == looks
+
+        definition = JobDefinition(
+            name=f"once {uuid.uuid4().hex[:6]}",
+            spec=ExecutionSpec(handler="test.echo"),
+            schedule=OneShotSchedule(now),
+        )
+        job = Jobs(container.ledger).schedule(definition, at=now, by=actor("test"))
+        while not fired(container):
+            assert time.monotonic() < deadline, "the saved job was not fired"
+            scheduler.tick(datetime.now(UTC))
+            time.sleep(0.01)
+        assert fired(container) == [(job.id, now)]
+        assert scheduler.stats.looks > looks
+    finally:
+        releases.stop()

@@ -199,6 +199,14 @@ class Wakeup:
         self._event.clear()
         return woke
 
+    def take(self) -> bool:
+        """Whether it was set since the last ``wait`` or ``take``, without waiting; clears
+        it. A set that comes after this still counts for the next call."""
+        if not self._event.is_set():
+            return False
+        self._event.clear()
+        return True
+
 
 # The channel eventsourcing's recorder NOTIFYs with every save, on stores that have one.
 LOG_CHANNEL = "jobledger_events"
