@@ -60,11 +60,7 @@ class Attendance:
     def services(self, *, at: datetime) -> dict[str, Service]:
         """Each queue any worker ever reported serving (as far as presence keeps it),
         with its live workers now; a queue never served is absent."""
-        live = self.presence.live(now=at, stale_after=self.stale_after)
-        counts: dict[str, int] = {}
-        for worker in live:
-            for queue in worker.queues:
-                counts[queue] = counts.get(queue, 0) + 1
+        counts = self._live_counts(at)
         last = self.presence.last_served()
         return {
             queue: Service(counts.get(queue, 0), last.get(queue))
@@ -74,20 +70,29 @@ class Attendance:
     def warnings(self, queues: Iterable[str], *, at: datetime) -> list[str]:
         """One warning per queue of ``queues`` no live worker serves, naming the fix;
         none while the workers' reports cannot be read: a run goes into the log whether
-        or not Redis answers, and a warning must not turn that into a refusal."""
+        or not Redis answers, and a warning must not turn that into a refusal. When
+        every queue is served (the common case) the last-served times are not read."""
         try:
-            services = self.services(at=at)
+            counts = self._live_counts(at)
+            unserved = sorted({q for q in queues if not counts.get(q)})
+            last = self.presence.last_served() if unserved else {}
         except OUTAGE_ERRORS as error:
             log.info("queue.attendance_unknown", error=type(error).__name__)
             return []
-        unserved = sorted({q for q in queues if not services.get(q, NEVER).served})
         for queue in unserved:
             log.info("queue.unserved_run", queue=queue)
-        return [self._warning(queue, services.get(queue)) for queue in unserved]
+        return [self._warning(queue, last.get(queue)) for queue in unserved]
 
-    def _warning(self, queue: str, service: Service | None) -> str:
+    def _live_counts(self, at: datetime) -> dict[str, int]:
+        """How many live workers serve each queue that has any."""
+        counts: dict[str, int] = {}
+        for worker in self.presence.live(now=at, stale_after=self.stale_after):
+            for queue in worker.queues:
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
+    def _warning(self, queue: str, last: datetime | None) -> str:
         seconds = f"{self.stale_after.total_seconds():g}"
-        last = (service or NEVER).last_served
         since = f" (last served {last.isoformat(timespec='seconds')})" if last else ""
         return (
             f"no worker has leased from queue '{queue}' within {seconds} seconds{since}: "
