@@ -9,6 +9,7 @@ from structlog.testing import capture_logs
 
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.domain.errors import InvalidDefinitionError
+from jobledger.infra.presence import WorkerInfo
 from jobledger.services.attendance import Attendance
 from jobledger.services.caps import QueueRoom
 
@@ -40,6 +41,32 @@ def test_a_queue_no_worker_serves_is_named_once() -> None:
     (warning,) = attendance.warnings(["reports", "reports"], at=AT)
     assert "reports" in warning
     assert "JOBLEDGER_WORKER_QUEUES" in warning
+
+
+def test_a_run_to_a_served_queue_reads_no_last_served_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """If a live worker serves every queue of the runs, then there is no warning and the
+    times queues were last served are not read (an enqueue's common case costs one read
+    of the workers); a run to an unserved queue still reads them, for its warning."""
+    presence = MemoryPresence()
+    presence.report(
+        WorkerInfo(worker_id="w1", queues=("default",), slots=4, running=(), last_heartbeat=AT)
+    )
+    reads: list[int] = []
+    last_served = presence.last_served
+
+    def counted() -> dict[str, datetime]:
+        reads.append(1)
+        return last_served()
+
+    monkeypatch.setattr(presence, "last_served", counted)
+    attendance = Attendance(presence, stale_after=timedelta(seconds=30))
+    assert attendance.warnings(["default", "default"], at=AT) == []
+    assert reads == []
+    (warning,) = attendance.warnings(["default", "reports"], at=AT)
+    assert "'reports'" in warning
+    assert reads == [1]
 
 
 def test_the_queue_cap_lets_a_run_through_while_the_queues_cannot_be_read() -> None:
