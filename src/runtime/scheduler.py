@@ -208,6 +208,7 @@ class Scheduler:
         epoch = self.leadership.epoch
         if epoch != self._jobs_epoch:
             self.jobs.clear("a new leadership term")
+            self.index.forget()
             self._jobs_epoch = epoch
             self._preloaded_at = None
             self._look_by = 0.0

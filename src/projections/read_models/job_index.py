@@ -6,6 +6,7 @@ Job aggregate stays the authority, so a lagging index can only cause a wasted lo
 never a wrong fire.
 """
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -20,6 +21,9 @@ from jobledger.projections.quarantine import JOB_SCHEDULE_FOLLOWER, Isolation
 
 POSITION = "job-schedule"
 JOB_TOPICS = event_topics(Job)
+# While pages hold no job event, the index keeps its position in memory and writes it at
+# most this often (seconds): a leader's every tick need not be a write.
+POSITION_EVERY = 1.0
 
 
 # (start, rows, end) of a page of job events the index read: see ``catch_up``.
@@ -76,6 +80,10 @@ class JobIndex:
         self._reader = LogReader(ledger, page_size, topics=JOB_TOPICS)
         self._table = table
         self.isolation = isolation or Isolation(JOB_SCHEDULE_FOLLOWER)
+        # The position as far as this index has read, and when (monotonic) it last wrote
+        # it: None until read from the table, and after ``forget``.
+        self._position: int | None = None
+        self._written_at = 0.0
 
     def catch_up(self, observe: PageObserver | None = None) -> int:
         """Apply every job event not yet in the index; returns how many were read.
@@ -111,7 +119,15 @@ class JobIndex:
         return self._table.next_due()
 
     def position(self) -> int:
-        return self._table.position()
+        if self._position is None:
+            self._position = self._table.position()
+        return self._position
+
+    def forget(self) -> None:
+        """Read the position from the table again (another scheduler may have moved it
+        while this one did not lead). Reading a page again is harmless: the table keeps
+        each job's newest version."""
+        self._position = None
 
     def _commit(self, events: Iterable[Any], position: int | None) -> None:
         # One row per job, its last event's: one statement writes the whole page, and it
@@ -123,4 +139,11 @@ class JobIndex:
                 job_id = domain_event.originator_id
                 fire = NextFire(job_id, next_fire, domain_event.originator_version)
                 latest[str(job_id)] = fire
-        self._table.commit(list(latest.values()), position)
+        if position is None:
+            self._table.commit(list(latest.values()), None)
+            return
+        moment = time.monotonic()
+        if latest or moment - self._written_at >= POSITION_EVERY:
+            self._table.commit(list(latest.values()), position)
+            self._written_at = moment
+        self._position = position
