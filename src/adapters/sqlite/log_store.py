@@ -10,6 +10,7 @@ from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from jobledger.persistence.log_store import Held, RecorderLogStore, StreamRow
+from jobledger.projections.database import chunked
 
 _IDS = 500  # ids per statement: SQLite allows a few thousand parameters at most
 
@@ -28,8 +29,8 @@ class SqliteLogStore(RecorderLogStore):
         table = self.sqlite.events_table_name  # the recorder's own name, not user input
         found: list[StreamRow] = []
         with self.sqlite.datastore.transaction(commit=False) as cursor:
-            for start in range(0, len(ids), _IDS):
-                chunk = [i.hex for i in ids[start : start + _IDS]]
+            for ids_chunk in chunked(ids, _IDS):
+                chunk = [i.hex for i in ids_chunk]
                 cursor.execute(
                     "SELECT originator_id, originator_version, topic, state "  # noqa: S608 (see above)
                     f"FROM {table} WHERE originator_id IN ({', '.join('?' * len(chunk))}) "
