@@ -245,7 +245,9 @@ def build_projector(
 ) -> Projector:
     page = settings.projection_page_size
     poll = settings.projection_poll_ms / 1000
-    # The queue follower reads at once (it decides when work starts); the others may wait.
+    # The queue and read-model followers read a wake-up at once (one decides when work
+    # starts, the other when a client's wait hears of an end) and pace busy steps; the
+    # checkpoint's lets events gather after each wake-up.
     batch = settings.projection_batch_ms / 1000
     database = _OpenedOnUse(open_database)
     quarantine = Quarantine(quarantine_table(database))
@@ -306,7 +308,7 @@ def build_projector(
             read_models.step,
             wakeups[2],
             poll_interval=poll,
-            coalesce=batch,
+            spacing=batch,
             health=tables,
         ),
     ]
