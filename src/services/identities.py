@@ -16,10 +16,19 @@ import structlog
 
 from jobledger.domain.roles import Role
 from jobledger.infra import credentials
-from jobledger.infra.accounts import ApiToken, NewSession, SignIn, User, from_millis, millis
+from jobledger.infra.accounts import (
+    ApiToken,
+    NewSession,
+    SignIn,
+    StoredKey,
+    User,
+    from_millis,
+    millis,
+)
 from jobledger.infra.errors import RuntimeLayerError
 from jobledger.infra.settings import PREFIX, Settings
 from jobledger.services.account_store import AccountStore, AccountTransaction
+from jobledger.services.recent_keys import RecentKeys
 
 log = structlog.get_logger(__name__)
 
@@ -268,6 +277,29 @@ def _check_token_spec(name: str, expires_at: datetime | None, now: datetime) -> 
         )
 
 
+def _live(found: StoredKey, at: int) -> bool:
+    token = found.token
+    return not (
+        found.user.disabled or token.revoked_at is not None or _expired(token.expires_at, at)
+    )
+
+
+def _touch_due(found: StoredKey, at: int) -> bool:
+    last_used = found.token.last_used_at
+    return last_used is None or at - millis(last_used) >= TOUCH_EVERY // _MS
+
+
+def _token_principal(found: StoredKey) -> Principal:
+    user, token = found.user, found.token
+    return Principal(
+        user=user,
+        role=_capped(token.role, user.role),
+        via="token",
+        token_name=token.name,
+        token_id=token.id,
+    )
+
+
 def _throttle_keys(username: str, address: str) -> list[str]:
     # The username bucket exists for unknown names too, so throttling tells nothing about
     # which accounts exist. No address would put every such client in one bucket.
@@ -289,6 +321,7 @@ class Accounts:
         self._store = store
         self._settings = settings
         self._passwords = credentials.PasswordHashing(hasher or settings.hasher())
+        self._keys = RecentKeys()
 
     # Users
 
@@ -358,6 +391,7 @@ class Accounts:
                 keep_tokens=keep_tokens,
                 at=now,
             )
+        self._keys.forget()
         updated = msgspec.structs.replace(
             user,
             role=user.role if role is None else role,
@@ -387,6 +421,7 @@ class Accounts:
                 _guard_last_admin(tx, user.id)
             tx.end_sessions(user.id)
             tx.delete_user(user.id)
+        self._keys.forget()
         log.info("accounts.user_deleted", username=user.username)
 
     def ensure_admin(
@@ -590,27 +625,37 @@ class Accounts:
 
     def resolve_token(self, plaintext: str, *, now: datetime) -> Principal | None:
         """The principal of a live token; None if unknown, revoked, expired or its user
-        is disabled. Its role is capped at the user's current role."""
+        is disabled. Its role is capped at the user's current role. What the table said
+        is kept for a moment (``recent_keys``, ADR 103)."""
         if not plaintext.startswith(credentials.API_TOKEN_PREFIX):
             return None
-        digest = credentials.token_digest(plaintext)
-        found = self._store.find_key(digest)
+        digest, at = credentials.token_digest(plaintext), millis(now)
+        found = self._keys.get(digest, at_ms=at)
         if found is None:
+            generation = self._keys.generation
+            found = self._store.find_key(digest)
+            if found is None:
+                return None
+            self._keys.put(digest, found, read_ms=at, generation=generation)
+        if not _live(found, at):
             return None
-        user, token = found.user, found.token
-        at = millis(now)
-        if user.disabled or token.revoked_at is not None or _expired(token.expires_at, at):
-            return None
-        last_used = token.last_used_at
-        if last_used is None or at - millis(last_used) >= TOUCH_EVERY // _MS:
+        if _touch_due(found, at):
             self._store.touch_key(digest, at=now)
-        return Principal(
-            user=user,
-            role=_capped(token.role, user.role),
-            via="token",
-            token_name=token.name,
-            token_id=token.id,
-        )
+            touched = msgspec.structs.replace(found.token, last_used_at=_stored(now))
+            self._keys.replace(digest, msgspec.structs.replace(found, token=touched))
+        return _token_principal(found)
+
+    def recent_token(self, plaintext: str, *, now: datetime) -> Principal | None:
+        """The principal of a live token this process read a moment ago and need not
+        touch now: an answer without input or output, for the event loop. None means
+        ask ``resolve_token``."""
+        if not plaintext.startswith(credentials.API_TOKEN_PREFIX):
+            return None
+        at = millis(now)
+        found = self._keys.get(credentials.token_digest(plaintext), at_ms=at)
+        if found is None or not _live(found, at) or _touch_due(found, at):
+            return None
+        return _token_principal(found)
 
     def list_tokens(self, user_id: UUID | None = None) -> list[ApiToken]:
         return self._store.list_tokens(user_id)
@@ -618,6 +663,8 @@ class Accounts:
     def revoke_token(self, token_id: UUID, *, now: datetime) -> None:
         """Revoke a token and every token minted from it, down the tree (again: no
         change); TokenNotFoundError if there is none."""
-        if not self._store.revoke_token(token_id, at=now):
+        revoked = self._store.revoke_token(token_id, at=now)
+        self._keys.forget()
+        if not revoked:
             raise TokenNotFoundError
         log.info("accounts.token_revoked", id=str(token_id))

@@ -518,6 +518,63 @@ def test_a_token_resolves_until_revoked(accounts: Accounts) -> None:
     assert accounts.list_tokens()[0].revoked_at == T0 + timedelta(minutes=2)
 
 
+def test_a_change_elsewhere_counts_within_a_second(
+    accounts: Accounts, database: Database, hasher: CountingHasher
+) -> None:
+    """If another process revokes a token this one read a moment ago, then this one
+    answers from what it read for less than a second (on the event loop's path too)
+    and from the table after it; a revocation through this process counts at once."""
+    elsewhere = Accounts(SqlAccountStore(database), AccountSettings(), hasher=hasher)
+    user = make_user(accounts)
+    first, secret = accounts.create_token(user.id, "ci", Role.VIEWER, expires_at=None, now=T0)
+    second, other = accounts.create_token(user.id, "cd", Role.VIEWER, expires_at=None, now=T0)
+    assert accounts.recent_token(secret, now=T0) is None  # never read: ask the table
+    assert accounts.resolve_token(secret, now=T0) is not None
+    assert accounts.recent_token(secret, now=T0 + timedelta(milliseconds=10)) is not None
+    elsewhere.revoke_token(first.id, now=T0)
+    within = T0 + timedelta(milliseconds=999)
+    assert accounts.resolve_token(secret, now=within) is not None
+    assert accounts.recent_token(secret, now=within) is not None
+    assert accounts.resolve_token(secret, now=T0 + timedelta(seconds=1)) is None
+    assert accounts.recent_token(secret, now=T0 + timedelta(seconds=1)) is None
+    assert accounts.resolve_token(other, now=T0) is not None
+    accounts.revoke_token(second.id, now=T0)
+    assert accounts.recent_token(other, now=T0) is None
+    assert accounts.resolve_token(other, now=T0) is None
+
+
+def test_a_kept_token_is_judged_at_the_time_asked(accounts: Accounts) -> None:
+    """If a kept token expires, or its user is disabled through this process, within
+    the second it is kept, then it is refused from then on."""
+    user = make_user(accounts)
+    expiry = T0 + timedelta(milliseconds=500)
+    _, secret = accounts.create_token(user.id, "ci", Role.VIEWER, expires_at=expiry, now=T0)
+    _, other = accounts.create_token(user.id, "cd", Role.VIEWER, expires_at=None, now=T0)
+    assert accounts.resolve_token(secret, now=T0) is not None
+    assert accounts.recent_token(secret, now=expiry) is None
+    assert accounts.resolve_token(secret, now=expiry) is None
+    assert accounts.resolve_token(other, now=T0) is not None
+    admin = make_user(accounts, "root", Role.ADMIN)
+    accounts.update_user(user.id, disabled=True, now=T0, by=admin.role)
+    assert accounts.resolve_token(other, now=T0) is None
+
+
+def test_a_kept_token_touches_its_last_use_once_a_minute(accounts: Accounts) -> None:
+    """If a kept token is used often, then its last use is written once a minute, not
+    on every request, and the event loop's path declines when a write is due."""
+    user = make_user(accounts)
+    _, secret = accounts.create_token(user.id, "ci", Role.VIEWER, expires_at=None, now=T0)
+    assert accounts.resolve_token(secret, now=T0) is not None
+    assert accounts.recent_token(secret, now=T0 + timedelta(milliseconds=1)) is not None
+    [listed] = accounts.list_tokens(user.id)
+    assert listed.last_used_at == T0
+    later = T0 + timedelta(minutes=1)
+    assert accounts.resolve_token(secret, now=later) is not None
+    assert accounts.recent_token(secret, now=later) is not None  # kept with its touch
+    [listed] = accounts.list_tokens(user.id)
+    assert listed.last_used_at == later
+
+
 def test_unknown_tokens_resolve_to_nothing(accounts: Accounts) -> None:
     """If a token is unknown or malformed, then it resolves to nothing, and revoking an
     unknown id is a not-found error."""
