@@ -2,6 +2,7 @@
 supervision."""
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -245,9 +246,9 @@ def build_projector(
 ) -> Projector:
     page = settings.projection_page_size
     poll = settings.projection_poll_ms / 1000
-    # The queue and read-model followers read a wake-up at once (one decides when work
-    # starts, the other when a client's wait hears of an end) and pace busy steps; the
-    # checkpoint's lets events gather after each wake-up.
+    # The queue follower reads a wake-up at once (it decides when work starts); the
+    # read models let events gather in proportion to their last page (a client's wait
+    # hears of an end from them), the checkpoint always.
     batch = settings.projection_batch_ms / 1000
     database = _OpenedOnUse(open_database)
     quarantine = Quarantine(quarantine_table(database))
@@ -308,7 +309,7 @@ def build_projector(
             read_models.step,
             wakeups[2],
             poll_interval=poll,
-            spacing=batch,
+            coalesce=functools.partial(read_models.gather, batch),
             health=tables,
         ),
     ]

@@ -137,7 +137,13 @@ def test_a_step_after_a_short_page_lets_events_gather(
 ) -> None:
     """If the read models' page is full, then the step says more may be waiting; if it
     is short of full (the head was reached), then it says no, and the follower waits
-    for a wake-up before the next page. Every event is folded either way."""
+    for a wake-up and then lets events gather in proportion to that page (a whole
+    window from GATHER_EVENTS on; none after a step that found nothing). Every event
+    is folded either way."""
+    from jobledger.projections.read_models.follower import (  # noqa: PLC0415 (here only)
+        GATHER_EVENTS,
+    )
+
     models = read_models_on(
         ledger,
         database,
@@ -148,10 +154,16 @@ def test_a_step_after_a_short_page_lets_events_gather(
     assert models.position() == 4
     assert models.step() is False
     assert models.position() == 6
+    assert models.gather(0.02) == 0.02 * 2 / GATHER_EVENTS
     assert models.step() is False
+    assert models.gather(0.02) == 0
+    models._reader.page_size = 2 * GATHER_EVENTS
+    enqueue(ledger, GATHER_EVENTS)
+    assert models.step() is False
+    assert models.gather(0.02) == 0.02
     with database.transaction(snapshot=True) as cursor:
         cursor.execute("SELECT count(*) FROM jobledger_rm_executions")
-        assert cursor.fetchone()[0] == 6
+        assert cursor.fetchone()[0] == 6 + GATHER_EVENTS
 
 
 def test_a_position_moved_by_another_process_is_read_again(

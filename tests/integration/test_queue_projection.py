@@ -603,8 +603,9 @@ def test_each_follower_is_built_with_its_window(
 ) -> None:
     """If the projector is built, then the checkpoint's follower lets events gather for
     at least CHECKPOINT_COALESCE after a wake-up (a run leased and completed meanwhile
-    costs its row one write); the read models' and the queue's followers answer a
-    wake-up at once and pace only busy steps, the read models by the setting's window."""
+    costs its row one write); the read models let events gather after a wake-up in
+    proportion to their last page, up to the setting's window; the queue's follower
+    answers a wake-up at once and paces only busy steps."""
     from jobledger.projections.quarantine import (  # noqa: PLC0415 (here only)
         CHECKPOINT_FOLLOWER,
         QUEUE_FOLLOWER,
@@ -618,11 +619,14 @@ def test_each_follower_is_built_with_its_window(
     batch = container.settings.projection_batch_ms / 1000
     projector = container.projector()
     windows = {follower.name: follower._coalesce for follower in projector.followers}
+    by_page = windows.pop(READ_MODELS_FOLLOWER)
     assert windows[CHECKPOINT_FOLLOWER] == max(batch, CHECKPOINT_COALESCE) > batch
-    assert windows[READ_MODELS_FOLLOWER] == windows[QUEUE_FOLLOWER] == 0
+    assert windows[QUEUE_FOLLOWER] == 0
+    assert callable(by_page)
+    assert by_page() == 0  # no page yet: a wake-up is read at once
     spacings = {follower.name: follower._spacing for follower in projector.followers}
     assert spacings == {
         QUEUE_FOLLOWER: QUEUE_SPACING,
         CHECKPOINT_FOLLOWER: 0,
-        READ_MODELS_FOLLOWER: batch,
+        READ_MODELS_FOLLOWER: 0,
     }

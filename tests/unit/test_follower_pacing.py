@@ -32,8 +32,21 @@ class Steps:
         return self.busy[len(self.began) - 1]
 
 
-def run(steps: Steps, wakeup: Wakeup, spacing: float, during: Callable[[], None]) -> None:
-    follower = Follower("queue-projection", steps, wakeup, poll_interval=5.0, spacing=spacing)
+def run(
+    steps: Steps,
+    wakeup: Wakeup,
+    spacing: float,
+    during: Callable[[], None],
+    coalesce: float | Callable[[], float] = 0.0,
+) -> None:
+    follower = Follower(
+        "queue-projection",
+        steps,
+        wakeup,
+        poll_interval=5.0,
+        spacing=spacing,
+        coalesce=coalesce,
+    )
     follower.start()
     try:
         during()
@@ -80,3 +93,24 @@ def test_a_wake_up_after_a_quiet_step_is_answered_at_once() -> None:
     assert len(steps.began) == 2
     assert steps.began[1] - woken[0] < SLACK
     assert steps.began[1] - steps.began[0] < 1.0
+
+
+def test_a_gathering_window_asked_at_each_wake_up() -> None:
+    """If the window to gather is a callable, then it is asked at each wake-up after a
+    quiet step, and the next step starts no sooner than its answer after the wake-up:
+    at once for a short answer, after it for a long one."""
+    steps = Steps([False, False, False])
+    wakeup = Wakeup()
+    answers = iter([0.0, 0.3])
+    woken: list[float] = []
+
+    def wake_twice() -> None:
+        for _ in range(2):
+            time.sleep(0.05)
+            woken.append(time.monotonic())
+            wakeup.set()
+            time.sleep(0.05)
+
+    run(steps, wakeup, 0.0, wake_twice, coalesce=lambda: next(answers, 0.0))
+    assert steps.began[1] - woken[0] < SLACK
+    assert steps.began[2] - woken[1] >= 0.3

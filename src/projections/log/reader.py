@@ -251,7 +251,7 @@ class Follower(Background):
         *,
         poll_interval: float = 0.5,
         max_backoff: float = 5.0,
-        coalesce: float = 0.0,
+        coalesce: float | Callable[[], float] = 0.0,
         spacing: float = 0.0,
         health: StepHealth | None = None,
     ) -> None:
@@ -261,6 +261,7 @@ class Follower(Background):
         self._poll_interval = poll_interval
         # After a wake-up, let more events arrive before reading: under load a page of
         # many events costs about what a page of one does (a query and a transaction).
+        # A callable decides at each wake-up (the read models: by their last page).
         self._coalesce = coalesce
         # After a step that did work, the next one starts no sooner than this after it
         # began: under a steady stream of events each page gathers a few milliseconds'
@@ -295,8 +296,13 @@ class Follower(Background):
             backoff = 0.1
             if busy:
                 self._pace(began)
-            elif self._wakeup.wait(self._poll_interval) and self._coalesce:
-                self._stopping.wait(self._coalesce)
+            elif self._wakeup.wait(self._poll_interval):
+                self._gather()
+
+    def _gather(self) -> None:
+        coalesce = self._coalesce() if callable(self._coalesce) else self._coalesce
+        if coalesce > 0:
+            self._stopping.wait(coalesce)
 
     def _pace(self, began: float) -> None:
         rest = began + self._spacing - time.monotonic()

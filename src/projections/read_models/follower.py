@@ -44,6 +44,8 @@ TOPICS = tuple(sorted({*JOB_TOPICS, *EXECUTION_TOPICS}))
 # What the follower rings after a page (``moved``): the runs' rows may have changed.
 MOVED = ("runs",)
 REPLAY_PAGE = 10_000  # events per page of a rebuild: fewer, larger transactions
+# After a page this large or larger, events gather a whole window (ReadModels.gather).
+GATHER_EVENTS = 50
 Progress = Callable[[int, int], None]  # (done, total)
 
 
@@ -73,6 +75,7 @@ class ReadModels:
         self._positions = positions
         self._tables = tables
         self._position = positions.of(POSITION)
+        self._last_page = 0  # the events of the last page applied
         self._committed: int | None = None
         self._reader = LogReader(ledger, page_size, topics=TOPICS, views=FOLD_VIEWS)
         self._replay_reader = LogReader(
@@ -88,11 +91,20 @@ class ReadModels:
     def step(self) -> bool:
         """Apply the next page; True if more may be waiting already: the page was full,
         or another process got to it first. After a page short of full the log had no
-        more, and the follower lets events gather before the next page."""
+        more, and the follower lets events gather before the next page (``gather``)."""
         count = self._next_page(self._reader, self.isolation)
+        self._last_page = count or 0
         if count:
             self._ring()
         return count is not None and (count == 0 or count >= self._reader.page_size)
+
+    def gather(self, most: float) -> float:
+        """How long to let events gather after a wake-up: in proportion to the last
+        page's events, up to ``most`` from ``GATHER_EVENTS`` on. A run's few events at
+        low load are shown at once (a client's wait hears of its end); under load each
+        page gathers about ``most`` worth, as a page costs about what one of a single
+        event does. After a step that found nothing, nothing is gathered."""
+        return most * min(1.0, self._last_page / GATHER_EVENTS)
 
     def _ring(self) -> None:
         """Say that the tables moved. A failed ring loses nothing: the waits poll."""
