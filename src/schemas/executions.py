@@ -1,7 +1,7 @@
 """Execution bodies: a run as the API takes it, what a run or a dead-letter action
 answers, and one execution with its attempts."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 import msgspec
@@ -104,3 +104,6 @@ class BulkReport(msgspec.Struct):
 class ExecutionDetail(msgspec.Struct):
     execution: ExecutionRow
     attempts: list[AttemptRow]
+    # The run's input as it was enqueued, read from the log (the read models keep no
+    # payloads); None where the log cannot show it (an event that no longer decodes).
+    payload: dict[str, Any] | None = None

@@ -2,12 +2,13 @@
 and pages, one execution with its attempts, and the numbers behind the overview."""
 
 from datetime import datetime
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 from uuid import UUID
 
 import msgspec
 
 from jobledger.domain.clock import Clock, utc_now
+from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.infra.presence import Presence
 from jobledger.persistence.ledger import Ledger
@@ -125,7 +126,15 @@ class Views:
                 f"execution {execution_id} is not in the read model yet",
                 fix="retry in a moment",
             )
-        return ExecutionDetail(row, self.attempts(execution_id))
+        return ExecutionDetail(row, self.attempts(execution_id), self.payload(execution_id))
+
+    def payload(self, execution_id: UUID) -> dict[str, Any] | None:
+        """The run's input as enqueued, from the log; None where the log cannot show it
+        (the read side is total: a run whose events no longer decode is still shown)."""
+        try:
+            return dict(self._ledger.get_execution(execution_id).spec.payload)
+        except DomainError:
+            return None
 
     def _with_live_progress(self, row: ExecutionRow) -> ExecutionRow:
         """A running execution's progress as its worker showed it last (at most a second

@@ -1,5 +1,6 @@
 """Dead-letter operations on PostgreSQL and Redis: list, inspect, requeue many."""
 
+import json
 import subprocess
 import sys
 import uuid
@@ -36,9 +37,13 @@ def container(postgres_url: str, redis_server: str) -> Iterator[Container]:
         yield built
 
 
-def dead(container: Container, handler: str, error: str) -> Execution:
+def dead(
+    container: Container, handler: str, error: str, payload: dict[str, object] | None = None
+) -> Execution:
     execution = Execution.enqueue(
-        spec=ExecutionSpec(handler=handler, retry=RetryPolicy(max_retries=0)),
+        spec=ExecutionSpec(
+            handler=handler, payload=payload or {}, retry=RetryPolicy(max_retries=0)
+        ),
         ready_at=AT,
         trigger=Trigger.ADHOC,
     )
@@ -139,7 +144,7 @@ def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     settings = load_settings({}, test_handlers="true", data_dir=str(tmp_path))
     migrate(settings, progress=lambda _: None)
     with bootstrap(settings) as container:
-        executions = [dead(container, "test.fail", "boom") for _ in range(3)]
+        executions = [dead(container, "test.fail", "boom", {"order": n}) for n in range(3)]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # noqa: S603 (our own entry point, fixed arguments)
@@ -157,9 +162,11 @@ def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     assert "would requeue 3 of 3" in dry.stdout
     done = cli("requeue", "--by", "bob", "--reason", "retry all")
     assert "requeued 3 of 3" in done.stdout
-    shown = cli("show", str(executions[0].id))
+    shown = cli("show", str(executions[1].id))
     assert '"event": "Requeued"' in shown.stdout
     assert '"by": "bob"' in shown.stdout
+    first = json.loads(shown.stdout.splitlines()[0])  # the input it was judged by
+    assert (first["event"], first["spec"]["payload"]) == ("Enqueued", {"order": 1})
     with bootstrap(settings) as container:
         later = [dead(container, "test.fail", "boom") for _ in range(3)]
     one = str(later[0].id)

@@ -396,6 +396,7 @@ def execution_detail(
         execution=row,
         step=_step_of(run),
         limits=presenters.run_limits(run.spec.limits) if run else "",
+        payload=run.spec.payload if run else None,
         attempts=views.attempts(execution_id) if row else [],
         timeline=presenters.timeline(events),
         event_count=len(events),

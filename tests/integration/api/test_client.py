@@ -189,6 +189,9 @@ def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
     listed = {row.id for row in client.iter_dead_letters(handler="test.fail", page_size=1)}
     assert {run.id for run in dead} <= listed
     assert client.list_dead_letters(error_contains="dead 0").items[0].id == dead[0].id
+    # What the operator judges a dead letter by: its input, beside its end.
+    judged = client.get_execution(dead[0].id)
+    assert (judged.payload, judged.execution.status) == ({"error": "dead 0"}, "dead_lettered")
     counted = client.requeue_matching(BulkRequeueIn(error_contains="dead 1", dry_run=True))
     assert counted == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
     assert client.requeue(dead[0].id, reason="card updated").changed == 1

@@ -87,6 +87,10 @@ def test_readers_show_a_placeholder_for_an_undecodable_event(api: "Api") -> None
     run_page = browser.get(f"/ui/executions/{execution_id}", headers=HTML)
     assert run_page.status_code == 200, run_page.text
     assert "cannot be decoded: MapperDeserialisationError" in run_page.text
+    assert "not readable from the log" in run_page.text  # its input, with the rest
+    detail = viewer.get(f"/api/v1/executions/{execution_id}")
+    assert detail.status_code == 200, detail.text
+    assert detail.json()["payload"] is None
     audit_page = browser.get("/ui/audit", headers=HTML)
     assert audit_page.status_code == 200, audit_page.text
 
