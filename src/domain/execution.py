@@ -26,6 +26,7 @@ from jobledger.domain.json_values import (
 )
 from jobledger.domain.policies import MAX_SNOOZE, check_snooze
 from jobledger.domain.progress import Progress
+from jobledger.domain.run_logs import LogLine
 
 __all__ = [
     "ADHOC_NAMESPACE",
@@ -236,6 +237,17 @@ class Execution(Aggregate):
         lease_id: uuid.UUID
         progress: Progress
 
+    class Logged(Aggregate.Event):
+        """Lines the running attempt's handler logged (ADR 104): kept with the run, read
+        by no projection (``FOLLOWED``), so a chatty handler costs no follower a thing."""
+
+        TOPIC = "jobledger:ExecutionLogged"
+        FOLLOWED = False
+        lease_id: uuid.UUID
+        attempt: int
+        lines: list[LogLine]
+        dropped: int = 0  # lines past the attempt's bound: counted, not kept
+
     class Throttled(Aggregate.Event):
         """The run was due but waited for a limit: recorded once per run, so its
         history says why it started late."""
@@ -427,6 +439,13 @@ class Execution(Aggregate):
         progress.check()
         self._progressed(lease_id=lease_id, progress=progress)
 
+    def record_log(self, *, lease_id: uuid.UUID, lines: list[LogLine], dropped: int = 0) -> None:
+        """Record lines the running attempt's handler logged (the worker bounds them)."""
+        self._check_current_lease(lease_id)
+        if not lines and not dropped:
+            raise InvalidTransitionError(f"execution {self.id}: no lines to record")
+        self._logged(lease_id=lease_id, attempt=self.lease_attempt, lines=lines, dropped=dropped)
+
     def throttle(self, *, kind: str, limit: str, at: datetime) -> None:
         """Record that the due run waits for ``limit``; only the first wait is recorded."""
         self._check_status(ExecutionStatus.PENDING, action="throttle")
@@ -616,6 +635,12 @@ class Execution(Aggregate):
     def _throttled(self, *, kind: str, limit: str, at: datetime) -> None:
         del kind, at
         self.throttled_by = limit
+
+    @event(Logged)
+    def _logged(
+        self, *, lease_id: uuid.UUID, attempt: int, lines: list[LogLine], dropped: int
+    ) -> None:
+        del lease_id, attempt, lines, dropped  # the lines change nothing the run decides by
 
     @event(Progressed)
     def _progressed(self, *, lease_id: uuid.UUID, progress: Progress) -> None:

@@ -5,10 +5,12 @@ from eventsourcing.domain import Aggregate
 from eventsourcing.utils import get_topic
 
 
-def event_topics(aggregate: type[Aggregate]) -> tuple[str, ...]:
+def event_topics(aggregate: type[Aggregate], *, followed_only: bool = True) -> tuple[str, ...]:
     """The topics of the events ``aggregate`` records, sorted: those of its nested event
     classes, but its ``Event`` base and the ``Created`` placeholder eventsourcing wants
-    and that is never recorded (both aggregates begin with an event of their own)."""
+    and that is never recorded (both aggregates begin with an event of their own).
+    ``followed_only``: without the events no projection reads (``FOLLOWED = False``, a
+    run's log lines), which followers leave out of their reads."""
     return tuple(
         sorted(
             get_topic(cls)
@@ -16,5 +18,6 @@ def event_topics(aggregate: type[Aggregate]) -> tuple[str, ...]:
             if isinstance(cls, type)
             and issubclass(cls, Aggregate.Event)
             and cls not in {aggregate.Created, aggregate.Event}
+            and (getattr(cls, "FOLLOWED", True) or not followed_only)
         )
     )

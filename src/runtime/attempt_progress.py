@@ -1,4 +1,5 @@
-"""The progress of one running attempt: shown live, recorded in the log when due.
+"""The progress of one running attempt: shown live, recorded in the log when due; and
+the lines its handler logged, recorded as they come (``record_lines``, ADR 104).
 
 A handler calls ``ctx.progress(...)`` as often as it likes. Each report is checked
 first (a value the stores cannot carry is the handler's error, raised at once), then
@@ -11,6 +12,7 @@ longer the log's, so the outcome is reported on a fresh one (``settled``).
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +24,7 @@ from jobledger.domain.clock import Clock
 from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import Execution
 from jobledger.domain.progress import Progress, ProgressPolicy
+from jobledger.domain.run_logs import LogLine
 from jobledger.infra.presence import Presence
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.projections.queue.backend import Lease
@@ -67,10 +70,23 @@ class AttemptProgress:
             self._recorded, self._recorded_at = progress, at
             await self._record(progress)
 
+    async def record_lines(self, lines: list[LogLine], dropped: int) -> None:
+        """Record the handler's lines of the last moment as ``ExecutionLogged``, saved
+        as a progress report is (ADR 104)."""
+        if lines or dropped:
+            lease_id = self.attempt.lease.lease_id
+            await self._save(
+                lambda e: e.record_log(lease_id=lease_id, lines=lines, dropped=dropped)
+            )
+
     async def _record(self, progress: Progress) -> None:
+        lease_id = self.attempt.lease.lease_id
+        await self._save(lambda e: e.report_progress(lease_id=lease_id, progress=progress))
+
+    async def _save(self, command: Callable[[Execution], None]) -> None:
         execution = self.attempt.execution
         try:
-            execution.report_progress(lease_id=self.attempt.lease.lease_id, progress=progress)
+            command(execution)
         except DomainError:
             return  # the lease is no longer current: the outcome's report will say so
         saved = self.writer.submit(execution)

@@ -37,7 +37,9 @@ from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.ids import random_uuid
 from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
+from jobledger.domain.run_logs import LogLine, LogPolicy
 from jobledger.infra.background import Background
+from jobledger.infra.logging import ATTEMPT_SINK, capture_attempt_lines
 from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.presence import Presence, WorkerInfo
@@ -47,6 +49,7 @@ from jobledger.persistence.log_store import Held
 from jobledger.projections.log.streams import load_many
 from jobledger.projections.queue.backend import Lease, QueueBackend, Throttle, decode_spec
 from jobledger.projections.queue.signal import Listening, WorkSignal
+from jobledger.runtime.attempt_lines import AttemptLines
 from jobledger.runtime.attempt_progress import AttemptProgress
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.handlers.base import CircuitOpenError, HandlerContext
@@ -81,6 +84,9 @@ class WorkerConfig:
     grace: float = 10.0  # on shutdown, how long running jobs may take to finish
     defer_when_open: timedelta = timedelta(seconds=30)
     progress: ProgressPolicy = field(default_factory=ProgressPolicy)
+    logs: LogPolicy = field(default_factory=LogPolicy)
+    # How often a running handler's lines are recorded (ADR 104).
+    log_every: float = 1.0
 
 
 @dataclass
@@ -108,6 +114,7 @@ class _Running:
     # may leave the queue at any moment, so failing to extend it means nothing.
     finished: bool = False
     progress: AttemptProgress | None = None
+    lines: AttemptLines | None = None  # the handler's log lines not yet recorded
 
 
 @dataclass
@@ -174,9 +181,11 @@ class Worker:
         )
         self._reads = self.ledger.held_connection()
         self._saves = FutureBridge(asyncio.get_running_loop())
+        capture_attempt_lines()
         heartbeat = _Heartbeat(self)
         heartbeat.start()
         listening = self._listen(asyncio.get_running_loop())
+        recording = asyncio.create_task(self._record_lines_every(stop))
         # Listed at once, not at the first heartbeat; during an outage, at a later one.
         with contextlib.suppress(*OUTAGE_ERRORS):
             await asyncio.to_thread(self.report_presence)
@@ -197,6 +206,7 @@ class Worker:
                     await _wait(stop, self.config.idle_poll, also=self._work_ready)
             await self._shut_down()
         finally:
+            recording.cancel()
             if listening is not None:
                 await asyncio.to_thread(listening.close)
             heartbeat.stop()
@@ -437,6 +447,7 @@ class Worker:
             live_ttl=2 * self.config.lease_ttl,
         )
         context.progress_sink = running.progress
+        running.lines = AttemptLines(self.config.logs, self.now)
         return running
 
     def _give_back(self, lease: Lease) -> None:
@@ -458,7 +469,27 @@ class Worker:
             running.progress = running.context.progress_sink = None
 
     async def _attempt(self, running: _Running) -> Report:
-        """Run the handler under its breaker and timeout; what it came to."""
+        """Run the handler under its breaker and timeout, its lines going to its
+        attempt (recorded every ``log_every`` meanwhile); what it came to."""
+        sink = ATTEMPT_SINK.set(None if running.lines is None else running.lines.write)
+        try:
+            return await self._run_handler(running)
+        finally:
+            ATTEMPT_SINK.reset(sink)
+
+    async def _record_lines_every(self, stop: asyncio.Event) -> None:
+        """Every ``log_every``, the lines of each running handler so far (one task for
+        all runs: a run that logs nothing costs nothing here)."""
+        while not stop.is_set():
+            await _wait(stop, self.config.log_every)
+            for running in list(self.running.values()):
+                if running.finished or running.lines is None or running.progress is None:
+                    continue  # a finished run's last lines go with its outcome
+                lines, dropped = running.lines.take()
+                if lines or dropped:
+                    await running.progress.record_lines(lines, dropped)
+
+    async def _run_handler(self, running: _Running) -> Report:
         execution, context = running.execution, running.context
         name = execution.spec.handler
         handler = self.handlers.get(name)
@@ -480,9 +511,13 @@ class Worker:
         except TimeoutError:
             context.cancelled.set()
             return Failed(f"timed out after {timeout:g} s")
-        except Exception as error:  # noqa: BLE001 (a handler's failure is the attempt's outcome)
+        except Exception as error:
             # A snooze, a discard or a permanent failure is the handler's decision.
-            return decided(error) or Failed(f"{type(error).__name__}: {error}")
+            outcome = decided(error)
+            if outcome is None:
+                # Its traceback is the attempt's last line (and the worker's stderr's).
+                context.log.warning("handler.raised", exc_info=error)
+            return outcome or Failed(f"{type(error).__name__}: {error}")
         refused = self._storable(result)
         if refused is not None:
             return Failed(refused)
@@ -516,6 +551,7 @@ class Worker:
         running.finished = True
         # A progress report whose save failed left the worker's copy behind the log.
         kept = running.progress is None or await running.progress.settled()
+        lines, dropped = ([], 0) if running.lines is None else running.lines.take()
         conflicts, reload = 0, not kept
         while conflicts < 2:  # noqa: PLR2004 (the first try, and one after a reload)
             execution = running.execution
@@ -524,6 +560,7 @@ class Worker:
                     execution = await asyncio.to_thread(
                         self.ledger.get_execution, running.execution.id
                     )
+                _with_lines(execution, running.lease, lines, dropped)
                 self._apply(execution, running.lease, report)
                 await self._save_outcome(execution)
             except StaleLeaseError:
@@ -666,6 +703,14 @@ class Worker:
         self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
         self.metrics.slots_in_use.set(self._busy())
+
+
+def _with_lines(execution: Execution, lease: Lease, lines: list[LogLine], dropped: int) -> None:
+    """The handler's last lines, recorded in the outcome's save (before it), while the
+    lease is current; a stale lease's lines are left out, as its outcome is."""
+    if lines or dropped:
+        with contextlib.suppress(DomainError):
+            execution.record_log(lease_id=lease.lease_id, lines=lines, dropped=dropped)
 
 
 def _dead_lettered(execution: Execution) -> bool:

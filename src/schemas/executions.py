@@ -8,7 +8,7 @@ import msgspec
 
 from jobledger.schemas.fields import AwareTime, Seconds, Short, Strict, Text, Tiny
 from jobledger.schemas.jobs import ExecutionIn
-from jobledger.schemas.rows import AttemptRow, ExecutionRow
+from jobledger.schemas.rows import AttemptRow, ExecutionRow, LogLineRow
 
 
 class UniqueIn(Strict):
@@ -104,6 +104,10 @@ class BulkReport(msgspec.Struct):
 class ExecutionDetail(msgspec.Struct):
     execution: ExecutionRow
     attempts: list[AttemptRow]
-    # The run's input as it was enqueued, read from the log (the read models keep no
-    # payloads); None where the log cannot show it (an event that no longer decodes).
+    # The run's input as it was enqueued (or last replaced), read from the log (the read
+    # models keep no payloads); None where the log cannot show it.
     payload: dict[str, Any] | None = None
+    # The lines its handler logged, every attempt's, oldest first (ADR 104), and how
+    # many each attempt's bound left out.
+    logs: list[LogLineRow] = msgspec.field(default_factory=list)
+    logs_dropped: int = 0

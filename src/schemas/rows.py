@@ -103,6 +103,16 @@ class AttemptRow(msgspec.Struct, frozen=True, kw_only=True):
     unreadable: str | None = None
 
 
+class LogLineRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A line a run's handler logged in one of its attempts (ADR 104)."""
+
+    attempt: int
+    at: datetime
+    level: str  # debug, info, warning, error or critical
+    message: str
+    fields: dict[str, Any]
+
+
 class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
     minute: datetime
     fired: int  # executions enqueued (scheduled, manual and ad-hoc)

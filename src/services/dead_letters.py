@@ -170,14 +170,10 @@ def _name(domain_event: Any) -> str:  # noqa: ANN401 (any execution event)
 
 
 def _fields(domain_event: Any) -> dict[str, Any]:  # noqa: ANN401 (any execution event)
-    """The event's own fields; a run's spec (its payload among them: what an operator
-    judges a dead letter by) as plain values."""
+    """The event's own fields as plain values: a run's spec (its payload among them:
+    what an operator judges a dead letter by) and its handler's lines too."""
     skip = {"originator_id", "originator_version", "originator_topic"}
-    return {
-        k: msgspec.to_builtins(v) if isinstance(v, msgspec.Struct) else v
-        for k, v in vars(domain_event).items()
-        if k not in skip
-    }
+    return {k: msgspec.to_builtins(v) for k, v in vars(domain_event).items() if k not in skip}
 
 
 def _apply(

@@ -2,13 +2,12 @@
 and pages, one execution with its attempts, and the numbers behind the overview."""
 
 from datetime import datetime
-from typing import Any, TypedDict, Unpack
+from typing import TypedDict, Unpack
 from uuid import UUID
 
 import msgspec
 
 from jobledger.domain.clock import Clock, utc_now
-from jobledger.domain.errors import DomainError
 from jobledger.domain.execution import ExecutionStatus
 from jobledger.infra.presence import Presence
 from jobledger.persistence.ledger import Ledger
@@ -25,6 +24,7 @@ from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.bodies import from_definition
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
 from jobledger.services.pages import cursor_checked
+from jobledger.services.run_record import RunRecord, run_record
 
 __all__ = [
     "JOB_STATUSES",
@@ -126,15 +126,13 @@ class Views:
                 f"execution {execution_id} is not in the read model yet",
                 fix="retry in a moment",
             )
-        return ExecutionDetail(row, self.attempts(execution_id), self.payload(execution_id))
+        record = self.run_record(execution_id)
+        attempts = self.attempts(execution_id)
+        return ExecutionDetail(row, attempts, record.payload, record.logs, record.dropped)
 
-    def payload(self, execution_id: UUID) -> dict[str, Any] | None:
-        """The run's input as enqueued, from the log; None where the log cannot show it
-        (the read side is total: a run whose events no longer decode is still shown)."""
-        try:
-            return dict(self._ledger.get_execution(execution_id).spec.payload)
-        except DomainError:
-            return None
+    def run_record(self, execution_id: UUID) -> RunRecord:
+        """The run's input and its handler's lines, from its stream in the log."""
+        return run_record(self._ledger.history(execution_id))
 
     def _with_live_progress(self, row: ExecutionRow) -> ExecutionRow:
         """A running execution's progress as its worker showed it last (at most a second

@@ -74,8 +74,8 @@ def test_an_operator_fixes_a_cron_error_previews_creates_and_runs_a_job(ui: "Ui"
 def test_a_failed_job_is_dead_lettered_and_requeued_from_the_page(ui: "Ui") -> None:
     """If a job of test.fail with no retries is triggered, then its execution appears
     on the dead-letter page with its error; if the operator requeues what matches, then
-    a dry run first says how many, and the execution's page shows its input and events
-    that record who requeued it and why."""
+    a dry run first says how many, and the execution's page shows its input, the
+    traceback its attempt logged, and events that record who requeued it and why."""
     page = ui.page
     ui.sign_in("operator", start="/ui/jobs/new")
     page.get_by_label("Name", exact=True).fill("always fails")
@@ -108,6 +108,9 @@ def test_a_failed_job_is_dead_lettered_and_requeued_from_the_page(ui: "Ui") -> N
     expect(requeued).to_contain_text("upstream is back")
     expect(page.locator("#attempts tbody tr")).to_have_count(2, timeout=30_000)
     expect(page.locator("#payload")).to_contain_text('"error": "upstream said 503"')
+    raised = page.locator('#run-logs tr[data-level="warning"]').first
+    expect(raised).to_contain_text("handler.raised")
+    expect(raised.locator(".traceback")).to_contain_text("HandlerError: upstream said 503")
     ui.shot("execution-detail")
 
 

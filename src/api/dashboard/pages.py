@@ -389,6 +389,9 @@ def execution_detail(
     events = executions.history(execution_id)  # the 404 page for an unknown id
     row = views.execution(execution_id)
     run = _run_of(executions, execution_id)
+    record = views.run_record(execution_id)
+    # The handler's lines have a section of their own, not a row each in the timeline.
+    shown = [e for e in events if e.type != LOGGED]
     return render(
         request,
         "execution.html",
@@ -396,11 +399,14 @@ def execution_detail(
         execution=row,
         step=_step_of(run),
         limits=presenters.run_limits(run.spec.limits) if run else "",
-        payload=run.spec.payload if run else None,
+        record=record,
         attempts=views.attempts(execution_id) if row else [],
-        timeline=presenters.timeline(events),
-        event_count=len(events),
+        timeline=presenters.timeline(shown),
+        event_count=len(shown),
     )
+
+
+LOGGED = "ExecutionLogged"
 
 
 def _run_of(executions: Executions, execution_id: UUID) -> Execution | None:

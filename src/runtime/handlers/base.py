@@ -1,6 +1,7 @@
 """The handler contract: an async callable that gets a context and returns a summary."""
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -124,7 +125,9 @@ class HandlerContext:
         """Run blocking ``function`` on one of the worker's handler threads. It cannot
         be interrupted: on a timeout or cancellation the run ends, and the function
         keeps its thread until it returns, so let it watch ``cancelled``."""
-        return await asyncio.get_running_loop().run_in_executor(self.threads, function)
+        # In a copy of this context: what the function logs is its attempt's too.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.threads, context.run, function)
 
     async def sleep(self, seconds: float) -> bool:
         """Sleep, waking early on cancellation; returns False if cancelled."""

@@ -1,5 +1,6 @@
 """Built-in handlers for trying jobledger out and for testing it."""
 
+import logging
 import os
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,7 @@ from jobledger.runtime.handlers.base import (
 )
 
 DEFAULT_DELAY_SECONDS = 1.0
+MAX_LOG_TIMES = 10_000  # test.log's lines a run: past an attempt's bound, not forever
 
 
 async def echo(ctx: HandlerContext) -> dict[str, Any]:
@@ -50,10 +52,20 @@ async def progress(ctx: HandlerContext) -> dict[str, Any]:
 
 
 async def log_message(ctx: HandlerContext) -> dict[str, Any]:
-    """Writes ``payload["message"]`` to the log."""
+    """Writes ``payload["message"]`` to the run's log ``payload["times"]`` times
+    (default 1, at most ``MAX_LOG_TIMES``), ``payload["seconds"]`` apart (default 0):
+    through ``ctx.log``, and with ``payload["logging"]`` through the standard
+    ``logging`` too; for trying run logs."""
     message = str(ctx.payload.get("message", ""))
-    ctx.log.info("handler.log", message=message)
-    return {"logged": message}
+    times = min(max(int(ctx.payload.get("times", 1)), 1), MAX_LOG_TIMES)
+    pause = float(ctx.payload.get("seconds", 0.0))
+    for line in range(1, times + 1):
+        ctx.log.info("handler.log", message=message, line=line)
+        if ctx.payload.get("logging"):
+            logging.getLogger("jobledger.test").warning("%s, line %d", message, line)
+        if pause and not await ctx.sleep(pause):
+            raise HandlerCancelledError("cancelled between lines")
+    return {"logged": message, "times": times}
 
 
 async def fail(ctx: HandlerContext) -> dict[str, Any]:

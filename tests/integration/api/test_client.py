@@ -192,6 +192,9 @@ def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
     # What the operator judges a dead letter by: its input, beside its end.
     judged = client.get_execution(dead[0].id)
     assert (judged.payload, judged.execution.status) == ({"error": "dead 0"}, "dead_lettered")
+    [raised] = [line for line in judged.logs if line.message == "handler.raised"]
+    assert (raised.attempt, raised.level) == (1, "warning")
+    assert "HandlerError: dead 0" in raised.fields["exception"]
     counted = client.requeue_matching(BulkRequeueIn(error_contains="dead 1", dry_run=True))
     assert counted == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
     assert client.requeue(dead[0].id, reason="card updated").changed == 1
