@@ -120,6 +120,7 @@ from jobledger.services.outbox import Outbox
 from jobledger.services.queues import Queues
 from jobledger.services.system import Sources, System
 from jobledger.services.views import Views
+from jobledger.services.waiting import WaitingReasons
 from jobledger.services.waits import ExecutionWaits
 from jobledger.services.workflows import Workflows
 
@@ -658,7 +659,15 @@ def build_services(container: Container) -> Services:
         queues=room,
         unknown_fix=unknown_handler_fix,
     )
-    views = Views(SqlReadModelQueries(container.database), container.ledger, container.presence)
+    waiting = WaitingReasons(
+        container.ledger.queue, container.presence, stale_after=stale_after(container.settings)
+    )
+    views = Views(
+        SqlReadModelQueries(container.database),
+        container.ledger,
+        container.presence,
+        waiting=waiting,
+    )
     archives = container.archives()
     # The system.archive handler of this process's worker runs this use case.
     container.provide_archive(archives.scheduled)

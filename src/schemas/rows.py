@@ -75,6 +75,10 @@ class ExecutionRow(msgspec.Struct, frozen=True, kw_only=True):
     enqueued_by: str | None = None
     enqueued_via: str | None = None
     closed_via: str | None = None
+    # Why a pending run waits, in words: what its last event said (a back-off, an open
+    # breaker, a snooze, a limit) and what holds it now (a paused queue, no worker on
+    # its queue); None for a run that is not pending.
+    waiting: str | None = None
 
 
 class ProgressRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,6 +25,7 @@ from jobledger.services.bodies import from_definition
 from jobledger.services.errors import InvalidCursorError, NotYetVisibleError
 from jobledger.services.pages import cursor_checked
 from jobledger.services.run_record import RunRecord, run_record
+from jobledger.services.waiting import WaitingReasons
 
 __all__ = [
     "JOB_STATUSES",
@@ -87,11 +88,13 @@ class Views:
         ledger: Ledger,
         presence: Presence | None = None,
         now: Clock = utc_now,
+        waiting: WaitingReasons | None = None,
     ) -> None:
         self._queries = queries
         self._ledger = ledger
         self._presence = presence
         self._now = now
+        self._waiting = waiting
 
     def jobs(self, **filters: Unpack[JobFilters]) -> Page:
         """Jobs by name, ignoring case; each row's definition in the shape the API
@@ -101,10 +104,13 @@ class Views:
             return self._queries.list_jobs(present=from_definition, **filters)
 
     def executions(self, **filters: Unpack[ExecutionFilters]) -> Page:
-        """Executions, the latest enqueued first."""
+        """Executions, the latest enqueued first; each pending one says why it waits."""
         _check_paging(filters)
         with cursor_checked():
-            return self._queries.list_executions(**filters)
+            page = self._queries.list_executions(**filters)
+        if self._waiting is None:
+            return page
+        return msgspec.structs.replace(page, items=self._waiting.explain(page.items))
 
     def dead_letters(self, **filters: Unpack[DeadLetterFilters]) -> Page:
         """Dead-lettered executions, the latest to die first."""
@@ -115,7 +121,11 @@ class Views:
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
         """The execution's row; a running one with its latest live progress."""
         row = self._queries.get_execution(execution_id)
-        return None if row is None else self._with_live_progress(row)
+        if row is None:
+            return None
+        if self._waiting is not None:
+            [row] = self._waiting.explain([row])
+        return self._with_live_progress(row)
 
     def execution_detail(self, execution_id: UUID) -> ExecutionDetail:
         """The execution's row and its attempts."""

@@ -165,7 +165,7 @@ EXECUTION_ROW = (
     "attempt", "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms",
     "started_at_ms", "finished_at_ms", "worker_id", "last_error", "duration_ms",
     "lateness_ms", "result", "closed_by", "closed_reason", "version", "progress",
-    "enqueued_by", "enqueued_via", "closed_via",
+    "enqueued_by", "enqueued_via", "closed_via", "waiting",
 )  # fmt: skip
 ATTEMPT_ROW = (
     "execution_id", "attempt", "worker_id", "lease_id", "started_at_ms", "finished_at_ms",
@@ -342,6 +342,7 @@ def _execution_row(row: Sequence[Any]) -> ExecutionRow:
         enqueued_by=row[24],
         enqueued_via=row[25],
         closed_via=row[26],
+        waiting=row[27],
         unreadable=read.unreadable,
     )
 

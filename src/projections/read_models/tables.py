@@ -83,7 +83,7 @@ EXECUTION_COLUMNS = (
     "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
     "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
     "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
-    "progress", "enqueued_by", "enqueued_via", "closed_via",
+    "progress", "enqueued_by", "enqueued_via", "closed_via", "waiting",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
@@ -488,6 +488,7 @@ def _leased(fold: Fold, row: Row, event: Execution.Leased) -> None:
     row["lease_id"] = str(event.lease_id)
     row["lease_seq"] = event.originator_version
     row["progress"] = None  # a new attempt starts from nothing
+    row["waiting"] = None
     fold.start_attempt(row, event, at)
 
 
@@ -495,9 +496,13 @@ def _debounced(_fold: Fold, row: Row, event: Execution.Debounced) -> None:
     row["ready_at_ms"] = to_ms(event.ready_at)
 
 
-def _version_only(_fold: Fold, _row: Row, _event: Execution.Replaced | Execution.Throttled) -> None:
-    """Neither the payload nor a wait for a limit is a column: the row stays as it is
-    (its version moves on); the history shows the event."""
+def _version_only(_fold: Fold, _row: Row, _event: Execution.Replaced) -> None:
+    """The payload is not a column: the row stays as it is (its version moves on); the
+    history shows the event."""
+
+
+def _throttled(_fold: Fold, row: Row, event: Execution.Throttled) -> None:
+    row["waiting"] = f"waits for its {event.kind} limit {event.limit}"
 
 
 def _progressed(_fold: Fold, row: Row, event: Execution.Progressed) -> None:
@@ -530,6 +535,7 @@ def _retried(fold: Fold, row: Row, event: Execution.Retried) -> None:
         last_error=event.error,
         ready_at_ms=to_ms(event.ready_at),
         lease_id=None,
+        waiting=f"back-off after attempt {event.next_attempt - 1} failed",
     )
     fold.count(to_ms(event.timestamp), FAILED)
 
@@ -554,13 +560,23 @@ def _lease_expired(fold: Fold, row: Row, event: Execution.LeaseExpired) -> None:
 
 def _deferred(fold: Fold, row: Row, event: Execution.Deferred) -> None:
     fold.settle_attempt(row, event, "deferred", event.reason)
-    row.update(status=_PENDING, ready_at_ms=to_ms(event.ready_at), lease_id=None)
+    row.update(
+        status=_PENDING,
+        ready_at_ms=to_ms(event.ready_at),
+        lease_id=None,
+        waiting=f"deferred: {event.reason}",
+    )
 
 
 def _snoozed(fold: Fold, row: Row, event: Execution.Snoozed) -> None:
     # The attempt is given back: the row's attempt stays, the next lease is it again.
     fold.settle_attempt(row, event, "snoozed", event.reason)
-    row.update(status=_PENDING, ready_at_ms=to_ms(event.ready_at), lease_id=None)
+    row.update(
+        status=_PENDING,
+        ready_at_ms=to_ms(event.ready_at),
+        lease_id=None,
+        waiting=f"snoozed: {event.reason}",
+    )
 
 
 def _requeued(_fold: Fold, row: Row, event: Execution.Requeued) -> None:
@@ -578,6 +594,7 @@ def _requeued(_fold: Fold, row: Row, event: Execution.Requeued) -> None:
         closed_by=event.by,
         closed_via=event.via,
         closed_reason=event.reason,
+        waiting=None,
     )
 
 
@@ -633,7 +650,7 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
     Execution.Expired: _expired,
     Execution.Progressed: _progressed,
     Execution.Replaced: _version_only,
-    Execution.Throttled: _version_only,
+    Execution.Throttled: _throttled,
     Execution.Debounced: _debounced,
     _LEASED_VIEW: _leased,
     _COMPLETED_VIEW: _completed,
