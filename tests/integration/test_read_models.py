@@ -465,6 +465,33 @@ def test_a_handlers_decisions_and_an_expiry_show_in_the_rows(
     assert_rows_match_aggregates(ledger, database)
 
 
+def test_a_backfill_is_late_from_its_request_not_from_its_occurrence(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If a job's occurrences of yesterday are backfilled today and leased 2 s after the
+    request, then each backfilled run is 2 s late (from its request), not a day: the
+    overview's lateness chart shows how late work starts, not how old an occurrence is."""
+    story = Story(ledger, clock)
+    job_id = story.schedule("hourly", CronSchedule(expression="0 * * * *"))
+    asked = story.tick()
+    yesterday = asked - timedelta(days=1)
+    Jobs(ledger).backfill(
+        job_id,
+        start=yesterday,
+        end=yesterday + timedelta(hours=2),
+        at=asked,
+        by=actor("ops"),
+    )
+    read_models_on(ledger, database).rebuild()
+    runs = [row.id for row in reads(database).list_executions(job_id=job_id, limit=10).items]
+    assert len(runs) == 2
+    for run in runs:
+        story.lease(run, at=asked + timedelta(seconds=2))
+    read_models_on(ledger, database).rebuild()
+    rows = [reads(database).get_execution(run) for run in runs]
+    assert [(r.trigger, r.lateness_ms) for r in rows if r] == [("backfill", 2000.0)] * 2
+
+
 def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
     ledger: Ledger, database: Database, clock: Clock
 ) -> None:

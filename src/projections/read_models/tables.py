@@ -18,9 +18,10 @@ in the queue), counted over its whole life; ``max_attempts`` the number of the l
 attempt its current budget allows (a requeue from the dead-letter queue grants a fresh
 budget of ``attempt_budget`` attempts after those used, so it reads "attempt 3 of 4",
 never "3 of 2"); ``started_at`` is the start of its first attempt and ``lateness_ms``
-that start minus ``scheduled_for`` (for runs outside the schedule, minus the enqueue
-time); ``finished_at`` is when it last reached a terminal status; ``duration_ms`` is
-that of its latest finished attempt (the handler's own measure for a completion, the
+that start minus ``scheduled_for`` (for runs outside the schedule and for backfills,
+whose occurrences are in the past on purpose, minus the enqueue time); ``finished_at``
+is when it last reached a terminal status; ``duration_ms`` is that of its latest
+finished attempt (the handler's own measure for a completion, the
 time from lease to report otherwise). An attempt settled by a lease expiry keeps the
 outcome ``lease_expired``: the retry or dead letter that follows is the execution's
 verdict, not the attempt's. A job's ``last_fired_at`` is the time of its latest fire
@@ -44,6 +45,7 @@ from jobledger.domain.execution import (
     LEASE_EXPIRED_ERROR,
     Execution,
     ExecutionStatus,
+    Trigger,
     expiry_reason,
 )
 from jobledger.domain.job import Job
@@ -133,6 +135,7 @@ def minute_of(ms: int) -> int:
 
 # The statuses as the tables hold them: read once, not through the enum per event.
 _PENDING = ExecutionStatus.PENDING.value
+_BACKFILL = Trigger.BACKFILL.value
 _RUNNING = ExecutionStatus.RUNNING.value
 _COMPLETED = ExecutionStatus.COMPLETED.value
 _DEAD_LETTERED = ExecutionStatus.DEAD_LETTERED.value
@@ -478,7 +481,9 @@ def _leased(fold: Fold, row: Row, event: Execution.Leased) -> None:
     at = to_ms(event.timestamp)
     if row["started_at_ms"] is None:
         due = row["scheduled_for_ms"]
-        lateness = float(at - (row["enqueued_at_ms"] if due is None else due))
+        # A backfill's occurrence is in the past on purpose: it is late from its request.
+        since = row["enqueued_at_ms"] if due is None or row["trigger"] == _BACKFILL else due
+        lateness = float(at - since)
         row.update(started_at_ms=at, lateness_ms=lateness)
         fold.observe(at, LATENESS, lateness)
     # Item by item rather than through update(): this runs for every lease of a replay.
