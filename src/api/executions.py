@@ -40,6 +40,7 @@ from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
+from jobledger.schemas.rows import DeadLetterGroup
 from jobledger.services.actors import Actor
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import BatchRun, Executions
@@ -177,6 +178,15 @@ class ExecutionController(Controller):
 class DeadLetterController(Controller):
     path = "/api/v1/dlq"
     tags = ["dead letters"]  # noqa: RUF012 (Litestar reads a class attribute)
+
+    @get("/groups", opt=VIEWER, sync_to_thread=True)
+    def dead_letter_groups(
+        self, dead_letters: NamedDependency[DeadLetters], *, limit: Limit = 100
+    ) -> list[DeadLetterGroup]:
+        """Dead letters grouped by job, handler and last error (count, first and last
+        seen), the largest group first: requeue or discard one with
+        ``POST /api/v1/dlq/requeue`` or ``/discard`` and its fields as the filter."""
+        return dead_letters.groups(limit=limit)
 
     @get("/", opt=VIEWER, sync_to_thread=True)
     def list_dead_letters(

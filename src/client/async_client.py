@@ -39,7 +39,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
 from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
-from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
 
 T = TypeVar("T")
@@ -326,6 +326,10 @@ class AsyncClient:
         self, *, page_size: int = 200, **filters: object
     ) -> AsyncIterator[ExecutionRow]:
         return self._follow(calls.list_dead_letters(page_size, None, **filters))
+
+    async def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        """Dead letters grouped by job, handler and error, the largest group first."""
+        return await self.send(calls.dead_letter_groups(limit))
 
     async def requeue(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
         """Give a dead letter a fresh attempt budget."""

@@ -58,7 +58,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.limits import LimitIn, LimitList, LimitOut, LimitStateOut, LimitValuesIn
 from jobledger.schemas.queues import DrainIn, DrainReport, PauseIn, QueueList, QueueStateOut
-from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
 from jobledger.schemas.workflows import WorkflowIn, WorkflowOut
 
@@ -550,6 +550,13 @@ def finished(detail: ExecutionDetail) -> dict[str, Any] | None:
 
 def list_dead_letters(limit: int, cursor: str | None, **filters: object) -> Call[Page]:
     return _list("/api/v1/dlq", list[ExecutionRow], limit, cursor, **filters)
+
+
+def dead_letter_groups(limit: int) -> Call[list[DeadLetterGroup]]:
+    call: Call[list[DeadLetterGroup]] = _get(
+        "/api/v1/dlq/groups", list[DeadLetterGroup], limit=limit
+    )
+    return call
 
 
 def requeue(execution_id: RunId, reason: str) -> Call[BulkReport]:

@@ -38,7 +38,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
 from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
-from jobledger.schemas.rows import ExecutionRow, JobRow, Page
+from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page
 from jobledger.schemas.system import Readiness
 
 T = TypeVar("T")
@@ -313,6 +313,10 @@ class Client:
         self, *, page_size: int = 200, **filters: object
     ) -> Iterator[ExecutionRow]:
         return self._follow(calls.list_dead_letters(page_size, None, **filters))
+
+    def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        """Dead letters grouped by job, handler and error, the largest group first."""
+        return self.send(calls.dead_letter_groups(limit))
 
     def requeue(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
         """Give a dead letter a fresh attempt budget."""

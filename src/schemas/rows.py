@@ -117,6 +117,18 @@ class LogLineRow(msgspec.Struct, frozen=True, kw_only=True):
     fields: dict[str, Any]
 
 
+class DeadLetterGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """Dead letters of one job (or ad-hoc handler) that ended with the same error."""
+
+    job_id: UUID | None
+    job_name: str | None
+    handler: str
+    error: str | None  # the last error, as every run of the group has it
+    count: int
+    first_seen: datetime | None  # when the first of them died
+    last_seen: datetime | None
+
+
 class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
     minute: datetime
     fired: int  # executions enqueued (scheduled, manual and ad-hoc)

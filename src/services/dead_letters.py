@@ -21,6 +21,7 @@ from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.undecodable import UndecodableEvent
 from jobledger.schemas.executions import BulkReport
+from jobledger.schemas.rows import DeadLetterGroup
 from jobledger.services.actors import Actor
 from jobledger.services.errors import NotDeadLetteredError
 from jobledger.services.views import Page, Views
@@ -64,6 +65,11 @@ class DeadLetters:
             offset=offset,
             cursor=cursor,
         )
+
+    def groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        """Dead letters grouped by job, handler and error, the largest group first; act
+        on one with the bulk actions and its job, handler and error as the filter."""
+        return self.views.dead_letter_groups(limit=limit)
 
     def matching(self, selection: DeadLetterFilter) -> list[UUID]:
         """The ids of every dead letter that matches, page by page."""

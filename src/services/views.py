@@ -14,6 +14,7 @@ from jobledger.persistence.ledger import Ledger
 from jobledger.projections.read_models.queries import (
     JOB_STATUSES,
     AttemptRow,
+    DeadLetterGroup,
     ExecutionRow,
     JobRow,
     MinuteStats,
@@ -117,6 +118,10 @@ class Views:
         _check_paging(filters)
         with cursor_checked():
             return self._queries.list_dead_letters(**filters)
+
+    def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        """Dead letters grouped by job, handler and last error, the largest first."""
+        return self._queries.dead_letter_groups(limit=limit)
 
     def execution(self, execution_id: UUID) -> ExecutionRow | None:
         """The execution's row; a running one with its latest live progress."""

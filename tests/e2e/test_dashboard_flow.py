@@ -93,6 +93,7 @@ def test_a_failed_job_is_dead_lettered_and_requeued_from_the_page(ui: "Ui") -> N
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Dead letters").click()
     dead = page.locator(f'#dlq tr[data-execution="{execution_id}"]')
     expect(dead).to_contain_text("upstream said 503")
+    expect(page.locator("#dlq-groups tr[data-count]")).to_contain_text("upstream said 503")
     page.get_by_label("Reason (recorded with every change)").fill("upstream is back")
     ui.shot("dead-letters")
     page.get_by_role("button", name="Requeue all that match the filter…").click()

@@ -105,7 +105,8 @@ def test_requeue_many_with_a_dry_run_first(container: Container) -> None:
 def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
     container: Container,
 ) -> None:
-    """If dead letters are discarded, then a dry run only counts, the real run leaves the
+    """If dead letters are discarded, then they were listed by error first (the largest
+    group first); a dry run only counts, the real run leaves the
     queue without them and the log with a Discarded event naming who and why; a discarded
     execution can be neither requeued nor discarded again."""
     doomed = [dead(container, "test.fail", "poison") for _ in range(3)]
@@ -123,6 +124,8 @@ def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
         )
         return report.matched, report.changed, report.refused
 
+    groups = [(g.handler, g.error, g.count) for g in dead_letters.groups()]
+    assert groups == [("test.fail", "poison", 3), ("test.fail", "flaky", 1)]
     assert discard(dry_run=True) == (3, 0, 0)
     assert discard() == (3, 3, 0)
     project(container)
@@ -138,7 +141,8 @@ def test_discard_removes_dead_letters_from_the_queue_but_not_from_the_log(
 
 
 def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
-    """If dead letters exist, then `dlq list` shows them, `dlq requeue --dry-run` only
+    """If dead letters exist, then `dlq list` shows them (and their group, by error),
+    `dlq requeue --dry-run` only
     counts, `dlq requeue` requeues with who and why, `dlq show` prints the history and
     `dlq discard --id` gives up on exactly the one named."""
     settings = load_settings({}, test_handlers="true", data_dir=str(tmp_path))
@@ -158,6 +162,14 @@ def test_the_dlq_commands_on_the_embedded_store(tmp_path: Path) -> None:
     listed = cli("list", "--handler", "test.fail")
     assert listed.returncode == 0, listed.stderr
     assert "3 dead letter(s)" in listed.stdout
+    with bootstrap(settings) as container:
+        services = build_services(container)
+        services.admin.catch_up_read_models()
+        [group] = services.dead_letters.groups()
+    assert (group.error, group.count, group.job_id) == ("boom", 3, None)
+    assert group.first_seen is not None
+    assert group.last_seen is not None
+    assert group.first_seen <= group.last_seen  # when the first and the last of them died
     dry = cli("requeue", "--by", "bob", "--reason", "retry all", "--dry-run")
     assert "would requeue 3 of 3" in dry.stdout
     done = cli("requeue", "--by", "bob", "--reason", "retry all")

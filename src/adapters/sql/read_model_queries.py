@@ -16,12 +16,14 @@ from jobledger.projections.read_models.queries import (
     JOB_ROW,
     MAX_LIMIT,
     AttemptRow,
+    DeadLetterGroup,
     ExecutionRow,
     JobRow,
     MinuteStats,
     Page,
     Present,
     attempt_row,
+    dead_letter_group,
     execution_row,
     job_row,
     minute_row,
@@ -50,6 +52,13 @@ _ATTEMPT_SELECT = (
     f"SELECT {', '.join(ATTEMPT_ROW)} FROM {ATTEMPTS} WHERE execution_id = ? ORDER BY seq"  # noqa: S608 (constant names)
 )
 
+# The status is a literal so that the partial index on dead letters applies.
+_DEAD_LETTER_GROUPS = (
+    f"SELECT e.job_id, j.name, e.handler, e.last_error, count(*), min(e.finished_at_ms), "  # noqa: S608 (constant names)
+    f"max(e.finished_at_ms) FROM {EXECUTIONS} e LEFT JOIN {JOBS} j ON j.id = e.job_id "
+    "WHERE e.status = 'dead_lettered' GROUP BY e.job_id, j.name, e.handler, e.last_error "
+    "ORDER BY count(*) DESC, max(e.finished_at_ms) DESC LIMIT ?"
+)
 _SELECT_STATUSES = f"SELECT id, status, version FROM {EXECUTIONS} WHERE id IN"  # noqa: S608 (constant names)
 
 
@@ -323,6 +332,11 @@ class SqlReadModelQueries:
         return self._executions_page(
             where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted
         )
+
+    def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(_DEAD_LETTER_GROUPS, (min(max(limit, 1), MAX_LIMIT),))
+            return [dead_letter_group(row) for row in _all(cursor)]
 
     # ---- statistics ---------------------------------------------------------------
 

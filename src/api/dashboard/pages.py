@@ -440,6 +440,9 @@ def workers(
     )
 
 
+_GROUPS = 10  # the largest groups of dead letters the page shows above the list
+
+
 @get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")
 def dead_letters_page(
     request: Request[Any, Any, Any],
@@ -453,7 +456,8 @@ def dead_letters_page(
 ) -> Template:
     filters = {"queue": queue, "handler": handler, "error_contains": error_contains}
     found = views.dead_letters(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
-    return _listing(request, "dlq.html", found, filters, jobs)
+    groups = views.dead_letter_groups(limit=_GROUPS)
+    return _listing(request, "dlq.html", found, filters, jobs, groups=groups)
 
 
 @get("/system", opt=VIEWER, sync_to_thread=True, name="ui-system")

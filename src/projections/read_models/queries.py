@@ -43,6 +43,7 @@ from jobledger.projections.times import from_ms, to_ms
 from jobledger.schemas.jobs import JobIn
 from jobledger.schemas.rows import (
     AttemptRow,
+    DeadLetterGroup,
     ExecutionRow,
     JobRow,
     MinuteStats,
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_LIMIT",
     "AttemptRow",
     "CursorError",
+    "DeadLetterGroup",
     "ExecutionRow",
     "JobRow",
     "MinuteStats",
@@ -142,6 +144,11 @@ class ReadModelQueries(Protocol):
         """Dead-lettered executions, the latest to die first. ``error_contains``
         matches part of the last error, case and all (as ``jobledger dlq requeue``
         does)."""
+        ...
+
+    def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
+        """The dead letters grouped by job, handler and last error, the largest group
+        first (then the latest to die): 22 runs that died of one error are one group."""
         ...
 
     def minute_stats(self, *, since: datetime, until: datetime) -> list[MinuteStats]:
@@ -374,6 +381,25 @@ def _execution_placeholder(row: Sequence[Any], error: Exception) -> ExecutionRow
         closed_reason=None,
         version=0,
         unreadable=f"row: {type(error).__name__}: {error}",
+    )
+
+
+def dead_letter_group(row: Sequence[Any]) -> DeadLetterGroup:
+    """A group from ``(job_id, job_name, handler, error, count, first_ms, last_ms)``; a
+    job id or a time it cannot read is shown as None (the count still stands)."""
+    read = _Reading()
+    try:
+        job_id = _uuid(row[0])
+    except ValueError:
+        job_id = None
+    return DeadLetterGroup(
+        job_id=job_id,
+        job_name=row[1],
+        handler=str(row[2]),
+        error=row[3],
+        count=int(row[4]),
+        first_seen=read.time("first_seen", row[5]),
+        last_seen=read.time("last_seen", row[6]),
     )
 
 

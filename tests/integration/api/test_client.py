@@ -192,6 +192,8 @@ def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
     # What the operator judges a dead letter by: its input, beside its end.
     judged = client.get_execution(dead[0].id)
     assert (judged.payload, judged.execution.status) == ({"error": "dead 0"}, "dead_lettered")
+    grouped = {(g.handler, g.error): g.count for g in client.dead_letter_groups()}
+    assert grouped[("test.fail", "HandlerError: dead 0")] == 1
     [raised] = [line for line in judged.logs if line.message == "handler.raised"]
     assert (raised.attempt, raised.level) == (1, "warning")
     assert "HandlerError: dead 0" in raised.fields["exception"]

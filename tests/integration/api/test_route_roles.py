@@ -48,6 +48,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/api/v1/executions/{execution_id:uuid}/events"): VIEW,
     ("POST", "/api/v1/executions/{execution_id:uuid}/cancel"): OPERATE,
     ("GET", "/api/v1/dlq"): VIEW,
+    ("GET", "/api/v1/dlq/groups"): VIEW,
     ("POST", "/api/v1/dlq/{execution_id:uuid}/requeue"): OPERATE,
     ("POST", "/api/v1/dlq/requeue"): OPERATE,
     ("DELETE", "/api/v1/dlq/{execution_id:uuid}"): OPERATE,
