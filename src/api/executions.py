@@ -30,6 +30,7 @@ from jobledger.api.common import (
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import (
     NO_NUL,
+    BulkDiscardIn,
     BulkRequeueIn,
     ReasonIn,
     to_ready_at,
@@ -231,17 +232,28 @@ class DeadLetterController(Controller):
         clock: NamedDependency[Clock],
     ) -> BulkReport:
         """Requeue every dead letter that matches; ``dry_run`` only counts them."""
-        selection = DeadLetterFilter(
-            queue=data.queue,
-            handler=data.handler,
-            job_id=data.job_id,
-            error_contains=data.error_contains,
-        )
         return dead_letters.requeue(
-            dead_letters.matching(selection),
+            dead_letters.matching(_selection(data)),
             by=actor,
             reason=data.reason,
             at=clock(),
+            error_contains=data.error_contains,
+            dry_run=data.dry_run,
+        )
+
+    @post("/discard", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def discard_many(
+        self,
+        data: JSONBody[BulkDiscardIn],
+        dead_letters: NamedDependency[DeadLetters],
+        actor: NamedDependency[Actor],
+    ) -> BulkReport:
+        """Give up for good on every dead letter that matches (a group: its job, handler
+        and error); ``dry_run`` only counts them. The log keeps their history."""
+        return dead_letters.discard(
+            dead_letters.matching(_selection(data)),
+            by=actor,
+            reason=data.reason,
             error_contains=data.error_contains,
             dry_run=data.dry_run,
         )
@@ -256,6 +268,15 @@ class DeadLetterController(Controller):
     ) -> BulkReport:
         """Give up on a dead letter for good; the log keeps its history."""
         return dead_letters.discard_one(execution_id, by=actor, reason=reason)
+
+
+def _selection(data: BulkRequeueIn) -> DeadLetterFilter:
+    return DeadLetterFilter(
+        queue=data.queue,
+        handler=data.handler,
+        job_id=data.job_id,
+        error_contains=data.error_contains,
+    )
 
 
 @post(

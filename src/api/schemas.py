@@ -11,7 +11,7 @@ import msgspec
 
 from jobledger.domain.job import Job
 from jobledger.domain.workflow import Workflow
-from jobledger.schemas.executions import BulkRequeueIn
+from jobledger.schemas.executions import BulkDiscardIn, BulkRequeueIn
 from jobledger.schemas.fields import NO_NUL, Short, Strict, strict_bodies
 from jobledger.schemas.jobs import (
     BackfillIn,
@@ -51,6 +51,7 @@ __all__ = [
     "NO_NUL",
     "BackfillIn",
     "BackfillReport",
+    "BulkDiscardIn",
     "BulkRequeueIn",
     "CronIn",
     "DependenciesOut",

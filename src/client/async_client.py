@@ -17,6 +17,7 @@ from jobledger.declarations import HandlerDeclaration
 from jobledger.domain.policies import DEFAULT_PRIORITY
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
+    BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
     ExecutionDetail,
@@ -338,6 +339,11 @@ class AsyncClient:
     async def requeue_matching(self, selection: BulkRequeueIn) -> BulkReport:
         """Requeue every dead letter a filter matches (``dry_run`` only counts)."""
         return await self.send(calls.requeue_matching(selection))
+
+    async def discard_matching(self, selection: BulkDiscardIn) -> BulkReport:
+        """Give up for good on every dead letter a filter matches (a group: its job,
+        handler and error); ``dry_run`` only counts."""
+        return await self.send(calls.discard_matching(selection))
 
     async def discard(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
         """Give up on a dead letter for good; its history stays."""

@@ -28,6 +28,7 @@ from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
     MAX_BATCH_RUNS,
     BatchRunIn,
+    BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
     ExecutionDetail,
@@ -565,6 +566,10 @@ def requeue(execution_id: RunId, reason: str) -> Call[BulkReport]:
 
 def requeue_matching(selection: BulkRequeueIn) -> Call[BulkReport]:
     return _post("/api/v1/dlq/requeue", BulkReport, selection)
+
+
+def discard_matching(selection: BulkDiscardIn) -> Call[BulkReport]:
+    return _post("/api/v1/dlq/discard", BulkReport, selection)
 
 
 def discard(execution_id: RunId, reason: str) -> Call[BulkReport]:

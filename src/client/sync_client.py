@@ -16,6 +16,7 @@ from jobledger.declarations import HandlerDeclaration
 from jobledger.domain.policies import DEFAULT_PRIORITY
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
+    BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
     ExecutionDetail,
@@ -325,6 +326,11 @@ class Client:
     def requeue_matching(self, selection: BulkRequeueIn) -> BulkReport:
         """Requeue every dead letter a filter matches (``dry_run`` only counts)."""
         return self.send(calls.requeue_matching(selection))
+
+    def discard_matching(self, selection: BulkDiscardIn) -> BulkReport:
+        """Give up for good on every dead letter a filter matches (a group: its job,
+        handler and error); ``dry_run`` only counts."""
+        return self.send(calls.discard_matching(selection))
 
     def discard(self, execution_id: RunId, *, reason: str = "") -> BulkReport:
         """Give up on a dead letter for good; its history stays."""

@@ -91,6 +91,10 @@ class BulkRequeueIn(Strict):
     dry_run: bool = False
 
 
+class BulkDiscardIn(BulkRequeueIn):
+    """Which dead letters to give up on for good; empty filters match all of them."""
+
+
 class BulkReport(msgspec.Struct):
     """What an operation on dead letters did: ``changed`` requeued or discarded;
     ``refused`` were no longer dead-lettered when it came to them."""

@@ -37,6 +37,7 @@ from jobledger.domain.roles import Role
 from jobledger.runtime.scheduler import SchedulerService
 from jobledger.schemas.events import EventOut
 from jobledger.schemas.executions import (
+    BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
     ExecutionDetail,
@@ -177,8 +178,9 @@ def test_runs_enqueued_are_waited_for_to_their_end(client: Client) -> None:
 
 
 def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
-    """If runs end in the dead-letter queue, then the client lists them, requeues one
-    (a fresh budget), counts with a dry run and discards one, each with its report."""
+    """If runs end in the dead-letter queue, then the client lists them and their
+    groups, requeues one (a fresh budget), counts with a dry run and discards a group
+    by its error, each with its report."""
     dead = [
         client.enqueue("test.fail", {"error": f"dead {n}"}, retry=RetryIn(max_retries=0))
         for n in range(2)
@@ -200,7 +202,11 @@ def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
     counted = client.requeue_matching(BulkRequeueIn(error_contains="dead 1", dry_run=True))
     assert counted == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
     assert client.requeue(dead[0].id, reason="card updated").changed == 1
-    assert client.discard(dead[1].id, reason="obsolete").changed == 1
+    group = BulkDiscardIn(handler="test.fail", error_contains="HandlerError: dead 1")
+    dry = msgspec.structs.replace(group, dry_run=True, reason="obsolete")
+    assert client.discard_matching(dry) == BulkReport(matched=1, changed=0, refused=0, dry_run=True)
+    gone = client.discard_matching(msgspec.structs.replace(group, reason="obsolete"))
+    assert (gone.matched, gone.changed) == (1, 1)
     # wait() reads what the read models show: a dead letter is an end too, until the
     # projector has applied the discard.
     deadline = time.monotonic() + 30

@@ -51,6 +51,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/api/v1/dlq/groups"): VIEW,
     ("POST", "/api/v1/dlq/{execution_id:uuid}/requeue"): OPERATE,
     ("POST", "/api/v1/dlq/requeue"): OPERATE,
+    ("POST", "/api/v1/dlq/discard"): OPERATE,
     ("DELETE", "/api/v1/dlq/{execution_id:uuid}"): OPERATE,
     ("GET", "/api/v1/queues"): VIEW,
     ("POST", "/api/v1/queues/{name:str}/pause"): OPERATE,
