@@ -156,3 +156,23 @@ def test_an_admin_verifies_and_rebuilds_the_queue_with_progress(ui: "Ui") -> Non
     expect(page.locator("#rebuild-text")).to_contain_text("done")
     expect(page.locator("#flash")).to_contain_text("Queue rebuild done.")
     ui.shot("system-rebuilt")
+
+
+def test_a_job_row_stays_one_line_with_its_actions_secondary(ui: "Ui") -> None:
+    """If an operator lists jobs, then each row's actions are secondary buttons (no row
+    shouts "Trigger" in the primary colour) and a row with them is no taller than one
+    line of the table's text and its padding: well under twice the header's height."""
+    job = {"name": "compact row", "handler": "test.echo", "schedule": {"kind": "manual"}}
+    operator = ui.stack.operator()
+    created = operator.post("/api/v1/jobs", json=job)
+    operator.close()
+    assert created.status_code == 201, created.text
+    ui.sign_in("operator", start="/ui/jobs")
+    row = ui.page.locator(f'#jobs tr[data-job="{created.json()["id"]}"]')
+    trigger = row.get_by_role("button", name="Trigger")
+    expect(trigger).to_have_class(re.compile(r"\bsecondary\b"))
+    header = ui.page.locator("#jobs thead tr").bounding_box()
+    shown = row.bounding_box()
+    assert header is not None
+    assert shown is not None
+    assert shown["height"] < 1.6 * header["height"], (shown, header)
