@@ -117,6 +117,14 @@ class LogLineRow(msgspec.Struct, frozen=True, kw_only=True):
     fields: dict[str, Any]
 
 
+class RunCell(msgspec.Struct, frozen=True, kw_only=True):
+    """One run of a job as its history strip shows it: a cell coloured by its status."""
+
+    id: UUID
+    status: str
+    enqueued_at: datetime | None
+
+
 class DeadLetterGroup(msgspec.Struct, frozen=True, kw_only=True):
     """Dead letters of one job (or ad-hoc handler) that ended with the same error."""
 

@@ -20,6 +20,7 @@ from jobledger.projections.read_models.queries import (
     MinuteStats,
     Page,
     ReadModelQueries,
+    RunCell,
 )
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.bodies import from_definition
@@ -118,6 +119,10 @@ class Views:
         _check_paging(filters)
         with cursor_checked():
             return self._queries.list_dead_letters(**filters)
+
+    def recent_runs(self, job_ids: list[UUID], *, per_job: int = 20) -> dict[UUID, list[RunCell]]:
+        """Each job's latest runs, the latest first: the jobs' history strips."""
+        return self._queries.recent_runs(job_ids, per_job=per_job)
 
     def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
         """Dead letters grouped by job, handler and last error, the largest first."""

@@ -492,6 +492,24 @@ def test_a_backfill_is_late_from_its_request_not_from_its_occurrence(
     assert [(r.trigger, r.lateness_ms) for r in rows if r] == [("backfill", 2000.0)] * 2
 
 
+def test_each_jobs_latest_runs_come_latest_first(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If two jobs ran three times and once and a third never, then their latest runs
+    come latest first, at most as many as asked for each, and the idle job has none."""
+    story = Story(ledger, clock)
+    busy, once, idle = (story.schedule(name) for name in ("busy", "once", "idle"))
+    runs = [story.trigger(busy, key) for key in ("k1", "k2", "k3")]
+    single = story.trigger(once, "k1")
+    read_models_on(ledger, database).rebuild()
+    latest = reads(database).recent_runs([busy, once, idle], per_job=2)
+    assert {job: [c.id for c in cells] for job, cells in latest.items()} == {
+        busy: runs[:0:-1],
+        once: [single],
+    }
+    assert {c.status for cells in latest.values() for c in cells} == {"pending"}
+
+
 def test_a_requeued_dead_letter_gets_a_fresh_budget_in_the_read_model(
     ledger: Ledger, database: Database, clock: Clock
 ) -> None:

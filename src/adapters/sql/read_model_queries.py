@@ -22,12 +22,14 @@ from jobledger.projections.read_models.queries import (
     MinuteStats,
     Page,
     Present,
+    RunCell,
     attempt_row,
     dead_letter_group,
     execution_row,
     job_row,
     minute_row,
     no_counts,
+    run_cell,
     stats_minutes,
 )
 from jobledger.projections.read_models.tables import (
@@ -52,6 +54,13 @@ _ATTEMPT_SELECT = (
     f"SELECT {', '.join(ATTEMPT_ROW)} FROM {ATTEMPTS} WHERE execution_id = ? ORDER BY seq"  # noqa: S608 (constant names)
 )
 
+# One job's latest runs, through its (job_id, enqueued_at_ms, id) index; wrapped, so
+# that several can be joined by UNION ALL in both dialects.
+_RECENT_RUNS = (
+    f"SELECT * FROM (SELECT id, status, enqueued_at_ms, job_id FROM {EXECUTIONS} "  # noqa: S608 (constant names)
+    "WHERE job_id = ? ORDER BY enqueued_at_ms DESC, id DESC LIMIT ?) AS r"
+)
+_STRIP_JOBS = 100  # jobs per statement
 # The status is a literal so that the partial index on dead letters applies.
 _DEAD_LETTER_GROUPS = (
     f"SELECT e.job_id, j.name, e.handler, e.last_error, count(*), min(e.finished_at_ms), "  # noqa: S608 (constant names)
@@ -332,6 +341,19 @@ class SqlReadModelQueries:
         return self._executions_page(
             where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted
         )
+
+    def recent_runs(self, job_ids: Sequence[UUID], *, per_job: int) -> dict[UUID, list[RunCell]]:
+        found: dict[UUID, list[RunCell]] = {}
+        limit = min(max(per_job, 1), MAX_LIMIT)
+        with self._database.transaction(snapshot=True) as cursor:
+            # A statement per slice of jobs: a bounded read of each job's index each.
+            for chunk in chunked(list(job_ids), _STRIP_JOBS):
+                sql = " UNION ALL ".join([_RECENT_RUNS] * len(chunk))
+                params = [value for job_id in chunk for value in (str(job_id), limit)]
+                cursor.execute(sql, params)
+                for row in _all(cursor):
+                    found.setdefault(UUID(str(row[3])), []).append(run_cell(row))
+        return found
 
     def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
         with self._database.transaction(snapshot=True) as cursor:

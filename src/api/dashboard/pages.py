@@ -228,7 +228,10 @@ def jobs_page(
 ) -> Template:
     filters = {"status": status, "handler": handler, "queue": queue, "search": search}
     found = views.jobs(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
-    return _listing(request, "jobs.html", found, filters, jobs, statuses=JOB_STATUSES)
+    strips = views.recent_runs([job.id for job in found.items], per_job=STRIP_RUNS)
+    return _listing(
+        request, "jobs.html", found, filters, jobs, statuses=JOB_STATUSES, strips=strips
+    )
 
 
 @get("/jobs/new", opt=OPERATOR, sync_to_thread=False, name="ui-job-new")
@@ -286,6 +289,7 @@ def job_detail(
         waits={str(d.job): str(d.on) for d in domain_job.definition.depends_on},
         backfillable=_backfillable(jobs, domain_job),
         executions=views.executions(job_id=job_id, limit=_RECENT),
+        strip=views.recent_runs([job_id], per_job=STRIP_RUNS).get(job_id, []),
         timeline=presenters.timeline(events),
         event_count=len(events),
         versions=presenters.versions(events),
@@ -441,6 +445,7 @@ def workers(
 
 
 _GROUPS = 10  # the largest groups of dead letters the page shows above the list
+STRIP_RUNS = 24  # the latest runs a job's history strip shows, one cell each
 
 
 @get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")

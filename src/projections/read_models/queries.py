@@ -49,6 +49,7 @@ from jobledger.schemas.rows import (
     MinuteStats,
     Page,
     ProgressRow,
+    RunCell,
 )
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "MinuteStats",
     "Page",
     "ReadModelQueries",
+    "RunCell",
 ]
 
 MAX_LIMIT = 1000
@@ -144,6 +146,11 @@ class ReadModelQueries(Protocol):
         """Dead-lettered executions, the latest to die first. ``error_contains``
         matches part of the last error, case and all (as ``jobledger dlq requeue``
         does)."""
+        ...
+
+    def recent_runs(self, job_ids: Sequence[UUID], *, per_job: int) -> dict[UUID, list[RunCell]]:
+        """Each job's latest ``per_job`` runs, the latest first (its history strip); a job
+        with none is left out."""
         ...
 
     def dead_letter_groups(self, *, limit: int = 100) -> list[DeadLetterGroup]:
@@ -381,6 +388,15 @@ def _execution_placeholder(row: Sequence[Any], error: Exception) -> ExecutionRow
         closed_reason=None,
         version=0,
         unreadable=f"row: {type(error).__name__}: {error}",
+    )
+
+
+def run_cell(row: Sequence[Any]) -> RunCell:
+    """A cell from ``(id, status, enqueued_at_ms)``; a time it cannot read is None."""
+    return RunCell(
+        id=_row_id(row),
+        status=str(row[1]),
+        enqueued_at=_Reading().time("enqueued_at", row[2]),
     )
 
 
