@@ -69,7 +69,7 @@ def _to_attempt(
     if sink is None:
         return event_dict
     fields = {k: v for k, v in event_dict.items() if k not in _ENTRY_KEYS}
-    shown = _exception_text(event_dict.get("exc_info"))
+    shown = exception_text(event_dict.get("exc_info"))
     if shown is not None:
         fields["exception"] = shown
     level = str(event_dict.get("level", _method))
@@ -81,7 +81,7 @@ def _redacted_fields(fields: dict[str, Any]) -> dict[str, Any]:
     return {key: "***" if _secret_key(key) else redact(value) for key, value in fields.items()}
 
 
-def _exception_text(exc_info: object) -> str | None:
+def exception_text(exc_info: object) -> str | None:
     """A traceback as text (plain, no local variables), redacted; None without one."""
     if not exc_info:
         return None
@@ -102,7 +102,7 @@ class _AttemptHandler(logging.Handler):
         if sink is None:
             return
         fields: dict[str, Any] = {"logger": record.name}
-        shown = _exception_text(record.exc_info)
+        shown = exception_text(record.exc_info)
         if shown is not None:
             fields["exception"] = shown
         sink(record.levelname.lower(), redact_text(record.getMessage()), fields)

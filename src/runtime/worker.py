@@ -18,10 +18,11 @@ import contextlib
 import random
 import time
 import uuid
+from collections.abc import Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 import structlog
 
@@ -39,7 +40,7 @@ from jobledger.domain.json_values import check_json
 from jobledger.domain.progress import ProgressPolicy
 from jobledger.domain.run_logs import LogLine, LogPolicy
 from jobledger.infra.background import Background
-from jobledger.infra.logging import ATTEMPT_SINK, capture_attempt_lines
+from jobledger.infra.logging import ATTEMPT_SINK, capture_attempt_lines, exception_text
 from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import OUTAGE_ERRORS, POSTGRESQL, REDIS, DependencyHealth
 from jobledger.infra.presence import Presence, WorkerInfo
@@ -68,6 +69,7 @@ from jobledger.runtime.outcomes import (
     decided,
 )
 
+T = TypeVar("T")
 log = structlog.get_logger(__name__)
 _handler_log = structlog.get_logger("jobledger.handler")
 
@@ -468,15 +470,6 @@ class Worker:
             # twenty objects a job, a tenth of the worker's time in its passes).
             running.progress = running.context.progress_sink = None
 
-    async def _attempt(self, running: _Running) -> Report:
-        """Run the handler under its breaker and timeout, its lines going to its
-        attempt (recorded every ``log_every`` meanwhile); what it came to."""
-        sink = ATTEMPT_SINK.set(None if running.lines is None else running.lines.write)
-        try:
-            return await self._run_handler(running)
-        finally:
-            ATTEMPT_SINK.reset(sink)
-
     async def _record_lines_every(self, stop: asyncio.Event) -> None:
         """Every ``log_every``, the lines of each running handler so far (one task for
         all runs: a run that logs nothing costs nothing here)."""
@@ -489,7 +482,8 @@ class Worker:
                 if lines or dropped:
                     await running.progress.record_lines(lines, dropped)
 
-    async def _run_handler(self, running: _Running) -> Report:
+    async def _attempt(self, running: _Running) -> Report:
+        """Run the handler under its breaker and timeout; what it came to."""
         execution, context = running.execution, running.context
         name = execution.spec.handler
         handler = self.handlers.get(name)
@@ -502,7 +496,7 @@ class Worker:
                 try:
                     # In this task: wait_for would run the handler in a task of its own.
                     async with asyncio.timeout(timeout):
-                        result = await handler(context)
+                        result = await _logged_to(running.lines, handler(context))
                 finally:
                     # Inside the breaker: a run the open breaker refused took no time.
                     self._observe_duration(name, started)
@@ -515,8 +509,11 @@ class Worker:
             # A snooze, a discard or a permanent failure is the handler's decision.
             outcome = decided(error)
             if outcome is None:
-                # Its traceback is the attempt's last line (and the worker's stderr's).
+                # Its traceback: the worker's stderr's line, and the attempt's last one.
                 context.log.warning("handler.raised", exc_info=error)
+                if running.lines is not None:
+                    shown = {"exception": exception_text(error)}
+                    running.lines.write("warning", "handler.raised", shown)
             return outcome or Failed(f"{type(error).__name__}: {error}")
         refused = self._storable(result)
         if refused is not None:
@@ -703,6 +700,16 @@ class Worker:
         self.metrics.completions.labels(handler=execution.spec.handler, outcome="handed_back").inc()
         self.running.pop(execution.id, None)
         self.metrics.slots_in_use.set(self._busy())
+
+
+async def _logged_to(lines: AttemptLines | None, call: Awaitable[T]) -> T:
+    """Await the handler's ``call`` with what it logs going to its attempt's ``lines``
+    (ADR 104): only the handler's own code, not the breaker or the worker around it."""
+    sink = ATTEMPT_SINK.set(None if lines is None else lines.write)
+    try:
+        return await call
+    finally:
+        ATTEMPT_SINK.reset(sink)
 
 
 def _with_lines(execution: Execution, lease: Lease, lines: list[LogLine], dropped: int) -> None:
