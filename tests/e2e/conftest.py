@@ -173,9 +173,13 @@ class Ui:
 
 
 @pytest.fixture
-def ui(browser: Browser, stack: Stack) -> Iterator[Ui]:
-    """A fresh browser context (no cookies), whose script errors fail the test."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def ui(browser: Browser, stack: Stack, request: pytest.FixtureRequest) -> Iterator[Ui]:
+    """A fresh browser context (no cookies), whose script errors fail the test; in the
+    zone a ``timezone`` mark names (else the machine's)."""
+    zone = request.node.get_closest_marker("timezone")
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, timezone_id=zone.args[0] if zone else None
+    )
     context.set_default_timeout(15_000)
     page = context.new_page()
     running = Ui(page, stack)

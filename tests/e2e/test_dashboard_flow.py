@@ -3,6 +3,7 @@
 import re
 from typing import TYPE_CHECKING
 
+import pytest
 from playwright.sync_api import expect
 
 if TYPE_CHECKING:
@@ -176,3 +177,28 @@ def test_a_job_row_stays_one_line_with_its_actions_secondary(ui: "Ui") -> None:
     assert header is not None
     assert shown is not None
     assert shown["height"] < 1.6 * header["height"], (shown, header)
+
+
+@pytest.mark.timezone("Asia/Tokyo")
+def test_times_show_in_utc_or_in_the_browsers_zone(ui: "Ui") -> None:
+    """If a viewer switches the times to local in a browser in Tokyo, then every time
+    on the page shows in one format with the +09:00 offset, the choice holds on the next
+    page, and switching back shows UTC again."""
+    operator = ui.stack.operator()
+    made = operator.post("/api/v1/executions", json={"handler": "test.echo", "payload": {}})
+    operator.close()
+    assert made.status_code == 202, made.text
+    ui.sign_in("viewer", start=f"/ui/executions/{made.json()['id']}")
+    page = ui.page
+    shown = page.locator("main time[datetime]").first
+    expect(shown).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
+    switch = page.locator("#time-zone")
+    expect(switch).to_have_text("UTC")
+    switch.click()
+    expect(switch).to_have_attribute("aria-pressed", "true")
+    expect(shown).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+09:00$"))
+    ui.go("/ui/executions")
+    listed = page.locator("main time[datetime]").first
+    expect(listed).to_have_text(re.compile(r" \+09:00$"))
+    page.locator("#time-zone").click()
+    expect(listed).to_have_text(re.compile(r" UTC$"))

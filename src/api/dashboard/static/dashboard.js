@@ -877,6 +877,46 @@
     if (target.matches("input.pick, #select-all")) updateSelection();
   });
 
+  // ---- times: one format, in UTC or in the browser's zone ------------------------------
+  // The server writes every time as <time datetime="ISO">YYYY-MM-DD HH:MM:SS UTC</time>;
+  // the switch in the header shows them in this browser's zone instead, with its offset,
+  // and is remembered for the next pages.
+  const ZONE_KEY = "jobledger.times";
+
+  function localTimes() {
+    return localStorage.getItem(ZONE_KEY) === "local";
+  }
+
+  function offsetText(date) {
+    const minutes = -date.getTimezoneOffset();
+    const sign = minutes < 0 ? "-" : "+";
+    const pad = (n) => String(Math.floor(Math.abs(n))).padStart(2, "0");
+    return `${sign}${pad(minutes / 60)}:${pad(minutes % 60)}`;
+  }
+
+  function showTimes(root) {
+    const local = localTimes();
+    for (const time of root.querySelectorAll("time[datetime]")) {
+      if (!time.dataset.shownUtc) time.dataset.shownUtc = time.textContent;
+      const date = new Date(time.getAttribute("datetime"));
+      if (Number.isNaN(date.getTime())) continue;
+      time.textContent = local
+        ? `${localInput(date).replace("T", " ")} ${offsetText(date)}`
+        : time.dataset.shownUtc;
+    }
+    const button = byId("time-zone");
+    if (button) {
+      button.textContent = local ? "Local" : "UTC";
+      button.setAttribute("aria-pressed", String(local));
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    if (!event.target.closest("#time-zone")) return;
+    localStorage.setItem(ZONE_KEY, localTimes() ? "utc" : "local");
+    showTimes(document);
+  });
+
   function localInput(date) {
     const pad = (n) => String(n).padStart(2, "0");
     return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
@@ -884,6 +924,7 @@
 
   // What a fresh page or region needs once: local times in pickers, a first preview.
   function enhance(root) {
+    showTimes(root);
     for (const input of root.querySelectorAll("input[data-utc]")) {
       if (input.dataset.utc) input.value = localInput(new Date(input.dataset.utc));
     }
