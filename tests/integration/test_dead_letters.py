@@ -56,9 +56,12 @@ def dead(
 
 def project(container: Container) -> Services:
     """The queue and the read models caught up with the log; the use cases on them."""
-    projection = container.projector().queue
-    while projection.step():
-        pass
+    projector = container.projector()
+    try:
+        while projector.queue.step():
+            pass
+    finally:
+        projector.close()  # what its steps opened: not left to the collector's thread
     services = build_services(container)
     services.admin.catch_up_read_models()
     return services

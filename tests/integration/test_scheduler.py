@@ -307,9 +307,12 @@ def adhoc(container: Container, max_retries: int) -> Execution:
 
 
 def project(container: Container) -> None:
-    projection = container.projector().queue
-    while projection.step():
-        pass
+    projector = container.projector()
+    try:
+        while projector.queue.step():
+            pass
+    finally:
+        projector.close()  # what its steps opened: not left to the collector's thread
 
 
 def lease_one(container: Container, ttl: timedelta) -> None:
