@@ -228,7 +228,7 @@ def jobs_page(
 ) -> Template:
     filters = {"status": status, "handler": handler, "queue": queue, "search": search}
     found = views.jobs(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
-    strips = views.recent_runs([job.id for job in found.items], per_job=STRIP_RUNS)
+    strips = views.recent_runs([job.id for job in found.items], per_job=LISTED_STRIP_RUNS)
     return _listing(
         request, "jobs.html", found, filters, jobs, statuses=JOB_STATUSES, strips=strips
     )
@@ -446,6 +446,7 @@ def workers(
 
 _GROUPS = 10  # the largest groups of dead letters the page shows above the list
 STRIP_RUNS = 24  # the latest runs a job's history strip shows, one cell each
+LISTED_STRIP_RUNS = 12  # on the jobs list, where every row has one
 
 
 @get("/dlq", opt=VIEWER, sync_to_thread=True, name="ui-dlq")

@@ -287,6 +287,12 @@ def when(moment: datetime | None) -> Markup:
     )
 
 
+def stamp(moment: datetime | None) -> str:
+    """A time as plain text in the one format (for an attribute, where ``when``'s
+    element cannot go)."""
+    return "—" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def duration(milliseconds: float | None) -> str:
     if milliseconds is None:
         return "—"
@@ -367,6 +373,7 @@ def local_time(iso: str) -> str:
 FILTERS = {
     "local_time": local_time,
     "when": when,
+    "stamp": stamp,
     "duration": duration,
     "ago": ago,
     "as_json": as_json,

@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from tests.integration.api.conftest import Api
 
 HTML = {"Accept": "text/html"}
-CELL = re.compile(r'class="cell status-(\w+)" data-status="\w+" href="/ui/executions/([0-9a-f-]+)"')
+CELL = re.compile(
+    r'class="cell status-(\w+)" href="/ui/executions/([0-9a-f-]+)" title="\w+, [0-9 :-]+ UTC"'
+)
 
 
 def test_a_jobs_latest_runs_show_as_cells_oldest_first(api: "Api") -> None:
