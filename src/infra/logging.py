@@ -54,10 +54,8 @@ def _secret_key(key: object) -> bool:
 def _redact(
     _logger: object, _method: str, event_dict: structlog.typing.EventDict
 ) -> structlog.typing.EventDict:
-    for key, value in event_dict.items():
-        if key == "exc_info":
-            continue  # rendered (and then redacted) by the processors after this one
-        event_dict[key] = "***" if _secret_key(key) else redact(value)
+    # exc_info is rendered (and then redacted) by the processors after this one.
+    event_dict.update(_redacted_fields({k: v for k, v in event_dict.items() if k != "exc_info"}))
     return event_dict
 
 
