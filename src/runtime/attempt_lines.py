@@ -52,3 +52,9 @@ class AttemptLines:
             lines, dropped = self._pending, self._dropped
             self._pending, self._dropped = [], 0
         return lines, dropped
+
+    def put_back(self, lines: list[LogLine], dropped: int) -> None:
+        """Lines taken but not recorded: ahead of any written since, for the next take."""
+        with self._lock:
+            self._pending[:0] = lines
+            self._dropped += dropped

@@ -478,9 +478,7 @@ class Worker:
             for running in list(self.running.values()):
                 if running.finished or running.lines is None or running.progress is None:
                     continue  # a finished run's last lines go with its outcome
-                lines, dropped = running.lines.take()
-                if lines or dropped:
-                    await running.progress.record_lines(lines, dropped)
+                await running.progress.record_lines(running.lines)
 
     async def _attempt(self, running: _Running) -> Report:
         """Run the handler under its breaker and timeout; what it came to."""
@@ -686,6 +684,12 @@ class Worker:
         running.finished = True
         execution, lease = running.execution, running.lease
         try:
+            # As an outcome's report: on a fresh copy if a progress save failed.
+            progress, grace = running.progress, self.config.grace
+            if progress is not None and not await asyncio.wait_for(progress.settled(), grace):
+                execution = await asyncio.to_thread(self.ledger.get_execution, execution.id)
+            if running.lines is not None:
+                _with_lines(execution, lease, *running.lines.take())
             self._apply(execution, lease, Deferred(SHUTTING_DOWN, ready_at=self.now()))
             # Bounded: during an outage the writer would wait for the store, and a
             # worker asked to stop must stop.

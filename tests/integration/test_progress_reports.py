@@ -121,6 +121,23 @@ def test_a_run_cancelled_while_it_reports_ends_cancelled_with_nothing_after(
     """If a run is cancelled while its handler goes on reporting, then the report that
     comes after the cancellation is not written, the worker records the run as
     cancelled, and the log holds no event after ExecutionCancelled."""
+    _cancel_between_reports(embedded, ["cancelled meanwhile"])
+
+
+def test_after_a_report_that_could_not_be_saved_no_later_one_is_written(
+    embedded: InProcess,
+) -> None:
+    """If a report's save fails because the run was cancelled meanwhile, then the
+    worker's copy is a version ahead of the log: a later report from that copy must
+    not land after the cancellation (it would number right behind it), so the log
+    still ends with ExecutionCancelled."""
+    _cancel_between_reports(
+        embedded, ["conflicts with the cancellation", "from the copy a version ahead"]
+    )
+
+
+def _cancel_between_reports(embedded: InProcess, later: list[str]) -> None:
+    """One report, a cancellation, then ``later`` reports: only the first is written."""
     stepper = Stepper(embedded.clock)
 
     async def scenario() -> None:
@@ -129,7 +146,8 @@ def test_a_run_cancelled_while_it_reports_ends_cancelled_with_nothing_after(
             await embedded.until(lambda: embedded.status(execution.id) is ExecutionStatus.RUNNING)
             await stepper.report(0, 10, "loading")
             Executions(embedded.container.ledger).cancel(execution.id, by=actor(), reason="stop")
-            await stepper.report(0, 20, "cancelled meanwhile")  # a new message: recorded?
+            for percent, message in enumerate(later, start=2):
+                await stepper.report(0, percent * 10, message)
             await stepper.steps.put(None)
             await embedded.until(lambda: not embedded.container.queue.items("default"))
         names = embedded.names(execution.id)
