@@ -80,7 +80,8 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         "POSTGRES_LOCK_TIMEOUT": "10",
         # One empty query at checkout: after a server restart every pooled connection
         # is dead, and without it each would fail a call (a save's ten retries can all
-        # draw dead ones, and the call fails although the server is back).
+        # draw dead ones, and the call fails although the server is back). The pool
+        # asks only of a connection idle a while (``check_if_idle``).
         "POSTGRES_PRE_PING": "y",
     }
 

@@ -14,7 +14,7 @@ import pytest
 from psycopg_pool import ConnectionPool
 from tests.integration.pool_stats import pool_requests
 
-from jobledger.adapters.postgres import database as database_module
+from jobledger.adapters.postgres import bounded as bounded_module
 from jobledger.adapters.postgres.database import PostgresDatabase
 from jobledger.adapters.sql.positions import SqlPosition
 from jobledger.adapters.sql.quarantine import SqlQuarantineTable
@@ -52,6 +52,10 @@ def enqueue(ledger: Ledger, count: int) -> None:
         for _ in range(count)
     ]
     ledger.save(*runs)
+
+
+# More appends than the ledger's pool holds connections: each has been used once.
+POOL_CYCLE = 10
 
 
 def backend_pid(database: PostgresDatabase) -> int:
@@ -98,25 +102,47 @@ def test_a_topic_list_with_quotes_and_percents_filters_as_given(ledger: Ledger) 
     assert [list(share.rows(0).rows) for share in shares] == [[], []]
 
 
-def test_a_connection_just_returned_is_not_checked(
-    database: PostgresDatabase, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """If a connection is taken again the moment it came back, then no check query
-    goes out for it; once it has idled FRESH_SECONDS, it is checked at checkout."""
-    checked: list[Any] = []
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The connections a pool checks at checkout, from now on."""
+    seen: list[Any] = []
     original = ConnectionPool.check_connection
 
     def counting(conn: psycopg.Connection[Any]) -> None:
-        checked.append(conn)
+        seen.append(conn)
         original(conn)
 
     monkeypatch.setattr(ConnectionPool, "check_connection", staticmethod(counting))
+    return seen
+
+
+def test_a_connection_just_returned_is_not_checked(
+    database: PostgresDatabase, checked: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a connection is taken again the moment it came back, then no check query
+    goes out for it; once it has idled FRESH_SECONDS, it is checked at checkout."""
     backend_pid(database)
     checked.clear()
     backend_pid(database)
     assert checked == []
-    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)
+    monkeypatch.setattr(bounded_module, "FRESH_SECONDS", 0.0)
     backend_pid(database)
+    assert len(checked) == 1
+
+
+def test_the_event_stores_connection_just_returned_is_not_checked(
+    ledger: Ledger, checked: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the event store's pool gives back a connection the moment it came back (one
+    append after another, as an API process enqueues), then no check query goes out
+    for it; once it has idled FRESH_SECONDS, it is checked at checkout."""
+    for _ in range(POOL_CYCLE):  # the pool hands its connections round in turn
+        enqueue(ledger, 1)
+    checked.clear()
+    enqueue(ledger, 1)
+    assert checked == []
+    monkeypatch.setattr(bounded_module, "FRESH_SECONDS", 0.0)
+    enqueue(ledger, 1)
     assert len(checked) == 1
 
 
@@ -128,7 +154,7 @@ def test_a_connection_the_server_dropped_while_idle_is_replaced(
     pid = backend_pid(database)
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    monkeypatch.setattr(database_module, "FRESH_SECONDS", 0.0)  # it has idled
+    monkeypatch.setattr(bounded_module, "FRESH_SECONDS", 0.0)  # it has idled
     assert backend_pid(database) != pid
 
 

@@ -16,6 +16,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 from typing import Any, ClassVar
 
 import psycopg
@@ -37,6 +38,11 @@ _REMEMBER_SECONDS = 0.5
 # the pool's connections: it fails at once instead of after the pool's wait, each of
 # eventsourcing's ten tries of a call included.
 _DOWN_SECONDS = 2.0
+# A connection back in its pool for less than this was working a moment ago: taken
+# again, it is not checked (``check_if_idle``).
+FRESH_SECONDS = 1.0
+# When each pooled connection last went back.
+_returned: "weakref.WeakKeyDictionary[psycopg.Connection[Any], float]" = weakref.WeakKeyDictionary()
 # How long a call waits on a server found silent within that moment before asking.
 _SOON = 0.1
 
@@ -162,21 +168,38 @@ def _server_of(conninfo: str, kwargs: object) -> tuple[str, int]:
     return host, int(port)
 
 
-class BoundedPool(psycopg_pool.ConnectionPool[Any]):
-    """A pool (of ``BoundedConnection`` s: give ``connection_class``) whose callers
-    hear at once that its server is silent (``refuse_if_silent``)."""
+def check_if_idle(conn: psycopg.Connection[Any]) -> None:
+    """A pool's check at checkout: one empty query for a connection that has been idle
+    a while, so one the server dropped (a restart) is replaced there instead of failing
+    its caller. A connection used a moment ago skips it: a follower takes one per
+    transaction, several a page, an API process one a request, and the check is a round
+    trip each time. A server that went away within that moment fails the caller as a
+    restart in the middle of a transaction does, and the caller retries."""
+    returned = _returned.get(conn)
+    if returned is None or time.monotonic() - returned >= FRESH_SECONDS:
+        psycopg_pool.ConnectionPool.check_connection(conn)
+
+
+class _NotesReturns(psycopg_pool.ConnectionPool[Any]):
+    """A pool whose callers hear at once that its server is silent (``refuse_if_silent``)
+    and that notes when each connection came back, for ``check_if_idle``: here, not in
+    the pool's ``reset``, which would hand every return to a pool thread."""
 
     def getconn(self, timeout: float | None = None) -> Any:  # noqa: ANN401 (the pool's connection class)
         refuse_if_silent(self)
         return super().getconn(timeout)
 
+    def putconn(self, conn: Any) -> None:  # noqa: ANN401 (the pool's connection class)
+        _returned[conn] = time.monotonic()
+        super().putconn(conn)
 
-class _BoundedEventStorePool(postgres.ConnectionPool[Any]):
-    """eventsourcing's pool, whose callers hear at once that its server is silent."""
 
-    def getconn(self, timeout: float | None = None) -> Any:  # noqa: ANN401 (the pool's connection class)
-        refuse_if_silent(self)
-        return super().getconn(timeout)
+class BoundedPool(_NotesReturns):
+    """A pool of ``BoundedConnection`` s (give ``connection_class``); see ``_NotesReturns``."""
+
+
+class _BoundedEventStorePool(_NotesReturns, postgres.ConnectionPool[Any]):
+    """eventsourcing's pool; see ``_NotesReturns``."""
 
 
 class BoundedPostgresFactory(postgres.PostgresFactory):
@@ -195,5 +218,8 @@ class BoundedPostgresFactory(postgres.PostgresFactory):
         pool.connection_class = bounded_connection(check_after)
         if isinstance(pool.kwargs, dict):  # how eventsourcing gives its keywords
             pool.kwargs["connect_timeout"] = connect_timeout(check_after)
-        # The same pool, with ``getconn`` of its own: the datastore makes it itself.
+        # The same pool, with ``getconn`` and ``putconn`` of its own (the datastore
+        # makes it itself), and the check of an idle connection only, in place of
+        # the check at every checkout that ``POSTGRES_PRE_PING`` asked for.
         pool.__class__ = _BoundedEventStorePool
+        pool._check = check_if_idle  # noqa: SLF001 (the pool keeps its check here)

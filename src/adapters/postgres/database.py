@@ -4,16 +4,18 @@ the index builds of a rebuild's new tables."""
 
 import contextlib
 import threading
-import time
-import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from jobledger.adapters.postgres.bounded import BoundedPool, bounded_connection, connect_timeout
+from jobledger.adapters.postgres.bounded import (
+    BoundedPool,
+    bounded_connection,
+    check_if_idle,
+    connect_timeout,
+)
 from jobledger.projections.database import (
     STREAM_BATCH,
     Cursor,
@@ -22,9 +24,6 @@ from jobledger.projections.database import (
     ShadowIndexes,
     row_values,
 )
-
-# When each pooled connection last went back: a check within FRESH_SECONDS of it is skipped.
-_returned: "weakref.WeakKeyDictionary[psycopg.Connection[Any], float]" = weakref.WeakKeyDictionary()
 
 
 class PostgresDatabase:
@@ -49,8 +48,7 @@ class PostgresDatabase:
             name="jobledger-projections",
             timeout=wait,
             reconnect_timeout=wait,
-            check=_check_if_idle,
-            reset=_note_returned,
+            check=check_if_idle,
         )
 
     @contextlib.contextmanager
@@ -103,26 +101,6 @@ def _prepare_for_builds(conn: psycopg.Connection[Any], connections: int) -> None
         # A build a core: the server's own workers would share the cores with the
         # other connections' builds, and each build merges alone at its end.
         conn.execute(b"SET max_parallel_maintenance_workers = 0")
-
-
-# A connection back in the pool for less than this was working a moment ago.
-FRESH_SECONDS = 1.0
-
-
-def _note_returned(conn: psycopg.Connection[Any]) -> None:
-    _returned[conn] = time.monotonic()
-
-
-def _check_if_idle(conn: psycopg.Connection[Any]) -> None:
-    """One empty query at checkout for a connection that has been idle a while: one
-    the server dropped (a restart) is replaced there, instead of failing its caller.
-    A connection used a moment ago skips it: a follower takes one per transaction,
-    several a page, and the check is a round trip each time. A server that went away
-    within that moment fails the caller as a restart in the middle of a transaction
-    does, and the caller retries."""
-    returned = _returned.get(conn)
-    if returned is None or time.monotonic() - returned >= FRESH_SECONDS:
-        ConnectionPool.check_connection(conn)
 
 
 def _pg(sql: str) -> bytes:
