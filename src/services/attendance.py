@@ -9,7 +9,7 @@ workers report, not by leases (ADR 82).
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import structlog
@@ -49,6 +49,28 @@ class Service:
 # A queue no worker has reported serving (as far as presence remembers).
 NEVER = Service(0, None)
 
+# How long a read of which queues are served answers a run's warning: an API process
+# sending runs one at a time to served queues reads presence once in this, not once a
+# run. A queue not served then is read again at once, so a worker that just started
+# is seen; one that just left stays counted this much longer than its heartbeats say.
+SERVED_KEPT_FOR = timedelta(seconds=1)
+
+
+class _RecentlyServed:
+    """The queues live workers served at the last read, and when it was made."""
+
+    def __init__(self) -> None:
+        self._read: tuple[datetime, frozenset[str]] | None = None  # swapped whole
+
+    def queues(self, at: datetime) -> frozenset[str]:
+        read = self._read
+        if read is None or not timedelta(0) <= at - read[0] < SERVED_KEPT_FOR:
+            return frozenset()
+        return read[1]
+
+    def note(self, counts: dict[str, int], at: datetime) -> None:
+        self._read = (at, frozenset(queue for queue, live in counts.items() if live))
+
 
 @dataclass(frozen=True)
 class Attendance:
@@ -56,6 +78,7 @@ class Attendance:
 
     presence: Presence
     stale_after: timedelta
+    _served: _RecentlyServed = field(default_factory=_RecentlyServed, compare=False)
 
     def services(self, *, at: datetime) -> dict[str, Service]:
         """Each queue any worker ever reported serving (as far as presence keeps it),
@@ -71,9 +94,14 @@ class Attendance:
         """One warning per queue of ``queues`` no live worker serves, naming the fix;
         none while the workers' reports cannot be read: a run goes into the log whether
         or not Redis answers, and a warning must not turn that into a refusal. When
-        every queue is served (the common case) the last-served times are not read."""
+        every queue is served (the common case) the last-served times are not read,
+        nor, within ``SERVED_KEPT_FOR`` of the last read, the live workers."""
+        queues = set(queues)
+        if queues <= self._served.queues(at):
+            return []
         try:
             counts = self._live_counts(at)
+            self._served.note(counts, at)
             unserved = sorted({q for q in queues if not counts.get(q)})
             last = self.presence.last_served() if unserved else {}
         except OUTAGE_ERRORS as error:

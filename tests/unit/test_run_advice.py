@@ -2,6 +2,7 @@
 queues): advice and bounds that never stand in the way of the log while Redis is down."""
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -10,7 +11,7 @@ from structlog.testing import capture_logs
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.infra.presence import WorkerInfo
-from jobledger.services.attendance import Attendance
+from jobledger.services.attendance import SERVED_KEPT_FOR, Attendance
 from jobledger.services.caps import QueueRoom
 
 AT = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
@@ -67,6 +68,40 @@ def test_a_run_to_a_served_queue_reads_no_last_served_times(
     (warning,) = attendance.warnings(["default", "reports"], at=AT)
     assert "'reports'" in warning
     assert reads == [1]
+
+
+@pytest.mark.parametrize(
+    ("later", "queues", "reads"),
+    [
+        (timedelta(0), ["default"], 1),  # the same moment: the read answers
+        (timedelta(milliseconds=999), ["default"], 1),  # within the second
+        (SERVED_KEPT_FOR, ["default"], 2),  # a second on: read again
+        (-timedelta(milliseconds=1), ["default"], 2),  # a clock gone back: read again
+        (timedelta(milliseconds=10), ["reports"], 2),  # a queue not served then: read
+    ],
+)
+def test_a_read_of_the_served_queues_answers_for_a_second(
+    later: timedelta, queues: list[str], reads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a run to a served queue follows another within SERVED_KEPT_FOR, then the
+    workers' reports are not read again; a later run, or one to a queue that was not
+    served at the last read (a worker may have started since), reads them."""
+    presence = MemoryPresence()
+    presence.report(
+        WorkerInfo(worker_id="w1", queues=("default",), slots=4, running=(), last_heartbeat=AT)
+    )
+    read: list[int] = []
+    live = presence.live
+
+    def counted(**kwargs: Any) -> list[WorkerInfo]:
+        read.append(1)
+        return live(**kwargs)
+
+    monkeypatch.setattr(presence, "live", counted)
+    attendance = Attendance(presence, stale_after=timedelta(seconds=30))
+    assert attendance.warnings(["default"], at=AT) == []
+    attendance.warnings(queues, at=AT + later)
+    assert len(read) == reads
 
 
 def test_the_queue_cap_lets_a_run_through_while_the_queues_cannot_be_read() -> None:
