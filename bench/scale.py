@@ -399,6 +399,7 @@ DISK_GROUPS = {
         "jobledger_rm_minute_stats",
         "jobledger_rm_minute_histograms",
         "jobledger_rm_status_counts",
+        "jobledger_rm_workflows",
     ),
     "checkpoint": ("jobledger_open_executions",),
 }

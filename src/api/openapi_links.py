@@ -3,10 +3,10 @@
 A link says, for one response, which value of it (``$response.body#/id``) fills a
 parameter of another operation. Clients and schema-driven tests follow them to run
 the workflows of the API: create a job, trigger it, cancel the run; list the dead
-letters and requeue or discard one; start a workflow, read it, cancel it; pause a
-queue, then drain or resume it. Litestar cannot declare links on a route, so they are
-added to the generated document, by method and path: a route renamed or removed makes
-``add_links`` raise instead of leaving a link to nowhere.
+letters and requeue or discard one; start a workflow (or list them), read it, cancel
+it; pause a queue, then drain or resume it. Litestar cannot declare links on a route, so
+they are added to the generated document, by method and path: a route renamed or
+removed makes ``add_links`` raise instead of leaving a link to nowhere.
 """
 
 from typing import Final, NamedTuple
@@ -31,6 +31,7 @@ _SAME_EXECUTION = {"execution_id": "$request.path.execution_id"}
 _FIRST_JOB = {"job_id": "$response.body#/items/0/id"}
 _WORKFLOW = {"workflow_id": "$response.body#/id"}
 _SAME_WORKFLOW = {"workflow_id": "$request.path.workflow_id"}
+_FIRST_WORKFLOW = {"workflow_id": "$response.body#/items/0/id"}
 _FIRST_STEP = {"execution_id": "$response.body#/steps/0/execution_id"}
 _FIRST_QUEUE = {"name": "$response.body#/queues/0/name"}
 _SAME_QUEUE = {"name": "$request.path.name"}
@@ -83,6 +84,7 @@ STEPS: Final = (
     Step("POST /api/v1/jobs", "201", "GET /api/v1/jobs/{job_id}/dependencies", _JOB),
     Step("POST /api/v1/jobs", "201", "POST /api/v1/jobs/{job_id}/backfill", _JOB),
     Step("POST /api/v1/workflows", "201", "GET /api/v1/workflows/{workflow_id}", _WORKFLOW),
+    Step("GET /api/v1/workflows", "200", "GET /api/v1/workflows/{workflow_id}", _FIRST_WORKFLOW),
     Step("POST /api/v1/workflows", "201", "POST /api/v1/workflows/{workflow_id}/cancel", _WORKFLOW),
     Step(
         "POST /api/v1/workflows",

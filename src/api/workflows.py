@@ -1,5 +1,5 @@
-"""Workflows: start an ad-hoc DAG of handler runs, read it with each step's state,
-cancel it, and its history."""
+"""Workflows: start an ad-hoc DAG of handler runs, list them, read one with each step's
+state, cancel it, and its history."""
 
 from typing import Any
 from uuid import UUID
@@ -10,12 +10,23 @@ from litestar.params import FromPath, JSONBody
 from litestar.status_codes import HTTP_200_OK, HTTP_201_CREATED
 
 from jobledger.api.budgets import RunBudget
-from jobledger.api.common import Cursor, IdempotencyKey, Limit, events_page
+from jobledger.api.common import (
+    Cursor,
+    Filter,
+    IdempotencyKey,
+    Limit,
+    Offset,
+    Since,
+    Until,
+    aware,
+    events_page,
+)
 from jobledger.api.schemas import ReasonIn, WorkflowIn, WorkflowOut, to_steps, workflow_out
 from jobledger.api.security import OPERATOR, VIEWER
 from jobledger.domain.clock import Clock
 from jobledger.services.actors import Actor
 from jobledger.services.history import EventOut
+from jobledger.services.views import Page, Views
 from jobledger.services.workflows import Workflows
 
 
@@ -48,6 +59,32 @@ class WorkflowController(Controller):
             by=actor,
         )
         return workflow_out(workflow)
+
+    @get("/", opt=VIEWER, sync_to_thread=True)
+    def list_workflows(
+        self,
+        views: NamedDependency[Views],
+        *,
+        status: Filter = None,
+        name: Filter = None,
+        since: Since = None,
+        until: Until = None,
+        limit: Limit = 50,
+        offset: Offset = 0,
+        cursor: Cursor = None,
+    ) -> Page:
+        """Workflows started in [``since``, ``until``), the latest first, each with its
+        steps counted by state (items are workflow rows); ``status`` is running,
+        completed, failed or cancelled, ``name`` the whole name."""
+        return views.workflows(
+            status=status,
+            name=name,
+            since=aware("since", since),
+            until=aware("until", until),
+            limit=limit,
+            offset=offset,
+            cursor=cursor,
+        )
 
     @get("/{workflow_id:uuid}", opt=VIEWER, sync_to_thread=True)
     def get_workflow(

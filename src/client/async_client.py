@@ -40,7 +40,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
 from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
-from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page
+from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page, WorkflowRow
 from jobledger.schemas.system import Readiness
 
 T = TypeVar("T")
@@ -314,6 +314,21 @@ class AsyncClient:
             result = waiting.seen(detail)
             if result is not None:
                 return result
+
+    # ---- workflows (create, get, wait, cancel: ``self.workflows``) ---------------------
+
+    async def list_workflows(
+        self, *, limit: int = 50, cursor: str | None = None, **filters: object
+    ) -> Page:
+        """One page of workflows, the latest started first (items are ``WorkflowRow``,
+        with their steps counted by state); filters: status, name, since, until."""
+        return await self.send(calls.list_workflows(limit, cursor, **filters))
+
+    def iter_workflows(
+        self, *, page_size: int = 200, **filters: object
+    ) -> AsyncIterator[WorkflowRow]:
+        """Every workflow that matches, page by page along the cursor."""
+        return self._follow(calls.list_workflows(page_size, None, **filters))
 
     # ---- dead letters ------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ from jobledger.schemas.jobs import (
 )
 from jobledger.schemas.limits import LimitIn, LimitList, LimitOut, LimitStateOut, LimitValuesIn
 from jobledger.schemas.queues import DrainIn, DrainReport, PauseIn, QueueList, QueueStateOut
-from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page
+from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page, WorkflowRow
 from jobledger.schemas.system import Readiness
 from jobledger.schemas.workflows import WorkflowIn, WorkflowOut
 
@@ -335,6 +335,10 @@ def workflow_history(
 ) -> Call[Linked]:
     path = f"/api/v1/workflows/{workflow_of(workflow_id)}/events"
     return _linked(path, list[EventOut], limit, cursor)
+
+
+def list_workflows(limit: int, cursor: str | None, **filters: object) -> Call[Page]:
+    return _list("/api/v1/workflows", list[WorkflowRow], limit, cursor, **filters)
 
 
 def workflow_of(workflow: WorkflowId) -> Id:

@@ -137,6 +137,36 @@ class DeadLetterGroup(msgspec.Struct, frozen=True, kw_only=True):
     last_seen: datetime | None
 
 
+class StepCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """How many of a workflow's steps are in each state (``total`` is all of them)."""
+
+    total: int
+    waiting: int
+    released: int  # its run is pending or running
+    completed: int
+    failed: int
+    cancelled: int
+    skipped: int
+
+
+class WorkflowRow(msgspec.Struct, frozen=True, kw_only=True):
+    """A workflow as its list shows it; ``GET /api/v1/workflows/{id}`` has its steps."""
+
+    id: UUID
+    name: str
+    status: str  # running, completed, failed, cancelled
+    on_failure: str  # stop, continue
+    step_counts: StepCounts
+    started_at: datetime | None  # None only where ``unreadable`` says why
+    updated_at: datetime | None  # its latest event
+    ended_at: datetime | None  # when it completed, failed or was cancelled
+    started_by: str | None  # None only where ``unreadable`` says why
+    started_via: str | None  # how ``started_by`` came (as ``ExecutionRow.enqueued_via``)
+    version: int
+    # What this row cannot show and why (as ``JobRow.unreadable``).
+    unreadable: str | None = None
+
+
 class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
     minute: datetime
     fired: int  # executions enqueued (scheduled, manual and ad-hoc)
@@ -152,7 +182,7 @@ class MinuteStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Page(msgspec.Struct, frozen=True, kw_only=True):
-    items: list[Any]  # JobRow or ExecutionRow, as the function says
+    items: list[Any]  # JobRow, ExecutionRow or WorkflowRow, as the function says
     total: int
     limit: int
     offset: int

@@ -21,6 +21,7 @@ from jobledger.projections.read_models.queries import (
     Page,
     ReadModelQueries,
     RunCell,
+    WorkflowRow,
 )
 from jobledger.schemas.executions import ExecutionDetail
 from jobledger.services.bodies import from_definition
@@ -38,6 +39,7 @@ __all__ = [
     "MinuteStats",
     "Page",
     "Views",
+    "WorkflowRow",
 ]
 
 
@@ -60,6 +62,13 @@ class ExecutionFilters(Paging, total=False):
     job_id: UUID | None
     queue: str | None
     handler: str | None
+    since: datetime | None
+    until: datetime | None
+
+
+class WorkflowFilters(Paging, total=False):
+    status: str | None
+    name: str | None
     since: datetime | None
     until: datetime | None
 
@@ -119,6 +128,12 @@ class Views:
         _check_paging(filters)
         with cursor_checked():
             return self._queries.list_dead_letters(**filters)
+
+    def workflows(self, **filters: Unpack[WorkflowFilters]) -> Page:
+        """Workflows, the latest started first, each with its steps counted by state."""
+        _check_paging(filters)
+        with cursor_checked():
+            return self._queries.list_workflows(**filters)
 
     def recent_runs(self, job_ids: list[UUID], *, per_job: int = 20) -> dict[UUID, list[RunCell]]:
         """Each job's latest runs, the latest first: the jobs' history strips."""

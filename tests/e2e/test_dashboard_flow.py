@@ -13,6 +13,7 @@ PAGES = {
     "overview": "/ui",
     "jobs": "/ui/jobs",
     "executions": "/ui/executions",
+    "workflows": "/ui/workflows",
     "workers": "/ui/workers",
     "dead-letters": "/ui/dlq",
     "system": "/ui/system",

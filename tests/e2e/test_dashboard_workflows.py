@@ -1,11 +1,13 @@
 """The dashboard's workflow views in a real browser: a job's upstream and downstream
-jobs, the backfill dialog, a workflow's DAG, and the form's new schedule fields."""
+jobs, the backfill dialog, a workflow's DAG, the list of workflows, and the form's new
+schedule fields."""
 
 import contextlib
 import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+import pytest
 from playwright.sync_api import expect
 
 if TYPE_CHECKING:
@@ -110,3 +112,54 @@ def test_the_form_previews_an_interval_with_an_excluded_date(ui: "Ui") -> None:
     expect(page.locator("dd").filter(has_text="every 86400 s")).to_contain_text(
         f"except {tomorrow}"
     )
+
+
+@pytest.mark.timezone("Asia/Tokyo")
+def test_the_workflow_list_counts_steps_filters_by_status_and_opens_a_dag(ui: "Ui") -> None:
+    """If one workflow completes and another is cancelled while its first step runs,
+    then the Workflows page (from the main navigation) lists both in compact rows with
+    their status, their steps counted by state and who started them; its times follow
+    the UTC/local switch; the status filter keeps the cancelled one alone; and a name
+    opens that workflow's DAG."""
+    slow = [
+        {"name": "slow", "handler": "test.delay", "payload": {"seconds": 30}},
+        {"name": "after", "handler": "test.echo", "after": ["slow"]},
+    ]
+    with contextlib.closing(ui.stack.operator()) as client:
+        done = client.post(
+            "/api/v1/workflows",
+            json={"name": "listed done", "steps": [{"name": "only", "handler": "test.echo"}]},
+        ).json()
+        stopped = client.post("/api/v1/workflows", json={"name": "listed stopped", "steps": slow})
+        stopped_id = stopped.json()["id"]
+        cancel = client.post(f"/api/v1/workflows/{stopped_id}/cancel", json={"reason": "no"})
+        assert cancel.status_code == 200, cancel.text
+    page = ui.page
+    ui.sign_in("viewer")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Workflows").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("Workflows")
+    done_row = page.locator(f'#workflows tr[data-workflow="{done["id"]}"]')
+    stopped_row = page.locator(f'#workflows tr[data-workflow="{stopped_id}"]')
+    # The list refreshes itself: each row shows its end once the log has it.
+    expect(done_row).to_have_attribute("data-status", "completed")
+    expect(done_row).to_contain_text("1 of 1 completed")
+    expect(done_row).to_contain_text("operator via session")
+    expect(stopped_row).to_have_attribute("data-status", "cancelled")
+    expect(stopped_row).to_contain_text("0 of 2 completed; 1 cancelled, 1 skipped")
+    header = page.locator("#workflows thead tr").bounding_box()
+    shown = done_row.bounding_box()
+    assert header is not None
+    assert shown is not None
+    assert shown["height"] < 1.6 * header["height"], (shown, header)
+    ended = done_row.locator("time[datetime]").last
+    expect(ended).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$"))
+    page.locator("#time-zone").click()
+    expect(ended).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+09:00$"))
+    ui.shot("workflows")
+    page.get_by_label("Status").select_option("cancelled")
+    page.get_by_role("button", name="Filter").click()
+    expect(stopped_row).to_be_visible()
+    expect(done_row).to_have_count(0)
+    stopped_row.get_by_role("link", name="listed stopped").click()
+    expect(page.locator("h1")).to_contain_text("listed stopped")
+    expect(page.locator("figure.dag svg g.step")).to_have_count(2)

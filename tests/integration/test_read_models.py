@@ -10,11 +10,13 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import structlog
 from eventsourcing.domain import CanCreateTimestamp
@@ -28,8 +30,14 @@ from jobledger.adapters.store import migrate, open_ledger, projection_database
 from jobledger.bootstrap import read_models_on
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
 from jobledger.domain.errors import DomainError
-from jobledger.domain.execution import PERMANENT_FAILURE, Execution, Trigger, expiry_reason
-from jobledger.domain.policies import MisfirePolicy, RetryPolicy
+from jobledger.domain.execution import (
+    PERMANENT_FAILURE,
+    Execution,
+    Trigger,
+    expiry_reason,
+    step_execution_id,
+)
+from jobledger.domain.policies import MisfirePolicy, OnFailure, RetryPolicy
 from jobledger.domain.schedules import (
     CronSchedule,
     ManualSchedule,
@@ -37,6 +45,7 @@ from jobledger.domain.schedules import (
     OneShotSchedule,
     Schedule,
 )
+from jobledger.domain.workflow import StepSpec, StepStatus
 from jobledger.infra.settings import Settings, load_settings
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
@@ -55,11 +64,13 @@ from jobledger.projections.read_models.tables import (
     MINUTE_STATS,
     STATUS_COUNTS,
 )
+from jobledger.projections.read_models.workflows import WORKFLOWS
 from jobledger.runtime.rebuild_processes import ProcessParts, RunningProcesses
 from jobledger.schemas.jobs import CronIn
 from jobledger.services.bodies import from_definition
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
+from jobledger.services.workflows import Workflows
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 
@@ -85,6 +96,7 @@ _ORDER = {
     MINUTE_STATS: "minute_ms",
     HISTOGRAMS: "minute_ms, metric, bucket",
     STATUS_COUNTS: "kind, status",
+    WORKFLOWS: "id",
 }
 
 
@@ -223,6 +235,33 @@ class Story:
     def drop(self, execution_id: uuid.UUID) -> None:
         self.act(execution_id, lambda e: e.drop(lease_id=_lease(e), reason="moot"), None)
 
+    def start_workflow(
+        self, name: str, steps: list[StepSpec], on_failure: OnFailure = OnFailure.STOP
+    ) -> uuid.UUID:
+        flows = Workflows(self.ledger)
+        return flows.start(
+            name=name, steps=steps, on_failure=on_failure, at=self.tick(), by=actor("grace")
+        ).id
+
+    def run_step(self, workflow_id: uuid.UUID, step: str, ms: float | None) -> None:
+        """The step's run completes in ``ms`` (dies, with None), and the workflow records
+        how it ended, as the scheduler's releases do."""
+        run = step_execution_id(workflow_id, step)
+        self.lease(run)
+        if ms is None:
+            self.fail(run, "boom")
+        else:
+            self.complete(run, ms)
+        self.settle(workflow_id, step, StepStatus.FAILED if ms is None else StepStatus.COMPLETED)
+
+    def settle(self, workflow_id: uuid.UUID, step: str, status: StepStatus) -> None:
+        workflow = self.ledger.get_workflow(workflow_id)
+        run = self.ledger.get_execution(step_execution_id(workflow_id, step))
+        released = workflow.settle(
+            step, status=status, result=run.result, error=run.last_error, at=self.tick()
+        )
+        self.ledger.save_all(workflow, *released)
+
 
 def _lease(execution: Execution) -> uuid.UUID:
     """The current lease; without one, a made-up lease that the execution refuses as stale."""
@@ -309,7 +348,40 @@ def adhoc_runs(story: Story) -> dict[str, uuid.UUID]:
     return {"adhoc_waiting": waiting, "adhoc_done": done}
 
 
-SCENARIOS = (cron_job_runs, job_lifecycle, one_shot_requeued, manual_job_deleted, adhoc_runs)
+def _step(name: str, *after: str, retries: int = 3) -> StepSpec:
+    return StepSpec(name=name, spec=_spec(retries=retries), after=after)
+
+
+def workflows_run(story: Story) -> dict[str, uuid.UUID]:
+    """A diamond whose failed step stops it (the step after both is skipped); one
+    cancelled while its first step runs (the second is skipped); one still running."""
+    diamond = [
+        _step("extract"),
+        _step("clean", "extract"),
+        _step("enrich", "extract", retries=0),
+        _step("publish", "clean", "enrich"),
+    ]
+    etl = story.start_workflow("etl", diamond)
+    story.run_step(etl, "extract", 4.0)
+    story.run_step(etl, "clean", 2.0)
+    story.run_step(etl, "enrich", None)
+    sync = story.start_workflow("sync", [_step("pull"), _step("push", "pull")], OnFailure.CONTINUE)
+    story.lease(step_execution_id(sync, "pull"))
+    Workflows(story.ledger).cancel(sync, by=actor("erin"), reason="moved")
+    story.settle(sync, "pull", StepStatus.CANCELLED)
+    report = story.start_workflow("report", [_step("gather"), _step("render", "gather")])
+    story.run_step(report, "gather", 1.0)
+    return {"etl": etl, "sync": sync, "report": report}
+
+
+SCENARIOS = (
+    cron_job_runs,
+    job_lifecycle,
+    one_shot_requeued,
+    manual_job_deleted,
+    adhoc_runs,
+    workflows_run,
+)
 
 
 def set_position(database: Database, position: int) -> None:
@@ -351,6 +423,13 @@ def assert_rows_match_aggregates(ledger: Ledger, database: Database) -> None:
         status = "deleted" if job.deleted else "paused" if job.paused else "active"
         assert (job_row.status, job_row.version) == (status, job.version)
         assert job_row.next_fire_at == job.next_fire_at
+    for flow in reads(database).list_workflows(limit=1000).items:
+        workflow = ledger.get_workflow(flow.id)
+        counts = msgspec.structs.asdict(flow.step_counts)
+        assert counts.pop("total") == len(workflow.steps)
+        states = Counter(state.value for state in workflow.states.values())
+        assert {state: n for state, n in counts.items() if n} == states
+        assert (flow.status, flow.version) == (workflow.status.value, workflow.version)
     counted = reads(database).status_counts()
     for kind, table in (("jobs", JOBS), ("executions", EXECUTIONS)):
         with database.transaction(snapshot=True) as cursor:
@@ -626,6 +705,49 @@ def test_rebuild_reports_progress_to_the_head(
     assert calls[-1] == (head, head)
     assert models.position() == head
     assert models.lag() == 0
+
+
+def test_each_workflow_has_a_row_with_its_steps_counted_and_who_started_it(
+    ledger: Ledger, database: Database, clock: Clock
+) -> None:
+    """If one workflow fails, one is cancelled and one still runs, then the list shows
+    each, the latest started first, with its status, its steps counted by state, when
+    it ended (nothing while it runs) and who started it; a status or a name narrows
+    the list, and a rebuild gives the same rows."""
+    story = Story(ledger, clock)
+    ids = workflows_run(story)
+    models = read_models_on(ledger, database)
+    project_randomly(models, database, random.Random(3))
+    listed = reads(database).list_workflows()
+    assert [row.id for row in listed.items] == [ids["report"], ids["sync"], ids["etl"]]
+    rows = {row.name: row for row in listed.items}
+
+    def counts(name: str) -> dict[str, int]:
+        shown = msgspec.structs.asdict(rows[name].step_counts)
+        return {state: n for state, n in shown.items() if n}
+
+    assert counts("etl") == {"total": 4, "completed": 2, "failed": 1, "skipped": 1}
+    assert counts("sync") == {"total": 2, "cancelled": 1, "skipped": 1}
+    assert counts("report") == {"total": 2, "completed": 1, "released": 1}
+    assert [rows[n].status for n in ("etl", "sync", "report")] == ["failed", "cancelled", "running"]
+    assert rows["report"].ended_at is None
+    etl, sync = rows["etl"], rows["sync"]
+    assert etl.started_at is not None
+    assert etl.ended_at is not None
+    assert etl.started_at < etl.ended_at == etl.updated_at
+    # The cancel ended it; the run it cancelled was recorded after.
+    assert sync.ended_at is not None
+    assert sync.updated_at is not None
+    assert sync.ended_at < sync.updated_at
+    assert {(row.started_by, row.started_via) for row in listed.items} == {("grace", "system")}
+    assert [row.name for row in reads(database).list_workflows(status="running").items] == [
+        "report"
+    ]
+    assert reads(database).list_workflows(name="sync").total == 1
+    assert_rows_match_aggregates(ledger, database)
+    before = dump(database)
+    models.rebuild()
+    assert dump(database) == before
 
 
 # ---- random histories ---------------------------------------------------------------

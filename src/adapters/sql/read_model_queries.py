@@ -15,6 +15,7 @@ from jobledger.projections.read_models.queries import (
     EXECUTION_ROW,
     JOB_ROW,
     MAX_LIMIT,
+    WORKFLOW_ROW,
     AttemptRow,
     DeadLetterGroup,
     ExecutionRow,
@@ -23,6 +24,7 @@ from jobledger.projections.read_models.queries import (
     Page,
     Present,
     RunCell,
+    WorkflowRow,
     attempt_row,
     dead_letter_group,
     execution_row,
@@ -31,6 +33,7 @@ from jobledger.projections.read_models.queries import (
     no_counts,
     run_cell,
     stats_minutes,
+    workflow_row,
 )
 from jobledger.projections.read_models.tables import (
     ATTEMPTS,
@@ -43,6 +46,7 @@ from jobledger.projections.read_models.tables import (
     MINUTE_STATS,
     STATUS_COUNTS,
 )
+from jobledger.projections.read_models.workflows import WORKFLOWS
 from jobledger.projections.times import to_ms
 
 _JOB_SELECT = f"SELECT {', '.join(JOB_ROW)} FROM {JOBS}"  # noqa: S608 (constant names)
@@ -69,6 +73,7 @@ _DEAD_LETTER_GROUPS = (
     "ORDER BY count(*) DESC, max(e.finished_at_ms) DESC LIMIT ?"
 )
 _SELECT_STATUSES = f"SELECT id, status, version FROM {EXECUTIONS} WHERE id IN"  # noqa: S608 (constant names)
+_WORKFLOW_SELECT = f"SELECT {', '.join(WORKFLOW_ROW)} FROM {WORKFLOWS}"  # noqa: S608 (constant names)
 
 
 # ---- filters and pages ------------------------------------------------------------
@@ -162,6 +167,15 @@ def _latest_first(kind: str, column: str) -> tuple[str, _Keyset]:
 
 
 _EXECUTION_ORDER = _latest_first("executions", "enqueued_at_ms")
+# Workflows by start, the latest first (through the indexes that end in it and the id).
+_WORKFLOW_ORDER = (
+    "started_at_ms DESC, id DESC",
+    _Keyset(
+        "workflows",
+        "(started_at_ms, id) < (?, ?)",
+        lambda row: [int(row[WORKFLOW_ROW.index("started_at_ms")]), str(row[0])],
+    ),
+)
 # A dead letter has always finished (it died then).
 _DEAD_LETTER_ORDER = _latest_first("dead_letters", "finished_at_ms")
 
@@ -179,7 +193,7 @@ class SqlReadModelQueries:
         table: str,
         where: _Where,
         order: tuple[str, _Keyset],
-        convert: Callable[[Sequence[Any]], JobRow | ExecutionRow],
+        convert: Callable[[Sequence[Any]], JobRow | ExecutionRow | WorkflowRow],
         paging: tuple[int, int, str | None],
         counted: tuple[str, str | None] | None = None,
     ) -> Page:
@@ -359,6 +373,33 @@ class SqlReadModelQueries:
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(_DEAD_LETTER_GROUPS, (min(max(limit, 1), MAX_LIMIT),))
             return [dead_letter_group(row) for row in _all(cursor)]
+
+    # ---- workflows ----------------------------------------------------------------
+
+    def list_workflows(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        where = _Where()
+        where.add("status = ?", status)
+        where.add("name = ?", name)
+        where.add("started_at_ms >= ?", None if since is None else to_ms(since))
+        where.add("started_at_ms < ?", None if until is None else to_ms(until))
+        return self._page(
+            select=_WORKFLOW_SELECT,
+            table=WORKFLOWS,
+            where=where,
+            order=_WORKFLOW_ORDER,
+            convert=workflow_row,
+            paging=(limit, offset, cursor),
+        )
 
     # ---- statistics ---------------------------------------------------------------
 

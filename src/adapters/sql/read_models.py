@@ -1,4 +1,4 @@
-"""The read-model tables (migration 0004) on the event store's database: the rows a
+"""The read-model tables (migrations 0004 and 0020) on the event store's database: the rows a
 page's fold reads and writes, their removal by the archive and the cleanup, and a
 rebuild's new tables."""
 
@@ -34,6 +34,11 @@ from jobledger.projections.read_models.tables import (
     Fold,
     touched,
 )
+from jobledger.projections.read_models.workflows import (
+    WORKFLOW_COLUMNS,
+    WORKFLOWS,
+    touched_workflows,
+)
 from jobledger.projections.times import to_ms
 
 
@@ -57,6 +62,9 @@ _UPSERT_EXECUTION = _replace(
     EXECUTIONS, EXECUTION_COLUMNS, ("id",), f"excluded.version > {EXECUTIONS}.version"
 )
 _UPSERT_ATTEMPT = _replace(ATTEMPTS, ATTEMPT_COLUMNS, ("execution_id", "seq"))
+_UPSERT_WORKFLOW = _replace(
+    WORKFLOWS, WORKFLOW_COLUMNS, ("id",), f"excluded.version > {WORKFLOWS}.version"
+)
 _ADD_STATS = _add(MINUTE_STATS, ("minute_ms", *STAT_COLUMNS), ("minute_ms",))
 _ADD_HISTOGRAM = _add(
     HISTOGRAMS, ("minute_ms", "metric", "bucket", "count"), ("minute_ms", "metric", "bucket")
@@ -65,6 +73,7 @@ _ADD_STATUS_COUNTS = _add(STATUS_COUNTS, ("kind", "status", "count"), ("kind", "
 _DROP_ZERO_COUNTS = f"DELETE FROM {STATUS_COUNTS} WHERE count = 0"  # noqa: S608 (constant)
 _SELECT_JOBS = f"SELECT {', '.join(JOB_COLUMNS)} FROM {JOBS} WHERE id IN "  # noqa: S608 (constant)
 _SELECT_EXECUTIONS = f"SELECT {', '.join(EXECUTION_COLUMNS)} FROM {EXECUTIONS} WHERE id IN "  # noqa: S608 (constant)
+_SELECT_WORKFLOWS = f"SELECT {', '.join(WORKFLOW_COLUMNS)} FROM {WORKFLOWS} WHERE id IN "  # noqa: S608 (constant)
 # The attempt each execution's latest lease made (a report may settle it).
 _SELECT_ATTEMPTS = (
     f"SELECT {', '.join('a.' + c for c in ATTEMPT_COLUMNS)} FROM {ATTEMPTS} a "  # noqa: S608 (constant)
@@ -107,7 +116,8 @@ class SqlReadModelTables:
         }
         job_ids.update(row["job_id"] for row in executions.values() if row["job_id"] is not None)
         jobs = {row["id"]: row for row in select_rows(cursor, _SELECT_JOBS, JOB_COLUMNS, job_ids)}
-        fold = Fold(jobs, executions)
+        flows = select_rows(cursor, _SELECT_WORKFLOWS, WORKFLOW_COLUMNS, touched_workflows(events))
+        fold = Fold(jobs, executions, {row["id"]: row for row in flows})
         leased = (key for key, row in executions.items() if row["lease_seq"] is not None)
         for row in select_rows(cursor, _SELECT_ATTEMPTS, ATTEMPT_COLUMNS, leased):
             fold.attempts[row["execution_id"], row["seq"]] = row
@@ -120,6 +130,9 @@ class SqlReadModelTables:
         cursor.write_records(_UPSERT_EXECUTION, executions)
         attempts = [fold.attempts[key] for key in sorted(fold.changed_attempts)]
         cursor.write_records(_UPSERT_ATTEMPT, attempts)
+        workflows = fold.workflows
+        changed = [workflows.rows[key] for key in sorted(workflows.changed)]
+        cursor.write_records(_UPSERT_WORKFLOW, changed)
         cursor.write_rows(_ADD_STATS, [(m, *c) for m, c in sorted(fold.stats.items())])
         cursor.write_rows(_ADD_HISTOGRAM, [(*k, n) for k, n in sorted(fold.histograms.items())])
         _add_status_counts(cursor, [(*k, n) for k, n in sorted(fold.status_counts.items()) if n])

@@ -47,6 +47,7 @@ from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.roles import Role
 from jobledger.domain.schedules import ManualSchedule, Schedule
+from jobledger.domain.workflow import WorkflowStatus
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin
@@ -316,6 +317,28 @@ def _backfillable(jobs: Jobs, job: Job) -> bool:
 # ---- workflows -----------------------------------------------------------------------
 
 
+@get("/workflows", opt=VIEWER, sync_to_thread=True, name="ui-workflows")
+def workflows_page(
+    request: Request[Any, Any, Any],
+    views: NamedDependency[Views],
+    *,
+    status: Text = None,
+    name: Text = None,
+    page: PageNumber = 1,
+) -> Template:
+    """The workflows, the latest started first, each with its steps counted by state."""
+    filters = {"status": status, "name": name}
+    found = views.workflows(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
+    return render(
+        request,
+        "workflows.html",
+        items=found.items,
+        pager=pager(request, found),
+        filters={k: v or "" for k, v in filters.items()},
+        statuses=[s.value for s in WorkflowStatus],
+    )
+
+
 @get("/workflows/{workflow_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-workflow")
 def workflow_detail(
     request: Request[Any, Any, Any],
@@ -533,6 +556,7 @@ PAGES = Router(
         new_job,
         edit_job,
         job_detail,
+        workflows_page,
         workflow_detail,
         executions_page,
         execution_detail,

@@ -15,6 +15,7 @@ from jobledger.domain.limits import RunLimits
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
 from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.rows import StepCounts
 from jobledger.services.history import EventOut
 from jobledger.services.system import SystemView
 
@@ -293,6 +294,18 @@ def stamp(moment: datetime | None) -> str:
     return "—" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
+# The states a list row names beside the completed steps, in the order it names them.
+_OTHER_STEPS = ("released", "waiting", "failed", "cancelled", "skipped")
+
+
+def step_counts(counts: StepCounts) -> str:
+    """A workflow's steps by state in a few words: "1 of 4 completed; 1 failed, 2
+    skipped" (a state no step is in is left out)."""
+    done = f"{counts.completed} of {counts.total} completed"
+    others = [f"{n} {state}" for state in _OTHER_STEPS if (n := getattr(counts, state))]
+    return f"{done}; {', '.join(others)}" if others else done
+
+
 def duration(milliseconds: float | None) -> str:
     if milliseconds is None:
         return "—"
@@ -375,6 +388,7 @@ FILTERS = {
     "when": when,
     "stamp": stamp,
     "duration": duration,
+    "step_counts": step_counts,
     "ago": ago,
     "as_json": as_json,
     "schedule_text": schedule_text,

@@ -36,11 +36,12 @@ from jobledger.projections.read_models.parts import PartRunner
 from jobledger.projections.read_models.rebuild import ShadowRebuild
 from jobledger.projections.read_models.replay import pages_of
 from jobledger.projections.read_models.tables import FOLD_VIEWS, ReadModelTables
+from jobledger.projections.read_models.workflows import WORKFLOW_TOPICS
 
 log = structlog.get_logger(__name__)
 
 POSITION = "read-models"
-TOPICS = tuple(sorted({*JOB_TOPICS, *EXECUTION_TOPICS}))
+TOPICS = tuple(sorted({*JOB_TOPICS, *EXECUTION_TOPICS, *WORKFLOW_TOPICS}))
 # What the follower rings after a page (``moved``): the runs' rows may have changed.
 MOVED = ("runs",)
 REPLAY_PAGE = 10_000  # events per page of a rebuild: fewer, larger transactions

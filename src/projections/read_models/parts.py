@@ -4,12 +4,12 @@ The read models' fold is per stream, but for three things: a job's row names its
 execution (and that execution's status), and the statistics and the status counts add
 up over all executions. So the executions' events can be folded apart, a share of the
 streams each (``log.PART_OF``: the last byte of the stream's id), while one process
-folds the jobs' events. Each share writes its executions and attempts to the new
-tables itself and answers with what the merge needs: for each job the position of its
-latest execution's creation in that share, with that execution's id and status; and
-its statistics and counts. The merge takes, for each job, the share whose latest
-creation came last in the log, and adds up the rest: the tables equal the fold of the
-whole log in one process.
+folds the jobs' events (and the workflows', whose rows name no execution). Each share
+writes its executions and attempts to the new tables itself and answers with what the
+merge needs: for each job the position of its latest execution's creation in that
+share, with that execution's id and status; and its statistics and counts. The merge
+takes, for each job, the share whose latest creation came last in the log, and adds up
+the rest: the tables equal the fold of the whole log in one process.
 """
 
 import contextlib

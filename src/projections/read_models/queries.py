@@ -39,6 +39,7 @@ from jobledger.projections.read_models.tables import (
     bucket_value,
     minute_of,
 )
+from jobledger.projections.read_models.workflows import STEP_COLUMNS, WORKFLOW_COLUMNS
 from jobledger.projections.times import from_ms, to_ms
 from jobledger.schemas.jobs import JobIn
 from jobledger.schemas.rows import (
@@ -50,6 +51,8 @@ from jobledger.schemas.rows import (
     Page,
     ProgressRow,
     RunCell,
+    StepCounts,
+    WorkflowRow,
 )
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "Page",
     "ReadModelQueries",
     "RunCell",
+    "WorkflowRow",
 ]
 
 MAX_LIMIT = 1000
@@ -166,6 +170,21 @@ class ReadModelQueries(Protocol):
 
     def status_counts(self) -> dict[str, dict[str, int]]:
         """{"jobs": {status: n}, "executions": {status: n}}, every status listed."""
+        ...
+
+    def list_workflows(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Page:
+        """Workflows started in [since, until), the latest started first; ``name``
+        matches the whole name, case and all (as ``queue`` and ``handler`` do)."""
         ...
 
 
@@ -438,6 +457,57 @@ def attempt_row(row: Sequence[Any]) -> AttemptRow:
         error=row[7],
         duration_ms=duration,
         unreadable=read.unreadable,
+    )
+
+
+# The columns of a stored workflow row, as the adapter selects them (as stored).
+WORKFLOW_ROW = WORKFLOW_COLUMNS
+
+
+def workflow_row(row: Sequence[Any]) -> WorkflowRow:
+    """A workflow as a list shows it, from a row of ``WORKFLOW_ROW`` columns."""
+    try:
+        return _workflow_row(dict(zip(WORKFLOW_ROW, row, strict=True)))
+    except _UNREADABLE_ERRORS as error:
+        return _workflow_placeholder(row, error)
+
+
+def _workflow_row(stored: dict[str, Any]) -> WorkflowRow:
+    read = _Reading()
+    counts = {status.value: int(stored[column]) for status, column in STEP_COLUMNS.items()}
+    return WorkflowRow(
+        id=UUID(stored["id"]),
+        name=str(stored["name"]),
+        status=str(stored["status"]),
+        on_failure=str(stored["on_failure"]),
+        step_counts=StepCounts(total=int(stored["steps_total"]), **counts),
+        started_at=read.time("started_at", stored["started_at_ms"]),
+        updated_at=read.time("updated_at", stored["updated_at_ms"]),
+        ended_at=read.time("ended_at", stored["ended_at_ms"]),
+        started_by=stored["started_by"],
+        started_via=stored["started_via"],
+        version=int(stored["version"]),
+        unreadable=read.unreadable,
+    )
+
+
+def _workflow_placeholder(row: Sequence[Any], error: Exception) -> WorkflowRow:
+    """A workflow row none of whose values can be trusted: its id and why."""
+    return WorkflowRow(
+        id=_row_id(row),
+        name=UNREADABLE,
+        status=UNREADABLE,
+        on_failure=UNREADABLE,
+        step_counts=StepCounts(
+            total=0, waiting=0, released=0, completed=0, failed=0, cancelled=0, skipped=0
+        ),
+        started_at=None,
+        updated_at=None,
+        ended_at=None,
+        started_by=None,
+        started_via=None,
+        version=0,
+        unreadable=f"row: {type(error).__name__}: {error}",
     )
 
 

@@ -10,8 +10,8 @@ tables beside the live ones instead (``<table>_rebuild``):
   reaches a final status, or at the end; attempts leave with their lease. Nothing is
   read back and nothing is upserted (``read_model_replay``);
 - on PostgreSQL, a log long enough is folded in several processes: each folds the
-  executions of a share of the streams while this one folds the jobs, and the shares'
-  answers are merged (``read_model_parts``);
+  executions of a share of the streams while this one folds the jobs and the
+  workflows, and the shares' answers are merged (``read_model_parts``);
 - on PostgreSQL the new tables get their indexes once they hold every row (a sort
   each, not an insert per row), built on a connection per process of the fold at
   once, and their statistics (``ANALYZE``);
@@ -41,6 +41,7 @@ from jobledger.projections.read_models.job_index import JOB_TOPICS
 from jobledger.projections.read_models.parts import Part, PartRunner, merge
 from jobledger.projections.read_models.replay import Folder, Replay, shadow
 from jobledger.projections.read_models.tables import TABLES, ReadModelTables
+from jobledger.projections.read_models.workflows import WORKFLOW_TOPICS
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +53,7 @@ Progress = Callable[[int, int], None]  # (done, total)
 class ShadowRebuild:
     """Folds the log into new tables and swaps them in (see the module's notes); with
     ``parts``, the executions' events are folded by processes of their own, a share of
-    the streams each, and the jobs' events here (``read_model_parts``)."""
+    the streams each, and the jobs' and workflows' events here (``read_model_parts``)."""
 
     def __init__(
         self,
@@ -100,7 +101,8 @@ class ShadowRebuild:
     def _replay_in_parts(
         self, parts: PartRunner, head: int, report: Progress
     ) -> tuple[Replay, int]:
-        """The jobs folded here while the shares fold the executions; merged."""
+        """The jobs and the workflows folded here while the shares fold the executions;
+        merged."""
         count = parts.processes
         shares = [Part(index, count, head, self._isolation.persist) for index in range(count)]
         reached = [0] * count
@@ -112,7 +114,7 @@ class ShadowRebuild:
 
         log.info("read_models.rebuild_in_parts", parts=count, head=head)
         with parts.start(shares) as running:
-            reader = self._reader.of_topics(JOB_TOPICS)
+            reader = self._reader.of_topics(sorted({*JOB_TOPICS, *WORKFLOW_TOPICS}))
             jobs = Folder(self._database, self._tables, reader, self._isolation)
             replay = Replay(jobs.output)
             applied = jobs.replay(replay, head, lambda _position: None)

@@ -40,6 +40,7 @@ from jobledger.projections.read_models.tables import (
     Fold,
     ReadModelTables,
 )
+from jobledger.projections.read_models.workflows import WORKFLOW_COLUMNS, WORKFLOWS
 
 log = structlog.get_logger(__name__)
 
@@ -55,6 +56,7 @@ _COLUMNS = {
     MINUTE_STATS: ("minute_ms", *STAT_COLUMNS),
     HISTOGRAMS: ("minute_ms", "metric", "bucket", "count"),
     STATUS_COUNTS: ("kind", "status", "count"),
+    WORKFLOWS: WORKFLOW_COLUMNS,
 }
 
 
@@ -175,6 +177,7 @@ class Replay:
         fold.changed_executions.clear()
         fold.changed_attempts.clear()
         fold.changed_jobs.clear()
+        fold.workflows.changed.clear()
 
     def _attempt_out(self, key: tuple[str, int]) -> None:
         attempt = self.fold.attempts.pop(key, None)
@@ -203,10 +206,12 @@ class Replay:
         output.flush()
 
     def finish(self) -> None:
-        """Every row still held goes out, with the jobs and the counts."""
+        """Every row still held goes out, with the jobs, the workflows and the counts."""
         self.flush_executions()
         fold, output = self.fold, self._output
         output.add_values(JOBS, row_values(fold.jobs.values(), JOB_COLUMNS))
+        workflows = fold.workflows.rows.values()
+        output.add_values(WORKFLOWS, row_values(workflows, WORKFLOW_COLUMNS))
         output.add_values(MINUTE_STATS, [(m, *c) for m, c in fold.stats.items()])
         output.add_values(HISTOGRAMS, [(*k, n) for k, n in fold.histograms.items()])
         counts = [(*k, n) for k, n in fold.status_counts.items() if n]

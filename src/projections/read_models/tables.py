@@ -3,7 +3,8 @@ into them.
 
 Six tables beside the event store (migration 0004): jobs (current state), executions
 (one row each), attempts (one row per lease), per-minute counters, per-minute lateness
-and duration histograms, and how many jobs and executions are in each status.
+and duration histograms, and how many jobs and executions are in each status; and a
+row per workflow (migration 0020, folded in ``read_models.workflows``).
 ``read_models`` follows the log into them, ``read_model_rebuild`` folds the whole log
 into new ones, ``read_queries`` reads them.
 
@@ -55,6 +56,7 @@ from jobledger.projections.database import (
     Cursor,
     Row,
 )
+from jobledger.projections.read_models.workflows import WORKFLOW_EVENTS, WORKFLOWS, WorkflowRows
 from jobledger.projections.times import to_ms
 from jobledger.schemas.rows import ProgressRow
 
@@ -69,7 +71,7 @@ ATTEMPTS = "jobledger_rm_attempts"
 MINUTE_STATS = "jobledger_rm_minute_stats"
 HISTOGRAMS = "jobledger_rm_minute_histograms"
 STATUS_COUNTS = "jobledger_rm_status_counts"
-TABLES = (JOBS, EXECUTIONS, ATTEMPTS, MINUTE_STATS, HISTOGRAMS, STATUS_COUNTS)
+TABLES = (JOBS, EXECUTIONS, ATTEMPTS, MINUTE_STATS, HISTOGRAMS, STATUS_COUNTS, WORKFLOWS)
 # The kinds of STATUS_COUNTS rows.
 JOB_KIND = "jobs"
 EXECUTION_KIND = "executions"
@@ -335,9 +337,15 @@ def _skipped_row(key: str, event: Execution.Skipped) -> Row:
 class Fold:
     """The rows one page touches: read before the fold, changed by it, written after."""
 
-    def __init__(self, jobs: dict[str, Row], executions: dict[str, Row]) -> None:
+    def __init__(
+        self,
+        jobs: dict[str, Row],
+        executions: dict[str, Row],
+        workflows: dict[str, Row] | None = None,
+    ) -> None:
         self.jobs = jobs
         self.executions = executions
+        self.workflows = WorkflowRows(workflows)
         self.attempts: dict[tuple[str, int], Row] = {}
         self.changed_jobs: set[str] = set()
         self.changed_executions: set[str] = set()
@@ -346,13 +354,15 @@ class Fold:
         self.histograms: Counter[tuple[int, str, int]] = Counter()
         self.status_counts: Counter[tuple[str, str]] = Counter()
 
-    def apply(self, key: str, event: Any) -> None:  # noqa: ANN401 (any job or execution event)
+    def apply(self, key: str, event: Any) -> None:  # noqa: ANN401 (any followed event)
         """Fold ``event`` of the aggregate whose id is ``key``."""
         kind = type(event)
         if kind in JOB_EVENTS:
             self._job_event(key, event)
         elif kind in EXECUTION_EVENTS:
             self.execution_event(key, event)
+        elif kind in WORKFLOW_EVENTS:
+            self.workflows.apply(key, event)
 
     def _job_event(self, key: str, event: Any) -> None:  # noqa: ANN401 (a job event)
         row = self.jobs.get(key)
@@ -665,13 +675,14 @@ EXECUTION_EVENTS = frozenset({*CREATIONS, *_EXECUTION_CHANGES})
 
 def touched(events: Sequence[tuple[str, Any]]) -> tuple[set[str], set[str]]:
     """The ids of the jobs and of the executions whose rows ``events`` (with their ids)
-    change; a job's own rows beside an execution's are found through its row."""
+    change; a job's own rows beside an execution's are found through its row (a
+    workflow's, by ``touched_workflows``)."""
     job_ids: set[str] = set()
     execution_ids: set[str] = set()
     for key, event in events:
         if type(event) in JOB_EVENTS:
             job_ids.add(key)
-        else:
+        elif type(event) not in WORKFLOW_EVENTS:
             execution_ids.add(key)
             created = isinstance(event, CREATIONS)
             if created and event.job_id is not None:

@@ -94,9 +94,11 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/api/v1/jobs/{job_id:uuid}/dependencies"): VIEW,
     ("POST", "/api/v1/jobs/{job_id:uuid}/backfill"): OPERATE,
     ("POST", "/api/v1/workflows"): OPERATE,
+    ("GET", "/api/v1/workflows"): VIEW,
     ("GET", "/api/v1/workflows/{workflow_id:uuid}"): VIEW,
     ("POST", "/api/v1/workflows/{workflow_id:uuid}/cancel"): OPERATE,
     ("GET", "/api/v1/workflows/{workflow_id:uuid}/events"): VIEW,
+    ("GET", "/ui/workflows"): VIEW,
     ("GET", "/ui/workflows/{workflow_id:uuid}"): VIEW,
 }
 # Routes whose success changes what later requests see; they run last, once per role.
