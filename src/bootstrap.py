@@ -109,6 +109,7 @@ from jobledger.services.admin import Admin, Followers
 from jobledger.services.application import Services
 from jobledger.services.archives import Archives
 from jobledger.services.attendance import Attendance, stale_after
+from jobledger.services.bulk_runs import BulkRuns
 from jobledger.services.caps import QueueRoom
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
@@ -676,6 +677,7 @@ def build_services(container: Container) -> Services:
         jobs=Jobs(ledger, handlers, open_runs=container.open_runs, archived=archives.archived_ids),
         executions=Executions(ledger, handlers, archives.history),
         dead_letters=DeadLetters(ledger, writer, views),
+        bulk_runs=BulkRuns(ledger, writer, views),
         accounts=AccountService(container.accounts()),
         admin=Admin(container.followers()),
         system=System(container.sources(), views, names),

@@ -34,6 +34,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
         "jobs": services.jobs,
         "executions": services.executions,
         "dead_letters": services.dead_letters,
+        "bulk_runs": services.bulk_runs,
         "accounts": services.accounts,
         "admin": services.admin,
         "system": services.system,

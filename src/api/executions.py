@@ -32,6 +32,7 @@ from jobledger.api.schemas import (
     NO_NUL,
     BulkDiscardIn,
     BulkRequeueIn,
+    BulkRunsIn,
     ReasonIn,
     to_ready_at,
     to_run_spec,
@@ -43,6 +44,7 @@ from jobledger.domain.errors import InvalidDefinitionError
 from jobledger.schemas.executions import ExecutionRef, RunBatchIn, RunBatchOut, RunIn
 from jobledger.schemas.rows import DeadLetterGroup
 from jobledger.services.actors import Actor
+from jobledger.services.bulk_runs import BulkRuns, RunSelection
 from jobledger.services.dead_letters import BulkReport, DeadLetterFilter, DeadLetters
 from jobledger.services.executions import BatchRun, Executions
 from jobledger.services.history import EventOut
@@ -175,6 +177,33 @@ class ExecutionController(Controller):
         execution = executions.cancel(execution_id, by=actor, reason=reason)
         return ExecutionRef(execution.id, str(execution.status))
 
+    @post("/cancel", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def cancel_many(
+        self,
+        data: JSONBody[BulkRunsIn],
+        bulk_runs: NamedDependency[BulkRuns],
+        actor: NamedDependency[Actor],
+    ) -> BulkReport:
+        """Cancel the runs named in ``ids``, or every run the filter matches (at most
+        10,000 a request), that has not ended; ``dry_run`` only counts them. Running
+        handlers are told to stop."""
+        return bulk_runs.cancel(_runs(data), by=actor, reason=data.reason, dry_run=data.dry_run)
+
+    @post("/retry", opt=OPERATOR, sync_to_thread=True, status_code=HTTP_200_OK)
+    def retry_many(
+        self,
+        data: JSONBody[BulkRunsIn],
+        bulk_runs: NamedDependency[BulkRuns],
+        actor: NamedDependency[Actor],
+        clock: NamedDependency[Clock],
+    ) -> BulkReport:
+        """Retry now: the selected pending runs that wait for a later time (a back-off,
+        a snooze, a deferral, their run_at) become due at once, their attempts as they
+        are; ``dry_run`` only counts the selected runs."""
+        return bulk_runs.bring_forward(
+            _runs(data), by=actor, reason=data.reason, at=clock(), dry_run=data.dry_run
+        )
+
 
 class DeadLetterController(Controller):
     path = "/api/v1/dlq"
@@ -268,6 +297,18 @@ class DeadLetterController(Controller):
     ) -> BulkReport:
         """Give up on a dead letter for good; the log keeps its history."""
         return dead_letters.discard_one(execution_id, by=actor, reason=reason)
+
+
+def _runs(data: BulkRunsIn) -> RunSelection:
+    return RunSelection(
+        ids=tuple(data.ids),
+        status=data.status,
+        job_id=data.job_id,
+        queue=data.queue,
+        handler=data.handler,
+        since=data.since,
+        until=data.until,
+    )
 
 
 def _selection(data: BulkRequeueIn) -> DeadLetterFilter:

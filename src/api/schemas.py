@@ -11,7 +11,7 @@ import msgspec
 
 from jobledger.domain.job import Job
 from jobledger.domain.workflow import Workflow
-from jobledger.schemas.executions import BulkDiscardIn, BulkRequeueIn
+from jobledger.schemas.executions import BulkDiscardIn, BulkRequeueIn, BulkRunsIn
 from jobledger.schemas.fields import NO_NUL, Short, Strict, strict_bodies
 from jobledger.schemas.jobs import (
     BackfillIn,
@@ -53,6 +53,7 @@ __all__ = [
     "BackfillReport",
     "BulkDiscardIn",
     "BulkRequeueIn",
+    "BulkRunsIn",
     "CronIn",
     "DependenciesOut",
     "DependencyIn",

@@ -20,6 +20,7 @@ from jobledger.schemas.executions import (
     BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
+    BulkRunsIn,
     ExecutionDetail,
     ExecutionRef,
     UniqueIn,
@@ -293,6 +294,16 @@ class AsyncClient:
 
     async def cancel(self, execution_id: RunId, *, reason: str = "") -> ExecutionRef:
         return await self.send(calls.cancel(execution_id, reason))
+
+    async def cancel_many(self, selection: BulkRunsIn) -> BulkReport:
+        """Cancel the runs named in ``ids``, or every run the list's filters match, that
+        have not ended (``dry_run`` only counts)."""
+        return await self.send(calls.cancel_many(selection))
+
+    async def retry_now(self, selection: BulkRunsIn) -> BulkReport:
+        """Make the selected pending runs that wait for a later time (a back-off, a
+        snooze, a deferral, their run_at) due at once (``dry_run`` only counts)."""
+        return await self.send(calls.retry_now(selection))
 
     async def execution_history(self, execution_id: RunId) -> list[EventOut]:
         return [event async for event in self._follow(calls.execution_history(execution_id))]

@@ -31,6 +31,7 @@ from jobledger.schemas.executions import (
     BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
+    BulkRunsIn,
     ExecutionDetail,
     ExecutionRef,
     RunBatchIn,
@@ -574,6 +575,14 @@ def requeue_matching(selection: BulkRequeueIn) -> Call[BulkReport]:
 
 def discard_matching(selection: BulkDiscardIn) -> Call[BulkReport]:
     return _post("/api/v1/dlq/discard", BulkReport, selection)
+
+
+def cancel_many(selection: BulkRunsIn) -> Call[BulkReport]:
+    return _post("/api/v1/executions/cancel", BulkReport, selection)
+
+
+def retry_now(selection: BulkRunsIn) -> Call[BulkReport]:
+    return _post("/api/v1/executions/retry", BulkReport, selection)
 
 
 def discard(execution_id: RunId, reason: str) -> Call[BulkReport]:

@@ -19,6 +19,7 @@ from jobledger.schemas.executions import (
     BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
+    BulkRunsIn,
     ExecutionDetail,
     ExecutionRef,
     UniqueIn,
@@ -284,6 +285,16 @@ class Client:
 
     def cancel(self, execution_id: RunId, *, reason: str = "") -> ExecutionRef:
         return self.send(calls.cancel(execution_id, reason))
+
+    def cancel_many(self, selection: BulkRunsIn) -> BulkReport:
+        """Cancel the runs named in ``ids``, or every run the list's filters match, that
+        have not ended (``dry_run`` only counts)."""
+        return self.send(calls.cancel_many(selection))
+
+    def retry_now(self, selection: BulkRunsIn) -> BulkReport:
+        """Make the selected pending runs that wait for a later time (a back-off, a
+        snooze, a deferral, their run_at) due at once (``dry_run`` only counts)."""
+        return self.send(calls.retry_now(selection))
 
     def execution_history(self, execution_id: RunId) -> list[EventOut]:
         return list(self._follow(calls.execution_history(execution_id)))

@@ -200,6 +200,16 @@ class Execution(Aggregate):
         ready_at: datetime
         via: str | None = None  # how ``by`` came (see ``Enqueued``); None before it existed
 
+    class BroughtForward(Aggregate.Event):
+        """Someone made a pending run that waited for a later time (a back-off, a
+        snooze, a deferral, its ``run_at``) due at ``ready_at``: a retry now."""
+
+        TOPIC = "jobledger:ExecutionBroughtForward"
+        by: str
+        reason: str
+        ready_at: datetime
+        via: str | None = None
+
     class Cancelled(Aggregate.Event):
         TOPIC = "jobledger:ExecutionCancelled"
         by: str
@@ -518,6 +528,18 @@ class Execution(Aggregate):
         check_reason(by, reason)
         self._discarded(by=by, reason=reason, via=via, lease_id=None)
 
+    def bring_forward(self, *, by: str, reason: str, at: datetime, via: str | None = None) -> None:
+        """Make a pending run that waits for a later time due at ``at`` (a retry now);
+        its attempts stay as they are."""
+        self._check_status(ExecutionStatus.PENDING, action="bring forward")
+        if self.ready_at <= at:
+            raise InvalidTransitionError(
+                f"cannot bring forward execution {self.id}: it is due already"
+                f" (since {self.ready_at.isoformat()})"
+            )
+        check_reason(by, reason)
+        self._brought_forward(by=by, reason=reason, ready_at=at, via=via)
+
     def cancel(self, *, by: str, reason: str, via: str | None = None) -> None:
         self._check_not_terminal(action="cancel")
         check_reason(by, reason)
@@ -697,6 +719,13 @@ class Execution(Aggregate):
         self.budget_start = self.attempts_used
         self.ready_at = ready_at
         self.status = ExecutionStatus.PENDING
+
+    @event(BroughtForward)
+    def _brought_forward(
+        self, *, by: str, reason: str, ready_at: datetime, via: str | None = None
+    ) -> None:
+        del by, reason, via
+        self.ready_at = ready_at
 
     @event(Cancelled)
     def _cancelled(self, *, by: str, reason: str, via: str | None = None) -> None:

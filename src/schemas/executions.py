@@ -95,9 +95,25 @@ class BulkDiscardIn(BulkRequeueIn):
     """Which dead letters to give up on for good; empty filters match all of them."""
 
 
+class BulkRunsIn(Strict):
+    """Which runs a bulk action covers: the ``ids`` named, or every run the filter
+    matches (the executions list's filters), one of the two; ``dry_run`` only counts."""
+
+    ids: Annotated[list[UUID], msgspec.Meta(max_length=1000)] = msgspec.field(default_factory=list)
+    status: Tiny | None = None
+    job_id: UUID | None = None
+    queue: Tiny | None = None
+    handler: Short | None = None
+    since: AwareTime | None = None
+    until: AwareTime | None = None
+    reason: Text = ""
+    dry_run: bool = False
+
+
 class BulkReport(msgspec.Struct):
-    """What an operation on dead letters did: ``changed`` requeued or discarded;
-    ``refused`` were no longer dead-lettered when it came to them."""
+    """What a bulk action did: ``changed`` (requeued, discarded, cancelled, brought
+    forward); ``refused`` were no longer in a state it applies to when it came to them
+    (no longer dead-lettered, ended, due already)."""
 
     matched: int
     changed: int

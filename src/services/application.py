@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from jobledger.services.accounts import AccountService
 from jobledger.services.admin import Admin
 from jobledger.services.archives import Archives
+from jobledger.services.bulk_runs import BulkRuns
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
 from jobledger.services.executions import Executions
@@ -25,6 +26,7 @@ class Services:
     jobs: Jobs
     executions: Executions
     dead_letters: DeadLetters
+    bulk_runs: BulkRuns
     accounts: AccountService
     admin: Admin
     system: System

@@ -13,7 +13,6 @@ from uuid import UUID
 
 import msgspec
 
-from jobledger.domain.errors import ConflictError, DomainError
 from jobledger.domain.execution import Execution
 from jobledger.domain.json_values import check_reason
 from jobledger.domain.roles import Role
@@ -23,6 +22,7 @@ from jobledger.persistence.undecodable import UndecodableEvent
 from jobledger.schemas.executions import BulkReport
 from jobledger.schemas.rows import DeadLetterGroup
 from jobledger.services.actors import Actor
+from jobledger.services.bulk_runs import apply_each
 from jobledger.services.errors import NotDeadLetteredError
 from jobledger.services.views import Page, Views
 
@@ -154,7 +154,7 @@ class DeadLetters:
         selected = self._select(ids, error_contains)
         if dry_run:
             return BulkReport(len(selected), 0, 0, dry_run=True)
-        return _apply(self.writer, selected, command)
+        return apply_each(self.writer, selected, command)
 
     def _select(self, ids: list[UUID], error_contains: str | None) -> list[Execution]:
         executions = [self.ledger.get_execution(i) for i in ids]
@@ -180,25 +180,3 @@ def _fields(domain_event: Any) -> dict[str, Any]:  # noqa: ANN401 (any execution
     what an operator judges a dead letter by) and its handler's lines too."""
     skip = {"originator_id", "originator_version", "originator_topic"}
     return {k: msgspec.to_builtins(v) for k, v in vars(domain_event).items() if k not in skip}
-
-
-def _apply(
-    writer: GroupCommitWriter, executions: list[Execution], command: Callable[[Execution], None]
-) -> BulkReport:
-    futures = []
-    refused = 0
-    for execution in executions:
-        try:
-            command(execution)
-        except DomainError:
-            refused += 1  # no longer dead-lettered: someone else acted on it
-            continue
-        futures.append(writer.submit(execution))
-    changed = 0
-    for future in futures:
-        try:
-            future.result()
-            changed += 1
-        except ConflictError:
-            refused += 1
-    return BulkReport(len(executions), changed, refused, dry_run=False)

@@ -161,6 +161,43 @@ def test_requeue_only_from_the_dead_letter_queue() -> None:
         execution.requeue(by="a", reason="b", at=T0)
 
 
+def test_a_run_in_back_off_brought_forward_is_due_with_its_attempts_kept() -> None:
+    """If a run that failed waits for its back-off and is brought forward, then it is
+    due at that moment, its next lease is the attempt it waited for, and the budget
+    it spent stays spent."""
+    execution = make_execution(max_retries=1)
+    execution.fail(lease_id=lease(execution), error="x", at=T0)
+    assert execution.ready_at > T0
+    execution.bring_forward(by="alice", reason="the API is back", at=T0)
+    assert (execution.status, execution.ready_at) == (ExecutionStatus.PENDING, T0)
+    lease_id = lease(execution)
+    assert execution.lease_attempt == 2
+    execution.fail(lease_id=lease_id, error="x", at=T0)
+    assert execution.status is ExecutionStatus.DEAD_LETTERED
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ("due", "due already"),  # nothing to bring forward
+        ("running", "bring forward"),
+        ("completed", "bring forward"),
+    ],
+)
+def test_only_a_run_waiting_for_a_later_time_is_brought_forward(state: str, message: str) -> None:
+    """If a run is due already, running or ended, then bringing it forward is refused
+    naming why, and nothing is recorded."""
+    execution = make_execution()
+    if state != "due":
+        lease_id = lease(execution)
+        if state == "completed":
+            execution.complete(lease_id=lease_id, duration=timedelta(0), result={})
+    version = execution.version
+    with pytest.raises(InvalidTransitionError, match=message):
+        execution.bring_forward(by="alice", reason="now", at=T0)
+    assert execution.version == version
+
+
 def test_a_discarded_dead_letter_is_final() -> None:
     """If a dead letter is discarded, then it is terminal: no requeue, no lease, no cancel,
     and discarding anything that is not dead-lettered is refused."""

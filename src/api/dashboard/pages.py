@@ -385,8 +385,24 @@ def executions_page(
     found = views.executions(**query, limit=PAGE_SIZE, offset=_offset(page))
     statuses = [s.value for s in ExecutionStatus]
     return _listing(
-        request, "executions.html", found, filters, jobs, problems=problems, statuses=statuses
+        request,
+        "executions.html",
+        found,
+        filters,
+        jobs,
+        problems=problems,
+        statuses=statuses,
+        bulk_filter=_bulk_filter(query),
     )
+
+
+def _bulk_filter(query: dict[str, Any]) -> dict[str, str]:
+    """The list's filter as a bulk action's body takes it (times with their zone)."""
+    return {
+        name: value.isoformat() if isinstance(value, datetime) else str(value)
+        for name, value in query.items()
+        if value is not None
+    }
 
 
 def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -> dict[str, Any]:

@@ -110,6 +110,7 @@ _CHANGES: dict[type[Any], Callable[[Any, QueueItem], dict[str, Any]]] = {
     # A snooze gives the attempt back: the next lease is the same attempt again.
     Execution.Snoozed: lambda e, p: _pending(e.ready_at, p.attempt),
     Execution.Requeued: lambda e, p: _pending(e.ready_at, p.attempt + 1),
+    Execution.BroughtForward: lambda e, p: _pending(e.ready_at, p.attempt),
     Execution.Replaced: lambda e, p: {"spec": _with_payload(p.spec, e.payload)},
     Execution.Debounced: lambda e, p: {"spec": _with_payload(p.spec, e.payload), "at": e.ready_at},
     Execution.DeadLettered: _dead_lettered,

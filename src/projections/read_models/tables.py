@@ -511,6 +511,11 @@ def _debounced(_fold: Fold, row: Row, event: Execution.Debounced) -> None:
     row["ready_at_ms"] = to_ms(event.ready_at)
 
 
+def _brought_forward(_fold: Fold, row: Row, event: Execution.BroughtForward) -> None:
+    # Due now: what it waited for (a back-off, a snooze, a deferral) is over.
+    row.update(ready_at_ms=to_ms(event.ready_at), waiting=None)
+
+
 def _version_only(_fold: Fold, _row: Row, _event: Execution.Replaced) -> None:
     """The payload is not a column: the row stays as it is (its version moves on); the
     history shows the event."""
@@ -667,6 +672,7 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
     Execution.Replaced: _version_only,
     Execution.Throttled: _throttled,
     Execution.Debounced: _debounced,
+    Execution.BroughtForward: _brought_forward,
     _LEASED_VIEW: _leased,
     _COMPLETED_VIEW: _completed,
 }

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import httpx
@@ -110,6 +110,16 @@ def worker_for(api: Api) -> Iterator[Api]:
         yield api
     finally:
         runner.stop()
+
+
+@pytest.fixture
+def served(postgres_url: str, redis_server: str, live_server: type["LiveServer"]) -> Iterator[Api]:
+    """The API with a worker of the default queue, listed live before the test starts."""
+    with serve_api(postgres_url, redis_server, live_server) as api, worker_for(api):
+        presence = api.container.presence
+        listed = timedelta(seconds=30)
+        api.wait_for(lambda: bool(presence.live(now=datetime.now(UTC), stale_after=listed)))
+        yield api
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from jobledger.schemas.executions import (
     BulkDiscardIn,
     BulkReport,
     BulkRequeueIn,
+    BulkRunsIn,
     ExecutionDetail,
     ExecutionRef,
     UniqueIn,
@@ -175,6 +176,26 @@ def test_runs_enqueued_are_waited_for_to_their_end(client: Client) -> None:
     mine = {by_function.id, delayed.id, failing.id, slow.id}
     assert mine <= {row.id for row in client.iter_executions(page_size=2)}
     assert client.list_executions(handler="tests.answer").items[0].id == delayed.id
+
+
+def test_runs_are_cancelled_and_retried_now_in_bulk(client: Client) -> None:
+    """If the client cancels runs by a filter and brings one in back-off forward, then
+    the reports count what changed, and the run brought forward ends without waiting
+    out its back-off."""
+    queue = f"q{uuid.uuid4().hex[:8]}"
+    waiting = [client.enqueue("test.echo", queue=queue) for _ in range(2)]
+    deadline = time.monotonic() + 20
+    while client.list_executions(queue=queue).total < len(waiting):  # the read models
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    selection = BulkRunsIn(queue=queue, status="pending", reason="no worker for it")
+    counted = client.cancel_many(msgspec.structs.replace(selection, dry_run=True))
+    assert counted == BulkReport(matched=2, changed=0, refused=0, dry_run=True)
+    assert client.cancel_many(selection).changed == 2
+    assert {client.execution_history(run)[-1].type for run in waiting} == {"ExecutionCancelled"}
+    later = client.enqueue("test.echo", delay=600)
+    assert client.retry_now(BulkRunsIn(ids=[later.id])).changed == 1
+    assert client.wait(later, timeout=30)["echo"] == {}
 
 
 def test_dead_letters_are_listed_requeued_and_discarded(client: Client) -> None:
@@ -381,6 +402,12 @@ def test_the_async_client_covers_the_same_routes(served: "Api") -> None:
             assert (await client.list_executions(job_id=job.id)).items[0].id == run.id
             slow = await client.enqueue("test.delay", {"seconds": 30})
             assert (await client.cancel(slow)).status == "cancelled"
+            later = await client.enqueue("test.echo", delay=600)
+            soon = BulkRunsIn(ids=[later.id], reason="now, please")
+            assert (await client.retry_now(soon)).changed == 1
+            assert (await client.wait(later, timeout=30))["echo"] == {}
+            again = BulkRunsIn(ids=[later.id, slow.id], dry_run=True)
+            assert (await client.cancel_many(again)).matched == 2
             dead = await client.enqueue("test.fail", retry=RetryIn(max_retries=0))
             with pytest.raises(ExecutionFailedError):
                 await client.wait(dead, timeout=30)

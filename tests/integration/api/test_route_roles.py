@@ -47,6 +47,8 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/api/v1/executions/{execution_id:uuid}"): VIEW,
     ("GET", "/api/v1/executions/{execution_id:uuid}/events"): VIEW,
     ("POST", "/api/v1/executions/{execution_id:uuid}/cancel"): OPERATE,
+    ("POST", "/api/v1/executions/cancel"): OPERATE,
+    ("POST", "/api/v1/executions/retry"): OPERATE,
     ("GET", "/api/v1/dlq"): VIEW,
     ("GET", "/api/v1/dlq/groups"): VIEW,
     ("POST", "/api/v1/dlq/{execution_id:uuid}/requeue"): OPERATE,

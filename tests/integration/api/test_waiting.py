@@ -3,30 +3,17 @@ PostgreSQL and Redis, through the API and the dashboard."""
 
 import html
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
 
 import httpx
-import pytest
-from tests.integration.api.conftest import Api, serve_api, worker_for
+from tests.integration.api.conftest import Api
 
 from jobledger.domain.roles import Role
 from jobledger.services.waiting import READY
 
-if TYPE_CHECKING:
-    from tests.conftest import LiveServer
-
 BEATS = timedelta(seconds=30)
-
-
-@pytest.fixture
-def served(postgres_url: str, redis_server: str, live_server: type["LiveServer"]) -> Iterator[Api]:
-    """The API with a worker of the default queue."""
-    with serve_api(postgres_url, redis_server, live_server) as api, worker_for(api):
-        presence = api.container.presence
-        api.wait_for(lambda: bool(presence.live(now=datetime.now(UTC), stale_after=BEATS)))
-        yield api
 
 
 def run(client: httpx.Client, **body: Any) -> str:

@@ -159,7 +159,9 @@
         refreshedAt.set(region.id, Date.now());
         const live = byId(region.id);
         const fresh = page?.getElementById(region.id);
-        if (!live || !fresh || live.contains(document.activeElement)) continue;
+        // A selection of rows is the person's work in progress too.
+        const choosing = live?.querySelector("input.pick:checked");
+        if (!live || !fresh || choosing || live.contains(document.activeElement)) continue;
         live.replaceWith(fresh);
         enhance(fresh);
       }
@@ -636,12 +638,21 @@
   const picked = () => [...document.querySelectorAll("input.pick:checked")].map((box) => box.value);
   const reason = () => byId("dlq-reason")?.value.trim() || "";
 
+  const SELECTION_BUTTONS = {
+    "requeue-selected": "Requeue",
+    "retry-selected": "Retry",
+    "cancel-selected": "Cancel",
+  };
+
   function updateSelection() {
-    const button = byId("requeue-selected");
-    if (!button) return;
     const count = picked().length;
-    button.disabled = count === 0;
-    button.textContent = count ? `Requeue ${count} selected` : "Requeue selected";
+    for (const [id, verb] of Object.entries(SELECTION_BUTTONS)) {
+      const button = byId(id);
+      if (!button) continue;
+      button.disabled = count === 0;
+      const now = id === "retry-selected" ? " now" : "";
+      button.textContent = count ? `${verb} ${count} selected${now}` : `${verb} selected${now}`;
+    }
   }
 
   async function requeueSelected(button) {
@@ -693,6 +704,40 @@
     await softReload(goneFrom([button.dataset.discard]));
     flash("Discarded 1 dead letter.");
   }
+
+  // ---- runs in bulk (the executions page) ---------------------------------------------
+
+  const RUN_ACTIONS = {
+    retry: {
+      verb: "Retry now",
+      done: "brought forward",
+      explain: "Each that waits for a back-off, a snooze or its start time becomes due at once; the others are left as they are.",
+      danger: false,
+    },
+    cancel: { verb: "Cancel", done: "cancelled", explain: "Running handlers are told to stop.", danger: true },
+  };
+
+  // Counted first (a dry run), confirmed with that count, then done.
+  async function runsInBulk(button, action, selection) {
+    const { verb, done, explain, danger } = RUN_ACTIONS[action];
+    const url = `/api/v1/executions/${action}`;
+    const body = { ...selection, reason: byId("runs-reason")?.value.trim() || "" };
+    const dry = await busy(button, () => api("POST", url, { ...body, dry_run: true }));
+    if (!dry.ok) return flash(dry.error.message, true);
+    const matched = dry.data.matched;
+    if (!matched) return flash("No run matches.");
+    const runs = matched === 1 ? "1 run" : `${matched} runs`;
+    if (!(await confirmDialog(`${verb}: ${runs}? ${explain}`, `${verb}: ${runs}`, danger))) return;
+    const result = await busy(button, () => api("POST", url, body));
+    if (!result.ok) return flash(result.error.message, true);
+    for (const box of document.querySelectorAll("input.pick:checked")) box.checked = false;
+    updateSelection();
+    await softReload();
+    const refused = result.data.refused ? ` (${result.data.refused} had ended or were due already)` : "";
+    flash(`${result.data.changed} of ${result.data.matched} ${done}${refused}.`, false);
+  }
+
+  const bulkFilter = () => JSON.parse(byId("runs-bulk").dataset.filter);
 
   // ---- named limits ------------------------------------------------------------------
 
@@ -818,6 +863,10 @@
     ["#as-of-show", showMoment],
     ["#requeue-selected", requeueSelected],
     ["#requeue-matching", requeueMatching],
+    ["#retry-selected", (button) => runsInBulk(button, "retry", { ids: picked() })],
+    ["#cancel-selected", (button) => runsInBulk(button, "cancel", { ids: picked() })],
+    ["#retry-matching", (button) => runsInBulk(button, "retry", bulkFilter())],
+    ["#cancel-matching", (button) => runsInBulk(button, "cancel", bulkFilter())],
     ["button[data-requeue]", requeueOne],
     ["button[data-discard]", discardOne],
     ["#verify-queue", verifyQueue],
