@@ -1,7 +1,7 @@
 """Act on many runs at once: cancel them, or bring forward (retry now) those that wait
 for a later time; chosen by id or by the executions list's filter, with a dry run that
 only counts. Each change is the run's own event, recording who asked and why; a run
-another change got to first is counted as refused, never changed twice."""
+another change got to first is counted as refused, never changed twice (ADR 105)."""
 
 from collections.abc import Callable
 from datetime import datetime
