@@ -113,6 +113,7 @@ from jobledger.services.bulk_runs import BulkRuns
 from jobledger.services.caps import QueueRoom
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
+from jobledger.services.event_stream import EventStream
 from jobledger.services.executions import Executions
 from jobledger.services.identities import Accounts, AccountSettings
 from jobledger.services.jobs import HandlerNames, Jobs
@@ -673,6 +674,7 @@ def build_services(container: Container) -> Services:
     # The system.archive handler of this process's worker runs this use case.
     container.provide_archive(archives.scheduled)
     ledger, writer, queue = container.ledger, container.writer, container.queue
+    system = System(container.sources(), views, names)
     return Services(
         jobs=Jobs(ledger, handlers, open_runs=container.open_runs, archived=archives.archived_ids),
         executions=Executions(ledger, handlers, archives.history),
@@ -680,7 +682,7 @@ def build_services(container: Container) -> Services:
         bulk_runs=BulkRuns(ledger, writer, views),
         accounts=AccountService(container.accounts()),
         admin=Admin(container.followers()),
-        system=System(container.sources(), views, names),
+        system=system,
         views=views,
         waits=ExecutionWaits(views, moved=container.read_models_moved),
         declared_jobs=DeclaredJobs(ledger, views, handlers),
@@ -699,6 +701,7 @@ def build_services(container: Container) -> Services:
         ),
         archives=archives,
         limits=Limits(ledger, queue, most=settings.max_named_limits),
+        event_stream=EventStream(system, views, container.read_models_moved),
     )
 
 

@@ -32,6 +32,7 @@ from jobledger.api.security import (
     role_guard,
 )
 from jobledger.api.state import ApiPorts, ApiState
+from jobledger.api.stream import stream_events
 from jobledger.api.strictness import strict_request
 from jobledger.api.system import SystemController, health, metrics, ready
 from jobledger.api.workflows import WorkflowController
@@ -58,6 +59,7 @@ ROUTES: list[ControllerRouterHandler] = [
     list_handlers,
     apply_jobs,
     run_batch,
+    stream_events,
 ]
 
 

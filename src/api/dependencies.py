@@ -46,6 +46,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
     given["workflows"] = services.workflows
     given["queues"] = services.queues
     given["limits"] = services.limits
+    given["event_stream"] = services.event_stream
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

@@ -53,6 +53,7 @@ class ApiServer:
     ) -> None:
         settings = ports.settings
         app = create_app(ports, services)
+        self._services = services
         config = server_config(app, host=settings.api_host, port=settings.api_port)
         self._server = uvicorn.Server(config)
         self._url = f"http://{settings.api_host}:{settings.api_port}"
@@ -72,6 +73,7 @@ class ApiServer:
             self._started()
 
     def stop(self) -> None:
+        self._services.event_stream.close()  # open streams end: uvicorn drains the rest
         self._server.should_exit = True
         self._thread.join(self.stop_timeout)
 

@@ -8,6 +8,7 @@ from jobledger.services.archives import Archives
 from jobledger.services.bulk_runs import BulkRuns
 from jobledger.services.dead_letters import DeadLetters
 from jobledger.services.declared_jobs import DeclaredJobs
+from jobledger.services.event_stream import EventStream
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 from jobledger.services.limits import Limits
@@ -38,3 +39,4 @@ class Services:
     queues: Queues
     archives: Archives
     limits: Limits
+    event_stream: EventStream

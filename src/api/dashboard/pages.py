@@ -45,9 +45,12 @@ from jobledger.domain.clock import Clock
 from jobledger.domain.errors import DomainError, InvalidDefinitionError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
+from jobledger.domain.limits import Limit
+from jobledger.domain.queue import Queue
 from jobledger.domain.roles import Role
 from jobledger.domain.schedules import ManualSchedule, Schedule
-from jobledger.domain.workflow import WorkflowStatus
+from jobledger.domain.topics import event_topics
+from jobledger.domain.workflow import Workflow, WorkflowStatus
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin
@@ -102,7 +105,17 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
     )
     environment.filters.update(presenters.FILTERS)
     environment.globals["asset_version"] = ASSET_VERSION
+    environment.globals["stream_types"] = " ".join(STREAM_TYPES)
     return TemplateConfig(instance=JinjaTemplateEngine.from_environment(environment))
+
+
+# The event types a page listens for on the log's stream (an EventSource hears a named
+# event only through a listener of its name): those of what the pages show.
+STREAM_TYPES = tuple(
+    topic.partition(":")[2]
+    for aggregate in (Execution, Job, Queue, Workflow, Limit)
+    for topic in event_topics(aggregate, followed_only=False)
+)
 
 
 def render(request: Request[Any, Any, Any], template: str, **context: Any) -> Template:  # noqa: ANN401 (template values)

@@ -8,6 +8,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.core.result import Ok
+from tests.integration.api.test_route_roles import STREAMS
 
 from jobledger.api.openapi_links import STEPS
 from jobledger.domain.roles import Role
@@ -27,7 +28,8 @@ def test_no_server_errors_and_responses_match_the_schema(api: "Api") -> None:
     operations = []
     for result in schema.get_all_operations():
         assert isinstance(result, Ok), result  # an operation the document cannot describe
-        operations.append(result.ok())
+        if result.ok().path not in STREAMS:  # a stream never ends: its own tests cover it
+            operations.append(result.ok())
     assert len(operations) > 30
     for operation in operations:
 

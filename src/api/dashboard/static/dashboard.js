@@ -141,15 +141,22 @@
   }
 
   // Regions marked data-refresh="ms" are replaced by the same region of a fresh copy
-  // of the page; not while the person is using one (focus inside, a dialog open).
+  // of the page; not while the person is using one (focus inside, a dialog open). A
+  // region marked data-live shows what the log's events change: while the page hears
+  // the log's stream, it is refreshed when events come, and polled only now and then.
   const refreshedAt = new Map();
   let refreshing = false;
+  let live = false;
+  const LIVE_POLL_MS = 30000;
+
+  const every = (region) =>
+    live && region.hasAttribute("data-live") ? LIVE_POLL_MS : Number(region.dataset.refresh);
 
   async function refreshTick() {
     if (refreshing || document.hidden || document.querySelector("dialog[open]")) return;
     const now = Date.now();
     const due = [...document.querySelectorAll("[data-refresh][id]")].filter(
-      (region) => now - (refreshedAt.get(region.id) ?? loadedAt) >= Number(region.dataset.refresh),
+      (region) => now - (refreshedAt.get(region.id) ?? loadedAt) >= every(region),
     );
     if (!due.length) return;
     refreshing = true;
@@ -168,6 +175,33 @@
     } finally {
       refreshing = false;
     }
+  }
+
+  // The log's events as they come (GET /api/v1/events/stream, from now): a burst of
+  // them refreshes the live regions once. The EventSource reconnects by itself, from
+  // the last event it heard; while it is down the regions are polled as before.
+  function listenToTheLog() {
+    const types = document.body.dataset.streamTypes;
+    if (!window.EventSource || !types || !document.querySelector("[data-live][id]")) return;
+    const source = new EventSource("/api/v1/events/stream");
+    let soon = null;
+    const changed = () => {
+      if (soon) return;
+      soon = setTimeout(() => {
+        soon = null;
+        for (const region of document.querySelectorAll("[data-live][id]")) refreshedAt.set(region.id, 0);
+        refreshTick();
+      }, 200);
+    };
+    for (const type of types.split(" ")) source.addEventListener(type, changed);
+    source.onopen = () => {
+      live = true;
+      document.body.dataset.live = "on";
+    };
+    source.onerror = () => {
+      live = false;
+      document.body.dataset.live = "off";
+    };
   }
 
   // ---- action buttons (pause, resume, trigger, delete, cancel) -----------------------
@@ -990,6 +1024,7 @@
       flash(pending);
     }
     enhance(document);
+    listenToTheLog();
     setInterval(refreshTick, 500);
   });
 })();
