@@ -61,6 +61,15 @@ Wait = Annotated[
         "execution to finish",
     ),
 ]
+Search = Annotated[
+    str | None,
+    QueryParameter(
+        max_length=200,
+        pattern=NO_NUL,
+        description="part of a run's handler, input, result, last error or job name (any"
+        " case), or the start of its id or its job's id",
+    ),
+]
 Reason = Annotated[
     str, QueryParameter(max_length=2000, pattern=NO_NUL, description="why (recorded in the event)")
 ]
@@ -118,10 +127,14 @@ class ExecutionController(Controller):
         handler: Filter = None,
         since: Since = None,
         until: Until = None,
+        search: Search = None,
         limit: Limit = 50,
         offset: Offset = 0,
         cursor: Cursor = None,
     ) -> Page:
+        """Executions, the latest enqueued first. ``search`` finds runs by part of their
+        handler, input, result, last error or job name (any case), or by the start of
+        their id or their job's id."""
         return views.executions(
             status=status,
             job_id=job_id,
@@ -129,6 +142,7 @@ class ExecutionController(Controller):
             handler=handler,
             since=aware("since", since),
             until=aware("until", until),
+            search=search,
             limit=limit,
             offset=offset,
             cursor=cursor,
@@ -229,12 +243,18 @@ class DeadLetterController(Controller):
         error_contains: Annotated[
             str | None, QueryParameter(max_length=2000, pattern=NO_NUL)
         ] = None,
+        search: Search = None,
         limit: Limit = 50,
         offset: Offset = 0,
         cursor: Cursor = None,
     ) -> Page:
+        """Dead letters, the latest to die first; ``search`` as for the executions."""
         selection = DeadLetterFilter(
-            queue=queue, handler=handler, job_id=job_id, error_contains=error_contains
+            queue=queue,
+            handler=handler,
+            job_id=job_id,
+            error_contains=error_contains,
+            search=search,
         )
         return dead_letters.page(selection, limit=limit, offset=offset, cursor=cursor)
 
@@ -308,6 +328,7 @@ def _runs(data: BulkRunsIn) -> RunSelection:
         handler=data.handler,
         since=data.since,
         until=data.until,
+        search=data.search,
     )
 
 
@@ -317,6 +338,7 @@ def _selection(data: BulkRequeueIn) -> DeadLetterFilter:
         handler=data.handler,
         job_id=data.job_id,
         error_contains=data.error_contains,
+        search=data.search,
     )
 
 

@@ -87,6 +87,7 @@ class BulkRequeueIn(Strict):
     handler: Short | None = None
     job_id: UUID | None = None
     error_contains: Text | None = None
+    search: Short | None = None
     reason: Text = ""
     dry_run: bool = False
 
@@ -106,6 +107,7 @@ class BulkRunsIn(Strict):
     handler: Short | None = None
     since: AwareTime | None = None
     until: AwareTime | None = None
+    search: Short | None = None
     reason: Text = ""
     dry_run: bool = False
 

@@ -39,6 +39,7 @@ class RunSelection(msgspec.Struct, frozen=True, kw_only=True):
     handler: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    search: str | None = None
 
     def filters(self) -> dict[str, object]:
         named = {f: getattr(self, f) for f in self.__struct_fields__ if f != "ids"}
@@ -122,7 +123,7 @@ class BulkRuns:
                 "a bulk action needs ids or a filter",
                 field="ids",
                 fix="name the runs in ids, or filter them (status, job_id, queue, handler,"
-                " since, until); every pending run is status=pending",
+                " since, until, search); every pending run is status=pending",
             )
         return self._matching(filters)
 

@@ -39,6 +39,7 @@ class DeadLetterFilter(msgspec.Struct, frozen=True, kw_only=True):
     handler: str | None = None
     job_id: UUID | None = None
     error_contains: str | None = None
+    search: str | None = None  # as the executions list's (ADR 107)
 
 
 class DeadLetters:
@@ -61,6 +62,7 @@ class DeadLetters:
             handler=selection.handler,
             job_id=selection.job_id,
             error_contains=selection.error_contains,
+            search=selection.search,
             limit=limit,
             offset=offset,
             cursor=cursor,

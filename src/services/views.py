@@ -64,6 +64,7 @@ class ExecutionFilters(Paging, total=False):
     handler: str | None
     since: datetime | None
     until: datetime | None
+    search: str | None
 
 
 class WorkflowFilters(Paging, total=False):
@@ -78,6 +79,7 @@ class DeadLetterFilters(Paging, total=False):
     handler: str | None
     job_id: UUID | None
     error_contains: str | None
+    search: str | None
 
 
 def _check_paging(paging: Paging) -> None:

@@ -1,6 +1,7 @@
 """The read models' queries (``ReadModelQueries``) on the event store's database: the
 lists with their filters, totals and keyset pages, one row by id, the statistics."""
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -91,6 +92,11 @@ class _Where:
             self._clauses.append(clause)
             self.params.append(value)
 
+    def add_all(self, clause: str, values: Sequence[object]) -> None:
+        """``clause``, with a placeholder per value."""
+        self._clauses.append(clause)
+        self.params.extend(values)
+
     def also(self, clause: str, values: Sequence[object]) -> "_Where":
         """These filters and ``clause`` (with a placeholder per value)."""
         more = _Where(*self._clauses, clause)
@@ -100,6 +106,30 @@ class _Where:
     @property
     def sql(self) -> str:
         return f" WHERE {' AND '.join(self._clauses)}" if self._clauses else ""
+
+
+# A search that is all hex digits and dashes (at least this many) may be the start of
+# a run's or a job's id, matched as a prefix beside the text.
+_ID_START = re.compile(r"[0-9a-f-]{4,36}")
+
+
+def _searched(where: _Where, search: str | None) -> None:
+    """Runs whose handler, input, result or last error holds ``search`` (the fold keeps
+    them lower-cased in ``search_text``), whose job's name holds it, or whose id or
+    job's id starts with it (ADR 107)."""
+    term = (search or "").strip().lower()
+    if not term:
+        return
+    contains = _contains_pattern(term)
+    clauses = ["e.search_text LIKE ? ESCAPE '\\'", _JOB_NAMED]
+    values: list[object] = [contains, contains]
+    if _ID_START.fullmatch(term):
+        clauses += ["e.id LIKE ?", "e.job_id LIKE ?"]
+        values += [f"{term}%", f"{term}%"]
+    where.add_all(f"({' OR '.join(clauses)})", values)
+
+
+_JOB_NAMED = f"e.job_id IN (SELECT j.id FROM {JOBS} j WHERE lower(j.name) LIKE ? ESCAPE '\\')"  # noqa: S608 (constant names)
 
 
 def _contains_pattern(text: str) -> str:
@@ -277,6 +307,7 @@ class SqlReadModelQueries:
         handler: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        search: str | None = None,
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
@@ -288,7 +319,9 @@ class SqlReadModelQueries:
         where.add("e.handler = ?", handler)
         where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
         where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
-        counted = (EXECUTION_KIND, status) if _none(job_id, queue, handler, since, until) else None
+        _searched(where, search)
+        unfiltered = _none(job_id, queue, handler, since, until, search or None)
+        counted = (EXECUTION_KIND, status) if unfiltered else None
         return self._executions_page(
             where, order=_EXECUTION_ORDER, paging=(limit, offset, cursor), counted=counted
         )
@@ -338,6 +371,7 @@ class SqlReadModelQueries:
         handler: str | None = None,
         job_id: UUID | None = None,
         error_contains: str | None = None,
+        search: str | None = None,
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
@@ -350,7 +384,8 @@ class SqlReadModelQueries:
         # replace() is in both dialects and matches case-sensitively; LIKE differs
         # between them.
         where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
-        unfiltered = _none(queue, handler, job_id, error_contains or None)
+        _searched(where, search)
+        unfiltered = _none(queue, handler, job_id, error_contains or None, search or None)
         counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
         return self._executions_page(
             where, order=_DEAD_LETTER_ORDER, paging=(limit, offset, cursor), counted=counted

@@ -42,7 +42,7 @@ from jobledger.api.security import (
 )
 from jobledger.api.system import parse_types
 from jobledger.domain.clock import Clock
-from jobledger.domain.errors import DomainError, InvalidDefinitionError
+from jobledger.domain.errors import DomainError, InvalidDefinitionError, NotFoundError
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.limits import Limit
@@ -389,10 +389,11 @@ def executions_page(
     queue: Text = None,
     since: Text = None,
     until: Text = None,
+    search: Text = None,
     page: PageNumber = 1,
 ) -> Template:
     filters = {"status": status, "job_id": job_id, "handler": handler, "queue": queue}
-    filters |= {"since": since, "until": until}
+    filters |= {"since": since, "until": until, "search": search}
     problems: dict[str, str] = {}
     query = _execution_query(filters, problems)
     found = views.executions(**query, limit=PAGE_SIZE, offset=_offset(page))
@@ -420,7 +421,9 @@ def _bulk_filter(query: dict[str, Any]) -> dict[str, str]:
 
 def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -> dict[str, Any]:
     """The list's filters; a value that does not parse is reported and left out."""
-    query: dict[str, Any] = {k: filters[k] or None for k in ("status", "handler", "queue")}
+    query: dict[str, Any] = {
+        k: filters[k] or None for k in ("status", "handler", "queue", "search")
+    }
     parsers = {
         "job_id": presenters.parse_uuid,
         "since": presenters.parse_time,
@@ -433,6 +436,31 @@ def _execution_query(filters: dict[str, str | None], problems: dict[str, str]) -
             problems[name] = f"{filters[name]!r} is not a valid {name.replace('_', ' ')}"
             query[name] = None
     return query
+
+
+@get("/search", opt=VIEWER, sync_to_thread=True, name="ui-search")
+def search_page(
+    views: NamedDependency[Views],
+    jobs: NamedDependency[Jobs],
+    *,
+    q: Text = None,
+) -> Redirect:
+    """The header's search: a whole run's or job's id opens its page; anything else
+    lists the runs it finds (ADR 107)."""
+    text = (q or "").strip()
+    try:
+        wanted = UUID(text)
+    except ValueError:
+        return Redirect(
+            f"/ui/executions?{urlencode({'search': text})}" if text else "/ui/executions"
+        )
+    if views.execution(wanted) is not None:
+        return Redirect(f"/ui/executions/{wanted}")
+    try:
+        jobs.get(wanted)
+    except NotFoundError:
+        return Redirect(f"/ui/executions?{urlencode({'search': text})}")
+    return Redirect(f"/ui/jobs/{wanted}")
 
 
 @get("/executions/{execution_id:uuid}", opt=VIEWER, sync_to_thread=True, name="ui-execution")
@@ -510,9 +538,11 @@ def dead_letters_page(
     queue: Text = None,
     handler: Text = None,
     error_contains: Text = None,
+    search: Text = None,
     page: PageNumber = 1,
 ) -> Template:
     filters = {"queue": queue, "handler": handler, "error_contains": error_contains}
+    filters["search"] = search
     found = views.dead_letters(**_chosen(filters), limit=PAGE_SIZE, offset=_offset(page))
     groups = views.dead_letter_groups(limit=_GROUPS)
     return _listing(request, "dlq.html", found, filters, jobs, groups=groups)
@@ -586,6 +616,7 @@ PAGES = Router(
         edit_job,
         job_detail,
         workflows_page,
+        search_page,
         workflow_detail,
         executions_page,
         execution_detail,

@@ -118,11 +118,14 @@ class ReadModelQueries(Protocol):
         handler: str | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
+        search: str | None = None,
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
     ) -> Page:
-        """Executions enqueued in [since, until), newest first."""
+        """Executions enqueued in [since, until), newest first. ``search`` matches part
+        of a run's handler, input, result or last error, or of its job's name, ignoring
+        case, or the start of its id or its job's id (ADR 107)."""
         ...
 
     def get_execution(self, execution_id: UUID) -> ExecutionRow | None: ...
@@ -143,13 +146,14 @@ class ReadModelQueries(Protocol):
         handler: str | None = None,
         job_id: UUID | None = None,
         error_contains: str | None = None,
+        search: str | None = None,
         limit: int = 50,
         offset: int = 0,
         cursor: str | None = None,
     ) -> Page:
         """Dead-lettered executions, the latest to die first. ``error_contains``
         matches part of the last error, case and all (as ``jobledger dlq requeue``
-        does)."""
+        does); ``search`` as for ``list_executions``."""
         ...
 
     def recent_runs(self, job_ids: Sequence[UUID], *, per_job: int) -> dict[UUID, list[RunCell]]:

@@ -87,7 +87,8 @@ EXECUTION_COLUMNS = (
     "max_attempts", "scheduled_for_ms", "enqueued_at_ms", "ready_at_ms", "started_at_ms",
     "finished_at_ms", "worker_id", "lease_id", "lease_seq", "last_error", "result",
     "duration_ms", "lateness_ms", "closed_by", "closed_reason", "version", "attempt_budget",
-    "progress", "enqueued_by", "enqueued_via", "closed_via", "waiting",
+    "progress", "enqueued_by", "enqueued_via", "closed_via", "waiting", "payload_text",
+    "search_text",
 )  # fmt: skip
 ATTEMPT_COLUMNS = (
     "execution_id", "seq", "attempt", "worker_id", "lease_id", "started_at_ms",
@@ -256,17 +257,35 @@ JOB_EVENTS = frozenset({Job.Scheduled, *_JOB_CHANGES})
 
 def _spec_read(names: tuple[str, ...]) -> type[msgspec.Struct]:
     """A struct of the fields ``names`` of a run's spec, typed and defaulted as
-    ``ExecutionSpec`` declares them (none of them takes a default factory)."""
-    fields = [
+    ``ExecutionSpec`` declares them (none of them takes a default factory), and its
+    payload as the JSON text it is stored as, not decoded."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [
         (f.name, f.type) if f.required else (f.name, f.type, f.default)
         for f in msgspec.structs.fields(ExecutionSpec)
         if f.name in names
     ]
+    fields.append(("payload", msgspec.Raw, msgspec.Raw(b"{}")))
     return msgspec.defstruct("SpecRead", fields, kw_only=True)
 
 
-# What the fold reads of a run's spec (not its payload, timeout or limits).
+# What the fold reads of a run's spec (not its timeout or limits; its payload as text).
 _SpecRead = _spec_read(("handler", "queue", "priority", "retry"))
+
+# How much of a run's input, result and last error a search reads (ADR 107).
+SEARCHED_CHARS = 2000
+
+
+def _payload_text(payload: Any) -> str:  # noqa: ANN401 (a payload, or its JSON text as read)
+    """The run's input as a search reads it: JSON text, cut, lower-cased."""
+    raw = bytes(payload) if isinstance(payload, msgspec.Raw) else msgspec.json.encode(payload)
+    return raw[: SEARCHED_CHARS * 4].decode(errors="replace")[:SEARCHED_CHARS].lower()
+
+
+def _index_for_search(row: Row) -> None:
+    """What a search of runs matches: the handler, input, result and last error."""
+    parts = (row["payload_text"], row["result"], row["last_error"])
+    text = "\n".join(p[:SEARCHED_CHARS] for p in parts if p)
+    row["search_text"] = f"{row['handler']}\n{text}".lower()
 
 
 _ENQUEUED_READ = (
@@ -313,6 +332,7 @@ def _enqueued_row(key: str, event: Execution.Enqueued | Execution.Skipped) -> Ro
     row["enqueued_at_ms"] = to_ms(event.timestamp)
     row["ready_at_ms"] = to_ms(event.ready_at)
     row["version"] = event.originator_version
+    row["payload_text"] = _payload_text(spec.payload)
     if isinstance(event, Execution.Skipped):
         return row  # decided by the system, asked for by nobody
     row["enqueued_by"] = event.by
@@ -397,6 +417,7 @@ class Fold:
         before = row["status"]
         change(self, row, event)
         row["version"] = event.originator_version
+        _index_for_search(row)
         self.changed_executions.add(key)
         if before != row["status"]:
             self._moved(EXECUTION_KIND, before, row["status"])
@@ -413,6 +434,7 @@ class Fold:
         else:  # enqueued, or the fold's view of it
             row = self.executions[key] = _enqueued_row(key, event)
             self.count(row["enqueued_at_ms"], FIRED)
+        _index_for_search(row)
         self.changed_executions.add(key)
         self._moved(EXECUTION_KIND, None if replaced is None else replaced["status"], row["status"])
         self._update_job(row, latest=True)
@@ -509,16 +531,16 @@ def _leased(fold: Fold, row: Row, event: Execution.Leased) -> None:
 
 def _debounced(_fold: Fold, row: Row, event: Execution.Debounced) -> None:
     row["ready_at_ms"] = to_ms(event.ready_at)
+    row["payload_text"] = _payload_text(event.payload)
+
+
+def _replaced(_fold: Fold, row: Row, event: Execution.Replaced) -> None:
+    row["payload_text"] = _payload_text(event.payload)
 
 
 def _brought_forward(_fold: Fold, row: Row, event: Execution.BroughtForward) -> None:
     # Due now: what it waited for (a back-off, a snooze, a deferral) is over.
     row.update(ready_at_ms=to_ms(event.ready_at), waiting=None)
-
-
-def _version_only(_fold: Fold, _row: Row, _event: Execution.Replaced) -> None:
-    """The payload is not a column: the row stays as it is (its version moves on); the
-    history shows the event."""
 
 
 def _throttled(_fold: Fold, row: Row, event: Execution.Throttled) -> None:
@@ -669,7 +691,7 @@ _EXECUTION_CHANGES: dict[type[Any], Callable[[Fold, Row, Any], None]] = {
     Execution.Snoozed: _snoozed,
     Execution.Expired: _expired,
     Execution.Progressed: _progressed,
-    Execution.Replaced: _version_only,
+    Execution.Replaced: _replaced,
     Execution.Throttled: _throttled,
     Execution.Debounced: _debounced,
     Execution.BroughtForward: _brought_forward,

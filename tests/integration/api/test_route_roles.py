@@ -85,6 +85,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/ui/executions/{execution_id:uuid}"): VIEW,
     ("GET", "/ui/workers"): VIEW,
     ("GET", "/ui/dlq"): VIEW,
+    ("GET", "/ui/search"): VIEW,
     ("GET", "/ui/system"): VIEW,
     ("GET", "/ui/limits"): VIEW,
     ("GET", "/ui/audit"): VIEW,

@@ -17,7 +17,8 @@ import pytest
 from jobledger.adapters.sql.read_model_queries import SqlReadModelQueries
 from jobledger.adapters.sql.read_models import SqlReadModelTables
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
-from jobledger.domain.execution import ExecutionStatus
+from jobledger.domain.execution import Execution, ExecutionStatus, Trigger
+from jobledger.domain.policies import RetryPolicy
 from jobledger.projections.database import Database, Row
 from jobledger.projections.read_models.queries import (
     JOB_STATUSES,
@@ -355,3 +356,50 @@ def test_status_counts_list_every_status(
         **dict.fromkeys((s.value for s in ExecutionStatus), 0),
         "completed": 2,
     }
+
+
+def folded(database: Database, *runs: Execution, jobs: Sequence[Row] = ()) -> None:
+    """The runs' events folded (as the read models fold them) and written."""
+    fold = Fold({row["id"]: row for row in jobs}, {})
+    fold.changed_jobs.update(row["id"] for row in jobs)
+    for run in runs:
+        for event in run.collect_events():
+            fold.execution_event(str(run.id), event)
+    with database.transaction() as cursor:
+        SqlReadModelTables(database).write_fold(cursor, fold)
+
+
+def run_of(payload: dict[str, Any], *, job_id: uuid.UUID | None = None) -> Execution:
+    spec = ExecutionSpec(
+        handler="billing.charge", payload=payload, retry=RetryPolicy(max_retries=0)
+    )
+    return Execution.enqueue(spec=spec, ready_at=NOW, trigger=Trigger.ADHOC, job_id=job_id)
+
+
+def test_a_search_finds_runs_by_input_result_error_job_name_and_id_start(
+    queries: ReadModelQueries, module_database: Database
+) -> None:
+    """If runs are searched, then a word of a run's input, result or last error finds
+    it in any case, as do a word of its job's name and the start of its id or its job's
+    id; a word nobody has finds none, and the dead letters' search finds only dead
+    letters."""
+    nightly = job("Nightly Invoices")
+    by_job = run_of({"customer": "Acme Corp"}, job_id=uuid.UUID(nightly["id"]))
+    done = run_of({"customer": "Globex"})
+    done.lease(worker_id="w", lease_id=(lease := uuid.uuid4()), lease_expires_at=NOW)
+    done.complete(lease_id=lease, duration=timedelta(seconds=1), result={"receipt": "R-7781"})
+    dead = run_of({"customer": "Initech"})
+    dead.lease(worker_id="w", lease_id=(lease := uuid.uuid4()), lease_expires_at=NOW)
+    dead.fail(lease_id=lease, error="Card Declined: insufficient funds", at=NOW)
+    folded(module_database, by_job, done, dead, jobs=[nightly])
+    assert ids(queries.list_executions(search="acme")) == [by_job.id]
+    assert ids(queries.list_executions(search="r-7781")) == [done.id]
+    assert ids(queries.list_executions(search="DECLINED")) == [dead.id]
+    assert ids(queries.list_executions(search="invoices")) == [by_job.id]
+    assert ids(queries.list_executions(search=str(dead.id)[:8])) == [dead.id]
+    assert ids(queries.list_executions(search=nightly["id"][:6])) == [by_job.id]
+    assert queries.list_executions(search="billing.charge").total == 3
+    assert queries.list_executions(search="umbrella").total == 0
+    assert ids(queries.list_executions(search="50%")) == []  # % is a character here
+    assert ids(queries.list_dead_letters(search="initech")) == [dead.id]
+    assert ids(queries.list_dead_letters(search="acme")) == []
