@@ -4,7 +4,7 @@ Creates a throwaway PostgreSQL database and starts a private redis-server on a f
 loopback port (persistence off); stops both and drops the database at the end, also on
 an error or Ctrl-C.
 
-    python -m bench.scale [--events N] [--quick] [--only ticks] [--admin-url URL]
+    python -m bench.scale [--events N] [--quick] [--only ticks|api] [--admin-url URL]
 
 Building (not timed as a result, but shown with progress): 10,000 cron jobs through
 the ledger, then executions of those jobs by ``COPY`` of stored events until the log
@@ -33,7 +33,11 @@ Measured:
   fired first, untimed, as a leader that takes over catches up.
 
 ``--only ticks`` builds nothing but the jobs (and ``--events`` executions, none unless
-asked) and measures only the ticks: under a minute instead of an hour.
+asked) and measures only the ticks: under a minute instead of an hour. ``--only api``
+leaves out the ticks and the archive (``--events 3100000`` is about a million runs).
+
+Each run's input names one of 50,000 customers; the API rows include searches of the
+runs (a customer, the start of an id, a word no run has, the dead letters' error).
 
 Targets (issue "Scale"): rebuilds >= 100,000 events/s, API p99 <= 100 ms, a tick
 (firing or idle) p99 <= 50 ms. The table goes to stdout, progress to stderr, the JSON to
@@ -92,6 +96,10 @@ MIX = (("completed", 90), ("retried", 5), ("dead", 3), ("pending", 2))
 JOB_MARK = uuid.UUID(int=0xB0B0_CAFE)
 TIME_MARK = '"@@T@@"'
 JOB_TEXT_MARK = f'"{JOB_MARK}"'
+# Each run's input names one of CUSTOMERS customers: a search for one finds about
+# executions / CUSTOMERS runs.
+CUSTOMER_MARK = '"@@C@@"'
+CUSTOMERS = 50_000
 SAVE_JOBS = 500
 TARGET_EVENTS_PER_S = 100_000.0
 TARGET_P99_MS = 100.0
@@ -165,7 +173,9 @@ def history(kind: str, now: datetime) -> Execution:
     """One run of ``kind``, recorded by the domain, its job the marker id."""
     retries = 0 if kind == "dead" else 1
     spec = ExecutionSpec(
-        handler="test.echo", payload={"n": 1}, retry=RetryPolicy(max_retries=retries)
+        handler="test.echo",
+        payload={"n": 1, "customer": CUSTOMER_MARK.strip('"')},
+        retry=RetryPolicy(max_retries=retries),
     )
     run = Execution.enqueue(spec=spec, ready_at=now, trigger=Trigger.SCHEDULE, job_id=JOB_MARK)
     if kind == "pending":
@@ -180,7 +190,9 @@ def history(kind: str, now: datetime) -> Execution:
     return run
 
 
-_MARKS = re.compile(rf"({re.escape(TIME_MARK)}|{re.escape(JOB_TEXT_MARK)})")
+_MARKS = re.compile(
+    rf"({re.escape(TIME_MARK)}|{re.escape(JOB_TEXT_MARK)}|{re.escape(CUSTOMER_MARK)})"
+)
 
 
 def templates(ledger: Ledger) -> dict[str, list[Template]]:
@@ -197,7 +209,7 @@ def templates(ledger: Ledger) -> dict[str, list[Template]]:
                     state[name] = "@@T@@"
             text = msgspec.json.encode(state).decode()
             parts: list[bytes | str] = [
-                part if part in {TIME_MARK, JOB_TEXT_MARK} else part.encode()
+                part if part in {TIME_MARK, JOB_TEXT_MARK, CUSTOMER_MARK} else part.encode()
                 for part in _MARKS.split(text)
             ]
             pieces.append((stored.originator_version, stored.topic, parts))
@@ -205,8 +217,14 @@ def templates(ledger: Ledger) -> dict[str, list[Template]]:
     return found
 
 
-def filled(parts: list[bytes | str], at: bytes, job: bytes) -> bytes:
-    return b"".join(at if p == TIME_MARK else job if p == JOB_TEXT_MARK else p for p in parts)  # type: ignore[misc]
+def filled(parts: list[bytes | str], at: bytes, job: bytes, customer: bytes) -> bytes:
+    marks = {TIME_MARK: at, JOB_TEXT_MARK: job, CUSTOMER_MARK: customer}
+    return b"".join(marks[p] if isinstance(p, str) else p for p in parts)
+
+
+def customer(index: int) -> str:
+    """The customer the ``index``-th run's input names."""
+    return f"cust-{index % CUSTOMERS:05d}"
 
 
 def plan(count: int) -> list[str]:
@@ -227,12 +245,13 @@ def event_rows(
         for i in range(window, window + WINDOW):
             at = msgspec.json.encode(start + i * step)
             job = f'"{jobs[i % len(jobs)]}"'.encode()
-            runs.append((uuid.uuid4(), kinds[order[i % 100]], at, job))
+            named = f'"{customer(i)}"'.encode()
+            runs.append((uuid.uuid4(), kinds[order[i % 100]], at, job, named))
         for stage in range(5):
-            for execution_id, events, at, job in runs:
+            for execution_id, events, at, job, named in runs:
                 if stage < len(events):
                     version, topic, parts = events[stage]
-                    yield execution_id, version, topic, filled(parts, at, job)
+                    yield execution_id, version, topic, filled(parts, at, job, named)
                     emitted += 1
                     if emitted == total:
                         return
@@ -373,6 +392,19 @@ def api_paths(container: Container, big: tuple[uuid.UUID, datetime]) -> list[tup
         ("one job", f"/api/v1/jobs/{job_id}"),
         ("audit log", "/api/v1/audit/events?limit=50"),
         ("job with many events, as_of", f"/api/v1/jobs/{big_id}?as_of={_z(middle)}"),
+        *search_paths(execution_id),
+    ]
+
+
+def search_paths(execution_id: str) -> list[tuple[str, str]]:
+    """Searches of the runs (ADR 107): for one customer in the inputs (about
+    executions / CUSTOMERS runs), the start of a run's id, a word no run has, and a
+    word of every dead letter's error in the dead letters."""
+    return [
+        ("search: a customer in the inputs", f"/api/v1/executions?search={customer(4217)}"),
+        ("search: the start of a run's id", f"/api/v1/executions?search={execution_id[:8]}"),
+        ("search: a word no run has", "/api/v1/executions?search=umbrella"),
+        ("search: dead letters' error word", "/api/v1/dlq?search=handlererror"),
     ]
 
 
@@ -526,7 +558,7 @@ def ticks_only(container: Container, url: str, size: Sizes) -> list[Row]:
 
 
 def run(
-    url: str, redis_url: str, size: Sizes, archives: Path, *, only_ticks: bool = False
+    url: str, redis_url: str, size: Sizes, archives: Path, *, only: str | None = None
 ) -> list[Row]:
     migrate(load_settings({}, test_handlers="true", database_url=url), progress=support.log)
     settings = load_settings(
@@ -540,7 +572,7 @@ def run(
     )
     configure_logging(settings)
     with bootstrap(settings) as container:
-        if only_ticks:
+        if only == "ticks":
             return ticks_only(container, url, size)
         executions, big = build(container, url, size)
         events = container.head()
@@ -549,6 +581,8 @@ def run(
         analyze(url)
         rows += disk_rows(url, executions)
         rows += api_rows(container, big, size.requests)
+        if only == "api":
+            return rows
         rows += tick_rows(container, size.ticks)
         rows.append(archive_row(container))
     return rows
@@ -573,8 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--events", type=int, help="events in the log (default 10,000,000)")
     parser.add_argument(
         "--only",
-        choices=["ticks"],
-        help="ticks: only the scheduler's ticks, over the jobs (and --events executions)",
+        choices=["ticks", "api"],
+        help="ticks: only the scheduler's ticks, over the jobs (and --events executions);"
+        " api: the log, its rebuilds, the disk and the API rows, no ticks",
     )
     args = parser.parse_args(argv)
     only_ticks = args.only == "ticks"
@@ -586,12 +621,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         support.private_redis() as redis_url,
         tempfile.TemporaryDirectory(prefix="jobledger-scale-") as folder,
     ):
-        rows = run(url, redis_url, size, Path(folder), only_ticks=only_ticks)
+        rows = run(url, redis_url, size, Path(folder), only=args.only)
     print(support.format_table(rows, COLUMNS))
     if not only_ticks:
         print("disk rows: per_s is bytes per execution")
     path = support.write_json(
-        "scale" + ("-ticks" if only_ticks else "") + ("-quick" if args.quick else ""),
+        "scale" + (f"-{args.only}" if args.only else "") + ("-quick" if args.quick else ""),
         {
             "recorded_at": support.recorded_at(),
             "machine": support.machine(),
