@@ -9,7 +9,7 @@ their own, so they need none.
 
 import hmac
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,22 @@ class AuthMiddleware(AbstractAuthenticationMiddleware):
         raise NotAuthorizedException(
             "sign in first: POST /api/v1/auth/login, or send 'Authorization: Bearer <token>'"
         )
+
+
+def still_signed_in(connection: ASGIConnection[Any, Any, Any, Any]) -> Callable[[], bool]:
+    """Whether the request's credential still holds (call it on a thread): a long
+    answer (the log's stream) asks now and then, and ends once its session was signed
+    out or expired, or its token revoked or expired."""
+    state = api_state(connection)
+    bearer = _bearer(connection.headers.get("authorization"))
+    session = connection.cookies.get(SESSION_COOKIE)
+
+    def holds() -> bool:
+        if bearer is not None:
+            return _resolve_token(state, bearer) is not None
+        return session is not None and _resolve_session(state, session) is not None
+
+    return holds
 
 
 def _bearer(header: str | None) -> str | None:

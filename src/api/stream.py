@@ -16,7 +16,7 @@ from jobledger.api.budgets import credential_of, gate_of
 from jobledger.api.common import Filter
 from jobledger.api.errors import ApiError
 from jobledger.api.schemas import NO_NUL
-from jobledger.api.security import VIEWER
+from jobledger.api.security import VIEWER, still_signed_in
 from jobledger.api.system import parse_types
 from jobledger.services.event_stream import EventStream, StreamFilter
 
@@ -44,7 +44,7 @@ LastEventId = Annotated[
 ]
 
 
-@get("/api/v1/events/stream", opt=VIEWER, tags=["events"])
+@get("/api/v1/events/stream", opt=VIEWER, tags=["events"], media_type="text/event-stream")
 async def stream_events(
     request: Request[Any, Any, Any],
     event_stream: NamedDependency[EventStream],
@@ -60,8 +60,8 @@ async def stream_events(
     From ``after`` (or ``Last-Event-ID``; else from now); filtered by ``types``, by
     ``job_id`` (the job's events and its runs') and by ``queue`` (its runs' and its
     own). A comment every 15 s keeps a quiet stream open; a stream ends after five
-    minutes and the client resumes from its last id. Each open stream holds one of the
-    credential's long-polls."""
+    minutes and the client resumes from its last id, and within 5 s of its session or
+    token ending. Each open stream holds one of the credential's long-polls."""
     start = _resumed(last_event_id)
     if start is None:
         start = after if after is not None else await event_stream.head()
@@ -71,7 +71,10 @@ async def stream_events(
 
     async def messages() -> AsyncIterator[ServerSentEventMessage]:
         try:
-            async for event in event_stream.follow(start, wanted, most_seconds=STREAM_SECONDS):
+            following = event_stream.follow(
+                start, wanted, most_seconds=STREAM_SECONDS, allowed=still_signed_in(request)
+            )
+            async for event in following:
                 if event is None:
                     yield ServerSentEventMessage(comment="keep-alive")
                 else:

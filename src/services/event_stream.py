@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -28,6 +28,9 @@ from jobledger.services.views import Views
 STREAM_PAGE = 200
 # A comment this often keeps proxies and the client from taking a quiet stream for dead.
 HEARTBEAT_SECONDS = 15.0
+# How often a stream asks whether its credential still holds (a session signed out or
+# expired, a token revoked): it ends within this once it does not.
+RECHECK_SECONDS = 5.0
 # The runs whose job and queue a stream remembers (a job or queue filter needs them).
 _PLACED_MOST = 50_000
 
@@ -65,26 +68,40 @@ class EventStream:
         return await asyncio.to_thread(self._system.head)
 
     async def follow(
-        self, after: int, wanted: StreamFilter, *, most_seconds: float
+        self,
+        after: int,
+        wanted: StreamFilter,
+        *,
+        most_seconds: float,
+        allowed: Callable[[], bool] = lambda: True,
     ) -> AsyncIterator[EventOut | None]:
         """The events after position ``after`` that ``wanted`` lets through, as they
-        come; None now and then while there are none (a heartbeat)."""
+        come; None now and then while there are none (a heartbeat). It ends after
+        ``most_seconds``, or once ``allowed`` (asked every ``RECHECK_SECONDS``, on a
+        thread) says the caller may no longer read."""
         ends = time.monotonic() + most_seconds
         placements = _Placements(self._views)
         position = after
+        checked = sent = time.monotonic()
         rang = self._rings.subscribe()
         try:
             while not self._closing.is_set() and (left := ends - time.monotonic()) > 0:
+                if time.monotonic() - checked >= RECHECK_SECONDS:
+                    if not await asyncio.to_thread(allowed):
+                        return
+                    checked = time.monotonic()
                 page = await asyncio.to_thread(self._page, position, wanted.types)
                 for event in await asyncio.to_thread(placements.keep, page.items, wanted):
+                    sent = time.monotonic()
                     yield event
                 position = page.next_after
                 if position < page.head:
                     continue  # more to read now
                 rang.clear()
-                try:
-                    await asyncio.wait_for(rang.wait(), min(HEARTBEAT_SECONDS, left))
-                except TimeoutError:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(rang.wait(), min(RECHECK_SECONDS, left))
+                if time.monotonic() - sent >= HEARTBEAT_SECONDS:
+                    sent = time.monotonic()
                     yield None
         finally:
             self._rings.unsubscribe(rang)

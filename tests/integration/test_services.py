@@ -149,12 +149,13 @@ def test_the_topics_followers_read_are_every_recorded_event_type() -> None:
     assert "jobledger:JobFired" in event_topics(Job)
     assert "jobledger:JobCreated" not in event_topics(Job)
     executions = event_topics(Execution)
-    assert len(executions) == 17
+    assert len(executions) == 18
     assert "jobledger:ExecutionEnqueued" in executions
     assert "jobledger:ExecutionSnoozed" in executions
     assert "jobledger:ExecutionExpired" in executions
     assert "jobledger:ExecutionProgressed" in executions
     assert "jobledger:ExecutionThrottled" in executions
+    assert "jobledger:ExecutionBroughtForward" in executions
     assert "jobledger:ExecutionCreated" not in executions
 
 

@@ -13,7 +13,9 @@ import httpx
 import pytest
 from tests.integration.api.conftest import Api
 
+from jobledger.api.security import SESSION_COOKIE
 from jobledger.domain.roles import Role
+from jobledger.services.event_stream import RECHECK_SECONDS
 
 STREAM = "/api/v1/events/stream"
 
@@ -142,3 +144,18 @@ def opens(client: httpx.Client) -> bool:
     """Whether a stream opens now (it is closed again at once)."""
     with client.stream("GET", STREAM) as response:
         return response.status_code == 200
+
+
+def test_a_stream_ends_soon_after_its_session_is_signed_out(api: Api) -> None:
+    """If the session a stream was opened with signs out, then the stream ends within
+    a few seconds (it asks every RECHECK_SECONDS), rather than at its five minutes."""
+    session = api.session("viewer")
+    with session.stream("GET", STREAM) as response:
+        assert response.status_code == 200
+        began = time.monotonic()
+        out = api.session("viewer")  # another session of the same user: still signed in
+        api.container.accounts().logout(session.cookies[SESSION_COOKIE])
+        list(response.iter_lines())  # until the server ends it
+        ended = time.monotonic() - began
+    assert ended < RECHECK_SECONDS * 3, ended
+    assert out.get("/api/v1/auth/me").status_code == 200
