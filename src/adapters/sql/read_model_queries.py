@@ -113,23 +113,20 @@ class _Where:
 _ID_START = re.compile(r"[0-9a-f-]{4,36}")
 
 
-def _searched(where: _Where, search: str | None) -> None:
-    """Runs whose handler, input, result or last error holds ``search`` (the fold keeps
-    them lower-cased in ``search_text``), whose job's name holds it, or whose id or
-    job's id starts with it (ADR 107)."""
-    term = (search or "").strip().lower()
-    if not term:
-        return
-    contains = _contains_pattern(term)
-    clauses = ["e.search_text LIKE ? ESCAPE '\\'", _JOB_NAMED]
-    values: list[object] = [contains, contains]
-    if _ID_START.fullmatch(term):
-        clauses += ["e.id LIKE ?", "e.job_id LIKE ?"]
-        values += [f"{term}%", f"{term}%"]
-    where.add_all(f"({' OR '.join(clauses)})", values)
-
-
+# A search's job names: up to this many jobs are matched by their ids (one index read
+# each beside the text's); a word in more names than this is matched by a subquery,
+# which PostgreSQL answers by reading every run.
+_NAMED_JOBS_MOST = 500
+_JOBS_NAMED = (
+    f"SELECT id FROM {JOBS} WHERE lower(name) LIKE ? ESCAPE '\\' LIMIT {_NAMED_JOBS_MOST + 1}"  # noqa: S608 (constant names)
+)
 _JOB_NAMED = f"e.job_id IN (SELECT j.id FROM {JOBS} j WHERE lower(j.name) LIKE ? ESCAPE '\\')"  # noqa: S608 (constant names)
+
+
+def _search_terms(search: str | None) -> tuple[str, str] | None:
+    """The search lower-cased, and its pattern for any part of a text; None for none."""
+    term = (search or "").strip().lower()
+    return (term, _contains_pattern(term)) if term else None
 
 
 def _contains_pattern(text: str) -> str:
@@ -255,6 +252,31 @@ class SqlReadModelQueries:
         following = keyset.encode(rows[limit - 1]) if len(rows) > limit else None
         return Page(items=items, total=total, limit=limit, offset=offset, next_cursor=following)
 
+    def _searched(self, where: _Where, search: str | None) -> None:
+        """Runs whose handler, input, result or last error holds ``search`` (the fold
+        keeps them lower-cased in ``search_text``), whose job's name holds it, or whose
+        id or job's id starts with it (ADR 107). The jobs named are looked up first, so
+        that each part is an index read PostgreSQL can join with OR."""
+        terms = _search_terms(search)
+        if terms is None:
+            return
+        term, contains = terms
+        clauses = ["e.search_text LIKE ? ESCAPE '\\'"]
+        values: list[object] = [contains]
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(_JOBS_NAMED, (contains,))
+            named = [str(row[0]) for row in _all(cursor)]
+        if len(named) > _NAMED_JOBS_MOST:
+            clauses.append(_JOB_NAMED)
+            values.append(contains)
+        elif named:
+            clauses.append(f"e.job_id IN ({', '.join('?' * len(named))})")
+            values += named
+        if _ID_START.fullmatch(term):
+            clauses += ["e.id LIKE ?", "e.job_id LIKE ?"]
+            values += [f"{term}%", f"{term}%"]
+        where.add_all(f"({' OR '.join(clauses)})", values)
+
     def _fetch_one(self, sql: str, params: Sequence[Any]) -> Sequence[Any] | None:
         with self._database.transaction(snapshot=True) as cursor:
             cursor.execute(sql, params)
@@ -319,7 +341,7 @@ class SqlReadModelQueries:
         where.add("e.handler = ?", handler)
         where.add("e.enqueued_at_ms >= ?", None if since is None else to_ms(since))
         where.add("e.enqueued_at_ms < ?", None if until is None else to_ms(until))
-        _searched(where, search)
+        self._searched(where, search)
         unfiltered = _none(job_id, queue, handler, since, until, search or None)
         counted = (EXECUTION_KIND, status) if unfiltered else None
         return self._executions_page(
@@ -384,7 +406,7 @@ class SqlReadModelQueries:
         # replace() is in both dialects and matches case-sensitively; LIKE differs
         # between them.
         where.add("replace(e.last_error, ?, '') <> e.last_error", error_contains or None)
-        _searched(where, search)
+        self._searched(where, search)
         unfiltered = _none(queue, handler, job_id, error_contains or None, search or None)
         counted = (EXECUTION_KIND, ExecutionStatus.DEAD_LETTERED.value) if unfiltered else None
         return self._executions_page(
