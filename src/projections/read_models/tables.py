@@ -415,9 +415,11 @@ class Fold:
             )
             return
         before = row["status"]
+        searched = (row["payload_text"], row["result"], row["last_error"])
         change(self, row, event)
         row["version"] = event.originator_version
-        _index_for_search(row)
+        if searched != (row["payload_text"], row["result"], row["last_error"]):
+            _index_for_search(row)  # most events (a lease, progress) change none of them
         self.changed_executions.add(key)
         if before != row["status"]:
             self._moved(EXECUTION_KIND, before, row["status"])
