@@ -148,6 +148,9 @@
   let refreshing = false;
   let live = false;
   const LIVE_POLL_MS = 30000;
+  // Events refresh a region at most this often: a busy log must not turn every open
+  // page into a stream of page loads.
+  const LIVE_MIN_MS = 1000;
 
   const every = (region) =>
     live && region.hasAttribute("data-live") ? LIVE_POLL_MS : Number(region.dataset.refresh);
@@ -189,7 +192,11 @@
       if (soon) return;
       soon = setTimeout(() => {
         soon = null;
-        for (const region of document.querySelectorAll("[data-live][id]")) refreshedAt.set(region.id, 0);
+        for (const region of document.querySelectorAll("[data-live][id]")) {
+          // Due LIVE_MIN_MS after its last refresh (now, if that was longer ago).
+          const last = refreshedAt.get(region.id) ?? loadedAt;
+          refreshedAt.set(region.id, Math.min(last, last + LIVE_MIN_MS - every(region)));
+        }
         refreshTick();
       }, 200);
     };
