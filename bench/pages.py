@@ -3,15 +3,15 @@
 Creates a throwaway PostgreSQL database and starts a private redis-server on a free
 loopback port (persistence off); stops both at the end, also on an error or Ctrl-C.
 
-    python -m bench.pages [--quick] [--requests N] [--runs-per-job N] [--admin-url URL]
+    python -m bench.pages [--quick] [--requests N] [--admin-url URL]
 
 Seeding goes through the ledger in big transactions (``ledger.save_all``): 1,000 cron
 jobs (every tenth runs ``test.fail`` with no retries), each triggered 100 times, so
 100,000 executions: a tenth dead-lettered, one in thirty of the rest still pending,
-the others leased and completed (``--runs-per-job 1000``: a million executions). Then
-the read models and the queue are rebuilt from the log. ``jobledger api`` runs as a
-subprocess (its own interpreter, so the client does not share its GIL); one client
-signed in with a session cookie requests each page a few times to warm up, then
+the others leased and completed. Then the read models and the queue are rebuilt from
+the log (``bench.scale`` times the pages at a million runs). ``jobledger api`` runs
+as a subprocess (its own interpreter, so the client does not share its GIL); one
+client signed in with a session cookie requests each page a few times to warm up, then
 ``--requests`` times (default 20) in a row. The time is the round trip over loopback:
 the server's work plus a few hundred microseconds.
 """
@@ -79,10 +79,10 @@ class Sizes:
     requests: int
 
 
-def sizes(*, quick: bool, requests: int | None, runs_per_job: int | None = None) -> Sizes:
+def sizes(*, quick: bool, requests: int | None) -> Sizes:
     if quick:
-        return Sizes(100, runs_per_job or 20, requests or 5)
-    return Sizes(1000, runs_per_job or 100, requests or 20)
+        return Sizes(100, 20, requests or 5)
+    return Sizes(1000, 100, requests or 20)
 
 
 @dataclass(frozen=True)
@@ -292,11 +292,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="100 jobs x 20 runs, 5 requests: a smoke test"
     )
     parser.add_argument("--requests", type=int, help="timed requests per page (default 20)")
-    parser.add_argument(
-        "--runs-per-job",
-        type=int,
-        help="runs of each of the 1,000 jobs (default 100: 100,000 runs; 1000: a million)",
-    )
     return parser.parse_args(argv)
 
 
@@ -344,17 +339,12 @@ def write_json(
         "target_p95_ms": TARGET_MS,
         "rows": [asdict(row) for row in rows],
     }
-    runs = (
-        ""
-        if size.runs_per_job == sizes(quick=quick, requests=None).runs_per_job
-        else (f"-{size.jobs * size.runs_per_job}")
-    )
-    return support.write_json(("pages-quick" if quick else "pages") + runs, document)
+    return support.write_json("pages-quick" if quick else "pages", document)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    size = sizes(quick=args.quick, requests=args.requests, runs_per_job=args.runs_per_job)
+    size = sizes(quick=args.quick, requests=args.requests)
     try:
         with (
             support.throwaway_postgres(args.admin_url) as url,

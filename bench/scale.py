@@ -37,7 +37,9 @@ asked) and measures only the ticks: under a minute instead of an hour. ``--only 
 leaves out the ticks and the archive (``--events 3100000`` is about a million runs).
 
 Each run's input names one of 50,000 customers; the API rows include searches of the
-runs (a customer, the start of an id, a word no run has, the dead letters' error).
+runs (a customer, the start of an id, a word no run has, the dead letters' error) and
+the dashboard's pages (``page:`` rows; the Accept header asks for JSON, which the pages
+ignore: they answer their HTML).
 
 Targets (issue "Scale"): rebuilds >= 100,000 events/s, API p99 <= 100 ms, a tick
 (firing or idle) p99 <= 50 ms. The table goes to stdout, progress to stderr, the JSON to
@@ -393,6 +395,21 @@ def api_paths(container: Container, big: tuple[uuid.UUID, datetime]) -> list[tup
         ("audit log", "/api/v1/audit/events?limit=50"),
         ("job with many events, as_of", f"/api/v1/jobs/{big_id}?as_of={_z(middle)}"),
         *search_paths(execution_id),
+        *page_paths(execution_id, job_id),
+    ]
+
+
+def page_paths(execution_id: str, job_id: str) -> list[tuple[str, str]]:
+    """The dashboard's pages over the same runs (server-rendered, a session cookie)."""
+    return [
+        ("page: overview", "/ui"),
+        ("page: jobs", "/ui/jobs"),
+        ("page: a job", f"/ui/jobs/{job_id}"),
+        ("page: executions", "/ui/executions"),
+        ("page: executions, a search", f"/ui/executions?search={customer(4217)}"),
+        ("page: a run", f"/ui/executions/{execution_id}"),
+        ("page: dead letters", "/ui/dlq"),
+        ("page: workflows", "/ui/workflows"),
     ]
 
 
