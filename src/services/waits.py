@@ -117,10 +117,17 @@ class ExecutionWaits:
         return True
 
     async def _current(self, execution_id: UUID) -> ExecutionDetail | None:
+        """The run's detail if it has ended; None if it is still open or not in the read
+        model yet (wait for it as well). An open run's status is read alone: its whole
+        detail (its attempts, its stream's input and lines) is read once it ends."""
+        statuses = await asyncio.to_thread(self.views.statuses, [execution_id])
+        found = statuses.get(execution_id)
+        if found is not None and found[0] not in _TERMINAL:
+            return None
         try:
             return await asyncio.to_thread(self.views.execution_detail, execution_id)
         except NotYetVisibleError:
-            return None  # in the log, not yet in the read model: wait for it as well
+            return None
 
     def _waiters(self) -> _LoopWaiters:
         loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 import asyncio
 import time
 import uuid
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 from jobledger.adapters.memory.bell import MemoryBell
@@ -62,3 +63,35 @@ def test_a_ring_of_something_else_reads_nothing() -> None:
         return await waiting
 
     assert not asyncio.run(scenario())
+
+
+class Details(Statuses):
+    """Statuses, and a run's whole detail, counted: what a long-poll reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.details = 0
+
+    def execution_detail(self, execution_id: uuid.UUID) -> object:
+        self.details += 1
+        return SimpleNamespace(execution=SimpleNamespace(status=self.rows[execution_id][0]))
+
+
+def test_a_long_poll_on_an_open_run_reads_its_detail_once_it_ended() -> None:
+    """If a run is still open when a long-poll begins, then only its status is read
+    before the wait, and its whole detail once, after it ended."""
+    run = uuid.uuid4()
+    views, bell = Details(), MemoryBell()
+    views.rows[run] = ("running", 2)
+    waits = ExecutionWaits(cast("Views", views), interval=30.0, moved=bell)
+
+    async def scenario() -> object:
+        waiting = asyncio.create_task(waits.detail(run, wait=10))
+        await asyncio.sleep(0.2)
+        assert views.details == 0
+        views.rows[run] = ("completed", 3)
+        bell.ring(MOVED)
+        return await waiting
+
+    assert asyncio.run(scenario()).execution.status == "completed"  # type: ignore[attr-defined]
+    assert views.details == 1
