@@ -15,6 +15,7 @@ from jobledger.domain.json_values import check_reason
 from jobledger.domain.roles import Role
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
+from jobledger.projections.log.streams import load_many
 from jobledger.schemas.executions import BulkReport
 from jobledger.services.actors import Actor
 from jobledger.services.errors import InvalidRequestError
@@ -99,7 +100,7 @@ class BulkRuns:
         ids = self.selected(selection)
         if dry_run:
             return BulkReport(len(ids), 0, 0, dry_run=True)
-        return apply_each(self.writer, [self.ledger.get_execution(i) for i in ids], command)
+        return apply_each(self.writer, load_runs(self.ledger, ids), command)
 
     def selected(self, selection: RunSelection) -> list[UUID]:
         """The ids of the selected runs, at most ``MOST_AT_ONCE``."""
@@ -144,6 +145,15 @@ class BulkRuns:
             if page.next_cursor is None:
                 return ids
             cursor = page.next_cursor
+
+
+def load_runs(ledger: Ledger, ids: list[UUID]) -> list[Execution]:
+    """The runs, in the order of ``ids``, read in one statement where the store can; an
+    id of no run raises NotFoundError, as loading it alone does."""
+    found = load_many(ledger, Execution, ids)
+    for missing in (i for i in ids if i not in found):
+        ledger.get_execution(missing)  # raises NotFoundError naming it
+    return [found[i] for i in ids]
 
 
 def apply_each(

@@ -22,7 +22,7 @@ from jobledger.persistence.undecodable import UndecodableEvent
 from jobledger.schemas.executions import BulkReport
 from jobledger.schemas.rows import DeadLetterGroup
 from jobledger.services.actors import Actor
-from jobledger.services.bulk_runs import apply_each
+from jobledger.services.bulk_runs import apply_each, load_runs
 from jobledger.services.errors import NotDeadLetteredError
 from jobledger.services.views import Page, Views
 
@@ -159,7 +159,7 @@ class DeadLetters:
         return apply_each(self.writer, selected, command)
 
     def _select(self, ids: list[UUID], error_contains: str | None) -> list[Execution]:
-        executions = [self.ledger.get_execution(i) for i in ids]
+        executions = load_runs(self.ledger, ids)
         if error_contains:
             executions = [e for e in executions if error_contains in (e.last_error or "")]
         return executions
