@@ -9,13 +9,14 @@ applied with ``--prune`` keep each other's jobs (ADR 82)."""
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from jobledger.client import Client, JobledgerError
-from jobledger.declarations import DeclarationError, jobs_of_file, jobs_of_module
-from jobledger.schemas.jobs import ApplyOut, ManagedJobIn, PlannedChange
+from jobledger.declarations import DeclarationError, JobsFile, jobs_of_module, read_jobs_file
+from jobledger.schemas.jobs import ApplyOut, PlannedChange
+from jobledger.schemas.notifications import NotificationsApplyOut
 
 EXIT_REFUSED = 2
 _SIGNS = {"create": "+", "update": "~", "unchanged": "=", "delete": "-"}
@@ -27,7 +28,9 @@ def add_parser(commands: "argparse._SubParsersAction[Any]") -> None:
     )
     source = apply.add_mutually_exclusive_group(required=True)
     source.add_argument("--module", help="a module whose @jobledger.periodic jobs to apply")
-    source.add_argument("--file", type=Path, help="a TOML file of [[jobs]] to apply")
+    source.add_argument(
+        "--file", type=Path, help="a TOML file of [[jobs]] (and [[notifications]]) to apply"
+    )
     apply.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
     apply.add_argument(
         "--prune",
@@ -46,11 +49,14 @@ def add_parser(commands: "argparse._SubParsersAction[Any]") -> None:
 def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
     """Plan, print and (unless a dry run) apply; 2 when the set or a request is refused."""
     try:
-        jobs = _declared(args)
+        declared = _declared(args)
         with Client(args.url, args.token) as client:
+            rules = _apply_rules(client, declared, args, dry_run=True)  # refused: nothing written
             outcome = client.apply(
-                jobs, prune=args.prune, dry_run=args.dry_run, scope=scope_of(args)
+                declared.jobs, prune=args.prune, dry_run=args.dry_run, scope=scope_of(args)
             )
+            if not args.dry_run:
+                rules = _apply_rules(client, declared, args, dry_run=False)
             target = client.connection.target.url
     except DeclarationError as error:
         print(f"jobledger apply: {error}", file=sys.stderr)
@@ -61,7 +67,23 @@ def run(args: argparse.Namespace, say: Callable[[str], None] = print) -> int:
         return EXIT_REFUSED
     for line in plan_lines(outcome, target=target, dry_run=args.dry_run):
         say(line)
+    if rules is not None:
+        for line in rule_lines(rules):
+            say(line)
     return 0
+
+
+def _apply_rules(
+    client: Client, declared: JobsFile, args: argparse.Namespace, *, dry_run: bool
+) -> NotificationsApplyOut | None:
+    """The file's notification rules as the scope's set. Only where the file has some:
+    applying jobs is an operator's, rules an admin's, and a file without rules leaves
+    them alone."""
+    if not declared.notifications:
+        return None
+    return client.apply_notifications(
+        declared.notifications, scope=scope_of(args), prune=args.prune, dry_run=dry_run
+    )
 
 
 def scope_of(args: argparse.Namespace) -> str:
@@ -71,7 +93,7 @@ def scope_of(args: argparse.Namespace) -> str:
     return str(args.module) if args.module else Path(args.file).as_posix()
 
 
-def _declared(args: argparse.Namespace) -> list[ManagedJobIn]:
+def _declared(args: argparse.Namespace) -> JobsFile:
     if args.module:
         jobs = jobs_of_module(args.module)
         if not jobs:
@@ -79,8 +101,8 @@ def _declared(args: argparse.Namespace) -> list[ManagedJobIn]:
                 f"module {args.module!r} declares no job; put @jobledger.periodic(...) above "
                 "a @jobledger.handler(...)"
             )
-        return jobs
-    return jobs_of_file(args.file)
+        return JobsFile(jobs=jobs)
+    return read_jobs_file(args.file)
 
 
 def plan_lines(outcome: ApplyOut, *, target: str, dry_run: bool) -> list[str]:
@@ -89,13 +111,7 @@ def plan_lines(outcome: ApplyOut, *, target: str, dry_run: bool) -> list[str]:
     lines = [f"Plan against {target}:"]
     for change in outcome.plan:
         lines += _change_lines(change)
-    counts = dict.fromkeys(_SIGNS, 0)
-    for change in outcome.plan:
-        counts[change.action] += 1
-    lines.append(
-        f"{counts['create']} to create, {counts['update']} to update, "
-        f"{counts['delete']} to delete, {counts['unchanged']} unchanged."
-    )
+    lines.append(_counted(change.action for change in outcome.plan))
     if dry_run:
         lines.append("Dry run: nothing was changed.")
     elif outcome.applied:
@@ -103,6 +119,24 @@ def plan_lines(outcome: ApplyOut, *, target: str, dry_run: bool) -> list[str]:
     else:
         lines.append("Nothing to change.")
     return lines
+
+
+def rule_lines(outcome: NotificationsApplyOut) -> list[str]:
+    """The notification rules' plan: one line per rule, and a count."""
+    lines = ["Notification rules:"]
+    lines += [f"  {_SIGNS[step.action]} {step.action:<9} {step.name}" for step in outcome.plan]
+    lines.append(_counted(step.action for step in outcome.plan))
+    return lines
+
+
+def _counted(actions: Iterable[str]) -> str:
+    counts = dict.fromkeys(_SIGNS, 0)
+    for action in actions:
+        counts[action] += 1
+    return (
+        f"{counts['create']} to create, {counts['update']} to update, "
+        f"{counts['delete']} to delete, {counts['unchanged']} unchanged."
+    )
 
 
 def _change_lines(change: PlannedChange) -> list[str]:

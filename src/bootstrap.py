@@ -68,6 +68,7 @@ from jobledger.projections.log.archive_store import ArchiveStore
 from jobledger.projections.log.reader import Listen, LogReader, Wakeup
 from jobledger.projections.quarantine import (
     JOB_SCHEDULE_FOLLOWER,
+    NOTIFIER_FOLLOWER,
     READ_MODELS_FOLLOWER,
     RELEASES_FOLLOWER,
     ApplyOne,
@@ -88,6 +89,7 @@ from jobledger.runtime import dev, roles
 from jobledger.runtime.breakers import Breakers
 from jobledger.runtime.dev import DevOptions, Say
 from jobledger.runtime.handlers.archive import ArchiveRun
+from jobledger.runtime.handlers.notify import NotifySettings
 from jobledger.runtime.handlers.registry import (
     HandlerRegistry,
     load_registry,
@@ -97,6 +99,7 @@ from jobledger.runtime.handlers.registry import (
 from jobledger.runtime.handlers.shell import ShellSettings
 from jobledger.runtime.handlers.webhook import WebhookSettings
 from jobledger.runtime.lifecycle import MetricsServer, Part, WorkerRunner
+from jobledger.runtime.notifier import NOTIFIER_POLL_SECONDS, Notifier, NotifierLoop
 from jobledger.runtime.projector import Projector, build_projector
 from jobledger.runtime.rebuild_processes import ProcessParts
 from jobledger.runtime.relay import relay_part
@@ -118,6 +121,7 @@ from jobledger.services.executions import Executions
 from jobledger.services.identities import Accounts, AccountSettings
 from jobledger.services.jobs import HandlerNames, Jobs
 from jobledger.services.limits import Limits
+from jobledger.services.notifications import Notifications
 from jobledger.services.outbox import Outbox
 from jobledger.services.queues import Queues
 from jobledger.services.system import Sources, System
@@ -211,10 +215,42 @@ class Container:
             job_cache=self.settings.aggregate_cache_size,
         )
 
+    def scheduler_service(self) -> SchedulerService:
+        """The scheduler role's part: the scheduler with its releases and its notifier,
+        all acting under one leadership and woken by one listener."""
+        leadership = self.leadership()
+        config = self.scheduler_config()
+        notices = Wakeup()
+        notifier = NotifierLoop(
+            self.notifier(leadership),
+            poll=NOTIFIER_POLL_SECONDS,
+            wakeup=notices,
+            health=self.health.watch(POSTGRESQL) if self.settings.uses_postgres else None,
+        )
+        return SchedulerService(
+            self.scheduler(leadership, config, also_wake=[notices]),
+            health=self.health,
+            also_run=[notifier],
+        )
+
+    def notifier(self, leadership: Leadership) -> Notifier:
+        """What the notification rules ask for, made while ``leadership`` leads."""
+        return Notifier(
+            self.ledger,
+            self.database,
+            leadership,
+            positions=SqlPositions(self.database),
+            queries=SqlReadModelQueries(self.database),
+            backend=self.queue,
+            isolation=self.isolation(NOTIFIER_FOLLOWER),
+        )
+
     def scheduler(
         self,
         leadership: Leadership | None = None,
         config: SchedulerConfig | None = None,
+        *,
+        also_wake: Sequence[Wakeup] = (),
     ) -> Scheduler:
         """The scheduler, with its releases loop (run by ``SchedulerService``)."""
         leadership = leadership or self.leadership()
@@ -234,7 +270,9 @@ class Container:
             checkpoint=self.checkpoint,
             config=config,
             metrics=self.metrics,
-            releases=self.release_loop(leadership, poll=config.tick_interval, also_wake=[changes]),
+            releases=self.release_loop(
+                leadership, poll=config.tick_interval, also_wake=[changes, *also_wake]
+            ),
             changes=changes,
         )
 
@@ -320,6 +358,7 @@ class Container:
                 commands=shell_commands(settings.shell_commands),
                 timeout=settings.shell_timeout_seconds,
             ),
+            notify=NotifySettings.from_settings(settings, os.environ),
             queue=self.queue,
             read_models=self.read_model_tables(),
             test_handlers=settings.test_handlers_enabled,
@@ -466,6 +505,7 @@ class Container:
                 **projector.appliers(),
                 JOB_SCHEDULE_FOLLOWER: index.apply_one,
                 RELEASES_FOLLOWER: releaser.apply_one,
+                NOTIFIER_FOLLOWER: self.notifier(RetryLeadership(epoch)).apply_one,
             }
             yield appliers, projector.queue.reader.row_at
         finally:
@@ -702,6 +742,7 @@ def build_services(container: Container) -> Services:
         archives=archives,
         limits=Limits(ledger, queue, most=settings.max_named_limits),
         event_stream=EventStream(system, views, container.read_models_moved),
+        notifications=Notifications(ledger, views),
     )
 
 
@@ -750,7 +791,7 @@ def _build_part(container: Container, name: str, options: PartOptions) -> Part |
             else None
         ),
         roles.PROJECTOR: container.projector,
-        roles.SCHEDULER: lambda: SchedulerService(container.scheduler(), health=container.health),
+        roles.SCHEDULER: container.scheduler_service,
         roles.OUTBOX_RELAY: lambda: relay_part(
             options.services.outbox, container.listen(), container.health.watch(POSTGRESQL)
         ),

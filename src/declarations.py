@@ -40,6 +40,7 @@ from jobledger.domain.json_values import UNREADABLE, error_line
 from jobledger.domain.policies import DEFAULT_PRIORITY, MisfirePolicy, OverlapPolicy
 from jobledger.schemas.fields import Strict
 from jobledger.schemas.jobs import CronIn, ManagedJobIn, RetryIn
+from jobledger.schemas.notifications import NamedRuleIn
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -255,9 +256,11 @@ def payload_schema(payload_type: type[msgspec.Struct]) -> dict[str, Any]:
 
 class JobsFile(Strict):
     """A TOML file of jobs to apply: ``[[jobs]]`` tables, each a job definition as the
-    API takes it, with its ``key``."""
+    API takes it, with its ``key``; and ``[[notifications]]`` tables, each a notification
+    rule as the API takes it, with its ``name``."""
 
     jobs: list[ManagedJobIn] = msgspec.field(default_factory=list)
+    notifications: list[NamedRuleIn] = msgspec.field(default_factory=list)
 
 
 def jobs_of_module(name: str) -> list[ManagedJobIn]:
@@ -280,8 +283,13 @@ _AT = re.compile(r" - at `\$\.jobs\[(?P<index>\d+)\](?P<path>[^`]*)`$")
 
 
 def jobs_of_file(path: Path) -> list[ManagedJobIn]:
-    """The jobs of a TOML jobs file; a job that does not fit is named by its index and
-    key, with the field."""
+    """The jobs of a TOML jobs file (see ``read_jobs_file``)."""
+    return read_jobs_file(path).jobs
+
+
+def read_jobs_file(path: Path) -> JobsFile:
+    """A TOML jobs file; a job that does not fit is named by its index and key, with
+    the field."""
     try:
         text = path.read_bytes()
     except OSError as error:
@@ -298,7 +306,7 @@ def jobs_of_file(path: Path) -> list[ManagedJobIn]:
     found = Declared()
     for job in declared.jobs:
         found.add_job(job, str(path))
-    return declared.jobs
+    return declared
 
 
 def _where(message: str, text: bytes) -> str:

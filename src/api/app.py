@@ -20,6 +20,7 @@ from jobledger.api.executions import DeadLetterController, ExecutionController, 
 from jobledger.api.jobs import JobController, apply_jobs, list_handlers
 from jobledger.api.limits import LimitController
 from jobledger.api.metrics import MetricsMiddleware
+from jobledger.api.notifications import NotificationController
 from jobledger.api.openapi_links import add_links
 from jobledger.api.queues import QueueController
 from jobledger.api.schedules import preview_schedule
@@ -48,6 +49,7 @@ ROUTES: list[ControllerRouterHandler] = [
     DeadLetterController,
     QueueController,
     LimitController,
+    NotificationController,
     SystemController,
     WorkflowController,
     preview_schedule,

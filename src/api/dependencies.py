@@ -47,6 +47,7 @@ def dependencies(services: Services, clock: Clock) -> dict[str, Provide]:
     given["queues"] = services.queues
     given["limits"] = services.limits
     given["event_stream"] = services.event_stream
+    given["notifications"] = services.notifications
     provided = {
         name: Provide(_given(value), use_cache=True, sync_to_thread=False)
         for name, value in given.items()

@@ -40,6 +40,16 @@ from jobledger.schemas.jobs import (
     ScheduleIn,
 )
 from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
+from jobledger.schemas.notifications import (
+    NamedRuleIn,
+    NotificationList,
+    NotificationRuleIn,
+    NotificationRuleList,
+    NotificationRuleOut,
+    NotificationRuleStateOut,
+    NotificationsApplyOut,
+    NotificationTestOut,
+)
 from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
 from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page, WorkflowRow
 from jobledger.schemas.system import Readiness
@@ -398,6 +408,48 @@ class AsyncClient:
         """Cancel the queue's pending runs (running ones finish); ``dry_run`` lists the
         runs it would cancel and cancels none."""
         return await self.send(calls.drain_queue(name, reason, dry_run=dry_run))
+
+    # ---- notifications -----------------------------------------------------------------
+
+    async def notifications(
+        self, *, limit: int = 50, cursor: str | None = None
+    ) -> NotificationList:
+        """The notifications the rules raised, the latest first, with how each one's
+        delivery went (follow ``next_cursor`` for older ones)."""
+        return await self.send(calls.notifications(limit, cursor))
+
+    async def notification_rules(self) -> NotificationRuleList:
+        """Every notification rule, by name."""
+        return await self.send(calls.notification_rules())
+
+    async def notification_rule(self, name: str) -> NotificationRuleOut:
+        """One notification rule."""
+        return await self.send(calls.notification_rule(name))
+
+    async def save_notification_rule(
+        self, name: str, rule: NotificationRuleIn | Mapping[str, Any]
+    ) -> NotificationRuleStateOut:
+        """Make the rule ``name`` or replace it whole, e.g. ``{"on": "dead_letter",
+        "job": "billing", "channel": {"kind": "slack", "url": "https://hooks..."}}``."""
+        return await self.send(calls.save_notification_rule(name, rule))
+
+    async def delete_notification_rule(self, name: str) -> NotificationRuleStateOut:
+        """Delete the rule; notifications already raised are still delivered."""
+        return await self.send(calls.delete_notification_rule(name))
+
+    async def test_notification_rule(self, name: str) -> NotificationTestOut:
+        """Send a test notification through the rule's channel now; the run that
+        sends it is ``execution_id``."""
+        return await self.send(calls.test_notification_rule(name))
+
+    async def apply_notifications(
+        self, rules: list[NamedRuleIn], *, scope: str, prune: bool = False, dry_run: bool = False
+    ) -> NotificationsApplyOut:
+        """Apply a set of rules as ``scope``'s, in one save; ``prune`` deletes the
+        scope's rules no longer given; ``dry_run`` only plans."""
+        return await self.send(
+            calls.apply_notifications(rules, scope=scope, prune=prune, dry_run=dry_run)
+        )
 
     # ---- limits ------------------------------------------------------------------------
 

@@ -59,6 +59,17 @@ from jobledger.schemas.jobs import (
     ScheduleIn,
 )
 from jobledger.schemas.limits import LimitIn, LimitList, LimitOut, LimitStateOut, LimitValuesIn
+from jobledger.schemas.notifications import (
+    NamedRuleIn,
+    NotificationList,
+    NotificationRuleIn,
+    NotificationRuleList,
+    NotificationRuleOut,
+    NotificationRuleStateOut,
+    NotificationsApplyIn,
+    NotificationsApplyOut,
+    NotificationTestOut,
+)
 from jobledger.schemas.queues import DrainIn, DrainReport, PauseIn, QueueList, QueueStateOut
 from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page, WorkflowRow
 from jobledger.schemas.system import Readiness
@@ -640,6 +651,55 @@ def change_limit(
     body = LimitValuesIn(concurrency=concurrency, rate=rate, per_seconds=per_seconds)
     path = f"/api/v1/limits/{_segment(name)}"
     return Call("PUT", path, _decoder(LimitStateOut), body=body)
+
+
+# ---- notifications ---------------------------------------------------------------------
+
+
+def _rule_path(name: str) -> str:
+    return f"/api/v1/notifications/rules/{_segment(name)}"
+
+
+def notifications(limit: int = 50, cursor: str | None = None) -> Call[NotificationList]:
+    return _get("/api/v1/notifications", NotificationList, limit=limit, cursor=cursor)
+
+
+def notification_rules() -> Call[NotificationRuleList]:
+    return _get("/api/v1/notifications/rules", NotificationRuleList)
+
+
+def notification_rule(name: str) -> Call[NotificationRuleOut]:
+    return _get(_rule_path(name), NotificationRuleOut)
+
+
+def rule_of(rule: NotificationRuleIn | Mapping[str, Any]) -> NotificationRuleIn:
+    """A rule, from the struct or from a mapping of the same fields (as the API and a
+    jobs file's ``[[notifications]]`` take them)."""
+    if isinstance(rule, NotificationRuleIn):
+        return rule
+    return msgspec.convert(rule, NotificationRuleIn)
+
+
+def save_notification_rule(
+    name: str, rule: NotificationRuleIn | Mapping[str, Any]
+) -> Call[NotificationRuleStateOut]:
+    body = rule_of(rule)
+    return Call("PUT", _rule_path(name), _decoder(NotificationRuleStateOut), body=body)
+
+
+def delete_notification_rule(name: str) -> Call[NotificationRuleStateOut]:
+    return Call("DELETE", _rule_path(name), _decoder(NotificationRuleStateOut))
+
+
+def test_notification_rule(name: str) -> Call[NotificationTestOut]:
+    return _post(f"{_rule_path(name)}/test", NotificationTestOut)
+
+
+def apply_notifications(
+    rules: list[NamedRuleIn], *, scope: str, prune: bool, dry_run: bool
+) -> Call[NotificationsApplyOut]:
+    body = NotificationsApplyIn(rules=rules, scope=scope, prune=prune, dry_run=dry_run)
+    return _post("/api/v1/notifications/rules:apply", NotificationsApplyOut, body)
 
 
 # ---- system ----------------------------------------------------------------------------

@@ -39,6 +39,16 @@ from jobledger.schemas.jobs import (
     ScheduleIn,
 )
 from jobledger.schemas.limits import LimitList, LimitOut, LimitStateOut
+from jobledger.schemas.notifications import (
+    NamedRuleIn,
+    NotificationList,
+    NotificationRuleIn,
+    NotificationRuleList,
+    NotificationRuleOut,
+    NotificationRuleStateOut,
+    NotificationsApplyOut,
+    NotificationTestOut,
+)
 from jobledger.schemas.queues import DrainReport, QueueList, QueueStateOut
 from jobledger.schemas.rows import DeadLetterGroup, ExecutionRow, JobRow, Page, WorkflowRow
 from jobledger.schemas.system import Readiness
@@ -383,6 +393,46 @@ class Client:
         """Cancel the queue's pending runs (running ones finish); ``dry_run`` lists the
         runs it would cancel and cancels none."""
         return self.send(calls.drain_queue(name, reason, dry_run=dry_run))
+
+    # ---- notifications -----------------------------------------------------------------
+
+    def notifications(self, *, limit: int = 50, cursor: str | None = None) -> NotificationList:
+        """The notifications the rules raised, the latest first, with how each one's
+        delivery went (follow ``next_cursor`` for older ones)."""
+        return self.send(calls.notifications(limit, cursor))
+
+    def notification_rules(self) -> NotificationRuleList:
+        """Every notification rule, by name."""
+        return self.send(calls.notification_rules())
+
+    def notification_rule(self, name: str) -> NotificationRuleOut:
+        """One notification rule."""
+        return self.send(calls.notification_rule(name))
+
+    def save_notification_rule(
+        self, name: str, rule: NotificationRuleIn | Mapping[str, Any]
+    ) -> NotificationRuleStateOut:
+        """Make the rule ``name`` or replace it whole, e.g. ``{"on": "dead_letter",
+        "job": "billing", "channel": {"kind": "slack", "url": "https://hooks..."}}``."""
+        return self.send(calls.save_notification_rule(name, rule))
+
+    def delete_notification_rule(self, name: str) -> NotificationRuleStateOut:
+        """Delete the rule; notifications already raised are still delivered."""
+        return self.send(calls.delete_notification_rule(name))
+
+    def test_notification_rule(self, name: str) -> NotificationTestOut:
+        """Send a test notification through the rule's channel now; the run that
+        sends it is ``execution_id``."""
+        return self.send(calls.test_notification_rule(name))
+
+    def apply_notifications(
+        self, rules: list[NamedRuleIn], *, scope: str, prune: bool = False, dry_run: bool = False
+    ) -> NotificationsApplyOut:
+        """Apply a set of rules as ``scope``'s, in one save; ``prune`` deletes the
+        scope's rules no longer given; ``dry_run`` only plans."""
+        return self.send(
+            calls.apply_notifications(rules, scope=scope, prune=prune, dry_run=dry_run)
+        )
 
     # ---- limits ------------------------------------------------------------------------
 

@@ -14,3 +14,8 @@ MAX_CONCURRENCY: Final = 100_000
 MAX_RATE: Final = 1_000_000
 MIN_RATE_PERIOD: Final = timedelta(seconds=1)
 MAX_RATE_PERIOD: Final = timedelta(days=1)
+# A notification rule's (``jobledger.domain.notifications``).
+MAX_NOTIFY_RECIPIENTS: Final = 20
+MAX_NOTIFY_URL_CHARS: Final = 2000
+MAX_NOTIFY_COUNT: Final = 1_000_000
+MAX_NOTIFY_WINDOW: Final = timedelta(days=7)

@@ -22,6 +22,7 @@ import psycopg
 from msgspec import Meta
 from psycopg.conninfo import conninfo_to_dict
 
+from jobledger.domain.notifications import SECRET_PREFIX
 from jobledger.infra.credentials import MAX_PASSWORD_LENGTH, USERNAME_PATTERN, USERNAME_RULE
 from jobledger.infra.errors import SettingsError
 
@@ -29,7 +30,7 @@ PREFIX = "JOBLEDGER_"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_WRITER_BATCH = 10_000
 MAX_WRITER_DELAY_MS = 10_000
-_SECRET_FIELDS = frozenset({"database_url", "redis_url"})
+_SECRET_FIELDS = frozenset({"database_url", "redis_url", "smtp_url"})
 _SECRET_VALUES = frozenset({"admin_password"})
 # DESIGN names the first admin's variables without the prefix; the prefixed ones win.
 _FALLBACKS = {"admin_username": "ADMIN_USERNAME", "admin_password": "ADMIN_PASSWORD"}
@@ -53,6 +54,9 @@ _List = tuple[str, ...]
 
 # Redis URL schemes that name a cluster (ADR 41), and the scheme of each node.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+SMTP_SCHEMES = frozenset({"smtp", "smtps"})
+# An address, bare or with a display name: "ops@example.com", "Jobs <ops@example.com>".
+_SENDER = r"\A(?:[^@\s<>,;]+@[^@\s<>,;]+|[^@<>,;\r\n]*<[^@\s<>,;]+@[^@\s<>,;]+>)?\Z"
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True):
@@ -110,6 +114,14 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     webhook_timeout_seconds: _Seconds = 30.0
     shell_commands: str = ""
     shell_timeout_seconds: _Seconds = 60.0
+    # The mail server of email notifications (empty: email channels fail permanently).
+    smtp_url: str = ""
+    # Empty: jobledger@ the worker's host name.
+    smtp_from: Annotated[
+        str, Meta(pattern=_SENDER, extra={"use": "an address, e.g. jobledger@example.com"})
+    ] = ""
+    # The dashboard's address, that notifications link to (empty: links as paths).
+    public_url: str = ""
     breaker_fail_max: Annotated[int, Meta(ge=1, extra={"use": "{range} consecutive failures"})] = 3
     breaker_reset_seconds: _Seconds = 30.0
     metrics_port: Annotated[
@@ -504,6 +516,10 @@ def _check_urls(settings: Settings, names: Mapping[str, str]) -> None:
             _check_postgres_url(settings.database_url, names["database_url"])
     if settings.redis_url:
         _check_redis_url(settings.redis_url, names["redis_url"])
+    if settings.smtp_url:
+        _check_smtp_url(settings.smtp_url, names["smtp_url"])
+    if settings.public_url:
+        _check_public_url(settings.public_url, names["public_url"])
 
 
 def _check_entries(settings: Settings, names: Mapping[str, str]) -> None:
@@ -565,6 +581,46 @@ def _check_redis_url(url: str, name: str) -> None:
         raise SettingsError(f"{name}: the database (after the /) is not a number; {fix}")
     if parts.scheme in CLUSTER_SCHEMES and database not in {"", "0"}:
         raise SettingsError(f"{name}: a Redis Cluster has only database 0; {fix}")
+
+
+def _check_smtp_url(url: str, name: str) -> None:
+    fix = (
+        "use smtp://user:password@host:587 (STARTTLS when the server offers it) or "
+        f"smtps://user:password@host:465, and {_ENCODE_FIX}"
+    )
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (reading the port is the check)
+    except ValueError:
+        raise SettingsError(f"{name}: the host or port cannot be read; {fix}") from None
+    if parts.scheme not in SMTP_SCHEMES or not parts.hostname:
+        raise SettingsError(f"{name}: the scheme must be smtp or smtps, with a host; {fix}")
+    if parts.path.strip("/") or parts.query:
+        raise SettingsError(f"{name}: a mail server takes no path or query; {fix}")
+
+
+def _check_public_url(url: str, name: str) -> None:
+    fix = "use the dashboard's address as its users reach it, e.g. https://jobs.example.com"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (reading the port is the check)
+    except ValueError:
+        raise SettingsError(f"{name}: the host or port cannot be read; {fix}") from None
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise SettingsError(f"{name}: not an http(s) URL with a host; {fix}")
+    if parts.query or parts.fragment or parts.username:
+        raise SettingsError(f"{name}: a base URL has no query, fragment or user; {fix}")
+
+
+def notify_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """The notification webhooks' signing secrets, by name: every set
+    ``JOBLEDGER_NOTIFY_SECRET_<NAME>`` variable (read apart from the settings, as their
+    names are the operator's)."""
+    return {
+        variable.removeprefix(SECRET_PREFIX): value
+        for variable, value in environ.items()
+        if variable.startswith(SECRET_PREFIX) and len(variable) > len(SECRET_PREFIX) and value
+    }
 
 
 def _retention_entry(entry: str) -> tuple[str, float]:

@@ -32,6 +32,7 @@ from jobledger.domain.errors import ConflictError, NotFoundError, UndecodableEve
 from jobledger.domain.execution import Execution
 from jobledger.domain.job import Job
 from jobledger.domain.limits import Limit
+from jobledger.domain.notifications import RULES_ID, NotificationRules
 from jobledger.domain.queue import Queue, queue_id
 from jobledger.domain.unique import UniqueKey, unique_key_id
 from jobledger.domain.workflow import Workflow
@@ -205,6 +206,13 @@ class Ledger(Application[UUID]):
         """The named limit with ``limit_id``; None if it was never defined."""
         try:
             return self._get(Limit, limit_id, None)
+        except NotFoundError:
+            return None
+
+    def notification_rules(self) -> NotificationRules | None:
+        """Every notification rule; None before the first was made."""
+        try:
+            return self._get(NotificationRules, RULES_ID, None)
         except NotFoundError:
             return None
 

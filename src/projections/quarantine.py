@@ -43,12 +43,14 @@ CHECKPOINT_FOLLOWER = "checkpoint-projection"
 READ_MODELS_FOLLOWER = "read-models"
 JOB_SCHEDULE_FOLLOWER = "job-schedule"
 RELEASES_FOLLOWER = "releases"  # the scheduler leader's: what runs' ends release
+NOTIFIER_FOLLOWER = "notifications"  # the scheduler leader's: the notification rules
 FOLLOWERS = (
     QUEUE_FOLLOWER,
     CHECKPOINT_FOLLOWER,
     READ_MODELS_FOLLOWER,
     JOB_SCHEDULE_FOLLOWER,
     RELEASES_FOLLOWER,
+    NOTIFIER_FOLLOWER,
 )
 
 MAX_ERROR_CHARS = 2000
@@ -563,12 +565,13 @@ def isolation_of(
     """How ``follower`` isolates events: recorded (unless not ``persist``), and counted.
     The job-schedule index holds no stream: each job event sets the job's next fire
     whole, so the events after a quarantined one keep the index right. Nor do the
-    releases: each run's end releases what it releases on its own."""
+    releases and the notifier: each run's end releases (or tells of) what it does on
+    its own."""
     isolation = Isolation(
         follower,
         quarantine,
         persist=persist,
-        hold=follower not in {JOB_SCHEDULE_FOLLOWER, RELEASES_FOLLOWER},
+        hold=follower not in {JOB_SCHEDULE_FOLLOWER, RELEASES_FOLLOWER, NOTIFIER_FOLLOWER},
     )
     if counted is not None:
         isolation.counted = counted

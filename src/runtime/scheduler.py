@@ -8,10 +8,11 @@ conflict in the store, counted here and skipped (ADR 9).
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 from uuid import UUID
 
 import structlog
@@ -391,6 +392,14 @@ class Scheduler:
             )
 
 
+class Loop(Protocol):
+    """A follower the scheduler process runs beside its own loop."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class SchedulerService(Background):
     """The scheduler process: election, ticks and recovery on a loop until stopped."""
 
@@ -400,8 +409,12 @@ class SchedulerService(Background):
         *,
         now: Clock = utc_now,
         health: DependencyHealth | None = None,
+        also_run: Sequence[Loop] = (),
     ) -> None:
         self.scheduler = scheduler
+        # Followers that act under the same leadership (the notifier): started after
+        # the releases, stopped before them.
+        self.also_run = tuple(also_run)
         self._now = now
         self._health = health or DependencyHealth("scheduler")
         super().__init__("scheduler")
@@ -410,8 +423,12 @@ class SchedulerService(Background):
         super().start()
         if self.scheduler.releases is not None:
             self.scheduler.releases.start()
+        for loop in self.also_run:
+            loop.start()
 
     def stop(self) -> None:
+        for loop in reversed(self.also_run):
+            loop.stop()
         if self.scheduler.releases is not None:
             self.scheduler.releases.stop()
         super().stop()

@@ -12,6 +12,7 @@ from jobledger.services.event_stream import EventStream
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 from jobledger.services.limits import Limits
+from jobledger.services.notifications import Notifications
 from jobledger.services.outbox import Outbox
 from jobledger.services.queues import Queues
 from jobledger.services.system import System
@@ -40,3 +41,4 @@ class Services:
     archives: Archives
     limits: Limits
     event_stream: EventStream
+    notifications: Notifications

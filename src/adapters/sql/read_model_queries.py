@@ -48,7 +48,7 @@ from jobledger.projections.read_models.tables import (
     STATUS_COUNTS,
 )
 from jobledger.projections.read_models.workflows import WORKFLOWS
-from jobledger.projections.times import to_ms
+from jobledger.projections.times import from_ms, to_ms
 
 _JOB_SELECT = f"SELECT {', '.join(JOB_ROW)} FROM {JOBS}"  # noqa: S608 (constant names)
 _EXECUTION_SELECT = (
@@ -66,6 +66,11 @@ _RECENT_RUNS = (
     "WHERE job_id = ? ORDER BY enqueued_at_ms DESC, id DESC LIMIT ?) AS r"
 )
 _STRIP_JOBS = 100  # jobs per statement
+# The status is a literal so that the index by status reads the pending runs only.
+_OLDEST_DUE = (
+    f"SELECT min(ready_at_ms) FROM {EXECUTIONS} "  # noqa: S608 (constant names)
+    "WHERE status = 'pending' AND queue = ? AND ready_at_ms <= ?"
+)
 # The status is a literal so that the partial index on dead letters applies.
 _DEAD_LETTER_GROUPS = (
     f"SELECT e.job_id, j.name, e.handler, e.last_error, count(*), min(e.finished_at_ms), "  # noqa: S608 (constant names)
@@ -379,6 +384,12 @@ class SqlReadModelQueries:
                 cursor.execute_in(_SELECT_STATUSES, chunk)
                 found.update((UUID(row[0]), (row[1], int(row[2]))) for row in _all(cursor))
         return found
+
+    def oldest_due(self, queue: str, *, now: datetime) -> datetime | None:
+        with self._database.transaction(snapshot=True) as cursor:
+            cursor.execute(_OLDEST_DUE, (queue, to_ms(now)))
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else from_ms(int(row[0]))
 
     def list_attempts(self, execution_id: UUID) -> list[AttemptRow]:
         with self._database.transaction(snapshot=True) as cursor:

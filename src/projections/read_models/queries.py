@@ -135,6 +135,11 @@ class ReadModelQueries(Protocol):
         lacks are left out), in one snapshot."""
         ...
 
+    def oldest_due(self, queue: str, *, now: datetime) -> datetime | None:
+        """When the pending run of ``queue`` that has been due longest fell due; None
+        if no run is due."""
+        ...
+
     def list_attempts(self, execution_id: UUID) -> list[AttemptRow]:
         """Every lease of the execution in order, deferrals included."""
         ...

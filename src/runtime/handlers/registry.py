@@ -21,6 +21,8 @@ from jobledger.runtime.handlers.builtin import BUILTIN
 from jobledger.runtime.handlers.cleanup import NAME as CLEANUP
 from jobledger.runtime.handlers.cleanup import make_cleanup_handler
 from jobledger.runtime.handlers.code import code_handler
+from jobledger.runtime.handlers.notify import NAME as NOTIFY
+from jobledger.runtime.handlers.notify import NotifySettings, make_notify_handler
 from jobledger.runtime.handlers.shell import NAME as SHELL
 from jobledger.runtime.handlers.shell import ShellSettings, make_shell_handler
 from jobledger.runtime.handlers.webhook import NAME as WEBHOOK
@@ -82,6 +84,7 @@ def load_registry(
     *,
     webhook: WebhookSettings = WebhookSettings(),  # noqa: B008 (frozen)
     shell: ShellSettings | None = None,
+    notify: NotifySettings | None = None,
     queue: QueueBackend | None = None,
     read_models: ReadModelTables | None = None,
     test_handlers: bool = False,
@@ -92,6 +95,8 @@ def load_registry(
     may start a run end a worker."""
     handlers: dict[str, Handler] = dict(BUILTIN) if test_handlers else {}
     handlers[WEBHOOK] = make_webhook_handler(webhook)
+    # Without a mail server or secrets it still exists: those channels fail, saying why.
+    handlers[NOTIFY] = make_notify_handler(notify or NotifySettings(), webhook)
     # Without an allowlist the shell handler still exists, and refuses with a clear error.
     handlers[SHELL] = make_shell_handler(shell or ShellSettings(commands={}))
     if queue is not None:

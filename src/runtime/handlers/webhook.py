@@ -1,4 +1,6 @@
 """The ``http.webhook`` handler: one HTTP request per attempt, guarded against SSRF.
+``send``, that guarded request, is every built-in handler's way out over HTTP
+(``notify.send`` delivers webhook and Slack notifications with it).
 
 Every destination, the first and each redirect target, is resolved once, checked, and
 then connected to by the checked address: a DNS answer that changes between the check
@@ -14,7 +16,7 @@ import ipaddress
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -78,18 +80,19 @@ class _Outgoing:
 
 
 def check_destination(
-    url: str, resolved: Iterable[str], allow: Iterable[str] = ()
+    url: str, resolved: Iterable[str], allow: Iterable[str] = (), *, name: str = NAME
 ) -> list[IPAddress]:
     """Returns the addresses that ``url`` may be sent to, or raises PayloadRefusedError.
 
     ``resolved`` is what the host name resolved to; it is ignored when the host is an
     IP literal. Every address must be public unless the host name or the address is
-    in ``allow`` (names, addresses or CIDR networks).
+    in ``allow`` (names, addresses or CIDR networks). ``name`` is the handler the
+    messages name.
     """
-    target = parse_url(url)
+    target = parse_url(url, name=name)
     host = target.host.rstrip(".").lower()
     literal = _ip_literal(host)
-    addresses = [literal] if literal else _parse_resolved(host, resolved)
+    addresses = [literal] if literal else _parse_resolved(host, resolved, name)
     names, networks = _parse_allow(allow)
     if host in names:
         return addresses
@@ -99,29 +102,29 @@ def check_destination(
             shown = _shown(address)
             where = f"{shown} is" if literal else f"{host} resolves to {shown},"
             raise PayloadRefusedError(
-                f"{NAME}: {where} {problem} address; allow it with {ALLOW_SETTING} if it is meant"
+                f"{name}: {where} {problem} address; allow it with {ALLOW_SETTING} if it is meant"
             )
     return addresses
 
 
-def parse_url(url: str) -> httpx.URL:
+def parse_url(url: str, *, name: str = NAME) -> httpx.URL:
     """Parses ``url``, refusing anything but http(s) with a host."""
     try:
         target = httpx.URL(url)
     except httpx.InvalidURL as error:
         raise PayloadRefusedError(
-            f"{NAME}: {shown_url(url)!r} is not a valid URL ({_without_url(error, url)})"
+            f"{name}: {shown_url(url)!r} is not a valid URL ({_without_url(error, url)})"
         ) from None
     if not target.scheme:
         raise PayloadRefusedError(
-            f"{NAME}: {shown_url(url)!r} has no scheme; use an http or https URL"
+            f"{name}: {shown_url(url)!r} has no scheme; use an http or https URL"
         )
     if target.scheme not in {"http", "https"}:
         raise PayloadRefusedError(
-            f"{NAME}: {target.scheme[:20]!r} URLs are not allowed; use http or https"
+            f"{name}: {target.scheme[:20]!r} URLs are not allowed; use http or https"
         )
     if not target.host:
-        raise PayloadRefusedError(f"{NAME}: the URL has no host; use http(s)://host/path")
+        raise PayloadRefusedError(f"{name}: the URL has no host; use http(s)://host/path")
     return target
 
 
@@ -153,14 +156,14 @@ def _ip_literal(host: str) -> IPAddress | None:
         return None
 
 
-def _parse_resolved(host: str, resolved: Iterable[str]) -> list[IPAddress]:
+def _parse_resolved(host: str, resolved: Iterable[str], name: str) -> list[IPAddress]:
     addresses: list[IPAddress] = []
     for text in resolved:
         address = ipaddress.ip_address(text)
         if address not in addresses:
             addresses.append(address)
     if not addresses:
-        raise HandlerError(f"{NAME}: {host} did not resolve to any address; check the URL")
+        raise HandlerError(f"{name}: {host} did not resolve to any address; check the URL")
     return addresses
 
 
@@ -233,14 +236,14 @@ def _outgoing(ctx: HandlerContext) -> tuple[str, _Outgoing, frozenset[int] | Non
         raise PayloadRefusedError(
             f"{NAME}: method {method!r} is not supported; use one of {_list(METHODS)}"
         )
-    headers = _headers(payload.get("headers", {}), str(ctx.execution_id))
+    headers = _headers(payload.get("headers", {}))
     content, content_type = _body(payload)
     if content_type and not _has(headers, "content-type"):
         headers["Content-Type"] = content_type
     return url, _Outgoing(method.upper(), headers, content), _expected(payload)
 
 
-def _headers(given: object, idempotency_key: str) -> dict[str, str]:
+def _headers(given: object) -> dict[str, str]:
     if not isinstance(given, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in given.items()
     ):
@@ -251,14 +254,7 @@ def _headers(given: object, idempotency_key: str) -> dict[str, str]:
             f"{NAME}: payload.headers may not set {', '.join(reserved)}; "
             "they come from the URL and the body"
         )
-    headers = dict(given)
-    if not _has(headers, "idempotency-key"):
-        # The execution id is stable across attempts, so the receiver can drop repeats.
-        headers["Idempotency-Key"] = idempotency_key
-    if not _has(headers, "accept-encoding"):
-        # An uncompressed body keeps the byte cap honest (no decompression bombs).
-        headers["Accept-Encoding"] = "identity"
-    return headers
+    return dict(given)
 
 
 def _body(payload: dict[str, Any]) -> tuple[bytes | None, str | None]:
@@ -306,18 +302,59 @@ def make_webhook_handler(settings: WebhookSettings) -> Handler:
     async def webhook(ctx: HandlerContext) -> dict[str, Any]:
         """Calls an http(s) URL (payload: url, method, headers, body, expected_status)."""
         url, outgoing, expected = _outgoing(ctx)
-        origin = _origin_text(parse_url(url))
-        try:
-            async with asyncio.timeout(settings.timeout):
-                return await _deliver(ctx, settings, parse_url(url), outgoing, expected)
-        except (TimeoutError, httpx.TimeoutException):
-            raise HandlerError(f"{NAME}: {origin} timed out after {settings.timeout:g}s") from None
-        except (httpx.HTTPError, httpx.InvalidURL) as error:
-            raise HandlerError(
-                f"{NAME}: request to {origin} failed ({type(error).__name__}: {error})"
-            ) from None
+        return await send(
+            ctx,
+            settings,
+            url,
+            method=outgoing.method,
+            headers=outgoing.headers,
+            content=outgoing.content,
+            expected=expected,
+        )
 
     return webhook
+
+
+async def send(
+    ctx: HandlerContext,
+    settings: WebhookSettings,
+    url: str,
+    *,
+    method: str = "POST",
+    headers: Mapping[str, str],
+    content: bytes | None,
+    expected: Collection[int] | None = None,
+    name: str = NAME,
+) -> dict[str, Any]:
+    """One request to ``url`` through the SSRF guard, within ``settings``' timeouts,
+    redirect rules and response cap: the delivery of every handler that calls out over
+    HTTP. ``expected``: the statuses that succeed (None: any 2xx); ``name``: the
+    handler its errors name. Returns the status, time taken and a body excerpt; raises
+    PayloadRefusedError for a refused destination, HandlerError for a failure."""
+    target = parse_url(url, name=name)
+    outgoing = _Outgoing(method.upper(), _with_defaults(headers, str(ctx.execution_id)), content)
+    wanted = frozenset(expected) if expected is not None else None
+    origin = origin_text(target)
+    try:
+        async with asyncio.timeout(settings.timeout):
+            return await _deliver(ctx, settings, target, outgoing, expected=wanted, name=name)
+    except (TimeoutError, httpx.TimeoutException):
+        raise HandlerError(f"{name}: {origin} timed out after {settings.timeout:g}s") from None
+    except (httpx.HTTPError, httpx.InvalidURL) as error:
+        raise HandlerError(
+            f"{name}: request to {origin} failed ({type(error).__name__}: {error})"
+        ) from None
+
+
+def _with_defaults(given: Mapping[str, str], idempotency_key: str) -> dict[str, str]:
+    headers = dict(given)
+    if not _has(headers, "idempotency-key"):
+        # The execution id is stable across attempts, so the receiver can drop repeats.
+        headers["Idempotency-Key"] = idempotency_key
+    if not _has(headers, "accept-encoding"):
+        # An uncompressed body keeps the byte cap honest (no decompression bombs).
+        headers["Accept-Encoding"] = "identity"
+    return headers
 
 
 async def _deliver(
@@ -325,7 +362,9 @@ async def _deliver(
     settings: WebhookSettings,
     url: httpx.URL,
     outgoing: _Outgoing,
+    *,
     expected: frozenset[int] | None,
+    name: str,
 ) -> dict[str, Any]:
     started = time.monotonic()
     timeout = httpx.Timeout(settings.timeout, connect=settings.connect_timeout)
@@ -334,9 +373,9 @@ async def _deliver(
         timeout=timeout, follow_redirects=False, trust_env=False
     ) as client:
         for _ in range(settings.max_redirects + 1):
-            addresses = await _vetted(ctx, url, settings.allow)
-            async with _opened(client, url, addresses, outgoing) as response:
-                hop = _next_hop(url, outgoing, response)
+            addresses = await _vetted(ctx, url, settings.allow, name)
+            async with _opened(client, url, addresses, outgoing, name) as response:
+                hop = _next_hop(url, outgoing, response, name)
                 if hop is None:
                     body, truncated = await _read_capped(response, settings.max_response_bytes)
                     elapsed_ms = round((time.monotonic() - started) * 1000)
@@ -348,6 +387,7 @@ async def _deliver(
                         truncated=truncated,
                         expected=expected,
                         elapsed_ms=elapsed_ms,
+                        name=name,
                     )
             ctx.log.info(
                 "handler.webhook.redirected",
@@ -356,16 +396,18 @@ async def _deliver(
             )
             url, outgoing = hop
     raise HandlerError(
-        f"{NAME}: more than {settings.max_redirects} redirects; point the job at the final URL"
+        f"{name}: more than {settings.max_redirects} redirects; point the job at the final URL"
     )
 
 
-async def _vetted(ctx: HandlerContext, url: httpx.URL, allow: tuple[str, ...]) -> list[IPAddress]:
+async def _vetted(
+    ctx: HandlerContext, url: httpx.URL, allow: tuple[str, ...], name: str
+) -> list[IPAddress]:
     resolved: list[str] = []
     if _ip_literal(url.host) is None:
-        resolved = await _resolve(url)
+        resolved = await _resolve(url, name)
     try:
-        return check_destination(str(url), resolved, allow)
+        return check_destination(str(url), resolved, allow, name=name)
     except HandlerError as error:
         ctx.log.warning(
             "handler.webhook.refused",
@@ -375,19 +417,23 @@ async def _vetted(ctx: HandlerContext, url: httpx.URL, allow: tuple[str, ...]) -
         raise
 
 
-async def _resolve(url: httpx.URL) -> list[str]:
+async def _resolve(url: httpx.URL, name: str) -> list[str]:
     host = url.raw_host.decode("ascii")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as error:
-        raise HandlerError(f"{NAME}: cannot resolve {url.host} ({error}); check the URL") from None
+        raise HandlerError(f"{name}: cannot resolve {url.host} ({error}); check the URL") from None
     return [str(info[4][0]) for info in infos]
 
 
 @asynccontextmanager
 async def _opened(
-    client: httpx.AsyncClient, url: httpx.URL, addresses: list[IPAddress], outgoing: _Outgoing
+    client: httpx.AsyncClient,
+    url: httpx.URL,
+    addresses: list[IPAddress],
+    outgoing: _Outgoing,
+    name: str,
 ) -> AsyncIterator[httpx.Response]:
     """A streamed response from the first checked address that accepts the connection."""
     failure: httpx.TransportError | None = None
@@ -410,11 +456,11 @@ async def _opened(
         finally:
             await response.aclose()
         return
-    raise failure or HandlerError(f"{NAME}: {url.host} has no address to connect to")
+    raise failure or HandlerError(f"{name}: {url.host} has no address to connect to")
 
 
 def _next_hop(
-    url: httpx.URL, outgoing: _Outgoing, response: httpx.Response
+    url: httpx.URL, outgoing: _Outgoing, response: httpx.Response, name: str
 ) -> tuple[httpx.URL, _Outgoing] | None:
     location = response.headers.get("location")
     if response.status_code not in REDIRECT_STATUSES or not location:
@@ -422,7 +468,7 @@ def _next_hop(
     try:
         target = url.join(location)
     except httpx.InvalidURL:
-        raise HandlerError(f"{NAME}: {url.host} redirected to an invalid URL") from None
+        raise HandlerError(f"{name}: {url.host} redirected to an invalid URL") from None
     method, content, headers = outgoing.method, outgoing.content, dict(outgoing.headers)
     # As browsers do: 303 always, and 301/302 after a POST, continue as a GET.
     status = response.status_code
@@ -456,12 +502,13 @@ def _finish(
     truncated: bool,
     expected: frozenset[int] | None,
     elapsed_ms: int,
+    name: str,
 ) -> dict[str, Any]:
     excerpt = body.decode(errors="replace")[:EXCERPT_CHARS]
     if status not in (expected if expected is not None else SUCCESS_STATUSES):
         wanted = _list(expected) if expected is not None else "2xx"
         raise HandlerError(
-            f"{NAME}: {_origin_text(url)} answered {status}, expected {wanted}; "
+            f"{name}: {origin_text(url)} answered {status}, expected {wanted}; "
             f"body: {excerpt[:ERROR_EXCERPT_CHARS]!r}"
         )
     ctx.log.info(
@@ -484,6 +531,7 @@ def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host, url.port
 
 
-def _origin_text(url: httpx.URL) -> str:
-    # Scheme and host only: paths and queries may carry tokens.
+def origin_text(url: httpx.URL) -> str:
+    """Where ``url`` goes, as errors and results show it: scheme and host only, as its
+    path and query may carry tokens."""
     return f"{url.scheme}://{url.netloc.decode('ascii')}"

@@ -336,3 +336,60 @@ def _after(key: str, upstream: str) -> ManagedJobIn:
     return ManagedJobIn(
         key=key, name=key, handler="tests.block", depends_on=[DependencyIn(job=upstream)]
     )
+
+
+def test_a_jobs_files_notification_rules_are_applied_by_an_admin_as_one_set(
+    served: "Api", tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """If a jobs file declares notification rules, then an admin's apply makes them as
+    the file's set and prints their plan, a second apply changes nothing, an operator's
+    apply is refused before anything is written, and a bad rule is named by its index,
+    name and field."""
+    path = tmp_path / "alerts.toml"
+    job = '[[jobs]]\nkey = "alerts.job"\nname = "alerts job"\nhandler = "tests.block"\n'
+    rule = (
+        '[[notifications]]\nname = "billing failures"\non = "failures_in_a_row"\n'
+        'job = "billing"\ncount = 3\n'
+        'channel = {kind = "slack", url = "https://hooks.slack.example/services/T/B/X"}\n'
+    )
+    path.write_text(job + rule)
+
+    def apply_as(role: Role, *args: str) -> tuple[int, list[str], str]:
+        parsed = build_parser().parse_args(
+            [
+                "apply",
+                "--file",
+                str(path),
+                *args,
+                "--url",
+                served.url,
+                "--token",
+                served.tokens[role],
+            ]
+        )
+        lines: list[str] = []
+        status = apply_cli.run(parsed, lines.append)
+        return status, lines, capsys.readouterr().err
+
+    head = served.container.head()
+    status, lines, error = apply_as(Role.OPERATOR)
+    assert (status, lines) == (2, [])
+    assert "admin" in error
+    assert served.container.head() == head
+    status, lines, _ = apply_as(Role.ADMIN)
+    assert status == 0
+    assert lines[-3:] == [
+        "Notification rules:",
+        "  + create    billing failures",
+        "1 to create, 0 to update, 0 to delete, 0 unchanged.",
+    ]
+    with Client(served.url, served.tokens[Role.VIEWER]) as client:
+        shown = client.notification_rule("billing failures")
+    assert (shown.on, shown.count, shown.scope) == ("failures_in_a_row", 3, str(path))
+    assert shown.channel.to == "https://hooks.slack.example"  # no token shown
+    status, lines, _ = apply_as(Role.ADMIN)
+    assert lines[-1] == "0 to create, 0 to update, 0 to delete, 1 unchanged."
+    path.write_text(job + rule.replace("count = 3", "count = 1"))
+    status, lines, error = apply_as(Role.ADMIN)
+    assert status == 2
+    assert "notifications[0] (billing failures).count" in error
