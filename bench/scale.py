@@ -410,6 +410,7 @@ def page_paths(execution_id: str, job_id: str) -> list[tuple[str, str]]:
         ("page: a run", f"/ui/executions/{execution_id}"),
         ("page: dead letters", "/ui/dlq"),
         ("page: workflows", "/ui/workflows"),
+        ("page: notifications", "/ui/notifications"),
     ]
 
 

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 # only read).
 CHANGES = (
     "button[data-action], button[data-requeue], button[data-discard], input.pick, "
-    "#dlq-bulk, #verify-queue, #rebuild-queue, #limit-form, button[data-edit-limit]"
+    "#dlq-bulk, #verify-queue, #rebuild-queue, #limit-form, button[data-edit-limit], "
+    "#rule-form"
 )
 JOB = {
     "name": "viewer can see me",
@@ -29,8 +30,8 @@ REFRESH_WAIT_MS = 20_000
 
 def test_a_viewer_sees_no_action_buttons_and_cannot_open_the_forms(ui: "Ui") -> None:
     """If a viewer browses the pages, then no page offers a change (no action button,
-    no new-job link, no requeue, no queue maintenance, no limit form), and the job
-    form answers 403."""
+    no new-job link, no requeue, no queue maintenance, no limit or notification rule
+    form), and the job form answers 403."""
     operator = ui.stack.operator()
     job = operator.post("/api/v1/jobs", json=JOB).json()
     execution = operator.post(f"/api/v1/jobs/{job['id']}/trigger").json()
@@ -44,6 +45,7 @@ def test_a_viewer_sees_no_action_buttons_and_cannot_open_the_forms(ui: "Ui") -> 
         "/ui/dlq",
         "/ui/system",
         "/ui/limits",
+        "/ui/notifications",
     ):
         ui.go(path)
         expect(page.get_by_role("heading", level=1)).to_be_visible()

@@ -18,6 +18,7 @@ PAGES = {
     "dead-letters": "/ui/dlq",
     "system": "/ui/system",
     "limits": "/ui/limits",
+    "notifications": "/ui/notifications",
     "audit": "/ui/audit",
 }
 

@@ -1,11 +1,19 @@
-"""What the dashboard writes for a run's limits and for the wait a limit caused."""
+"""What the dashboard writes for a run's limits, for the wait a limit caused, and for a
+notification rule's filters and thresholds."""
 
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from jobledger.api.dashboard.presenters import cause_of, run_limits, summary_of
+from jobledger.api.dashboard.presenters import (
+    cause_of,
+    rule_filters,
+    rule_thresholds,
+    run_limits,
+    summary_of,
+)
 from jobledger.domain.limits import ConcurrencyLimit, RateLimit, RunLimits
 from jobledger.schemas.events import EventOut
+from jobledger.schemas.notifications import ChannelOut, NotificationRuleOut
 
 
 def test_a_runs_own_limit_values_are_written_out() -> None:
@@ -54,3 +62,39 @@ def test_a_timeline_names_who_asked_and_how_they_came() -> None:
     assert cause_of(_event("JobPaused", {"by": "ada", "via": None})) == "ada"
     scheduled = _event("ExecutionEnqueued", {"by": None, "via": None, "trigger": "schedule"})
     assert cause_of(scheduled) == "schedule trigger"
+
+
+def _rule(
+    on: str,
+    cooldown: float = 0,
+    *,
+    job: str | None = None,
+    queue: str | None = None,
+    count: int | None = None,
+    older_than: float | None = None,
+) -> NotificationRuleOut:
+    return NotificationRuleOut(
+        name="r",
+        on=on,
+        channel=ChannelOut(kind="slack", to="https://hooks.slack.com"),
+        job=job,
+        queue=queue,
+        count=count,
+        older_than_seconds=older_than,
+        cooldown_seconds=cooldown,
+        enabled=True,
+        changed_by="admin",
+        changed_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def test_a_rule_names_its_filters_and_when_it_tells() -> None:
+    """If a rule has filters, then the page names each given one ("any" for none); its
+    threshold reads as runs in a row or a backlog's size and age, with the cooldown in
+    force."""
+    assert rule_filters(_rule("dead_letter")) == "any"
+    failing = _rule("failures_in_a_row", job="nightly", queue="q", count=3)
+    assert rule_filters(failing) == "job nightly, queue q"
+    assert rule_thresholds(failing) == "3 in a row; no cooldown"
+    backlog = _rule("queue_backlog", 600, count=100, older_than=90.5)
+    assert rule_thresholds(backlog) == "more than 100 due; due over 90.5 s; cooldown 600 s"

@@ -42,21 +42,29 @@ from jobledger.api.security import (
 )
 from jobledger.api.system import parse_types
 from jobledger.domain.clock import Clock
-from jobledger.domain.errors import DomainError, InvalidDefinitionError, NotFoundError
+from jobledger.domain.errors import (
+    DomainError,
+    InvalidDefinitionError,
+    NotFoundError,
+    UndecodableEventError,
+)
 from jobledger.domain.execution import Execution, ExecutionStatus
 from jobledger.domain.job import Job
 from jobledger.domain.limits import Limit
+from jobledger.domain.notifications import ChannelKind, NotificationRules, NotifyOn
 from jobledger.domain.queue import Queue
 from jobledger.domain.roles import Role
 from jobledger.domain.schedules import ManualSchedule, Schedule
 from jobledger.domain.topics import event_topics
 from jobledger.domain.workflow import Workflow, WorkflowStatus
+from jobledger.schemas.notifications import NotificationRuleOut
 from jobledger.services.accounts import AccountService
 from jobledger.services.actors import Actor
 from jobledger.services.admin import Admin
 from jobledger.services.executions import Executions
 from jobledger.services.jobs import Jobs
 from jobledger.services.limits import Limits
+from jobledger.services.notifications import Notifications
 from jobledger.services.queues import Queues
 from jobledger.services.system import System
 from jobledger.services.views import JOB_STATUSES, Page, Views
@@ -113,7 +121,7 @@ def template_config() -> TemplateConfig[JinjaTemplateEngine]:
 # event only through a listener of its name): those of what the pages show.
 STREAM_TYPES = tuple(
     topic.partition(":")[2]
-    for aggregate in (Execution, Job, Queue, Workflow, Limit)
+    for aggregate in (Execution, Job, Queue, Workflow, Limit, NotificationRules)
     for topic in event_topics(aggregate, followed_only=False)
 )
 
@@ -583,6 +591,40 @@ def limits_page(
     return render(request, "limits.html", overview=limits.overview(at=clock(), by=actor))
 
 
+@get("/notifications", opt=VIEWER, sync_to_thread=True, name="ui-notifications")
+def notifications_page(
+    request: Request[Any, Any, Any],
+    *,
+    notifications: NamedDependency[Notifications],
+    actor: NamedDependency[Actor],
+) -> Template:
+    """The notification rules and the latest notifications sent, from the use cases
+    the API's GET /api/v1/notifications/rules and GET /api/v1/notifications answer
+    with; admins also get each rule's Send test and Delete, and the form that makes or
+    replaces a rule."""
+    rules, unreadable = _rules_of(notifications, actor)
+    return render(
+        request,
+        "notifications.html",
+        rules=rules,
+        unreadable=unreadable,
+        sent=notifications.sent(by=actor, limit=PAGE_SIZE).notifications,
+        conditions=[on.value for on in NotifyOn],
+        channels=[kind.value for kind in ChannelKind],
+    )
+
+
+def _rules_of(
+    notifications: Notifications, actor: Actor
+) -> tuple[list[NotificationRuleOut], str | None]:
+    """The rules, and why none are shown when their stored events no longer decode (the
+    notifications sent are shown all the same)."""
+    try:
+        return notifications.rules(by=actor).rules, None
+    except UndecodableEventError as error:
+        return [], str(error)
+
+
 @get("/audit", opt=VIEWER, sync_to_thread=True, name="ui-audit")
 def audit(
     request: Request[Any, Any, Any],
@@ -624,6 +666,7 @@ PAGES = Router(
         dead_letters_page,
         system_page,
         limits_page,
+        notifications_page,
         audit,
     ],
     exception_handlers=EXCEPTION_HANDLERS,

@@ -15,6 +15,7 @@ from jobledger.domain.limits import RunLimits
 from jobledger.domain.policies import MisfirePolicy, OverlapPolicy
 from jobledger.domain.schedules import region_zones
 from jobledger.schemas.handlers import HandlerOut
+from jobledger.schemas.notifications import NotificationRuleOut
 from jobledger.schemas.rows import StepCounts
 from jobledger.services.history import EventOut
 from jobledger.services.system import SystemView
@@ -276,6 +277,34 @@ def parse_uuid(text: str | None) -> UUID | None:
     return UUID(text.strip()) if text and text.strip() else None
 
 
+# ---- notification rules ----------------------------------------------------------------
+
+
+def rule_filters(rule: NotificationRuleOut) -> str:
+    """The filters a rule's runs must match, in a few words ("job nightly, queue
+    reports"); "any" when it has none."""
+    given = {
+        "job": rule.job,
+        "queue": rule.queue,
+        "handler": rule.handler,
+        "workflow": rule.workflow,
+    }
+    return ", ".join(f"{name} {value}" for name, value in given.items() if value) or "any"
+
+
+def rule_thresholds(rule: NotificationRuleOut) -> str:
+    """When a rule tells, and how often at most: "3 in a row; cooldown 600 s"."""
+    parts = []
+    if rule.count is not None:
+        in_a_row = rule.on == "failures_in_a_row"
+        parts.append(f"{rule.count} in a row" if in_a_row else f"more than {rule.count} due")
+    if rule.older_than_seconds is not None:
+        parts.append(f"due over {rule.older_than_seconds:g} s")
+    cooldown = rule.cooldown_seconds
+    parts.append(f"cooldown {cooldown:g} s" if cooldown else "no cooldown")
+    return "; ".join(parts)
+
+
 # ---- template filters ----------------------------------------------------------------
 
 
@@ -392,4 +421,6 @@ FILTERS = {
     "ago": ago,
     "as_json": as_json,
     "schedule_text": schedule_text,
+    "rule_filters": rule_filters,
+    "rule_thresholds": rule_thresholds,
 }

@@ -95,6 +95,7 @@ ACCESS: dict[tuple[str, str], Role | str] = {
     ("GET", "/ui/search"): VIEW,
     ("GET", "/ui/system"): VIEW,
     ("GET", "/ui/limits"): VIEW,
+    ("GET", "/ui/notifications"): VIEW,
     ("GET", "/ui/audit"): VIEW,
     ("GET", "/ui/jobs/new"): OPERATE,
     ("GET", "/ui/jobs/{job_id:uuid}/edit"): OPERATE,

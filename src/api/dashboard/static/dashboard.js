@@ -225,7 +225,18 @@
       return (page) =>
         !page.getElementById("job-executions") || Boolean(page.querySelector(`[data-execution="${data.id}"]`));
     }
+    // A test notification shows among those sent.
+    if (data.execution_id) {
+      return (page) => Boolean(page.querySelector(`#sent tr[data-execution="${data.execution_id}"]`));
+    }
     return () => true;
+  }
+
+  // The run an action started, for the flash's link: a job's trigger, a rule's test.
+  function runOf(action, data) {
+    if (action.endsWith("/trigger")) return data?.id;
+    if (action.endsWith("/test")) return data?.execution_id;
+    return null;
   }
 
   const goneFrom = (ids) => (page) => ids.every((id) => !page.querySelector(`#dlq tr[data-execution="${id}"]`));
@@ -241,7 +252,7 @@
       return;
     }
     await softReload(showsChange(result.data || {}));
-    const execution = action.endsWith("/trigger") ? result.data?.id : null;
+    const execution = runOf(action, result.data);
     flash(done || "Done.", false, execution && { href: `/ui/executions/${execution}`, text: "See the execution" });
   }
 
@@ -842,6 +853,56 @@
     flash(`${verb} the limit ${limit.name}.`);
   }
 
+  // ---- notification rules (admin) ---------------------------------------------------
+
+  const blankToNull = (form, name) => named(form, name).value.trim() || null;
+
+  // One field takes a webhook's or Slack's URL, or an email channel's addresses.
+  function channelOf(form) {
+    const kind = named(form, "channel.kind").value;
+    const where = named(form, "channel").value.trim();
+    if (!where) {
+      throw new FieldError("channel", kind === "email" ? "Give one or more addresses." : "Give the receiver's URL.");
+    }
+    if (kind === "email") return { kind, to: where.split(",").map((part) => part.trim()).filter(Boolean) };
+    return { kind, url: where, secret: kind === "webhook" ? blankToNull(form, "channel.secret") : null };
+  }
+
+  function ruleBody(form) {
+    if (!named(form, "name").value.trim()) throw new FieldError("name", "Name the rule, e.g. payments dead letters.");
+    return {
+      on: named(form, "on").value,
+      channel: channelOf(form),
+      job: blankToNull(form, "job"),
+      queue: blankToNull(form, "queue"),
+      handler: blankToNull(form, "handler"),
+      workflow: blankToNull(form, "workflow"),
+      count: optionalNumber(form, "count"),
+      older_than_seconds: optionalNumber(form, "older_than_seconds"),
+      cooldown_seconds: optionalNumber(form, "cooldown_seconds"),
+      enabled: named(form, "enabled").checked,
+    };
+  }
+
+  // Only a webhook is signed: the secret's field shows for it alone.
+  function showChannel(form) {
+    const webhook = named(form, "channel.kind").value === "webhook";
+    fieldBox(form, "channel.secret").hidden = !webhook;
+  }
+
+  async function submitRule(form) {
+    clearErrors(form);
+    const body = bodyOf(form, ruleBody);
+    if (!body) return;
+    const name = named(form, "name").value.trim();
+    const url = `/api/v1/notifications/rules/${encodeURIComponent(name)}`;
+    const result = await busy(byId("rule-submit"), () => api("PUT", url, body));
+    if (!result.ok) return showError(form, result.error, true);
+    // The rules are read from the log itself: the fresh page lists the saved one.
+    await softReload((page) => Boolean(page.querySelector(`#rules tr[data-rule="${CSS.escape(name)}"]`)));
+    flash(result.data.changed ? `Saved the rule ${name}.` : `Nothing to change in the rule ${name}.`);
+  }
+
   // ---- queue maintenance (admin) -----------------------------------------------------
 
   async function verifyQueue(button) {
@@ -942,6 +1003,9 @@
     } else if (form.id === "limit-form") {
       event.preventDefault();
       submitLimit(form);
+    } else if (form.id === "rule-form") {
+      event.preventDefault();
+      submitRule(form);
     }
   });
 
@@ -955,6 +1019,7 @@
   document.addEventListener("change", (event) => {
     const target = event.target;
     if (target.name === "schedule.kind") showKind(target.form);
+    if (target.name === "channel.kind" && target.form?.id === "rule-form") showChannel(target.form);
     if (target.name === "handler" && target.form?.id === "job-form") {
       // The payload the chosen handler declares, if it declares one.
       for (const hint of target.form.querySelectorAll(".payload-hint")) {
@@ -1020,6 +1085,8 @@
     }
     const form = root.querySelector("#job-form");
     if (form) schedulePreview(form, 0);
+    const rule = root.querySelector("#rule-form");
+    if (rule) showChannel(rule); // a browser may restore another kind than the page's
     if (root.querySelector('#rebuild-queue[data-status="running"]')) pollRebuild();
     updateSelection();
   }
