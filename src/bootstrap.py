@@ -50,6 +50,7 @@ from jobledger.adapters.store import (
     open_ledger,
     projection_database,
     read_store_id,
+    wait_for_store,
 )
 from jobledger.domain.clock import Clock, utc_now
 from jobledger.domain.progress import ProgressPolicy
@@ -60,6 +61,7 @@ from jobledger.infra.metrics import Metrics
 from jobledger.infra.outages import POSTGRESQL, REDIS, DependencyHealth, OutageProbe
 from jobledger.infra.presence import Presence
 from jobledger.infra.settings import Settings
+from jobledger.infra.start_wait import StartWait
 from jobledger.infra.writer import GroupCommitWriter
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.bell import Bell
@@ -627,6 +629,24 @@ def read_models_on(
     )
 
 
+def wait_for_stores(settings: Settings, wait: StartWait | None = None) -> None:
+    """Wait, up to ``JOBLEDGER_START_TIMEOUT``, for PostgreSQL and Redis to take a
+    connection (a role that starts with the rest of its stack); a mistake in the
+    settings stops at once (``infra/start_wait.py``)."""
+    wait = wait or StartWait(settings.start_timeout)
+    wait_for_store(settings, wait)
+    if settings.redis_url:
+        wait.until_reachable(REDIS, functools.partial(_ping_redis, settings))
+
+
+def _ping_redis(settings: Settings) -> None:
+    client = connect_redis(settings.redis_url, **bounded_redis(settings.redis_timeout_ms / 1000))
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
     """The wired objects of one process; ``role`` names it in outage lines."""
     ledger = open_ledger(settings)
@@ -817,6 +837,7 @@ def _api_server(container: Container, options: PartOptions) -> Part:
 
 def run_dev(settings: Settings, say: Say, options: DevOptions) -> int:
     """`jobledger dev`: every role in this process, on ``settings``'s stores."""
+    wait_for_stores(settings)
     with bootstrap(settings, role="dev") as container:
         preflight(container)
         services = build_services(container)

@@ -27,6 +27,7 @@ from jobledger.bootstrap import (
     preflight,
     role_parts,
     run_dev,
+    wait_for_stores,
 )
 from jobledger.domain.clock import utc_now
 from jobledger.domain.errors import DomainError
@@ -288,6 +289,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Pause, resume and drain are events: the running process's queue follows them.
     if command == "queue" and not settings.redis_url and args.queue_command in _QUEUE_COPIES:
         _refuse_embedded_queue(args.queue_command)
+    if command in _ROLES:
+        wait_for_stores(settings)
     with bootstrap(settings, role=command) as container:
         if command in _ROLES:
             preflight(container)

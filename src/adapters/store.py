@@ -25,7 +25,9 @@ from jobledger.infra.errors import (
     StoreNotMigratedError,
     StoreUnavailableError,
 )
+from jobledger.infra.outages import POSTGRESQL
 from jobledger.infra.settings import PREFIX, Settings, mask_url
+from jobledger.infra.start_wait import StartWait
 from jobledger.persistence.ledger import Ledger
 from jobledger.projections.database import Database
 from jobledger.projections.log.archive_store import EventTables
@@ -43,6 +45,8 @@ Progress = Callable[[str], None]
 # The most connections of the event store's pool one process keeps (ADRs 51, 53, 55):
 # the writer's, a worker's lease reads, the projector's three followers.
 HELD_CONNECTIONS = 5
+# How long one try to connect at start may take: a silent host is tried again soon.
+PROBE_SECONDS = 2
 
 
 def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[str, str]:
@@ -181,6 +185,22 @@ def _unavailable(settings: Settings, error: Exception | str) -> StoreUnavailable
         f"cannot reach the event store ({PREFIX}DATABASE_URL={mask_url(settings.database_url)}):"
         f" {detail}; {_fix_for(detail)}"
     )
+
+
+def wait_for_store(settings: Settings, wait: StartWait) -> None:
+    """Wait for PostgreSQL to take a connection (SQLite is a local file: nothing to
+    wait for); what it cannot wait out stops with the event store's one line."""
+    if not settings.uses_postgres:
+        return
+
+    def probe() -> None:
+        with psycopg.connect(settings.database_url, connect_timeout=PROBE_SECONDS):
+            pass
+
+    try:
+        wait.until_reachable(POSTGRESQL, probe)
+    except psycopg.Error as error:
+        raise _unavailable(settings, _one_line(str(error))) from None
 
 
 def _connect_problem(url: str) -> str | None:

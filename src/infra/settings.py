@@ -69,6 +69,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         str, Meta(pattern=r"\A[^{]+\Z", extra={"use": "a short name without braces"})
     ] = "jl"
     database_pool_size: Annotated[int, Meta(ge=1)] = 5
+    # How long a role waits at start for a store that is not up yet (0: it does not).
+    start_timeout: Annotated[
+        float, Meta(ge=0, le=3600, extra={"use": "{range} seconds, 0 to not wait"})
+    ] = 60.0
     # How long one call may wait on a store before the store counts as unreachable
     # (ADR 79): a frozen server is an outage within a second or two, not a hang.
     database_timeout_ms: Annotated[int, Meta(ge=100, le=60_000, extra={"use": "{range} ms"})] = 1000

@@ -17,27 +17,33 @@ from jobledger.infra.settings import load_settings
 if TYPE_CHECKING:
     from tests.conftest import JobledgerCli
 
-# A port nothing listens on: connecting is refused at once.
+# A port nothing listens on: connecting is refused at once. A role waits for a store
+# that is not up yet (tests/integration/test_start_wait.py); these say at once, with no
+# wait, what it says after one.
 CLOSED = "127.0.0.1:1"
+NO_WAIT = {"start_timeout": "0"}
 STRONG_PASSWORD = "correct horse battery staple"
 
 # (role, settings that break it, what the line must name, what it must advise)
 CASES = [
     (
         "worker",
-        {"database_url": f"postgresql://app:topsecret@{CLOSED}/jobledger"},
+        {"database_url": f"postgresql://app:topsecret@{CLOSED}/jobledger", **NO_WAIT},
         "JOBLEDGER_DATABASE_URL=postgresql://app:***@127.0.0.1:1/jobledger",
         "check that PostgreSQL runs",
     ),
     (
         "worker",
-        {"database_url": f"postgresql://app@{CLOSED}/jobledger?sslmode=disable&password=topsecret"},
+        {
+            "database_url": f"postgresql://app@{CLOSED}/jobledger?sslmode=disable&password=topsecret",
+            **NO_WAIT,
+        },
         "JOBLEDGER_DATABASE_URL=postgresql://app@127.0.0.1:1/jobledger?sslmode=disable&password=***",
         "check that PostgreSQL runs",
     ),
     (
         "scheduler",
-        {"redis_url": f"redis://{CLOSED}/0?password=topsecret"},
+        {"redis_url": f"redis://{CLOSED}/0?password=topsecret", **NO_WAIT},
         "cannot reach Redis (JOBLEDGER_REDIS_URL=redis://127.0.0.1:1/0?password=***)",
         "check that redis-server runs",
     ),
@@ -61,7 +67,7 @@ CASES = [
     ),
     (
         "scheduler",
-        {"redis_url": f"redis://{CLOSED}/0"},
+        {"redis_url": f"redis://{CLOSED}/0", **NO_WAIT},
         "cannot reach Redis (JOBLEDGER_REDIS_URL=redis://127.0.0.1:1/0)",
         "check that redis-server runs",
     ),
