@@ -647,6 +647,14 @@ def _ping_redis(settings: Settings) -> None:
         client.close()
 
 
+def name_connections(role: str) -> None:
+    """Name this process's PostgreSQL connections ``jobledger-<role>@<host>`` (their
+    ``application_name``), so a DBA's ``pg_stat_activity`` says who holds them. Through
+    libpq's ``PGAPPNAME``, which every connection of the process reads, the event
+    store's pool too; one set in the environment, or in the URL, wins."""
+    os.environ.setdefault("PGAPPNAME", f"jobledger-{role}@{socket.gethostname()}"[:63])
+
+
 def bootstrap(settings: Settings, *, role: str = "cli") -> Container:
     """The wired objects of one process; ``role`` names it in outage lines."""
     ledger = open_ledger(settings)

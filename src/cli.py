@@ -24,6 +24,7 @@ from jobledger.bootstrap import (
     bootstrap,
     build_services,
     migrate,
+    name_connections,
     preflight,
     role_parts,
     run_dev,
@@ -279,6 +280,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     storeless = _without_store(args)
     if storeless is not None:
         return storeless()
+    name_connections(command)
     if command == "migrate":
         migrate(settings)
         return 0

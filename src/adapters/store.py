@@ -73,11 +73,15 @@ def persistence_env(settings: Settings, *, create_table: bool = False) -> dict[s
         "POSTGRES_PORT": params["port"],
         "POSTGRES_USER": params["user"],
         "POSTGRES_PASSWORD": params["password"],
-        "POSTGRES_POOL_SIZE": str(settings.database_pool_size),
-        # Room beyond the pool's size for the connections a process keeps for its hot
-        # paths (the writer's, a worker's lease reads, the projector's followers): held,
-        # they must never leave the other callers without one, whatever the size.
-        "POSTGRES_MAX_OVERFLOW": str(settings.database_pool_size + HELD_CONNECTIONS),
+        # The connections kept open: one. The pool opens more as callers need them (up
+        # to the size below) and closes those idle for ten minutes, so a quiet role
+        # holds one or two connections, not the whole pool (a server's 100 slots are
+        # shared by every process of every installation on it).
+        "POSTGRES_POOL_SIZE": "1",
+        # Up to the pool's size, and room beyond it for the connections a process keeps
+        # for its hot paths (the writer's, a worker's lease reads, the projector's
+        # followers): held, they must never leave the other callers without one.
+        "POSTGRES_MAX_OVERFLOW": str(2 * settings.database_pool_size + HELD_CONNECTIONS - 1),
         # Despite its name, how long a call waits for one of the pool's connections:
         # no longer than a frozen server takes to be found out (ADR 79).
         "POSTGRES_CONNECT_TIMEOUT": str(max(1, round(2 * settings.database_timeout_ms / 1000))),

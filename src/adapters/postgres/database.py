@@ -42,7 +42,9 @@ class PostgresDatabase:
             conninfo,
             connection_class=bounded_connection(check_after),
             kwargs={"connect_timeout": connect_timeout(check_after)},
-            min_size=1,
+            # None kept open: a role that reads no projection table (a worker) holds
+            # none; those that do keep theirs while used (closed after ten idle minutes).
+            min_size=0,
             max_size=max_size,
             open=True,
             name="jobledger-projections",
