@@ -205,6 +205,61 @@ def test_the_grafana_dashboard_charts_only_exported_metrics() -> None:
     assert len(ids) == len(set(ids))
 
 
+# The suffixes Prometheus adds to a family's name (as ``exported_names`` lists them).
+SAMPLE_SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
+
+
+def family_of(name: str) -> str:
+    """The metric family a sample name belongs to (``x_total`` and ``x_bucket`` are ``x``)."""
+    for suffix in SAMPLE_SUFFIXES:
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
+
+
+def dashboard_panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every panel of a dashboard, those inside a collapsed row included."""
+    for panel in panels:
+        yield panel
+        yield from dashboard_panels(panel.get("panels", []))
+
+
+def overlap(a: dict[str, int], b: dict[str, int]) -> bool:
+    """Whether two ``gridPos`` rectangles share a cell."""
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
+
+
+def test_the_grafana_dashboard_charts_every_metric_family() -> None:
+    """If the Grafana dashboard is loaded, then every metric family jobledger exports is
+    named by some panel's query, the panel ids are unique, and no two panels' grid
+    rectangles overlap or leave the 24 columns."""
+    dashboard = json.loads((ROOT / "deploy/grafana-dashboard.json").read_text())
+    exported = {family_of(name) for name in exported_names()}
+    charted = {
+        family_of(name) for e in expressions(dashboard["panels"]) for name in METRIC.findall(e)
+    }
+    uncharted = sorted(exported - charted)
+    assert not uncharted, f"no panel charts these metric families: {uncharted}"
+
+    ids = [panel["id"] for panel in dashboard_panels(dashboard["panels"])]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+    # A collapsed row's panels are laid out when it opens: the top level is the grid.
+    placed = [(panel["id"], panel["gridPos"]) for panel in dashboard["panels"]]
+    assert all(p["x"] >= 0 and p["y"] >= 0 and p["x"] + p["w"] <= 24 for _, p in placed)
+    overlapping = [
+        (first, second)
+        for n, (first, a) in enumerate(placed)
+        for second, b in placed[n + 1 :]
+        if overlap(a, b)
+    ]
+    assert overlapping == [], f"panels whose gridPos overlap: {overlapping}"
+
+
 def test_the_compose_file_runs_every_role_without_a_default_secret() -> None:
     """If docker-compose.yml is read, then PostgreSQL and Redis have health checks, each
     role under the `app` profile runs a real jobledger command with the database and
