@@ -30,7 +30,7 @@ lint: setup
 
 typecheck: setup
 	$(BIN)/mypy
-	$(BIN)/mypy tests bench examples
+	$(BIN)/mypy tests bench examples deploy
 
 imports: setup
 	$(BIN)/lint-imports

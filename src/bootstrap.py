@@ -814,7 +814,12 @@ def _build_part(container: Container, name: str, options: PartOptions) -> Part |
     settings = container.settings
     builders: dict[str, Callable[[], Part | None]] = {
         roles.METRICS: lambda: (
-            MetricsServer(container.metrics, settings.metrics_port, settings.metrics_host)
+            MetricsServer(
+                container.metrics,
+                settings.metrics_port,
+                settings.metrics_host,
+                down=container.health.down,
+            )
             if settings.metrics_port
             else None
         ),

@@ -4,12 +4,16 @@ The composition root builds one ``Metrics`` per process and hands it to the part
 that count. Names follow Prometheus conventions (``_total`` counters, base units).
 """
 
+import json
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
+from socketserver import ThreadingMixIn
 from typing import Any, TypeVar, cast
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 
 
 def _registry() -> CollectorRegistry:
@@ -235,7 +239,49 @@ class Metrics:
         for handler, state in states.items():
             self.breaker_state.labels(handler=handler).set(BREAKER_STATES.get(state, 0))
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> tuple[WSGIServer, threading.Thread]:
-        """Expose /metrics on ``host:port`` (scheduler, worker and projector processes);
-        the server and its thread."""
-        return start_http_server(port, addr=host, registry=self.registry)
+    def serve(
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        down: Callable[[], Mapping[str, str]] = dict,
+    ) -> tuple[WSGIServer, threading.Thread]:
+        """Serve ``host:port`` for a scheduler, worker or projector process: ``/metrics``,
+        and the probes an orchestrator asks (``/health``: 200 while the process serves,
+        since a role whose part ends exits; ``/ready``: 200 unless a store it uses is
+        in an outage by ``down``, else 503 naming it). The server and its thread."""
+        metrics = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:  # noqa: ANN401 (WSGI's)
+            path = environ.get("PATH_INFO", "")
+            if path == "/health":
+                return _json(start_response, HTTPStatus.OK, {"status": "ok"})
+            if path == "/ready":
+                outages = dict(down())
+                status = HTTPStatus.SERVICE_UNAVAILABLE if outages else HTTPStatus.OK
+                body = {"status": "down" if outages else "ok", "down": outages}
+                return _json(start_response, status, body)
+            return cast("Iterable[bytes]", metrics(environ, start_response))
+
+        server = make_server(host, port, app, _ThreadingServer, handler_class=_Quiet)
+        thread = threading.Thread(target=server.serve_forever, name="metrics", daemon=True)
+        thread.start()
+        return server, thread
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in flight never holds up the process's exit
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002, ANN401 (overrides)
+        """Scrapes and probes every few seconds: not worth a log line each."""
+
+
+def _json(start_response: Any, status: HTTPStatus, body: object) -> list[bytes]:  # noqa: ANN401 (WSGI's)
+    data = json.dumps(body).encode()
+    start_response(
+        f"{status.value} {status.phrase}",
+        [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
+    )
+    return [data]

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import structlog
@@ -93,18 +93,31 @@ def _stop(part: Part) -> None:
 
 
 class MetricsServer:
-    """Prometheus ``/metrics`` of this process on ``host:port``."""
+    """Prometheus ``/metrics`` of this process on ``host:port``, with the probes
+    ``/health`` and ``/ready``."""
 
     name = "metrics"
 
-    def __init__(self, metrics: Metrics, port: int, host: str) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        port: int,
+        host: str,
+        down: Callable[[], Mapping[str, str]] = dict,
+    ) -> None:
         self._metrics, self._port, self._host = metrics, port, host
+        self._down = down  # the stores in an outage now: what /ready answers 503 for
         self._stop: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        server, thread = self._metrics.serve(self._port, self._host)
-        self._stop, self._thread = server.shutdown, thread
+        server, thread = self._metrics.serve(self._port, self._host, down=self._down)
+
+        def stop() -> None:
+            server.shutdown()
+            server.server_close()
+
+        self._stop, self._thread = stop, thread
 
     def stop(self) -> None:
         if self._stop is not None:

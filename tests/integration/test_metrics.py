@@ -101,3 +101,31 @@ def test_the_projector_reports_where_its_followers_are(harness: "Harness") -> No
     assert value("jobledger_projection_follower_lag_events", {"follower": "read-models"}) == 0
     depth = {"queue": executions[0].spec.queue, "state": "ready"}
     assert value("jobledger_queue_depth", depth) == 3
+
+
+def test_the_metrics_port_answers_the_orchestrators_probes() -> None:
+    """If a role serves its metrics port, then /metrics is Prometheus text, /health is
+    200, and /ready is 200 until a store it uses is in an outage, then 503 naming it and
+    its error, and 200 again once it is back."""
+    metrics = Metrics()
+    outages: dict[str, str] = {}
+    port = free_port()
+    server, thread = metrics.serve(port, "127.0.0.1", down=lambda: outages)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        scraped = httpx.get(f"{base}/metrics", timeout=5)
+        assert scraped.status_code == 200
+        assert "jobledger_" in scraped.text
+        assert httpx.get(f"{base}/health", timeout=5).json() == {"status": "ok"}
+        assert httpx.get(f"{base}/ready", timeout=5).status_code == 200
+        outages["redis"] = "ConnectionError: Connection refused"
+        ready = httpx.get(f"{base}/ready", timeout=5)
+        assert ready.status_code == 503
+        assert ready.json() == {"status": "down", "down": dict(outages)}
+        assert httpx.get(f"{base}/health", timeout=5).status_code == 200  # alive, waiting
+        outages.clear()
+        assert httpx.get(f"{base}/ready", timeout=5).status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
