@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DATA_DIR ?= .jobledger
 
-.PHONY: setup browser compose run check lint typecheck imports test bench clean
+.PHONY: setup browser compose pgbouncer run check lint typecheck imports test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,11 +56,19 @@ compose:
 			--no-install-recommends docker-compose; } >/dev/null 2>&1 \
 		|| echo "docker-compose could not be installed: the compose test cannot run" >&2; }
 
+# tests/integration/test_pgbouncer.py runs jobledger behind Debian's PgBouncer.
+pgbouncer:
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { \
+		echo "installing Debian's pgbouncer for the connection pooler test" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends pgbouncer; } >/dev/null 2>&1 \
+		|| echo "pgbouncer could not be installed: the pooler test cannot run" >&2; }
+
 # Two processes for the bulk of the tests (they mostly wait on servers and subprocesses);
 # the modules that run role processes on the shared PostgreSQL share one of them (the
 # server's connections), and the tests marked serial run alone afterwards, as they
 # measure rates or load the machine. The slowest tests are listed, to keep the suite short.
-test: setup browser compose
+test: setup browser compose pgbouncer
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not serial" --durations=15
 	$(BIN)/pytest -m serial
 
