@@ -7,6 +7,7 @@ with its projector and scheduler in this process and starts ``jobledger worker``
 subprocesses on it.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,6 +121,7 @@ class Harness(LogReads):
     def __init__(self, container: Container) -> None:
         self.container = container
         self.workers: list[WorkerProcess] = []
+        self.scheduler: SchedulerService | None = None
 
     def start_worker(self, **settings: str) -> WorkerProcess:
         """A worker on this ledger; ``settings`` become ``JOBLEDGER_<NAME>`` variables."""
@@ -227,15 +229,17 @@ def harness_settings(postgres_url: str, redis_url: str, prefix: str = "w") -> Se
     )
 
 
-@pytest.fixture
-def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
-    settings = harness_settings(postgres_url, redis_server)
+@contextlib.contextmanager
+def running_harness(settings: Settings) -> Iterator[Harness]:
+    """A harness on ``settings``'s stores with its projector and scheduler running
+    (``Harness.scheduler``), its workers and both stopped after."""
     with bootstrap(settings) as built:
         projector = built.projector()
         projector.start()
         service = SchedulerService(built.scheduler(config=SchedulerConfig(recover_interval=0.2)))
         service.start()
         running = Harness(built)
+        running.scheduler = service
         try:
             yield running
         finally:
@@ -243,3 +247,9 @@ def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
                 worker.stop()
             service.stop()
             projector.stop()
+
+
+@pytest.fixture
+def harness(postgres_url: str, redis_server: str) -> Iterator[Harness]:
+    with running_harness(harness_settings(postgres_url, redis_server)) as running:
+        yield running

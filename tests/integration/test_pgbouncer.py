@@ -13,12 +13,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from tests.conftest import missing_service
-from tests.integration.conftest import Harness, harness_settings
+from tests.integration.conftest import Harness, harness_settings, running_harness
 from tests.ports import free_port
 
-from jobledger.bootstrap import bootstrap
 from jobledger.domain.execution import ExecutionStatus
-from jobledger.runtime.scheduler import SchedulerConfig, SchedulerService
 
 # Role processes on the shared PostgreSQL: one such module at a time (its connections).
 pytestmark = pytest.mark.xdist_group("roles")
@@ -87,34 +85,24 @@ def test_the_roles_run_behind_pgbouncer_in_session_mode(pgbouncer: str, redis_se
     and completes runs, each ends completed once, and the server still sees each
     connection's role in its application_name."""
     settings = harness_settings(pgbouncer, redis_server)
-    with bootstrap(settings) as built:
-        projector = built.projector()
-        projector.start()
-        service = SchedulerService(built.scheduler(config=SchedulerConfig(recover_interval=0.2)))
-        service.start()
-        harness = Harness(built)
-        try:
-            harness.start_worker()
-            runs = [harness.run("test.echo", n=n) for n in range(20)]
-            harness.wait_for_all(runs, ExecutionStatus.COMPLETED, timeout=60)
-            releases = service.scheduler.releases
-            assert releases is not None
-            Harness.wait_for(lambda: releases.listening, timeout=10)
-            with psycopg.connect(settings.database_url) as conn:
-                names = {
-                    str(name)
-                    for (name,) in conn.execute(
-                        "SELECT application_name FROM pg_stat_activity "
-                        "WHERE datname = current_database()"
-                    )
-                }
-            # The worker process names its connections; PgBouncer passes the name on.
-            assert any(name.startswith("jobledger-worker@") for name in names), names
-        finally:
-            for worker in harness.workers:
-                worker.stop()
-            service.stop()
-            projector.stop()
+    with running_harness(settings) as harness:
+        harness.start_worker()
+        runs = [harness.run("test.echo", n=n) for n in range(20)]
+        harness.wait_for_all(runs, ExecutionStatus.COMPLETED, timeout=60)
+        assert harness.scheduler is not None
+        releases = harness.scheduler.scheduler.releases
+        assert releases is not None
+        Harness.wait_for(lambda: releases.listening, timeout=10)
+        with psycopg.connect(settings.database_url) as conn:
+            names = {
+                str(name)
+                for (name,) in conn.execute(
+                    "SELECT application_name FROM pg_stat_activity "
+                    "WHERE datname = current_database()"
+                )
+            }
+        # The worker process names its connections; PgBouncer passes the name on.
+        assert any(name.startswith("jobledger-worker@") for name in names), names
         for run in runs:
             events = [type(e).__name__ for e in harness.events(run.id)]
             assert events.count("Completed") == 1, events
