@@ -21,7 +21,7 @@ from jobledger.adapters.memory.budgets import MemoryBudgets
 from jobledger.adapters.memory.presence import MemoryPresence
 from jobledger.adapters.memory.queue import MemoryQueue
 from jobledger.adapters.postgres.checkpoint import PostgresCheckpoint
-from jobledger.adapters.postgres.listener import PostgresListener
+from jobledger.adapters.postgres.listener import PostgresChannels
 from jobledger.adapters.postgres.outbox import PostgresOutbox
 from jobledger.adapters.redis.bell import RedisBell
 from jobledger.adapters.redis.breakers import shared_storage
@@ -176,6 +176,12 @@ class Container:
     _archive: ArchiveRun | None = None
     _budgets: Budgets | None = None
     _breakers_lock: threading.Lock = field(default_factory=threading.Lock)
+    # One listening connection for every channel this process follows (PostgreSQL only).
+    _channels: PostgresChannels | None = None
+
+    def __post_init__(self) -> None:
+        if self.settings.uses_postgres:
+            self._channels = PostgresChannels(self.settings.database_url)
 
     def reader(self, *, topics: Sequence[str] | None = None) -> LogReader:
         """A reader of the log: of the events the queue folds, unless told other ``topics``
@@ -307,10 +313,7 @@ class Container:
     def listen(self) -> Listen | None:
         """How a role listens on a channel of the store: PostgreSQL's LISTEN; None for
         a store without channels (its followers poll)."""
-        settings = self.settings
-        if not settings.uses_postgres:
-            return None
-        return functools.partial(PostgresListener, settings.database_url)
+        return None if self._channels is None else self._channels.listen
 
     def worker(self, worker_id: str | None = None, *, now: Clock = utc_now) -> Worker:
         """A worker on this container's stores; ``now`` is its clock (its lease

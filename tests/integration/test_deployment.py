@@ -486,7 +486,7 @@ def check_metrics(deployment: Deployment, count: int) -> None:
     wait_for(projected, "the projector's follower positions")
 
 
-# The most the six processes below may hold after their work: about 27 measured (see
+# The most the six processes below may hold after their work: about 25 measured (see
 # the Connections section of docs/operations.md), against about 51 while each pool
 # opened all its connections at start.
 DEPLOYMENT_CONNECTIONS = 36

@@ -14,7 +14,7 @@ import redis
 import structlog
 
 from jobledger.adapters.memory.queue import MemoryQueue
-from jobledger.adapters.postgres.listener import PostgresListener
+from jobledger.adapters.postgres.listener import ChannelListener
 from jobledger.bootstrap import Container, bootstrap
 from jobledger.domain.definitions import ExecutionSpec
 from jobledger.domain.execution import Execution, Trigger
@@ -145,7 +145,7 @@ def test_killing_the_listen_connection_does_not_stop_the_projection(container: C
     projector.start()
     try:
         listener = projector.listener
-        assert isinstance(listener, PostgresListener)
+        assert isinstance(listener, ChannelListener)
         wait_until(lambda: listener.backend_pid is not None)
         first_pid = listener.backend_pid
         with psycopg.connect(container.settings.database_url, autocommit=True) as conn:

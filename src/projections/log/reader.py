@@ -215,8 +215,10 @@ LOG_CHANNEL = "jobledger_events"
 class Listener(Protocol):
     """A thread that wakes followers when a store's channel says something committed."""
 
-    # How often it (re)connected: tests and benchmarks read it.
-    connections: int
+    @property
+    def connections(self) -> int:
+        """How often it (re)connected: tests and benchmarks read it."""
+        ...
 
     def start(self) -> None: ...
 
