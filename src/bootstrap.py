@@ -251,6 +251,7 @@ class Container:
             queries=SqlReadModelQueries(self.database),
             backend=self.queue,
             isolation=self.isolation(NOTIFIER_FOLLOWER),
+            metrics=self.metrics,
         )
 
     def scheduler(

@@ -149,6 +149,13 @@ class Metrics:
             ["handler", "outcome"],
             registry=r,
         )
+        self.notifications = Counter(
+            "jobledger_notifications_total",
+            "Notifications raised by the notification rules, by rule and condition (each is "
+            "a run of notify.send: its delivery shows in jobledger_completions_total).",
+            ["rule", "on"],
+            registry=r,
+        )
         self.execution_duration = Histogram(
             "jobledger_execution_duration_seconds",
             "How long a handler ran, by handler.",

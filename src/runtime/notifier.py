@@ -37,6 +37,7 @@ from jobledger.domain.notifications import (
 )
 from jobledger.domain.workflow import Workflow
 from jobledger.infra.leadership import Leadership
+from jobledger.infra.metrics import Metrics
 from jobledger.persistence.ledger import Ledger
 from jobledger.persistence.log_store import LogRow
 from jobledger.projections.database import Database
@@ -104,8 +105,10 @@ class Notifier:
         now: Clock = utc_now,
         isolation: Isolation | None = None,
         backlog_every: timedelta = BACKLOG_EVERY,
+        metrics: Metrics | None = None,
     ) -> None:
         self.ledger = ledger
+        self._metrics = metrics
         self.leadership = leadership
         self.stats = NotifierStats()
         self._database = database
@@ -344,6 +347,9 @@ class Notifier:
                 self.stats.repeated += 1  # made before this page was read again
             else:
                 self.stats.sent += 1
+                if self._metrics is not None:
+                    on = notice.delivery.on.value
+                    self._metrics.notifications.labels(rule=notice.rule, on=on).inc()
                 log.info(
                     "notification.raised",
                     rule=notice.rule,

@@ -165,6 +165,7 @@ def test_the_alert_rules_name_only_exported_metrics() -> None:
         "JobledgerBreakerOpen",
         "JobledgerStaleReports",
         "JobledgerDependencyDown",
+        "JobledgerNotificationsFailing",
     }
     assert all(r["annotations"]["summary"] for r in rules.values())
     assert unknown_metrics([r["expr"] for r in rules.values()]) == {}

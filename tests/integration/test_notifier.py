@@ -145,6 +145,9 @@ def test_a_dead_letter_of_a_matching_job_notifies_once_however_often_it_is_read(
     drain(again)
     assert len(deliveries(services)) == 1
     assert again.stats.repeated == 1
+    raised = {"rule": "billing dead", "on": "dead_letter"}
+    counted = container.metrics.registry.get_sample_value("jobledger_notifications_total", raised)
+    assert counted == 1  # the repeat is not counted
     # A notification's own dead letter is never a cause: no loop through a dead receiver.
     save_rule(services, "everything", on="dead_letter")
     own = Execution.enqueue(
