@@ -16,6 +16,7 @@ import msgspec
 import pytest
 from tests.conftest import actor
 from tests.integration.conftest import Harness, harness_settings
+from tests.integration.raw_events import write_undecodable
 
 from jobledger.bootstrap import Container, bootstrap, build_services
 from jobledger.domain.definitions import ExecutionSpec, JobDefinition
@@ -25,6 +26,7 @@ from jobledger.domain.notifications import HANDLER, Delivery
 from jobledger.domain.policies import OnFailure, RetryPolicy
 from jobledger.domain.workflow import StepSpec, StepStatus, Workflow
 from jobledger.infra.settings import load_settings
+from jobledger.projections.quarantine import NOTIFIER_FOLLOWER
 from jobledger.projections.read_models.queries import UNREADABLE
 from jobledger.runtime.notifier import Notifier
 from jobledger.runtime.releases import RetryLeadership
@@ -360,3 +362,21 @@ def _sent(services: Services) -> bool:
     services.admin.catch_up_read_models()
     found = services.notifications.sent(by=actor()).notifications
     return bool(found) and found[0].status == "completed"
+
+
+def test_an_event_the_notifier_cannot_read_is_set_aside_and_the_rest_still_notify(
+    container: Container, services: Services, notifier: Notifier
+) -> None:
+    """If a dead letter in the log no longer decodes, then the notifier quarantines it
+    and goes on: the dead letters after it still notify, and the quarantine names it
+    under the notifier."""
+    save_rule(services, "everything", on="dead_letter")
+    broken = run_of(container, None, dies=False)
+    write_undecodable(container.ledger, Execution.DeadLettered.TOPIC, broken.id, version=4)
+    after = run_of(container, None, dies=True)
+    drain(notifier)
+    (delivery,) = deliveries(services)
+    assert delivery.facts["execution_id"] == str(after.id)
+    quarantined = services.admin.quarantined(by=actor())
+    mine = [q.originator_id for q in quarantined if q.follower == NOTIFIER_FOLLOWER]
+    assert mine == [str(broken.id)]
