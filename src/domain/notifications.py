@@ -39,11 +39,7 @@ NOTIFICATIONS_NAMESPACE: Final = uuid.UUID("5b0e7f2a-93c4-4d18-b6e1-0a9f3c72d845
 HANDLER: Final = "notify.send"
 SECRET_PREFIX: Final = "JOBLEDGER_NOTIFY_SECRET_"  # noqa: S105 (a name, not a secret)
 MAX_RULES: Final = 200
-MAX_RECIPIENTS: Final = MAX_NOTIFY_RECIPIENTS
-MAX_URL_CHARS: Final = MAX_NOTIFY_URL_CHARS
-MAX_COUNT: Final = MAX_NOTIFY_COUNT
 MIN_IN_A_ROW: Final = 2  # one dead letter in a row is what dead_letter tells of
-MAX_WINDOW: Final = MAX_NOTIFY_WINDOW
 # Conditions that hold for a while (an open breaker, a backlog) tell once per window.
 DEFAULT_COOLDOWN: Final = timedelta(minutes=10)
 # A delivery runs ahead of other work and keeps trying for about a day: a receiver that
@@ -109,11 +105,12 @@ class Channel(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise InvalidDefinitionError(
                 "channel.to", f"a {self.kind} channel has no recipients", "leave to out"
             )
-        if not url.startswith(("https://", "http://")) or len(url) > MAX_URL_CHARS:
+        if not url.startswith(("https://", "http://")) or len(url) > MAX_NOTIFY_URL_CHARS:
             raise InvalidDefinitionError(
                 "channel.url",
                 "is missing, too long or not an http(s) URL",
-                f"give the receiver's http or https URL (at most {MAX_URL_CHARS} characters)",
+                "give the receiver's http or https URL "
+                f"(at most {MAX_NOTIFY_URL_CHARS} characters)",
             )
 
     def _check_email(self) -> None:
@@ -121,14 +118,14 @@ class Channel(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise InvalidDefinitionError(
                 "channel.url", "an email channel has no URL", "give the addresses in to"
             )
-        if not 1 <= len(self.to) <= MAX_RECIPIENTS:
+        if not 1 <= len(self.to) <= MAX_NOTIFY_RECIPIENTS:
             raise InvalidDefinitionError(
                 "channel.to",
                 f"has {len(self.to)} addresses",
-                f"give 1-{MAX_RECIPIENTS} email addresses",
+                f"give 1-{MAX_NOTIFY_RECIPIENTS} email addresses",
             )
         for address in self.to:
-            if not _ADDRESS.fullmatch(address) or len(address) > MAX_URL_CHARS:
+            if not _ADDRESS.fullmatch(address) or len(address) > MAX_NOTIFY_URL_CHARS:
                 raise InvalidDefinitionError(
                     "channel.to",
                     f"{address!r} is not an email address",
@@ -204,12 +201,12 @@ class NotificationRule(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
             )
         if (
             self.on is NotifyOn.FAILURES_IN_A_ROW
-            and not MIN_IN_A_ROW <= (self.count or 0) <= MAX_COUNT
+            and not MIN_IN_A_ROW <= (self.count or 0) <= MAX_NOTIFY_COUNT
         ):
             raise InvalidDefinitionError(
                 "count",
                 f"{self.count} is out of range",
-                f"use {MIN_IN_A_ROW}-{MAX_COUNT} runs in a row",
+                f"use {MIN_IN_A_ROW}-{MAX_NOTIFY_COUNT} runs in a row",
             )
         if self.on is NotifyOn.QUEUE_BACKLOG:
             if self.count is None and self.older_than is None:
@@ -218,9 +215,9 @@ class NotificationRule(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
                     "a backlog rule needs a size or an age",
                     "give count (due runs), older_than_seconds, or both",
                 )
-            if self.count is not None and not 1 <= self.count <= MAX_COUNT:
+            if self.count is not None and not 1 <= self.count <= MAX_NOTIFY_COUNT:
                 raise InvalidDefinitionError(
-                    "count", f"{self.count} is out of range", f"use 1-{MAX_COUNT} due runs"
+                    "count", f"{self.count} is out of range", f"use 1-{MAX_NOTIFY_COUNT} due runs"
                 )
             if self.older_than is not None:
                 _check_window("older_than", self.older_than, allow_zero=False)
@@ -236,11 +233,11 @@ class NotificationRule(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=
 
 def _check_window(field: str, value: timedelta, *, allow_zero: bool) -> None:
     least = timedelta(0) if allow_zero else timedelta(seconds=1)
-    if not least <= value <= MAX_WINDOW:
+    if not least <= value <= MAX_NOTIFY_WINDOW:
         raise InvalidDefinitionError(
             f"{field}_seconds",
             f"{value.total_seconds():g} s is out of range",
-            f"use {least.total_seconds():g}-{MAX_WINDOW.total_seconds():g} seconds",
+            f"use {least.total_seconds():g}-{MAX_NOTIFY_WINDOW.total_seconds():g} seconds",
         )
 
 

@@ -8,22 +8,16 @@ from uuid import UUID
 import msgspec
 
 from jobledger.domain.bounds import (
-    MAX_NOTIFY_COUNT as MAX_COUNT,
-)
-from jobledger.domain.bounds import (
-    MAX_NOTIFY_RECIPIENTS as MAX_RECIPIENTS,
-)
-from jobledger.domain.bounds import (
-    MAX_NOTIFY_URL_CHARS as MAX_URL_CHARS,
-)
-from jobledger.domain.bounds import (
-    MAX_NOTIFY_WINDOW as MAX_WINDOW,
+    MAX_NOTIFY_COUNT,
+    MAX_NOTIFY_RECIPIENTS,
+    MAX_NOTIFY_URL_CHARS,
+    MAX_NOTIFY_WINDOW,
 )
 from jobledger.schemas.fields import Short, Strict, Tiny
 
-Url = Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS)]
-Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)]
-Window = Annotated[float, msgspec.Meta(ge=0, le=MAX_WINDOW.total_seconds())]
+Url = Annotated[str, msgspec.Meta(max_length=MAX_NOTIFY_URL_CHARS)]
+Count = Annotated[int, msgspec.Meta(ge=1, le=MAX_NOTIFY_COUNT)]
+Window = Annotated[float, msgspec.Meta(ge=0, le=MAX_NOTIFY_WINDOW.total_seconds())]
 NotifyOnIn = Literal[
     "dead_letter", "failures_in_a_row", "workflow_failed", "breaker_opened", "queue_backlog"
 ]
@@ -36,7 +30,7 @@ class ChannelIn(Strict):
 
     kind: Literal["webhook", "slack", "email"]
     url: Url | None = None
-    to: Annotated[list[Short], msgspec.Meta(max_length=MAX_RECIPIENTS)] = msgspec.field(
+    to: Annotated[list[Short], msgspec.Meta(max_length=MAX_NOTIFY_RECIPIENTS)] = msgspec.field(
         default_factory=list
     )
     secret: Tiny | None = None
