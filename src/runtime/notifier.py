@@ -220,35 +220,33 @@ class Notifier:
             "error": _cut(dead.error, TEXT_CHARS),
         }
         what = job or run.spec.handler
+        cause = f"{run.id}:{dead.originator_version}"
         notices = []
         for name, rule in rules.items():
             if not _matches(rule, job=job, queue=run.spec.queue, handler=run.spec.handler):
                 continue
             if rule.on is NotifyOn.DEAD_LETTER:
-                subject = f"jobledger: a run of {what} was dead-lettered"
-                text = (
+                message = _Message(
+                    f"jobledger: a run of {what} was dead-lettered",
                     f"Run {run.id} of {what} (handler {run.spec.handler}, queue "
                     f"{run.spec.queue}) was dead-lettered after {dead.attempts} attempt(s).\n"
-                    f"Last error: {facts['error']}"
-                )
-                link = f"/ui/executions/{run.id}"
-                cause = f"{run.id}:{dead.originator_version}"
-                message = _Message(subject, text, link, facts)
-                notices.append(
-                    _notice(name, rule, about=what, cause=cause, message=message, raised=dead)
+                    f"Last error: {facts['error']}",
+                    f"/ui/executions/{run.id}",
+                    facts,
                 )
             elif rule.on is NotifyOn.FAILURES_IN_A_ROW and self._streak(rule, run):
-                subject = f"jobledger: the last {rule.count} runs of {what} were dead-lettered"
-                text = (
+                message = _Message(
+                    f"jobledger: the last {rule.count} runs of {what} were dead-lettered",
                     f"The last {rule.count} runs of job {what} were dead-lettered; the last "
-                    f"was {run.id}.\nLast error: {facts['error']}"
+                    f"was {run.id}.\nLast error: {facts['error']}",
+                    f"/ui/jobs/{run.job_id}",
+                    facts,
                 )
-                link = f"/ui/jobs/{run.job_id}"
-                cause = f"{run.id}:{dead.originator_version}"
-                message = _Message(subject, text, link, facts)
-                notices.append(
-                    _notice(name, rule, about=what, cause=cause, message=message, raised=dead)
-                )
+            else:
+                continue
+            notices.append(
+                _notice(name, rule, about=what, cause=cause, message=message, raised=dead)
+            )
         return notices
 
     def _streak(self, rule: NotificationRule, run: Execution) -> bool:
